@@ -1,0 +1,40 @@
+# Two commands on a fresh machine: `make demo` and `make test`. CI runs `make test` (.ci/run).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU torch pinned here: an unpinned torch pulls several GB of CUDA wheels.
+PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
+
+.PHONY: demo test lint typecheck check bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed-run: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) -e '.[torch]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) -e '.[test]'
+	touch $@ $(VENV)/.installed-run
+
+demo: $(VENV)/.installed-run
+	$(BIN)/dlscale run
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(VENV)/.installed-test
+	$(BIN)/mypy
+
+bench: $(VENV)/.installed-run
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) dlscale-results

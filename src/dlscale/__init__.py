@@ -1,0 +1,23 @@
+"""dlscale: run, measure, explain and predict data-parallel training scaling.
+
+Importing dlscale imports no deep-learning framework.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def load_results(path: Any = "dlscale-results") -> pd.DataFrame:
+    """All runs of a results directory as a pandas DataFrame (see dlscale.store)."""
+    from dlscale.store.results import load_results as _load
+
+    return _load(path)
+
+
+__all__ = ["__version__", "load_results"]

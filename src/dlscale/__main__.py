@@ -1,0 +1,3 @@
+from dlscale.cli import entry
+
+entry()

@@ -1,0 +1,47 @@
+"""The ``dlscale`` command. Subcommands live in one module each and import heavy things lazily,
+so ``dlscale --help`` starts fast and imports no deep-learning framework."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dlscale import __version__
+from dlscale.errors import UserError
+
+COMMANDS = {
+    "run": ("dlscale.cli.run", "run a study: launch workers, measure, store results"),
+    "ls": ("dlscale.cli.ls", "list models, backends, datasets, launchers or stored runs"),
+    "env": ("dlscale.cli.env", "show this machine's hardware and software"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dlscale",
+        description="Run, measure and explain the scaling of data-parallel training.",
+    )
+    parser.add_argument("--version", action="version", version=f"dlscale {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(command)
+        command.set_defaults(module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(importlib.import_module(args.module).main(args) or 0)
+    except UserError as error:
+        print(f"dlscale: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("dlscale: interrupted; completed runs are kept, rerun to resume", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    sys.exit(main())

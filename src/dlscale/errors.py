@@ -1,0 +1,17 @@
+"""Errors that reach the user as one readable line and exit code 2 (no traceback)."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem with the user's input (names, values, files): exit code 2, one line."""
+
+    exit_code = 2
+
+
+class DataError(UserError):
+    """A data set file is missing, truncated or of the wrong shape."""
+
+
+class SchemaError(UserError):
+    """A stored file has a schema this version cannot read."""

@@ -1,0 +1,146 @@
+"""Turn the per-rank event streams of one run into its metrics (definitions: docs/metrics.md).
+
+Rules (house style 8): warm-up is never in a window; a synchronous step or window takes the
+maximum over ranks; images are summed over ranks, never rank 0 times the world size.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+
+from dlscale.metrics.stats import mean_ci95, percentile
+
+Events = list[dict[str, Any]]
+
+
+def aggregate(per_rank: dict[int, Events], *, target_accuracy: float | None) -> dict[str, Any]:
+    """Metrics of one run from every rank's events; missing pieces give ``None``, not zero."""
+    measure = _windows(per_rank, "measure")
+    nosync = _windows(per_rank, "nosync")
+    out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
+    out["windows"] = len(measure)
+    if measure:
+        per_window = [w["samples"] / w["duration_s"] for w in measure]
+        out["throughput_img_s"], out["throughput_ci95_img_s"] = mean_ci95(per_window)
+        out["throughput_windows_img_s"] = per_window
+        steps = np.concatenate([w["step_ms"] for w in measure])
+        data = np.concatenate([w["data_ms"] for w in measure])
+        out["step_time_p50_ms"] = percentile(steps, 50)
+        out["step_time_p95_ms"] = percentile(steps, 95)
+        out["input_time_p50_ms"] = percentile(data, 50)
+        out["measured_steps"] = int(steps.size)
+        out["measured_images"] = int(sum(w["samples"] for w in measure))
+        if any(w.get("epoch") is not None for w in measure):
+            out["epoch_time_s"] = float(np.mean([w["duration_s"] for w in measure]))
+        losses = [w["loss"] for w in measure if w["loss"] is not None]
+        out["final_train_loss"] = losses[-1] if losses else None
+        out["train_loss_by_window"] = losses
+        out["rank_step_time_mean_ms"] = _rank_means(per_rank)
+    if measure and nosync:
+        sync_p50 = out["step_time_p50_ms"]
+        nosync_p50 = percentile(np.concatenate([w["step_ms"] for w in nosync]), 50)
+        out["step_time_nosync_p50_ms"] = nosync_p50
+        out["exposed_comm_fraction"] = max(0.0, (sync_p50 - nosync_p50) / sync_p50)
+    evals = _evals(per_rank)
+    out["eval_history"] = evals
+    if evals:
+        out["eval_accuracy"] = evals[-1]["accuracy"]
+        if target_accuracy is not None:
+            reached = [e for e in evals if e["accuracy"] >= target_accuracy]
+            if reached:
+                out["time_to_accuracy_s"] = reached[0]["elapsed_s"]
+                out["epochs_to_accuracy"] = reached[0]["epoch"]
+    return out
+
+
+METRIC_KEYS = (
+    "throughput_img_s",
+    "throughput_ci95_img_s",
+    "throughput_windows_img_s",
+    "step_time_p50_ms",
+    "step_time_p95_ms",
+    "input_time_p50_ms",
+    "step_time_nosync_p50_ms",
+    "exposed_comm_fraction",
+    "epoch_time_s",
+    "final_train_loss",
+    "train_loss_by_window",
+    "eval_accuracy",
+    "time_to_accuracy_s",
+    "epochs_to_accuracy",
+    "measured_steps",
+    "measured_images",
+    "rank_step_time_mean_ms",
+)
+
+
+def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
+    """Windows that every rank completed, merged across ranks (max time, summed images)."""
+    by_index: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for events in per_rank.values():
+        for record in events:
+            if record["event"] == "window" and record["kind"] == kind:
+                by_index[record["index"]].append(record)
+    merged = []
+    for index in sorted(by_index):
+        parts = by_index[index]
+        if len(parts) != len(per_rank):
+            continue  # a rank died during this window: it is not a whole measurement
+        step_ms = np.max(np.array([p["step_ms"] for p in parts], dtype=float), axis=0)
+        data_ms = np.max(np.array([p["data_ms"] for p in parts], dtype=float), axis=0)
+        loss_sum = sum(p["loss_sum"] for p in parts)
+        loss_count = sum(p["loss_count"] for p in parts)
+        merged.append(
+            {
+                "index": index,
+                "epoch": parts[0].get("epoch"),
+                "samples": sum(p["samples"] for p in parts),
+                "duration_s": max(p["duration_s"] for p in parts),
+                "step_ms": step_ms,
+                "data_ms": data_ms,
+                "loss": loss_sum / loss_count if loss_count else None,
+            }
+        )
+    return merged
+
+
+def _evals(per_rank: dict[int, Events]) -> list[dict[str, Any]]:
+    by_epoch: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for events in per_rank.values():
+        for record in events:
+            if record["event"] == "eval":
+                by_epoch[record["epoch"]].append(record)
+    history = []
+    for epoch in sorted(by_epoch):
+        parts = by_epoch[epoch]
+        if len(parts) != len(per_rank):
+            continue
+        total = sum(p["total"] for p in parts)
+        history.append(
+            {
+                "epoch": epoch,
+                "accuracy": sum(p["correct"] for p in parts) / total,
+                "loss": sum(p["loss_sum"] for p in parts) / total,
+                "elapsed_s": max(p["elapsed_s"] for p in parts),
+                "images": total,
+            }
+        )
+    return history
+
+
+def _rank_means(per_rank: dict[int, Events]) -> dict[str, float]:
+    """Each rank's own mean step time (before the max over ranks): stragglers show here."""
+    means = {}
+    for rank, events in sorted(per_rank.items()):
+        steps = [
+            s
+            for r in events
+            if r["event"] == "window" and r["kind"] == "measure"
+            for s in r["step_ms"]
+        ]
+        if steps:
+            means[str(rank)] = float(np.mean(steps))
+    return means

@@ -1,0 +1,63 @@
+"""Per-rank structured records (JSON lines). Every rank writes its own file; the writer stamps
+each record with the rank, host and time, so a crashed rank still leaves its partial record."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from dlscale.errors import SchemaError
+
+EVENTS_SCHEMA = 1
+"""Version of the events format; bump it when a record changes meaning."""
+
+
+def events_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"events.rank{rank}.jsonl"
+
+
+class EventWriter:
+    """Appends one JSON object per line and flushes it, so readers see whole records."""
+
+    def __init__(self, path: Path, rank: int) -> None:
+        self.path = path
+        self.rank = rank
+        self.host = socket.gethostname()
+        self._handle = path.open("a", encoding="utf-8")
+
+    def write(self, event: str, **payload: Any) -> None:
+        record = {
+            "schema": EVENTS_SCHEMA,
+            "event": event,
+            "rank": self.rank,
+            "host": self.host,
+            "time": time.time(),
+            **payload,
+        }
+        self._handle.write(json.dumps(record, allow_nan=False) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """All whole records of one rank; a torn last line (a rank killed mid-write) is dropped."""
+    records: list[dict[str, Any]] = []
+    if not path.exists():
+        return records
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("schema", 0) > EVENTS_SCHEMA:
+            raise SchemaError(
+                f"{path} was written by a newer dlscale (events schema {record['schema']}, "
+                f"this version reads {EVENTS_SCHEMA}); upgrade dlscale"
+            )
+        records.append(record)
+    return records

@@ -1,0 +1,1 @@
+"""Code that runs inside worker processes (and the framework-free environment capture)."""

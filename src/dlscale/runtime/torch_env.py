@@ -1,0 +1,24 @@
+"""Framework facts captured inside a torch worker (rank 0 writes them as an event)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def torch_environment(device: torch.device) -> dict[str, Any]:
+    cuda = torch.cuda.is_available()
+    return {
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": torch.backends.cudnn.version() if cuda else None,
+        "gpu_names": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        if cuda
+        else [],
+        "device": str(device),
+        "gloo_available": dist.is_available() and dist.is_gloo_available(),
+        "nccl_available": dist.is_available() and dist.is_nccl_available(),
+    }

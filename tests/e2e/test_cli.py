@@ -1,0 +1,189 @@
+"""The command line as a user runs it: run, then ls, then load_results; and every bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dlscale
+
+pytestmark = pytest.mark.e2e
+
+JSON_KEYS = {
+    "run_id",
+    "status",
+    "backend",
+    "model",
+    "dataset",
+    "workers",
+    "batch_size_per_worker",
+    "global_batch_size",
+    "throughput_img_s",
+    "throughput_ci95_img_s",
+    "step_time_p50_ms",
+    "epoch_time_s",
+    "final_train_loss",
+    "eval_accuracy",
+    "time_to_accuracy_s",
+    "speedup",
+    "efficiency",
+    "exposed_comm_fraction",
+}
+
+
+def test_import_and_help_load_no_framework():
+    code = (
+        "import sys, dlscale, dlscale.cli; from dlscale.cli import build_parser; "
+        "build_parser(); import dlscale.runner; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'tensorflow', 'mxnet', 'horovod', 'sklearn')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_run_then_ls_then_load_results(tmp_path: Path, cli):
+    results = tmp_path / "res"
+    run = cli(
+        "run",
+        "--backend",
+        "torch-single,torch-ddp",
+        "--model",
+        "tiny",
+        "--workers",
+        "1,2",
+        "--steps",
+        "3",
+        "--repeats",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--json",
+        "--results",
+        str(results),
+    )
+    assert run.returncode == 0, run.stderr
+    records = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [(r["backend"], r["workers"]) for r in records] == [
+        ("torch-single", 1),
+        ("torch-ddp", 1),
+        ("torch-ddp", 2),
+    ]
+    for record in records:
+        assert record.keys() >= JSON_KEYS
+        assert record["status"] == "completed"
+        assert record["throughput_img_s"] > 0
+    single, _ddp1, ddp2 = records
+    assert single["speedup"] == 1.0 and single["exposed_comm_fraction"] is None
+    assert ddp2["baseline_run_id"] == single["run_id"]
+    assert ddp2["speedup"] == pytest.approx(ddp2["throughput_img_s"] / single["throughput_img_s"])
+    assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
+    assert ddp2["global_batch_size"] == 128
+    assert "skipped torch-single at 2 workers" in run.stderr
+
+    listing = cli("ls", "runs", "--results", str(results))
+    assert listing.returncode == 0
+    for record in records:
+        assert record["run_id"] in listing.stdout
+
+    frame = dlscale.load_results(results)
+    assert len(frame) == 3
+    assert set(frame["run_id"]) == {r["run_id"] for r in records}
+    assert {"throughput_img_s", "speedup", "efficiency", "torch_version", "cpu_model"} <= set(
+        frame.columns
+    )
+
+    table = cli(
+        "run",
+        "--backend",
+        "torch-single,torch-ddp",
+        "--model",
+        "tiny",
+        "--workers",
+        "1,2",
+        "--steps",
+        "3",
+        "--repeats",
+        "2",
+        "--warmup-steps",
+        "1",
+        "--results",
+        str(results),
+    )
+    assert table.returncode == 0
+    assert table.stderr.count("already completed") == 3
+    assert (
+        "speedup" in table.stdout and "img/s" in table.stdout and "docs/metrics.md" in table.stdout
+    )
+
+
+def test_dry_run_prints_commands_and_launches_nothing(tmp_path: Path, cli):
+    result = cli(
+        "run",
+        "--model",
+        "tiny",
+        "--backend",
+        "torch-ddp",
+        "--workers",
+        "2",
+        "--dry-run",
+        "--results",
+        str(tmp_path / "r"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RANK=1" in result.stdout and "-m dlscale.worker" in result.stdout
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "--model", "resnet45"], "unknown model 'resnet45'; choose one of:"),
+        (["run", "--backend", "mpi"], "unknown backend 'mpi'; choose one of:"),
+        (["run", "--dataset", "imagenet"], "unknown dataset 'imagenet'; choose one of:"),
+        (["run", "--workers", "0"], "workers must be an integer >= 1"),
+        (["run", "--workers", "two"], "workers must be int"),
+        (["run", "--batch-size", "0"], "batch_size must be an integer >= 1"),
+        (["run", "--target-accuracy", "1.5"], "target_accuracy must be in (0, 1]"),
+        (["run", "--target-accuracy", "0"], "target_accuracy must be in (0, 1]"),
+        (["run", "missing-study.toml"], "study file missing-study.toml does not exist"),
+        (["run", "--set", "modle=tiny"], "unknown key 'modle'"),
+        (["run", "--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"], "/nonexistent"),
+    ],
+)
+def test_bad_input_gets_one_clear_line_and_exit_2(tmp_path: Path, cli, args, message):
+    result = cli(*args, "--results", str(tmp_path / "r"), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr
+    assert result.stderr.startswith("dlscale: error:")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "r").exists()  # nothing was launched
+
+
+def test_unreadable_study_file(tmp_path: Path, cli):
+    study = tmp_path / "s.toml"
+    study.write_text("workers = [1, 2\n")
+    result = cli("run", str(study))
+    assert result.returncode == 2 and "not valid TOML" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_ls_and_env(cli):
+    for what, expected in (
+        ("backends", "torch-ddp"),
+        ("datasets", "cifar10"),
+        ("launchers", "local"),
+        ("models", "resnet44"),
+    ):
+        result = cli("ls", what)
+        assert result.returncode == 0, result.stderr
+        assert expected in result.stdout
+    models = cli("ls", "models").stdout
+    assert "0.66" in models  # resnet44 parameters in millions
+    env = cli("env", "--json")
+    assert env.returncode == 0
+    assert json.loads(env.stdout)["cpu_cores_logical"] >= 1

@@ -1,0 +1,131 @@
+"""Metric arithmetic against values computed by hand."""
+
+import math
+
+import pytest
+
+from dlscale.metrics.aggregate import aggregate
+from dlscale.metrics.scaling import add_scaling
+from dlscale.metrics.stats import mean_ci95, percentile
+
+
+def window(rank, index, duration, step_ms, *, kind="measure", samples=None, epoch=None, loss=2.0):
+    return {
+        "event": "window",
+        "rank": rank,
+        "kind": kind,
+        "index": index,
+        "epoch": epoch,
+        "steps": len(step_ms),
+        "samples": samples or 10 * len(step_ms),
+        "duration_s": duration,
+        "step_ms": step_ms,
+        "data_ms": [1.0] * len(step_ms),
+        "loss_sum": loss * len(step_ms),
+        "loss_count": len(step_ms),
+    }
+
+
+def test_mean_ci95_by_hand():
+    mean, half = mean_ci95([10.0, 12.0, 14.0])
+    # s = 2, t_{0.975,2} = 4.302653, half = 4.302653 * 2 / sqrt(3)
+    assert mean == 12.0
+    assert half == pytest.approx(4.302653 * 2 / math.sqrt(3), rel=1e-5)
+    assert mean_ci95([5.0]) == (5.0, None)
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+
+
+def test_aggregate_takes_max_over_ranks_and_sums_images():
+    per_rank = {
+        0: [window(0, 0, 1.0, [100.0, 110.0]), window(0, 1, 2.0, [90.0, 100.0])],
+        1: [window(1, 0, 1.25, [120.0, 100.0]), window(1, 1, 1.0, [95.0, 130.0])],
+    }
+    m = aggregate(per_rank, target_accuracy=None)
+    # window 0: 40 images in max(1.0, 1.25) s = 32 img/s; window 1: 40 in 2.0 s = 20 img/s
+    assert m["throughput_windows_img_s"] == [32.0, 20.0]
+    assert m["throughput_img_s"] == 26.0
+    # per-step max over ranks: [120, 110, 95, 130] -> p50 = 115
+    assert m["step_time_p50_ms"] == 115.0
+    assert m["measured_images"] == 80 and m["measured_steps"] == 4
+    assert m["final_train_loss"] == 2.0
+    assert m["epoch_time_s"] is None  # step mode: no epochs
+    assert m["rank_step_time_mean_ms"] == {"0": 100.0, "1": 111.25}
+
+
+def test_aggregate_drops_a_window_a_rank_did_not_finish():
+    per_rank = {
+        0: [window(0, 0, 1.0, [10.0]), window(0, 1, 1.0, [10.0])],
+        1: [window(1, 0, 1.0, [10.0])],
+    }
+    assert aggregate(per_rank, target_accuracy=None)["windows"] == 1
+
+
+def test_exposed_comm_and_time_to_accuracy():
+    per_rank = {
+        0: [
+            window(0, 0, 1.0, [100.0, 100.0], epoch=0),
+            window(0, 0, 1.0, [75.0, 75.0], kind="nosync"),
+            {
+                "event": "eval",
+                "epoch": 1,
+                "correct": 40,
+                "total": 50,
+                "loss_sum": 10.0,
+                "elapsed_s": 3.0,
+            },
+            {
+                "event": "eval",
+                "epoch": 2,
+                "correct": 45,
+                "total": 50,
+                "loss_sum": 5.0,
+                "elapsed_s": 6.0,
+            },
+        ],
+    }
+    m = aggregate(per_rank, target_accuracy=0.85)
+    assert m["exposed_comm_fraction"] == pytest.approx(0.25)
+    assert m["eval_accuracy"] == pytest.approx(0.9)
+    assert m["time_to_accuracy_s"] == 6.0 and m["epochs_to_accuracy"] == 2
+    assert m["epoch_time_s"] == 1.0
+    assert aggregate(per_rank, target_accuracy=0.95)["time_to_accuracy_s"] is None
+
+
+def row(run_id, backend, workers, throughput, **config):
+    cfg = {
+        "backend": backend,
+        "workers": workers,
+        "model": "m",
+        "batch_size": 64,
+        "repeat_id": 0,
+        **config,
+    }
+    return {
+        "run_id": run_id,
+        "status": "completed",
+        "config": cfg,
+        "metrics": {"throughput_img_s": throughput},
+    }
+
+
+def test_speedup_prefers_reference_backend_at_one_worker():
+    rows = add_scaling(
+        [
+            row("single", "torch-single", 1, 100.0),
+            row("ddp1", "torch-ddp", 1, 95.0),
+            row("ddp2", "torch-ddp", 2, 180.0),
+            row("other", "torch-ddp", 2, 90.0, batch_size=32),  # no baseline with batch 32
+        ]
+    )
+    by_id = {r["run_id"]: r for r in rows}
+    assert by_id["ddp2"]["speedup"] == pytest.approx(1.8)
+    assert by_id["ddp2"]["efficiency"] == pytest.approx(0.9)
+    assert by_id["ddp2"]["baseline_run_id"] == "single"
+    assert by_id["ddp1"]["speedup"] == pytest.approx(0.95)
+    assert by_id["other"]["speedup"] is None
+
+
+def test_speedup_falls_back_to_same_backend():
+    rows = add_scaling([row("a1", "torch-ddp", 1, 50.0), row("a4", "torch-ddp", 4, 150.0)])
+    assert rows[1]["speedup"] == pytest.approx(3.0)
+    assert rows[1]["efficiency"] == pytest.approx(0.75)
