@@ -1,0 +1,194 @@
+"""dlscale's speed targets, measured side by side: each pair runs alternately, round after
+round, and the ratio of the two is taken within each round (the machine's drift cancels).
+
+  harness  1-worker dlscale (torch-single) / bare PyTorch loop        target >= 0.97
+  ddp      2-worker dlscale (torch-ddp)    / bare torchrun DDP script  target >= 0.97
+  cifar10  dlscale on in-memory CIFAR-10   / dlscale on synthetic      target >= 0.95
+
+Usage: python benchmarks/run_all.py [--rounds 3] [--model resnet44] [--only harness,ddp]
+Prints each round's throughputs and the median ratio; exits 1 if a median misses its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STEPS, WARMUP, REPEATS = 8, 3, 3  # dlscale windows: REPEATS x STEPS measured steps
+TARGETS = {"harness": 0.97, "ddp": 0.97, "cifar10": 0.95}
+
+
+def _json_line(cmd: list[str], env: dict[str, str] | None = None) -> dict:
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    if out.returncode != 0:
+        sys.exit(f"benchmark command failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def dlscale(results: Path, *args: str) -> float:
+    record = _json_line(
+        [
+            sys.executable,
+            "-m",
+            "dlscale",
+            "run",
+            "--json",
+            "--force",
+            "--results",
+            str(results),
+            "--steps",
+            str(STEPS),
+            "--repeats",
+            str(REPEATS),
+            "--warmup-steps",
+            str(WARMUP),
+            *args,
+        ]
+    )
+    if record["status"] != "completed":
+        sys.exit(f"dlscale run failed: {record['error']}")
+    return float(record["throughput_img_s"])
+
+
+def bare_loop(model: str, threads: int) -> float:
+    return _json_line(
+        [
+            sys.executable,
+            str(HERE / "bare_loop.py"),
+            "--model",
+            model,
+            "--threads",
+            str(threads),
+            "--steps",
+            str(STEPS * REPEATS),
+            "--warmup",
+            str(WARMUP),
+        ],
+        env={"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)},
+    )["throughput_img_s"]
+
+
+def bare_ddp(model: str, workers: int, threads: int) -> float:
+    return _json_line(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={workers}",
+            str(HERE / "bare_ddp.py"),
+            "--model",
+            model,
+            "--threads",
+            str(threads),
+            "--steps",
+            str(STEPS * REPEATS),
+            "--warmup",
+            str(WARMUP),
+        ],
+        env={"OMP_NUM_THREADS": str(threads)},
+    )["throughput_img_s"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--model", default="resnet44")
+    parser.add_argument("--only", default="harness,ddp,cifar10")
+    args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0))
+    work = Path(tempfile.mkdtemp(prefix="dlscale-bench-"))
+    results = work / "results"
+    cifar_dir = work / "cifar10"
+    pairs: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
+        "harness": (
+            lambda: dlscale(
+                results, "--backend", "torch-single", "--model", args.model, "--workers", "1"
+            ),
+            lambda: bare_loop(args.model, cores),
+        ),
+        "ddp": (
+            lambda: dlscale(
+                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
+            ),
+            lambda: bare_ddp(args.model, 2, max(1, cores // 2)),
+        ),
+        "cifar10": (
+            lambda: dlscale(
+                results,
+                "--backend",
+                "torch-single",
+                "--model",
+                args.model,
+                "--dataset",
+                "cifar10",
+                "--data-dir",
+                str(cifar_dir),
+            ),
+            lambda: dlscale(
+                results,
+                "--backend",
+                "torch-single",
+                "--model",
+                args.model,
+                "--dataset",
+                "synthetic",
+            ),
+        ),
+    }
+    chosen = [name for name in args.only.split(",") if name]
+    if "cifar10" in chosen:
+        _write_cifar10(cifar_dir)
+    print(
+        f"# {cores} cores, model {args.model}, batch 64/worker, {STEPS * REPEATS} measured "
+        f"steps after {WARMUP} warm-up, {args.rounds} rounds"
+    )
+    failed = False
+    for name in chosen:
+        ours, reference = pairs[name]
+        ratios = []
+        for round_index in range(args.rounds):
+            # Alternate the order each round so neither side always runs second.
+            if round_index % 2:
+                b, a = reference(), ours()
+            else:
+                a, b = ours(), reference()
+            ratios.append(a / b)
+            print(
+                f"{name:8} round {round_index}: dlscale {a:8.1f} img/s  reference {b:8.1f} "
+                f"img/s  ratio {a / b:.3f}",
+                flush=True,
+            )
+        median = statistics.median(ratios)
+        verdict = "ok" if median >= TARGETS[name] else "BELOW TARGET"
+        failed |= median < TARGETS[name]
+        print(f"{name:8} median ratio {median:.3f} (target >= {TARGETS[name]}) {verdict}")
+    return 1 if failed else 0
+
+
+def _write_cifar10(directory: Path) -> None:
+    """50,000 + 10,000 random images in the official binary format (no download here)."""
+    import numpy as np
+
+    from dlscale.datasets.cifar10_files import write_binary_format
+
+    rng = np.random.default_rng(0)
+    write_binary_format(
+        directory,
+        rng.integers(0, 256, (50000, 3, 32, 32), dtype=np.uint8),
+        rng.integers(0, 10, 50000),
+        rng.integers(0, 256, (10000, 3, 32, 32), dtype=np.uint8),
+        rng.integers(0, 10, 10000),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
