@@ -23,6 +23,7 @@ demo: $(VENV)/.installed-run
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
