@@ -20,8 +20,10 @@ $(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
 
 demo: $(VENV)/.installed-run
 	$(BIN)/dlscale run
+	$(BIN)/dlscale report
 
 test: $(VENV)/.installed-test
+	scripts/install-browser.sh
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy

@@ -152,6 +152,8 @@ def test_dry_run_prints_commands_and_launches_nothing(tmp_path: Path, cli):
         (["run", "--target-accuracy", "0"], "target_accuracy must be in (0, 1]"),
         (["run", "missing-study.toml"], "study file missing-study.toml does not exist"),
         (["run", "--set", "modle=tiny"], "unknown key 'modle'"),
+        (["run", "--epochs", "1", "--steps", "5"], "not both"),
+        (["run", "--scaling", "strong", "--workers", "1,3"], "divisible"),
         (["run", "--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"], "/nonexistent"),
     ],
 )

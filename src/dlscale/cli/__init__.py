@@ -13,6 +13,7 @@ from dlscale.errors import UserError
 COMMANDS = {
     "run": ("dlscale.cli.run", "run a study: launch workers, measure, store results"),
     "ls": ("dlscale.cli.ls", "list models, backends, datasets, launchers or stored runs"),
+    "report": ("dlscale.cli.report", "write the HTML report, paper figures and tables"),
     "env": ("dlscale.cli.env", "show this machine's hardware and software"),
 }
 

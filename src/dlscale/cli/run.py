@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.config.study import coerce, expand, load_study_file, parse_set
+from dlscale.errors import UserError
 
 DEFAULT_STUDY: dict[str, Any] = {
     "name": "quick",
@@ -94,6 +95,10 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     else:
         settings = {k: v for k, v in DEFAULT_STUDY.items() if k not in ("name", "description")}
         name, description = DEFAULT_STUDY["name"], DEFAULT_STUDY["description"]
+    if args.epochs is not None and args.steps is not None:
+        raise UserError(
+            "give --epochs E (train by epochs) or --steps S (measured steps per window), not both"
+        )
     for key in FLAGS.values():
         text = getattr(args, key)
         if text is not None:

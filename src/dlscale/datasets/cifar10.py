@@ -8,7 +8,7 @@ scaled to [0, 1] and normalized. There is no per-image Python loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from dlscale.datasets import cifar10_files
-from dlscale.datasets.base import Batch, TorchDataset, checked_steps, eval_range, shard_indices
+from dlscale.datasets.base import InMemoryDataset
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
@@ -53,55 +53,18 @@ def load(
     )
 
 
-class Cifar10Dataset(TorchDataset):
+class Cifar10Dataset(InMemoryDataset):
     """One rank's view of CIFAR-10: uint8 images and int64 labels already on the device."""
 
+    name = "cifar10"
     num_classes = cifar10_files.NUM_CLASSES
 
-    def __init__(
-        self,
-        x_train: torch.Tensor,
-        y_train: torch.Tensor,
-        x_test: torch.Tensor,
-        y_test: torch.Tensor,
-        *,
-        batch: int,
-        seed: int,
-        rank: int,
-        world: int,
-        input_size: int,
-    ) -> None:
-        self.x_train, self.y_train = x_train, y_train
-        self.x_test, self.y_test = x_test, y_test
-        self.batch, self.seed, self.rank, self.world = batch, seed, rank, world
-        self.input_size = input_size
-        self.input_shape = (3, input_size, input_size)
-        self._steps = checked_steps("cifar10", len(x_train), batch=batch, world=world)
+    def train_transform(self, epoch: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        """Augment (crop + flip, drawn from a per-epoch, per-rank generator), then normalize."""
+        generator = augment_generator(self.seed, epoch, self.rank, self.x_train.device)
+        return lambda images: self.eval_transform(augment(images, generator))
 
-    @property
-    def steps_per_epoch(self) -> int:
-        return self._steps
-
-    def train_batches(self, epoch: int) -> Iterator[Batch]:
-        """``steps_per_epoch`` augmented batches of this rank's shard for ``epoch``."""
-        device = self.x_train.device
-        indices = shard_indices(
-            len(self.x_train), epoch=epoch, seed=self.seed, rank=self.rank, world=self.world
-        ).to(device)
-        generator = augment_generator(self.seed, epoch, self.rank, device)
-        for step in range(self._steps):
-            batch_indices = indices[step * self.batch : (step + 1) * self.batch]
-            images = augment(self.x_train[batch_indices], generator)
-            yield self._finish(images), self.y_train[batch_indices]
-
-    def eval_batches(self) -> Iterator[Batch]:
-        """This rank's contiguous shard of the test set (ranks partition it), unaugmented."""
-        start, stop = eval_range(len(self.x_test), rank=self.rank, world=self.world)
-        for first in range(start, stop, self.batch):
-            last = min(first + self.batch, stop)
-            yield self._finish(self.x_test[first:last]), self.y_test[first:last]
-
-    def _finish(self, images: torch.Tensor) -> torch.Tensor:
+    def eval_transform(self, images: torch.Tensor) -> torch.Tensor:
         return resize(normalize(images), self.input_size)
 
 

@@ -8,14 +8,13 @@ are the test set (1,437 training images). No augmentation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dlscale.datasets.base import Batch, TorchDataset, checked_steps, eval_range, shard_indices
+from dlscale.datasets.base import InMemoryDataset
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
@@ -47,6 +46,7 @@ def load(
         seed=cfg.seed,
         rank=rank,
         world=world,
+        input_size=input_size,
     )
 
 
@@ -84,49 +84,14 @@ def _resize(images: np.ndarray, size: int, device: torch.device) -> torch.Tensor
     return F.interpolate(scaled, size=(size, size), mode="bilinear", align_corners=False)
 
 
-class DigitsDataset(TorchDataset):
+class DigitsDataset(InMemoryDataset):
     """One rank's view of the digits; images stored with one channel, served with three."""
 
+    name = "digits"
     num_classes = NUM_CLASSES
 
-    def __init__(
-        self,
-        x_train: torch.Tensor,
-        y_train: torch.Tensor,
-        x_test: torch.Tensor,
-        y_test: torch.Tensor,
-        *,
-        batch: int,
-        seed: int,
-        rank: int,
-        world: int,
-    ) -> None:
-        self.x_train, self.y_train = x_train, y_train
-        self.x_test, self.y_test = x_test, y_test
-        self.batch, self.seed, self.rank, self.world = batch, seed, rank, world
-        size = x_train.shape[-1]
-        self.input_shape = (3, size, size)
-        self._steps = checked_steps("digits", len(x_train), batch=batch, world=world)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self._steps
-
-    def train_batches(self, epoch: int) -> Iterator[Batch]:
-        """``steps_per_epoch`` batches of this rank's shard for ``epoch``."""
-        indices = shard_indices(
-            len(self.x_train), epoch=epoch, seed=self.seed, rank=self.rank, world=self.world
-        ).to(self.x_train.device)
-        for step in range(self._steps):
-            batch_indices = indices[step * self.batch : (step + 1) * self.batch]
-            yield _rgb(self.x_train[batch_indices]), self.y_train[batch_indices]
-
-    def eval_batches(self) -> Iterator[Batch]:
-        """This rank's contiguous shard of the 360 test images (ranks partition it)."""
-        start, stop = eval_range(len(self.x_test), rank=self.rank, world=self.world)
-        for first in range(start, stop, self.batch):
-            last = min(first + self.batch, stop)
-            yield _rgb(self.x_test[first:last]), self.y_test[first:last]
+    def eval_transform(self, images: torch.Tensor) -> torch.Tensor:
+        return _rgb(images)
 
 
 def _rgb(images: torch.Tensor) -> torch.Tensor:

@@ -43,7 +43,7 @@ def add_scaling(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             candidates[baseline_key(cfg)].append(row)
     for row in results:
         row["speedup"] = row["efficiency"] = row["baseline_run_id"] = None
-        row["tta_speedup"] = None
+        row["tta_speedup"] = row["statistical_efficiency"] = None
         metrics = row["metrics"]
         if row["status"] != "completed" or not metrics.get("throughput_img_s"):
             continue
@@ -57,6 +57,10 @@ def add_scaling(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["baseline_run_id"] = base["run_id"]
         if metrics.get("time_to_accuracy_s") and base_metrics.get("time_to_accuracy_s"):
             row["tta_speedup"] = base_metrics["time_to_accuracy_s"] / metrics["time_to_accuracy_s"]
+        if metrics.get("epochs_to_accuracy") and base_metrics.get("epochs_to_accuracy"):
+            row["statistical_efficiency"] = (
+                base_metrics["epochs_to_accuracy"] / metrics["epochs_to_accuracy"]
+            )
     return results
 
 

@@ -149,7 +149,13 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
     flat["batch_size_per_worker"] = row.get("batch_size_per_worker")
     flat["global_batch_size"] = row.get("global_batch_size")
     flat.update({k: v for k, v in metrics.items() if not isinstance(v, list | dict)})
-    for key in ("speedup", "efficiency", "baseline_run_id", "tta_speedup"):
+    for key in (
+        "speedup",
+        "efficiency",
+        "baseline_run_id",
+        "tta_speedup",
+        "statistical_efficiency",
+    ):
         flat[key] = row.get(key)
     for key in ("hostname", "cpu_model", "torch_version", "dlscale_version", "git_commit"):
         flat[key] = env.get(key)

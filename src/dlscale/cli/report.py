@@ -1,0 +1,90 @@
+"""dlscale report: the HTML report, paper figures and exported tables, from the store only."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from dlscale.errors import UserError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--results",
+        default="dlscale-results",
+        metavar="DIR",
+        help="results directory (default: ./dlscale-results)",
+    )
+    parser.add_argument(
+        "--out",
+        default="dlscale-report.html",
+        type=Path,
+        metavar="FILE",
+        help="HTML file to write (default: ./dlscale-report.html)",
+    )
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        metavar="DIR",
+        help="also write every figure as PNG and PDF into DIR",
+    )
+    parser.add_argument("--markdown", type=Path, metavar="FILE", help="write the runs table")
+    parser.add_argument("--csv", type=Path, metavar="FILE", help="write the runs table as CSV")
+    parser.add_argument("--title", default="dlscale scaling report")
+
+
+def main(args: argparse.Namespace) -> int:
+    from dlscale.metrics.scaling import add_scaling
+    from dlscale.report.html import build_html
+    from dlscale.report.tables import to_csv, to_markdown
+    from dlscale.store.results import RunStore
+
+    rows = add_scaling(RunStore(args.results).results())
+    if not rows:
+        raise UserError(f"no runs in {args.results}; run `dlscale run` first")
+    page, plots = build_html(rows, title=args.title, source=str(args.results))
+    _write(args.out, page)
+    print(
+        f"report: {args.out} ({len(rows)} runs, {plots} plots, "
+        f"{args.out.stat().st_size / 1e6:.1f} MB; opens offline in any browser)"
+    )
+    if args.markdown:
+        _write(args.markdown, to_markdown(rows))
+        print(f"table: {args.markdown}")
+    if args.csv:
+        _write(args.csv, to_csv(rows))
+        print(f"table: {args.csv}")
+    if args.figures:
+        written = _figures(rows, args.figures)
+        print(f"figures: {len(written)} files (PNG + PDF) in {args.figures}")
+    return 0
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise UserError(f"cannot write {path}: {error.strerror}") from None
+
+
+def _figures(rows: list[dict], directory: Path) -> list[Path]:
+    from collections import defaultdict
+
+    from dlscale.report.figures import study_figures
+    from dlscale.report.static import save_static
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot create {directory}: {error.strerror}") from None
+    studies: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        studies[row.get("study") or "unnamed"].append(row)
+    written: list[Path] = []
+    for name, study_rows in sorted(studies.items()):
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+        for figure in study_figures(study_rows):
+            written += save_static(figure, directory / f"{safe}-{figure.key}")
+    return written

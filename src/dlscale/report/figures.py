@@ -1,0 +1,416 @@
+"""Figures as plain data: what to draw for a study, independent of the plotting library.
+
+Each builder takes the study's result rows (with speedups, see metrics/scaling.py) and
+returns a :class:`Figure` or ``None`` when the data for it is absent (e.g. no accuracy target).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+Row = dict[str, Any]
+STRAGGLER_RATIO = 1.05
+"""A rank whose mean step time exceeds the median rank's by this factor is flagged."""
+
+# Keys that never distinguish one line from another in a study's plots.
+_NOT_A_SERIES_KEY = {
+    "workers",
+    "repeat_id",
+    "timeout_s",
+    "python",
+    "threads_per_worker",
+    "comm_probe_steps",
+    "backend",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Series:
+    name: str
+    x: list[Any]
+    y: list[float | None]
+    kind: str = "line"
+    """line | bar"""
+    low: list[float | None] | None = None
+    high: list[float | None] | None = None
+    """A confidence band (lines) or error bar (bars) from low to high."""
+    dashed: bool = False
+    group: str | None = None
+    """Series sharing a group share a colour and a legend entry (a line and its ideal)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figure:
+    key: str
+    title: str
+    x_label: str
+    y_label: str
+    series: list[Series]
+    note: str = ""
+    """One or two sentences under the plot saying how to read it."""
+    x_categorical: bool = False
+    stacked: bool = False
+    y_percent: bool = False
+    flags: list[str] = field(default_factory=list)
+    """Findings to list under the figure (e.g. stragglers)."""
+
+
+def x_ticks(figure: Figure) -> list[Any]:
+    """Tick positions of a numeric worker axis: exactly the worker counts plotted."""
+    return sorted({x for s in figure.series for x in s.x})
+
+
+def series_label(row: Row, varying: list[str]) -> str:
+    cfg = row["config"]
+    extra = ", ".join(f"{key}={cfg[key]}" for key in varying)
+    return f"{cfg['backend']} ({extra})" if extra else str(cfg["backend"])
+
+
+def varying_keys(rows: list[Row]) -> list[str]:
+    """Settings that differ between the completed runs (failed ones draw no line)."""
+    done = [r for r in rows if r["status"] == "completed"]
+    keys = [k for k in done[0]["config"] if k not in _NOT_A_SERIES_KEY] if done else []
+    return [k for k in keys if len({str(r["config"][k]) for r in done}) > 1]
+
+
+def by_series(rows: list[Row]) -> dict[str, list[Row]]:
+    """Completed rows per line of a plot, each line sorted by worker count."""
+    varying = varying_keys(rows)
+    groups: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        if row["status"] == "completed":
+            groups[series_label(row, varying)].append(row)
+    return {name: sorted(g, key=lambda r: r["config"]["workers"]) for name, g in groups.items()}
+
+
+def _m(row: Row, key: str) -> Any:
+    return (row.get("metrics") or {}).get(key)
+
+
+def _scaling_word(rows: list[Row]) -> str:
+    modes = {r["config"]["scaling"] for r in rows}
+    return "/".join(sorted(modes)) + " scaling"
+
+
+def throughput(rows: list[Row]) -> Figure | None:
+    series = []
+    for name, group in by_series(rows).items():
+        x = [r["config"]["workers"] for r in group]
+        y = [_m(r, "throughput_img_s") for r in group]
+        ci = [_m(r, "throughput_ci95_img_s") for r in group]
+        low = [None if c is None or v is None else v - c for v, c in zip(y, ci, strict=True)]
+        high = [None if c is None or v is None else v + c for v, c in zip(y, ci, strict=True)]
+        series.append(Series(name=name, x=x, y=y, low=low, high=high, group=name))
+        base = next((r for r in group if r.get("speedup") is not None), None)
+        if base is not None and base.get("speedup") and len(x) > 1:
+            one = _m(base, "throughput_img_s") / base["speedup"]  # the baseline's throughput
+            series.append(
+                Series(
+                    name=f"{name}: ideal (linear)",
+                    x=x,
+                    y=[one * w for w in x],
+                    dashed=True,
+                    group=name,
+                )
+            )
+    if not series:
+        return None
+    return Figure(
+        key="throughput",
+        title=f"Throughput against workers ({_scaling_word(rows)})",
+        x_label="workers",
+        y_label="images/s (all workers)",
+        series=series,
+        note="Bands: 95% confidence interval over measurement windows. Dashed: the 1-worker "
+        "baseline times the number of workers.",
+    )
+
+
+def speedup(rows: list[Row]) -> Figure | None:
+    series = []
+    for name, group in by_series(rows).items():
+        pts = [r for r in group if r.get("speedup") is not None]
+        if pts:
+            series.append(
+                Series(
+                    name=name,
+                    x=[r["config"]["workers"] for r in pts],
+                    y=[r["speedup"] for r in pts],
+                    group=name,
+                )
+            )
+    if not series:
+        return None
+    most = max(max(s.x) for s in series)
+    series.append(Series(name="ideal", x=[1, most], y=[1.0, float(most)], dashed=True))
+    return Figure(
+        key="speedup",
+        title=f"Speedup ({_scaling_word(rows)})",
+        x_label="workers",
+        y_label="speedup over 1 worker",
+        series=series,
+        note="Throughput over the 1-worker baseline (the plain model when measured).",
+    )
+
+
+def efficiency(rows: list[Row]) -> Figure | None:
+    series = []
+    for name, group in by_series(rows).items():
+        pts = [r for r in group if r.get("efficiency") is not None]
+        if pts:
+            series.append(
+                Series(
+                    name=name,
+                    x=[r["config"]["workers"] for r in pts],
+                    y=[r["efficiency"] for r in pts],
+                    group=name,
+                )
+            )
+    if not series:
+        return None
+    return Figure(
+        key="efficiency",
+        title=f"Parallel efficiency ({_scaling_word(rows)})",
+        x_label="workers",
+        y_label="efficiency",
+        series=series,
+        y_percent=True,
+        note="Speedup divided by the number of workers; 100% is linear scaling.",
+    )
+
+
+def breakdown(rows: list[Row]) -> Figure | None:
+    labels, compute, wait, comm = [], [], [], []
+    for name, group in by_series(rows).items():
+        for row in group:
+            step = _m(row, "step_time_p50_ms")
+            if step is None:
+                continue
+            input_ms = _m(row, "input_time_p50_ms") or 0.0
+            comm_ms = (_m(row, "exposed_comm_fraction") or 0.0) * step
+            labels.append(f"{name} x{row['config']['workers']}")
+            wait.append(input_ms)
+            comm.append(comm_ms)
+            compute.append(max(0.0, step - input_ms - comm_ms))
+    if not labels:
+        return None
+    return Figure(
+        key="breakdown",
+        title="Where a step's time goes",
+        x_label="run",
+        y_label="ms per step (median)",
+        x_categorical=True,
+        stacked=True,
+        series=[
+            Series(name="compute", x=labels, y=compute, kind="bar"),
+            Series(name="input wait", x=labels, y=wait, kind="bar"),
+            Series(name="exposed communication", x=labels, y=comm, kind="bar"),
+        ],
+        note="Median step split into the time to get a batch, the communication not hidden "
+        "behind computation (step against the same step without gradient sync), and the rest.",
+    )
+
+
+def time_to_accuracy(rows: list[Row]) -> Figure | None:
+    series = []
+    for name, group in by_series(rows).items():
+        pts = [r for r in group if _m(r, "time_to_accuracy_s") is not None]
+        if pts:
+            series.append(
+                Series(
+                    name=name,
+                    x=[r["config"]["workers"] for r in pts],
+                    y=[_m(r, "time_to_accuracy_s") for r in pts],
+                    group=name,
+                )
+            )
+    if not series:
+        return None
+    target = next(r["config"]["target_accuracy"] for r in rows if r["config"]["target_accuracy"])
+    return Figure(
+        key="tta",
+        title=f"Time to {target:.0%} accuracy",
+        x_label="workers",
+        y_label="seconds",
+        series=series,
+        note="Wall time from the first training step to the first evaluation at or "
+        "above the target.",
+    )
+
+
+def tta_decomposition(rows: list[Row]) -> Figure | None:
+    labels, tta, hardware, stats = [], [], [], []
+    for name, group in by_series(rows).items():
+        for row in group:
+            if row["config"]["workers"] > 1 and row.get("tta_speedup") is not None:
+                labels.append(f"{name} x{row['config']['workers']}")
+                tta.append(row["tta_speedup"])
+                hardware.append(row.get("speedup"))
+                stats.append(row.get("statistical_efficiency"))
+    if not labels:
+        return None
+    return Figure(
+        key="tta_split",
+        title="Time-to-accuracy speedup = throughput speedup x statistical efficiency",
+        x_label="run",
+        y_label="ratio to 1 worker",
+        x_categorical=True,
+        series=[
+            Series(name="time-to-accuracy speedup", x=labels, y=tta, kind="bar"),
+            Series(name="throughput speedup (hardware)", x=labels, y=hardware, kind="bar"),
+            Series(
+                name="statistical efficiency (epochs at 1 / epochs at N)",
+                x=labels,
+                y=stats,
+                kind="bar",
+            ),
+        ],
+        note="More workers reach an accuracy sooner only as far as both throughput scales and "
+        "the larger global batch needs no more epochs.",
+    )
+
+
+def curves(rows: list[Row], *, y: str, x: str) -> Figure | None:
+    """Evaluation accuracy or loss against epochs or wall time, one line per run."""
+    varying = varying_keys(rows)
+    series = []
+    for row in rows:
+        history = _m(row, "eval_history") or []
+        points = [h for h in history if h.get("epoch")]
+        if row["status"] != "completed" or not points:
+            continue
+        series.append(
+            Series(
+                name=f"{series_label(row, varying)} x{row['config']['workers']}",
+                x=[h["epoch"] if x == "epoch" else h["elapsed_s"] for h in points],
+                y=[h[y] for h in points],
+            )
+        )
+    if not series:
+        return None
+    what = "Accuracy" if y == "accuracy" else "Evaluation loss"
+    return Figure(
+        key=f"{y}_by_{x}",
+        title=f"{what} against {'epochs' if x == 'epoch' else 'time'}",
+        x_label="epoch" if x == "epoch" else "seconds since training started",
+        y_label="accuracy" if y == "accuracy" else "cross-entropy (nats)",
+        series=series,
+        y_percent=y == "accuracy",
+        note="Evaluated on the held-out set after each epoch.",
+    )
+
+
+def train_loss(rows: list[Row]) -> Figure | None:
+    varying = varying_keys(rows)
+    series = []
+    for row in rows:
+        losses = _m(row, "train_loss_by_window") or []
+        if row["status"] == "completed" and len(losses) > 1:
+            series.append(
+                Series(
+                    name=f"{series_label(row, varying)} x{row['config']['workers']}",
+                    x=list(range(1, len(losses) + 1)),
+                    y=losses,
+                )
+            )
+    if not series:
+        return None
+    unit = "epoch" if any(r["config"]["epochs"] for r in rows) else "measurement window"
+    return Figure(
+        key="train_loss",
+        title=f"Training loss by {unit}",
+        x_label=unit,
+        y_label="cross-entropy (nats)",
+        series=series,
+        note="Mean training loss over the steps of each window and all workers.",
+    )
+
+
+def rank_spread(rows: list[Row]) -> Figure | None:
+    varying = varying_keys(rows)
+    series, flags = [], []
+    for row in rows:
+        per_rank = _m(row, "rank_step_time_mean_ms") or {}
+        if row["status"] != "completed" or len(per_rank) < 2:
+            continue
+        name = f"{series_label(row, varying)} x{row['config']['workers']}"
+        ranks = sorted(per_rank, key=int)
+        times = [per_rank[r] for r in ranks]
+        series.append(Series(name=name, x=[int(r) for r in ranks], y=times))
+        middle = statistics.median(times)
+        for rank, value in zip(ranks, times, strict=True):
+            if value > STRAGGLER_RATIO * middle:
+                flags.append(
+                    f"straggler: rank {rank} of {name} averages {value:.1f} ms per step, "
+                    f"{value / middle - 1:.0%} above the median rank ({middle:.1f} ms)"
+                )
+    if not series:
+        return None
+    return Figure(
+        key="ranks",
+        title="Per-rank step time",
+        x_label="rank",
+        y_label="mean step time (ms, this rank's own)",
+        series=series,
+        flags=flags,
+        note=f"Each rank's own mean step time; ranks above {STRAGGLER_RATIO:.2f} x the "
+        "median rank are flagged as stragglers.",
+    )
+
+
+def comparison(rows: list[Row]) -> Figure | None:
+    groups = by_series(rows)
+    if len(groups) < 2:
+        return None
+    workers = sorted({r["config"]["workers"] for g in groups.values() for r in g})
+    series = []
+    for name, group in groups.items():
+        by_workers = {r["config"]["workers"]: r for r in group}
+        ys = [_m(by_workers[w], "throughput_img_s") if w in by_workers else None for w in workers]
+        ci = [
+            _m(by_workers[w], "throughput_ci95_img_s") if w in by_workers else None for w in workers
+        ]
+        series.append(
+            Series(
+                name=name,
+                x=[f"{w} workers" for w in workers],
+                y=ys,
+                kind="bar",
+                low=[
+                    None if v is None or c is None else v - c for v, c in zip(ys, ci, strict=True)
+                ],
+                high=[
+                    None if v is None or c is None else v + c for v, c in zip(ys, ci, strict=True)
+                ],
+            )
+        )
+    return Figure(
+        key="side_by_side",
+        title="Backends side by side",
+        x_label="",
+        y_label="images/s (all workers)",
+        series=series,
+        x_categorical=True,
+        note="Same model and data; error bars: 95% confidence interval.",
+    )
+
+
+def study_figures(rows: list[Row]) -> list[Figure]:
+    builders = (
+        throughput,
+        speedup,
+        efficiency,
+        breakdown,
+        comparison,
+        time_to_accuracy,
+        tta_decomposition,
+        lambda r: curves(r, y="accuracy", x="epoch"),
+        lambda r: curves(r, y="accuracy", x="elapsed"),
+        lambda r: curves(r, y="loss", x="epoch"),
+        train_loss,
+        rank_spread,
+    )
+    return [f for f in (build(rows) for build in builders) if f is not None]

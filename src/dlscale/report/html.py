@@ -1,0 +1,182 @@
+"""One self-contained HTML report: plotly.js inlined once, no network needed to open it."""
+
+from __future__ import annotations
+
+import datetime
+import html
+from collections import defaultdict
+from typing import Any
+
+from dlscale.report.figures import Row, study_figures
+from dlscale.report.interactive import to_plotly
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;
+color:#222;padding:0 1rem}
+h1{margin-bottom:.2rem} h2{border-bottom:2px solid #ddd;padding-bottom:.3rem;margin-top:2.5rem}
+table{border-collapse:collapse;margin:.8rem 0;font-size:.9rem}
+td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:left}
+th{background:#f5f5f5} .note{color:#555;font-size:.9rem;margin:.2rem 0 1.5rem}
+.flag{color:#b00020} code{background:#f5f5f5;padding:0 .25rem}
+.figure{margin-top:1rem} .failed td{background:#fff3f3}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("-" if value is None else str(value))
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def provenance(rows: list[Row]) -> str:
+    def values(key: str) -> str:
+        found = sorted(
+            {
+                str((r.get("environment") or {}).get(key))
+                for r in rows
+                if (r.get("environment") or {}).get(key) is not None
+            }
+        )
+        return ", ".join(found) or "-"
+
+    gpus = sorted(
+        {
+            ", ".join(r["environment"].get("gpu_names") or []) or "none"
+            for r in rows
+            if r.get("environment")
+        }
+    )
+    started = min((r["started_at"] for r in rows if r.get("started_at")), default=None)
+    finished = max((r["finished_at"] for r in rows if r.get("finished_at")), default=None)
+    items = [
+        ("hosts", values("hostname")),
+        ("CPU", values("cpu_model")),
+        ("usable cores", values("cpu_cores_usable")),
+        ("memory (GiB)", values("memory_gib")),
+        ("GPU", ", ".join(gpus) or "-"),
+        ("OS", values("os")),
+        ("Python", values("python")),
+        ("PyTorch", values("torch_version")),
+        ("dlscale", values("dlscale_version")),
+        ("git commit", values("git_commit")),
+        ("runs", f"{_when(started)} to {_when(finished)}"),
+    ]
+    cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
+    return f'<table class="provenance">{cells}</table>'
+
+
+def _points_table(rows: list[Row]) -> str:
+    head = (
+        "backend",
+        "model",
+        "data",
+        "workers",
+        "batch/w",
+        "img/s",
+        "±95%",
+        "speedup",
+        "eff.",
+        "comm",
+        "acc.",
+        "TTA s",
+        "status",
+    )
+    body = []
+    for r in rows:
+        m, cfg = r.get("metrics") or {}, r["config"]
+
+        def f(v: Any, fmt: str) -> str:
+            return "-" if v is None else format(v, fmt)
+
+        cells = (
+            cfg["backend"],
+            cfg["model"],
+            cfg["dataset"],
+            cfg["workers"],
+            r.get("batch_size_per_worker"),
+            f(m.get("throughput_img_s"), ".1f"),
+            f(m.get("throughput_ci95_img_s"), ".1f"),
+            f(r.get("speedup"), ".2f"),
+            f(r.get("efficiency"), ".0%"),
+            f(m.get("exposed_comm_fraction"), ".0%"),
+            f(m.get("eval_accuracy"), ".1%"),
+            f(m.get("time_to_accuracy_s"), ".1f"),
+            r["status"],
+        )
+        cls = ' class="failed"' if r["status"] != "completed" else ""
+        body.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    header = "".join(f"<th>{_e(h)}</th>" for h in head)
+    return f"<table><tr>{header}</tr>{''.join(body)}</table>"
+
+
+def _failures(rows: list[Row]) -> str:
+    failed = [r for r in rows if r["status"] != "completed"]
+    if not failed:
+        return ""
+    items = "".join(
+        f"<tr><td><code>{_e(r['run_id'])}</code></td><td>{_e(r['config']['backend'])} x"
+        f"{_e(r['config']['workers'])}</td><td>{_e(r.get('error'))}</td></tr>"
+        for r in failed
+    )
+    return (
+        f"<h3>Failed runs ({len(failed)})</h3><table><tr><th>run</th><th>point</th>"
+        f"<th>cause</th></tr>{items}</table>"
+    )
+
+
+def build_html(rows: list[Row], *, title: str, source: str) -> tuple[str, int]:
+    """The report page and the number of plots in it."""
+    import plotly.io as pio
+    import plotly.offline
+
+    studies: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        studies[row.get("study") or "unnamed"].append(row)
+    sections, plots = [], 0
+    for name, study_rows in sorted(studies.items()):
+        commands = sorted({" ".join(r.get("command") or []) for r in study_rows} - {""})
+        parts = [f'<section class="study" id="study-{_e(name)}"><h2>Study {_e(name)}</h2>']
+        parts.append(
+            "<p>Reproduce: " + "<br>".join(f"<code>{_e(c)}</code>" for c in commands) + "</p>"
+            if commands
+            else ""
+        )
+        parts.append(_points_table(study_rows))
+        parts.append(_failures(study_rows))
+        for figure in study_figures(study_rows):
+            div = pio.to_html(
+                to_plotly(figure),
+                full_html=False,
+                include_plotlyjs=False,
+                div_id=f"{name}-{figure.key}",
+                config={"responsive": True},
+            )
+            flags = "".join(f'<li class="flag">{_e(flag)}</li>' for flag in figure.flags)
+            parts.append(
+                f'<div class="figure" data-figure="{_e(figure.key)}">{div}'
+                f'<p class="note">{_e(figure.note)}</p>'
+                + (f"<ul>{flags}</ul>" if flags else "")
+                + "</div>"
+            )
+            plots += 1
+        parts.append("</section>")
+        sections.append("".join(parts))
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>{STYLE}</style>
+<script>{plotly.offline.get_plotlyjs()}</script></head>
+<body data-plots="{plots}">
+<h1>{_e(title)}</h1>
+<p class="note">{len(rows)} runs from <code>{_e(source)}</code>, made by dlscale. Metric
+definitions: docs/metrics.md. Plots are interactive: hover for values, click legend entries.</p>
+<h2>Where these numbers come from</h2>{provenance(rows)}
+{"".join(sections)}
+</body></html>
+"""
+    return page, plots

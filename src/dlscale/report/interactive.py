@@ -1,0 +1,93 @@
+"""Figures drawn with plotly (interactive, for the HTML report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlscale.report.figures import Figure, x_ticks
+
+PALETTE = (
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#ff7f0e",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+
+
+def to_plotly(figure: Figure) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    colours: dict[str, str] = {}
+    for series in figure.series:
+        group = series.group or series.name
+        colour = colours.setdefault(group, PALETTE[len(colours) % len(PALETTE)])
+        if series.dashed and series.group is None:
+            colour = "#555555"
+        if series.kind == "bar":
+            error = None
+            if series.high is not None and series.low is not None:
+                error = dict(
+                    type="data",
+                    symmetric=False,
+                    array=[
+                        None if h is None or y is None else h - y
+                        for h, y in zip(series.high, series.y, strict=True)
+                    ],
+                    arrayminus=[
+                        None if lo is None or y is None else y - lo
+                        for lo, y in zip(series.low, series.y, strict=True)
+                    ],
+                )
+            fig.add_bar(
+                name=series.name, x=series.x, y=series.y, marker_color=colour, error_y=error
+            )
+            continue
+        if (
+            series.low is not None
+            and series.high is not None
+            and any(v is not None for v in series.high)
+        ):
+            fig.add_scatter(
+                x=series.x + series.x[::-1],
+                y=list(series.high) + list(series.low)[::-1],
+                fill="toself",
+                fillcolor=colour,
+                opacity=0.2,
+                line=dict(width=0),
+                hoverinfo="skip",
+                showlegend=False,
+                legendgroup=group,
+            )
+        fig.add_scatter(
+            name=series.name,
+            x=series.x,
+            y=series.y,
+            mode="lines+markers",
+            line=dict(color=colour, dash="dash" if series.dashed else "solid"),
+            legendgroup=group,
+        )
+    fig.update_layout(
+        title=dict(text=figure.title),
+        template="plotly_white",
+        height=420,
+        margin=dict(l=60, r=20, t=60, b=60),
+        barmode="stack" if figure.stacked else "group",
+        legend=dict(orientation="h", y=-0.2),
+    )
+    if figure.x_categorical:
+        fig.update_xaxes(title_text=figure.x_label, type="category")
+    else:
+        fig.update_xaxes(title_text=figure.x_label, tickmode="array", tickvals=x_ticks(figure))
+    fig.update_yaxes(
+        title_text=figure.y_label,
+        tickformat=".0%" if figure.y_percent else None,
+        rangemode="tozero",
+    )
+    return fig

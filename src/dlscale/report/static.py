@@ -1,0 +1,86 @@
+"""Figures drawn with matplotlib for papers: PNG and PDF, no browser needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dlscale.report.figures import Figure, x_ticks
+from dlscale.report.interactive import PALETTE
+
+
+def save_static(figure: Figure, stem: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), constrained_layout=True)
+    colours: dict[str, str] = {}
+    bars = [s for s in figure.series if s.kind == "bar"]
+    if bars:
+        labels = list(dict.fromkeys(x for s in bars for x in s.x))
+        width = 0.8 if figure.stacked else 0.8 / len(bars)
+        bottom = [0.0] * len(labels)
+        for i, series in enumerate(bars):
+            values = dict(zip(series.x, series.y, strict=True))
+            heights = [values.get(label) or 0.0 for label in labels]
+            offsets = [
+                j + (0 if figure.stacked else (i - (len(bars) - 1) / 2) * width)
+                for j in range(len(labels))
+            ]
+            ax.bar(
+                offsets,
+                heights,
+                width,
+                bottom=bottom if figure.stacked else None,
+                label=series.name,
+                color=PALETTE[i % len(PALETTE)],
+            )
+            if figure.stacked:
+                bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    for series in (s for s in figure.series if s.kind != "bar"):
+        group = series.group or series.name
+        colour = colours.setdefault(group, PALETTE[len(colours) % len(PALETTE)])
+        if series.dashed and series.group is None:
+            colour = "#555555"
+        pts = [(x, y) for x, y in zip(series.x, series.y, strict=True) if y is not None]
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker="" if series.dashed else "o",
+            linestyle="--" if series.dashed else "-",
+            color=colour,
+            label=series.name,
+        )
+        if series.low is not None and series.high is not None:
+            band = [
+                (x, lo, hi)
+                for x, lo, hi in zip(series.x, series.low, series.high, strict=True)
+                if lo is not None and hi is not None
+            ]
+            if band:
+                ax.fill_between(
+                    [b[0] for b in band],
+                    [b[1] for b in band],
+                    [b[2] for b in band],
+                    color=colour,
+                    alpha=0.2,
+                    linewidth=0,
+                )
+    if not bars:
+        ax.set_xticks(x_ticks(figure))
+    ax.set_title(figure.title, fontsize=10)
+    ax.set_xlabel(figure.x_label)
+    ax.set_ylabel(figure.y_label)
+    ax.set_ylim(bottom=0)
+    if figure.y_percent:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    for path in paths:
+        fig.savefig(path, dpi=150)
+    plt.close(fig)
+    return paths
