@@ -15,6 +15,7 @@ COMMANDS = {
     "ls": ("dlscale.cli.ls", "list models, backends, datasets, launchers or stored runs"),
     "report": ("dlscale.cli.report", "write the HTML report, paper figures and tables"),
     "env": ("dlscale.cli.env", "show this machine's hardware and software"),
+    "compare": ("dlscale.cli.compare", "compare two results directories: find regressions"),
 }
 
 

@@ -1,0 +1,271 @@
+"""dlscale compare A B: is the candidate results directory B slower than the baseline A?
+
+The statistics (matching, ratio, Welch interval on logs, Mann-Whitney U test, regression rule)
+are in :mod:`dlscale.metrics.compare` and docs/metrics.md; this module reads, prints and exits.
+Exit status: 0; 1 with ``--fail-on-regression PCT`` when a point regresses beyond PCT percent
+(a possible regression that too few samples cannot test counts); 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dlscale.errors import UserError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from dlscale.metrics.compare import Comparison, PointComparison, RatioEstimate
+
+_SHOWN = ("backend", "model", "dataset", "workers", "batch_size")
+
+LEGEND = (
+    "ratio: B/A mean img/s over the pooled windows (above 1: B faster); "
+    "95% CI: of the ratio of geometric means (Welch t on log img/s); "
+    "p: two-sided Mann-Whitney U on the per-window img/s; n: windows A/B; "
+    "TTA B/A: time-to-accuracy ratio (below 1: B faster). Definitions: docs/metrics.md."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("baseline", metavar="A", type=Path, help="baseline results directory")
+    parser.add_argument("candidate", metavar="B", type=Path, help="candidate results directory")
+    parser.add_argument(
+        "--fail-on-regression",
+        type=float,
+        metavar="PCT",
+        help="exit 1 if a point is slower than A by more than PCT percent (and significantly so, "
+        "or untestable); also the verdict threshold (default 5)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="significance level of the Mann-Whitney U test (default 0.05)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def main(args: argparse.Namespace) -> int:
+    from dlscale.metrics.compare import DEFAULT_THRESHOLD, compare
+
+    threshold = _threshold(args.fail_on_regression, DEFAULT_THRESHOLD)
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha must be in (0, 1), got {args.alpha}")
+    results_a, results_b = _load(args.baseline), _load(args.candidate)
+    comparison = compare(results_a, results_b, threshold=threshold, alpha=args.alpha)
+    if not comparison.matched:
+        raise UserError(_nothing_matched(args.baseline, args.candidate, results_a, results_b))
+    if args.json:
+        print(json.dumps(_to_json(comparison, args), allow_nan=False))
+    else:
+        _print(comparison, args)
+    failing = args.fail_on_regression is not None and comparison.regressions
+    return 1 if failing else 0
+
+
+def _threshold(pct: float | None, default: float) -> float:
+    if pct is None:
+        return default
+    if not 0 <= pct < 100:
+        raise UserError(f"--fail-on-regression takes a percentage in [0, 100), got {pct}")
+    return pct / 100
+
+
+def _load(directory: Path) -> list[dict[str, Any]]:
+    from dlscale.store.results import RunStore
+
+    if not directory.is_dir():
+        raise UserError(f"results directory {directory} does not exist")
+    results = RunStore(directory).results()
+    if not results:
+        raise UserError(f"no results in {directory} (no */result.json)")
+    return results
+
+
+def _nothing_matched(
+    dir_a: Path, dir_b: Path, results_a: list[dict[str, Any]], results_b: list[dict[str, Any]]
+) -> str:
+    from dlscale.metrics.compare import closest_pair
+
+    for directory, results in ((dir_a, results_a), (dir_b, results_b)):
+        if not any(r.get("status") == "completed" for r in results):
+            return f"no completed runs in {directory} ({len(results)} runs, none completed)"
+    pair = closest_pair(results_a, results_b)
+    message = f"no point of {dir_a} matches one of {dir_b}"
+    if pair is None:
+        return message
+    config_a, config_b, keys = pair
+    diffs = ", ".join(f"{k} ({config_a.get(k)!r} vs {config_b.get(k)!r})" for k in keys)
+    return f"{message}; the closest pair differs in {diffs}"
+
+
+def _print(comparison: Comparison, args: argparse.Namespace) -> None:
+    from dlscale.cli.tables import console
+
+    out = console()
+    out.print(_table(comparison, args))
+    out.print(LEGEND, style="dim")
+    matched = [p.config for p in comparison.matched]
+    for label, points, others in (
+        (f"only in A ({args.baseline})", comparison.only_in_a, comparison.only_in_b),
+        (f"only in B ({args.candidate})", comparison.only_in_b, comparison.only_in_a),
+    ):
+        if points:
+            out.print(f"{label}: {len(points)} point(s)")
+            other_configs = [o.config for o in others] + matched
+            for point in points:
+                hint = _closest_hint(point.config, other_configs)
+                runs = ", ".join(point.run_ids)
+                out.print(f"  {_describe(point.config)}  runs: {runs}{hint}", markup=False)
+    if comparison.failed:
+        out.print(f"failed runs (not compared): {len(comparison.failed)}")
+        for run in comparison.failed:
+            error = run.error or "no error recorded"
+            out.print(f"  {run.side} {run.run_id} {run.status.upper()}: {error}", markup=False)
+    for note, count in _notes(comparison).items():
+        out.print(f"note ({count} point(s)): {note}", markup=False)
+    out.print(_summary(comparison), markup=False)
+
+
+def _notes(comparison: Comparison) -> dict[str, int]:
+    """Each distinct note of the estimates (e.g. too few samples) and how many points have it."""
+    notes: dict[str, int] = {}
+    for point in comparison.matched:
+        for name, estimate in (("throughput", point.throughput), ("time to accuracy", point.tta)):
+            if estimate is not None and estimate.note:
+                key = f"{name}: {estimate.note}"
+                notes[key] = notes.get(key, 0) + 1
+    return notes
+
+
+def _table(comparison: Comparison, args: argparse.Namespace) -> Table:
+    from rich.table import Table
+
+    extra = _varying_extra_keys(comparison.matched)
+    table = Table(
+        title=f"dlscale compare: B = {args.candidate} against A = {args.baseline}",
+        title_justify="left",
+    )
+    for label in ("backend", "model", "dataset"):
+        table.add_column(label)
+    for label in ("workers", "batch", "A img/s", "B img/s", "ratio", "95% CI", "p", "n A/B"):
+        table.add_column(label, justify="right")
+    table.add_column("verdict")
+    table.add_column("TTA B/A", justify="right")
+    if extra:
+        table.add_column("other")
+    for point in comparison.matched:
+        table.add_row(*_row(point, extra))
+    return table
+
+
+def _row(point: PointComparison, extra: list[str]) -> list[str]:
+    cfg, est = point.config, point.throughput
+    row = [str(cfg.get(key)) for key in _SHOWN]
+    row += [
+        f"{est.mean_a:.1f}",
+        f"{est.mean_b:.1f}",
+        f"{est.ratio:.3f}",
+        _ci(est),
+        _p(est.p_value),
+        f"{est.n_a}/{est.n_b}",
+        _verdict_text(point.throughput_verdict.value),
+        _tta_text(point),
+    ]
+    if extra:
+        row.append(" ".join(f"{k}={cfg.get(k)}" for k in extra))
+    return row
+
+
+def _ci(estimate: RatioEstimate) -> str:
+    if estimate.ci_low is None or estimate.ci_high is None:
+        return "-"
+    return f"{estimate.ci_low:.3f}-{estimate.ci_high:.3f}"
+
+
+def _p(p_value: float | None) -> str:
+    if p_value is None:
+        return "-"
+    return "<0.001" if p_value < 0.001 else f"{p_value:.3f}"
+
+
+def _verdict_text(verdict: str) -> str:
+    if verdict == "regression":
+        return "[bold red]REGRESSION[/]"
+    if verdict == "possible regression":
+        return "[yellow]possible regression[/]"
+    if verdict in ("faster", "possibly faster"):
+        return f"[green]{verdict}[/]"
+    return verdict
+
+
+def _tta_text(point: PointComparison) -> str:
+    if point.tta is None or point.tta_verdict is None:
+        return "-"
+    text = f"{point.tta.ratio:.3f}"
+    if point.tta_verdict.value != "ok":
+        text += f" {_verdict_text(point.tta_verdict.value)}"
+    return text
+
+
+def _varying_extra_keys(points: tuple[PointComparison, ...]) -> list[str]:
+    """Config keys, besides the shown ones, whose value differs between matched points."""
+    keys = {k for p in points for k in p.config} - set(_SHOWN)
+    return sorted(k for k in keys if len({repr(p.config.get(k)) for p in points}) > 1)
+
+
+def _closest_hint(config: dict[str, Any], others: list[dict[str, Any]]) -> str:
+    """Which keys set this point apart from the nearest point of the other side."""
+    from dlscale.metrics.compare import differing_keys
+
+    diffs = [differing_keys(config, other) for other in others]
+    if not diffs:
+        return ""
+    keys = min(diffs, key=len)
+    nearest = others[diffs.index(keys)]
+    shown = ", ".join(f"{k} {config.get(k)!r} vs {nearest.get(k)!r}" for k in keys)
+    return f"  (nearest on the other side differs in: {shown})"
+
+
+def _describe(config: dict[str, Any]) -> str:
+    return " ".join(f"{k}={config.get(k)}" for k in _SHOWN)
+
+
+def _summary(comparison: Comparison) -> str:
+    """One line: verdict counts, unmatched and failed runs, the rule's settings."""
+    counts = {
+        verdict: sum(p.throughput_verdict.value == verdict for p in comparison.matched)
+        for verdict in ("regression", "possible regression", "faster", "possibly faster", "ok")
+    }
+    tta_bad = sum(p.tta_verdict is not None and p.tta_verdict.regressed for p in comparison.matched)
+    verdicts = ", ".join(f"{verdict} {n}" for verdict, n in counts.items() if n)
+    return (
+        f"{len(comparison.matched)} point(s) compared (threshold "
+        f"{comparison.threshold * 100:g}%, alpha {comparison.alpha:g}): throughput {verdicts}; "
+        f"time-to-accuracy regressions {tta_bad}; only in A {len(comparison.only_in_a)}, "
+        f"only in B {len(comparison.only_in_b)}, failed runs {len(comparison.failed)}; "
+        f"{len(comparison.regressions)} point(s) regressed"
+    )
+
+
+def _to_json(comparison: Comparison, args: argparse.Namespace) -> dict[str, Any]:
+    def point(p: PointComparison) -> dict[str, Any]:
+        return {**dataclasses.asdict(p), "regressed": p.regressed}
+
+    return {
+        "baseline": str(args.baseline),
+        "candidate": str(args.candidate),
+        "threshold": comparison.threshold,
+        "alpha": comparison.alpha,
+        "matched": [point(p) for p in comparison.matched],
+        "only_in_a": [dataclasses.asdict(p) for p in comparison.only_in_a],
+        "only_in_b": [dataclasses.asdict(p) for p in comparison.only_in_b],
+        "failed": [dataclasses.asdict(f) for f in comparison.failed],
+        "regressions": len(comparison.regressions),
+        "summary": _summary(comparison),
+    }
