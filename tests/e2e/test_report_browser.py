@@ -44,7 +44,7 @@ def test_report_draws_every_plot_without_errors(tmp_path: Path, cli, browser):
     from selenium.webdriver.support.ui import WebDriverWait
 
     expected = int(browser.find_element("tag name", "body").get_attribute("data-plots"))
-    assert expected == 12
+    assert expected == 13
     WebDriverWait(browser, 30).until(
         lambda d: len(d.find_elements("css selector", ".js-plotly-plot .main-svg")) >= expected
     )

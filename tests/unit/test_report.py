@@ -36,6 +36,7 @@ def test_every_figure_of_a_study_with_accuracy_is_built(rows):
         "accuracy_by_epoch",
         "accuracy_by_elapsed",
         "loss_by_epoch",
+        "loss_by_elapsed",
         "train_loss",
         "ranks",
     ]
@@ -111,7 +112,7 @@ def test_report_command_writes_html_figures_and_tables(tmp_path: Path, cli):
     assert (tmp_path / "runs.md").read_text() == (DATA / "golden" / "runs.md").read_text()
     pngs = sorted((tmp_path / "fig").glob("*.png"))
     pdfs = sorted((tmp_path / "fig").glob("*.pdf"))
-    assert len(pngs) == len(pdfs) == 12
+    assert len(pngs) == len(pdfs) == 13
     from PIL import Image
 
     with Image.open(pngs[0]) as image:

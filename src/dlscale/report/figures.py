@@ -410,6 +410,7 @@ def study_figures(rows: list[Row]) -> list[Figure]:
         lambda r: curves(r, y="accuracy", x="epoch"),
         lambda r: curves(r, y="accuracy", x="elapsed"),
         lambda r: curves(r, y="loss", x="epoch"),
+        lambda r: curves(r, y="loss", x="elapsed"),
         train_loss,
         rank_spread,
     )
