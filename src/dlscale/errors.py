@@ -15,3 +15,7 @@ class DataError(UserError):
 
 class SchemaError(UserError):
     """A stored file has a schema this version cannot read."""
+
+
+class UnsupportedPoint(UserError):
+    """A valid setting that the chosen backend cannot run (a grid skips such points)."""

@@ -88,8 +88,8 @@ def _launch(
         on_warning(warning)
     outcome = launcher.run(plan, config.timeout_s)
     run_dir = store.run_dir(run_id)
-    per_rank = {rank: read_events(events_path(run_dir, rank)) for rank in range(config.workers)}
-    metrics = aggregate(per_rank, target_accuracy=config.target_accuracy)
+    per_rank = {rank: read_events(events_path(run_dir, rank)) for rank in range(config.processes)}
+    metrics = aggregate(per_rank, target_accuracy=config.target_accuracy, workers=config.workers)
     error = None
     if not outcome.ok:
         error = outcome.reason

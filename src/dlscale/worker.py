@@ -32,8 +32,11 @@ def main(argv: list[str]) -> int:
     )
     try:
         config = RunConfig(**read_json(spec_path, "spec")["config"])
-        if world != config.workers:
-            raise UserError(f"launched {world} processes for a run of {config.workers} workers")
+        if world != config.processes:
+            raise UserError(
+                f"launched {world} processes for a run that needs {config.processes} "
+                f"({config.workers} workers + the backend's other ranks)"
+            )
         ctx = WorkerContext(
             config=config,
             run_dir=spec_path.parent,

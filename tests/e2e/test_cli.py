@@ -83,7 +83,7 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     assert ddp2["speedup"] == pytest.approx(ddp2["throughput_img_s"] / single["throughput_img_s"])
     assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
     assert ddp2["global_batch_size"] == 128
-    assert "skipped torch-single at 2 workers" in run.stderr
+    assert "skipped torch-single at 2 worker(s)" in run.stderr
 
     listing = cli("ls", "runs", "--results", str(results))
     assert listing.returncode == 0

@@ -19,7 +19,10 @@ def test_defaults_are_valid_and_derived_values():
     ("kwargs", "message"),
     [
         ({"model": "resnet45"}, "unknown model 'resnet45'; choose one of: alexnet"),
-        ({"backend": "nope"}, "unknown backend 'nope'; choose one of: torch-ddp, torch-single"),
+        (
+            {"backend": "nope"},
+            "unknown backend 'nope'; choose one of: torch-ddp, torch-ps, torch-ring, torch-single",
+        ),
         ({"dataset": "imagenet"}, "unknown dataset 'imagenet'; choose one of: cifar10"),
         ({"workers": 0}, "workers must be an integer >= 1, got 0"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1"),
@@ -77,7 +80,10 @@ def test_grid_skips_what_a_backend_cannot_run_and_says_so():
         ("torch-ddp", 1),
         ("torch-ddp", 2),
     ]
-    assert study.skipped == ("torch-single at 2 workers (it runs at most 1)",)
+    assert study.skipped == (
+        "torch-single at 2 worker(s): backend torch-single runs at most 1 worker(s), got "
+        "workers=2; use torch-ddp for more",
+    )
     with pytest.raises(UserError, match="at most 1 worker"):
         expand({"backend": "torch-single", "workers": 2})
 

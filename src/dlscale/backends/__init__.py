@@ -30,6 +30,13 @@ class BackendSpec:
     """A plain single-process baseline: preferred as the 1-worker point of speedups."""
     measures_exposed_comm: bool = False
     """Whether the worker measures steps without gradient synchronization (exposed comm)."""
+    extra_processes_key: str | None = None
+    """Config key giving the number of processes started besides the workers (e.g. the
+    parameter servers of ``num_servers``); they take the ranks after the workers."""
+    options: tuple[str, ...] = ()
+    """Strategy keys (config.STRATEGY_KEYS) this backend reads; setting another is an error."""
+    compressions: tuple[str, ...] = ("none",)
+    """Gradient compressions the backend implements."""
 
 
 BACKENDS: Registry[BackendSpec] = Registry("backend")
@@ -53,5 +60,37 @@ BACKENDS.register(
         framework="torch",
         worker="dlscale.backends.torch_ddp:run",
         measures_exposed_comm=True,
+        options=(
+            "bucket_mb",
+            "compression",
+            "powersgd_rank",
+            "gradient_as_bucket_view",
+            "static_graph",
+        ),
+        compressions=("none", "fp16", "bf16", "powersgd"),
+    ),
+)
+BACKENDS.register(
+    "torch-ring",
+    BackendSpec(
+        name="torch-ring",
+        description="explicit ring all-reduce on send/recv, tensor fusion (Horovod's algorithm)",
+        framework="torch",
+        worker="dlscale.backends.torch_ring:run",
+        measures_exposed_comm=True,
+        options=("bucket_mb", "compression"),
+        compressions=("none", "fp16", "bf16"),
+    ),
+)
+BACKENDS.register(
+    "torch-ps",
+    BackendSpec(
+        name="torch-ps",
+        description="parameter server: num_servers server ranks, sync or async (ps_mode)",
+        framework="torch",
+        worker="dlscale.backends.torch_ps:run",
+        measures_exposed_comm=True,
+        extra_processes_key="num_servers",
+        options=("ps_mode", "num_servers"),
     ),
 )

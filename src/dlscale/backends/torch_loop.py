@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.datasets.base import Batch, TorchDataset
 from dlscale.models import MODELS
@@ -29,7 +30,8 @@ from dlscale.runtime.torch_env import torch_environment
 
 
 class TorchStrategy:
-    """Default: a plain model, no synchronization (what torch-single uses)."""
+    """How gradients are synchronized. The default is a plain model with a local optimizer and no
+    synchronization (torch-single); distributed strategies override what differs."""
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         """Join the process group, if the strategy has one."""
@@ -37,12 +39,49 @@ class TorchStrategy:
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         return model
 
+    def make_optimizer(
+        self, model: torch.nn.Module, cfg: RunConfig
+    ) -> torch.optim.Optimizer | None:
+        """The worker's optimizer; ``None`` when another rank applies updates (servers)."""
+        return sgd(model.parameters(), cfg)
+
+    def update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        """After backward: synchronize gradients (if needed) and update the parameters."""
+        assert optimizer is not None
+        optimizer.step()
+
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any] | None:
         """A context in which a step skips gradient synchronization; None if not measurable."""
         return None
 
+    def take_bytes_sent(self) -> int | None:
+        """Bytes this rank sent for gradient synchronization since the last call, if counted."""
+        return None
+
+    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
+        """Facts for the run's ``strategy`` event, e.g. ``bytes_sent_per_step_model``."""
+        return {}
+
+    def serve(self, ctx: WorkerContext, device: torch.device) -> None:
+        """The loop of a non-worker rank (a parameter server); only strategies with such ranks."""
+        raise NotImplementedError(f"{type(self).__name__} has no non-worker ranks")
+
+    def finish(self) -> None:
+        """After the worker's last step (e.g. tell the servers it is done)."""
+
     def teardown(self) -> None:
         """Leave the process group."""
+
+
+def sgd(params: Any, cfg: RunConfig) -> torch.optim.Optimizer:
+    """The optimizer of every backend: SGD with momentum and weight decay, one definition."""
+    return torch.optim.SGD(
+        params, lr=cfg.effective_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
 def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
@@ -51,7 +90,10 @@ def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
     device = _device(cfg.device, ctx.local_rank)
     strategy.setup(ctx, device)
     try:
-        _train(ctx, strategy, device)
+        if ctx.rank >= cfg.workers:
+            strategy.serve(ctx, device)
+        else:
+            _train(ctx, strategy, device)
     finally:
         strategy.teardown()
 
@@ -78,7 +120,7 @@ def _train(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) ->
         cfg,
         device=device,
         rank=ctx.rank,
-        world=ctx.world_size,
+        world=cfg.workers,  # servers hold no data
         input_size=input_size,
         num_classes=model_spec.default_classes,
     )
@@ -87,12 +129,9 @@ def _train(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) ->
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     model = model.to(memory_format=memory_format)
     model = strategy.wrap(model, device)
-    optimizer = torch.optim.SGD(
-        model.parameters(),
-        lr=cfg.effective_lr,
-        momentum=cfg.momentum,
-        weight_decay=cfg.weight_decay,
-    )
+    optimizer = strategy.make_optimizer(model, cfg)
+    if ctx.rank == 0 and (facts := strategy.describe(model, cfg)):
+        events.write("strategy", gradient_bytes=gradient_bytes(model), **facts)
     forward = torch.compile(model) if cfg.compile else model
     autocast = (
         torch.autocast(device.type, dtype=torch.bfloat16)
@@ -102,14 +141,14 @@ def _train(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) ->
     sync = torch.cuda.synchronize if device.type == "cuda" else _no_op
 
     def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         with autocast:
             loss = F.cross_entropy(forward(x.to(memory_format=memory_format)), y)
         loss.backward()
-        optimizer.step()
+        strategy.update(model, optimizer)
         return loss.detach()
 
-    timer = _WindowTimer(ctx, step, sync, cfg.batch_per_worker)
+    timer = _WindowTimer(ctx, step, sync, cfg.batch_per_worker, strategy)
     has_eval = DATASETS.get(cfg.dataset).has_eval
     started = time.perf_counter()
     if cfg.epochs is None:
@@ -132,6 +171,10 @@ def _train(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) ->
                 _evaluate(
                     ctx, model, data, epoch=epoch + 1, started=started, sync=sync, autocast=autocast
                 )
+    if cfg.save_params and ctx.rank == 0:
+        unwrapped = getattr(model, "module", model)
+        state = {name: p.detach().cpu() for name, p in unwrapped.named_parameters()}
+        torch.save(state, ctx.run_dir / "final_params.pt")
     no_sync = strategy.no_sync(model)
     if no_sync is not None and cfg.comm_probe_steps > 0:
         # Same work without gradient synchronization, after every measured step (the replicas
@@ -140,6 +183,7 @@ def _train(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) ->
         with no_sync:
             timer.untimed(batches, 1)
             timer.window(batches, cfg.comm_probe_steps, kind="nosync", index=0)
+    strategy.finish()
 
 
 class _WindowTimer:
@@ -149,8 +193,10 @@ class _WindowTimer:
         step: Callable[..., torch.Tensor],
         sync: Callable[[], None],
         batch: int,
+        strategy: TorchStrategy,
     ) -> None:
         self.ctx, self.step, self.sync, self.batch = ctx, step, sync, batch
+        self.strategy = strategy
 
     def untimed(self, batches: Iterator[Batch], steps: int) -> None:
         for x, y in itertools.islice(batches, steps):
@@ -163,6 +209,7 @@ class _WindowTimer:
         losses: list[torch.Tensor] = []
         clock = time.perf_counter
         self.sync()
+        self.strategy.take_bytes_sent()  # reset: count only this window's traffic
         window_start = clock()
         for _ in range(steps):
             t0 = clock()
@@ -186,6 +233,7 @@ class _WindowTimer:
             data_ms=data_ms,
             loss_sum=loss_sum,
             loss_count=steps,
+            bytes_sent=self.strategy.take_bytes_sent(),
             **fields,
         )
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from dlscale.backends import BACKENDS
 from dlscale.datasets import DATASETS
-from dlscale.errors import UserError
+from dlscale.errors import UnsupportedPoint, UserError
 from dlscale.launchers import LAUNCHERS
 from dlscale.models import MODELS
 
@@ -80,6 +80,26 @@ class RunConfig:
     image_size: int | None = field(
         default=None, metadata=_doc("input height = width (default: the model's native size)")
     )
+    ps_mode: str = field(
+        default="sync", metadata=_doc("torch-ps: sync (wait for all workers) or async")
+    )
+    num_servers: int = field(
+        default=1, metadata=_doc("torch-ps: server ranks; parameters sharded by bytes")
+    )
+    bucket_mb: float = field(
+        default=25.0, metadata=_doc("gradient bucket / fusion buffer size in MB (ddp, ring)")
+    )
+    compression: str = field(
+        default="none", metadata=_doc("gradient compression: none, fp16, bf16, powersgd")
+    )
+    powersgd_rank: int = field(default=1, metadata=_doc("torch-ddp: PowerSGD matrix rank"))
+    gradient_as_bucket_view: bool = field(
+        default=False, metadata=_doc("torch-ddp: gradients are views into the buckets")
+    )
+    static_graph: bool = field(default=False, metadata=_doc("torch-ddp: static_graph=True"))
+    save_params: bool = field(
+        default=False, metadata=_doc("rank 0 saves the trained parameters (final_params.pt)")
+    )
     launcher: str = field(
         default="local", metadata=_doc("how workers start (dlscale ls launchers)")
     )
@@ -99,7 +119,19 @@ class RunConfig:
         _check_choice("device", self.device, ("cpu", "cuda"))
         _check_choice("amp", self.amp, ("none", "bf16"))
         _check_choice("lr_scaling", self.lr_scaling, ("none", "linear"))
-        for name in ("workers", "batch_size", "steps", "repeats", "samples_per_epoch"):
+        _check_choice("ps_mode", self.ps_mode, ("sync", "async"))
+        _check_choice("compression", self.compression, ("none", "fp16", "bf16", "powersgd"))
+        if self.bucket_mb <= 0:
+            raise UserError(f"bucket_mb must be > 0, got {self.bucket_mb}")
+        for name in (
+            "workers",
+            "batch_size",
+            "steps",
+            "repeats",
+            "samples_per_epoch",
+            "num_servers",
+            "powersgd_rank",
+        ):
             _check_min(name, getattr(self, name), 1)
         for name in ("warmup_steps", "comm_probe_steps", "seed", "repeat_id"):
             _check_min(name, getattr(self, name), 0)
@@ -114,14 +146,7 @@ class RunConfig:
             raise UserError(
                 f"target_accuracy must be in (0, 1], got {self.target_accuracy} (write 0.9 for 90%)"
             )
-        backend = BACKENDS.get(self.backend)
-        if backend.max_workers is not None and self.workers > backend.max_workers:
-            raise UserError(
-                f"backend {self.backend} runs at most {backend.max_workers} worker(s), "
-                f"got workers={self.workers}; use torch-ddp for more"
-            )
-        if self.device not in backend.devices:
-            raise UserError(f"backend {self.backend} does not run on {self.device}")
+        self._check_backend_supports()
         if self.scaling == "strong" and self.batch_size % self.workers:
             raise UserError(
                 f"strong scaling splits batch_size={self.batch_size} over {self.workers} workers: "
@@ -130,6 +155,28 @@ class RunConfig:
         dataset = DATASETS.get(self.dataset)
         if dataset.needs_data_dir and not self.data_dir:
             raise UserError(f"dataset {self.dataset} needs --data-dir PATH (a local copy)")
+
+    def _check_backend_supports(self) -> None:
+        """Settings the backend cannot run: UnsupportedPoint (a grid skips such points)."""
+        backend = BACKENDS.get(self.backend)
+        if backend.max_workers is not None and self.workers > backend.max_workers:
+            raise UnsupportedPoint(
+                f"backend {self.backend} runs at most {backend.max_workers} worker(s), "
+                f"got workers={self.workers}; use torch-ddp for more"
+            )
+        if self.device not in backend.devices:
+            raise UnsupportedPoint(f"backend {self.backend} does not run on {self.device}")
+        for key in STRATEGY_KEYS:
+            if key not in backend.options and getattr(self, key) != _DEFAULTS[key]:
+                raise UnsupportedPoint(
+                    f"backend {self.backend} does not use {key} "
+                    f"(it reads: {', '.join(backend.options) or 'no strategy keys'})"
+                )
+        if self.compression not in backend.compressions:
+            raise UnsupportedPoint(
+                f"backend {self.backend} implements compression "
+                f"{', '.join(backend.compressions)}; got {self.compression}"
+            )
 
     # Derived values: one definition each, used by workers and aggregation alike.
     @property
@@ -144,6 +191,12 @@ class RunConfig:
     def effective_lr(self) -> float:
         scale = self.workers if self.lr_scaling == "linear" and self.scaling == "weak" else 1
         return self.lr * scale
+
+    @property
+    def processes(self) -> int:
+        """Processes to start: the workers, then the backend's extra ranks (e.g. servers)."""
+        key = BACKENDS.get(self.backend).extra_processes_key
+        return self.workers + (int(getattr(self, key)) if key else 0)
 
     @property
     def mode(self) -> str:
@@ -167,7 +220,18 @@ class RunConfig:
         return f"{self.model}-{self.backend}-{self.dataset}-w{self.workers}-{digest}"
 
 
-_NOT_IDENTITY = ("timeout_s", "python")
+_NOT_IDENTITY = ("timeout_s", "python", "save_params")
+STRATEGY_KEYS = (
+    "ps_mode",
+    "num_servers",
+    "bucket_mb",
+    "compression",
+    "powersgd_rank",
+    "gradient_as_bucket_view",
+    "static_graph",
+)
+"""Keys that only some backends read (BackendSpec.options)."""
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
 def fields_doc() -> dict[str, str]:

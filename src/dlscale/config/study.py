@@ -17,7 +17,7 @@ from typing import Any
 
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
+from dlscale.errors import UnsupportedPoint, UserError
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 _HINTS = typing.get_type_hints(RunConfig)
@@ -116,24 +116,23 @@ def expand(settings: dict[str, Any], name: str = "default", description: str = "
     axes = [settings[k] if isinstance(settings[k], list) else [settings[k]] for k in keys]
     points: list[RunConfig] = []
     skipped: list[str] = []
+    is_grid = any(len(axis) > 1 for axis in axes)
     for combo in itertools.product(*axes):
         values = dict(zip(keys, combo, strict=True))
-        backend = BACKENDS.get(values.get("backend", RunConfig.backend))
-        workers = values.get("workers", RunConfig.workers)
-        if (
-            backend.max_workers is not None
-            and isinstance(workers, int)
-            and (workers > backend.max_workers)
-            and len(axes)
-            and any(len(a) > 1 for a in axes)
-        ):
-            skipped.append(
-                f"{backend.name} at {workers} workers (it runs at most {backend.max_workers})"
-            )
-            continue
-        points.append(RunConfig(**values))
+        try:
+            points.append(RunConfig(**values))
+        except UnsupportedPoint as reason:
+            if not is_grid:
+                raise
+            skipped.append(f"{_describe(values)}: {reason}")
     if not points:
         raise UserError("the study has no point that can run: " + "; ".join(skipped))
     # Stable sort: smaller worker counts (the speedup baselines) and reference backends first.
     points.sort(key=lambda p: (p.workers, not BACKENDS.get(p.backend).reference))
     return Study(name=name, description=description, points=tuple(points), skipped=tuple(skipped))
+
+
+def _describe(values: dict[str, Any]) -> str:
+    backend = values.get("backend", RunConfig.backend)
+    workers = values.get("workers", RunConfig.workers)
+    return f"{backend} at {workers} worker(s)"

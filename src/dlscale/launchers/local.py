@@ -32,12 +32,14 @@ def free_port() -> int:
 
 
 def thread_budget(config: RunConfig, cores: int) -> tuple[int, list[str]]:
-    """Intra-op threads per worker: cores // workers unless set; warn on oversubscription."""
-    threads = config.threads_per_worker or max(1, cores // config.workers)
+    """Intra-op threads per process: cores // processes unless set; warn on oversubscription."""
+    processes = config.processes
+    threads = config.threads_per_worker or max(1, cores // processes)
     warnings = []
-    if threads * config.workers > cores:
+    if threads * processes > cores:
+        what = f"{processes} processes" if processes != config.workers else f"{processes} workers"
         warnings.append(
-            f"{config.workers} workers x {threads} threads = {threads * config.workers} threads "
+            f"{what} x {threads} threads = {threads * processes} threads "
             f"on {cores} cores: oversubscribed, expect lower and noisier throughput"
         )
     return threads, warnings
@@ -58,12 +60,12 @@ class LocalLauncher(Launcher):
         source_root = str(Path(dlscale.__file__).resolve().parent.parent)
         pythonpath = os.pathsep.join(p for p in (source_root, os.environ.get("PYTHONPATH")) if p)
         processes = []
-        for rank in range(config.workers):
+        for rank in range(config.processes):
             env = {
                 "RANK": str(rank),
                 "LOCAL_RANK": str(rank),
-                "WORLD_SIZE": str(config.workers),
-                "LOCAL_WORLD_SIZE": str(config.workers),
+                "WORLD_SIZE": str(config.processes),
+                "LOCAL_WORLD_SIZE": str(config.processes),
                 "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": str(port),
                 "OMP_NUM_THREADS": str(threads),

@@ -16,8 +16,16 @@ from dlscale.metrics.stats import mean_ci95, percentile
 Events = list[dict[str, Any]]
 
 
-def aggregate(per_rank: dict[int, Events], *, target_accuracy: float | None) -> dict[str, Any]:
-    """Metrics of one run from every rank's events; missing pieces give ``None``, not zero."""
+def aggregate(
+    all_ranks: dict[int, Events], *, target_accuracy: float | None, workers: int | None = None
+) -> dict[str, Any]:
+    """Metrics of one run from every rank's events; missing pieces give ``None``, not zero.
+
+    Ranks below ``workers`` train; ranks from ``workers`` on are a backend's other processes
+    (parameter servers), whose events report staleness. ``None``: every rank is a worker.
+    """
+    per_rank = {r: e for r, e in all_ranks.items() if workers is None or r < workers}
+    others = {r: e for r, e in all_ranks.items() if r not in per_rank}
     measure = _windows(per_rank, "measure")
     nosync = _windows(per_rank, "nosync")
     out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
@@ -44,6 +52,8 @@ def aggregate(per_rank: dict[int, Events], *, target_accuracy: float | None) -> 
         nosync_p50 = percentile(np.concatenate([w["step_ms"] for w in nosync]), 50)
         out["step_time_nosync_p50_ms"] = nosync_p50
         out["exposed_comm_fraction"] = max(0.0, (sync_p50 - nosync_p50) / sync_p50)
+    out.update(_bytes(per_rank, measure))
+    out.update(_staleness(others))
     evals = _evals(per_rank)
     out["eval_history"] = evals
     if evals:
@@ -74,6 +84,13 @@ METRIC_KEYS = (
     "measured_steps",
     "measured_images",
     "rank_step_time_mean_ms",
+    "bytes_sent_per_step_model",
+    "bytes_sent_per_step_counted",
+    "gradient_bytes",
+    "staleness_mean",
+    "staleness_p50",
+    "staleness_max",
+    "staleness_histogram",
 )
 
 
@@ -102,6 +119,10 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
                 "step_ms": step_ms,
                 "data_ms": data_ms,
                 "loss": loss_sum / loss_count if loss_count else None,
+                "bytes_sent": sum(p["bytes_sent"] for p in parts)
+                if all(p.get("bytes_sent") is not None for p in parts)
+                else None,
+                "steps": parts[0]["steps"],
             }
         )
     return merged
@@ -144,3 +165,37 @@ def _rank_means(per_rank: dict[int, Events]) -> dict[str, float]:
         if steps:
             means[str(rank)] = float(np.mean(steps))
     return means
+
+
+def _bytes(per_rank: dict[int, Events], measure: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bytes each worker sends per step: the strategy's model, and the count it kept."""
+    out: dict[str, Any] = {}
+    strategy = next((r for r in per_rank.get(0, []) if r["event"] == "strategy"), None)
+    if strategy is not None:
+        out["bytes_sent_per_step_model"] = strategy.get("bytes_sent_per_step_model")
+        out["gradient_bytes"] = strategy.get("gradient_bytes")
+    counted = [w for w in measure if w["bytes_sent"] is not None]
+    if counted and per_rank:
+        total = sum(w["bytes_sent"] for w in counted)
+        steps = sum(w["steps"] for w in counted)
+        out["bytes_sent_per_step_counted"] = total / (steps * len(per_rank))
+    return out
+
+
+def _staleness(others: dict[int, Events]) -> dict[str, Any]:
+    """Staleness of applied gradients (server version minus the version they were computed on)."""
+    histogram: dict[int, int] = defaultdict(int)
+    for events in others.values():
+        for record in events:
+            if record["event"] == "staleness":
+                for value, count in record["histogram"].items():
+                    histogram[int(value)] += int(count)
+    if not histogram:
+        return {}
+    values = np.repeat(np.array(sorted(histogram)), [histogram[k] for k in sorted(histogram)])
+    return {
+        "staleness_mean": float(values.mean()),
+        "staleness_p50": percentile(values, 50),
+        "staleness_max": int(values.max()),
+        "staleness_histogram": {str(k): histogram[k] for k in sorted(histogram)},
+    }
