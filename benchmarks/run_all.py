@@ -4,6 +4,8 @@ round, and the ratio of the two is taken within each round (the machine's drift 
   harness  1-worker dlscale (torch-single) / bare PyTorch loop        target >= 0.97
   ddp      2-worker dlscale (torch-ddp)    / bare torchrun DDP script  target >= 0.97
   cifar10  dlscale on in-memory CIFAR-10   / dlscale on synthetic      target >= 0.95
+  ring     2-worker torch-ring             / 2-worker torch-ddp        recorded
+  ps       2-worker torch-ps (sync)        / 2-worker torch-ddp        recorded
 
 Usage: python benchmarks/run_all.py [--rounds 3] [--model resnet44] [--only harness,ddp]
 Prints each round's throughputs and the median ratio; exits 1 if a median misses its target.
@@ -23,7 +25,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STEPS, WARMUP, REPEATS = 8, 3, 3  # dlscale windows: REPEATS x STEPS measured steps
-TARGETS = {"harness": 0.97, "ddp": 0.97, "cifar10": 0.95}
+TARGETS: dict[str, float | None] = {
+    "harness": 0.97,
+    "ddp": 0.97,
+    "cifar10": 0.95,
+    "ring": None,
+    "ps": None,
+}
+"""None: no target; the ratio is recorded and explained in docs/benchmarks.md."""
 
 
 def _json_line(cmd: list[str], env: dict[str, str] | None = None) -> dict:
@@ -121,6 +130,22 @@ def main() -> int:
             ),
             lambda: bare_ddp(args.model, 2, max(1, cores // 2)),
         ),
+        "ring": (
+            lambda: dlscale(
+                results, "--backend", "torch-ring", "--model", args.model, "--workers", "2"
+            ),
+            lambda: dlscale(
+                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
+            ),
+        ),
+        "ps": (
+            lambda: dlscale(
+                results, "--backend", "torch-ps", "--model", args.model, "--workers", "2"
+            ),
+            lambda: dlscale(
+                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
+            ),
+        ),
         "cifar10": (
             lambda: dlscale(
                 results,
@@ -168,9 +193,13 @@ def main() -> int:
                 flush=True,
             )
         median = statistics.median(ratios)
-        verdict = "ok" if median >= TARGETS[name] else "BELOW TARGET"
-        failed |= median < TARGETS[name]
-        print(f"{name:8} median ratio {median:.3f} (target >= {TARGETS[name]}) {verdict}")
+        target = TARGETS[name]
+        if target is None:
+            print(f"{name:8} median ratio {median:.3f} (recorded, no target)")
+            continue
+        verdict = "ok" if median >= target else "BELOW TARGET"
+        failed |= median < target
+        print(f"{name:8} median ratio {median:.3f} (target >= {target}) {verdict}")
     return 1 if failed else 0
 
 

@@ -123,3 +123,13 @@ def test_a_failed_point_does_not_stop_the_study(tmp_path: Path, cli):
     assert [r["status"] for r in records] == ["failed", "completed"]
     assert "too small" in records[0]["error"]
     assert "Traceback" not in result.stderr
+
+
+def test_stopping_dlscale_stops_its_workers(tmp_path: Path):
+    proc, results = _start_long_run(tmp_path, timeout_s=120)
+    pids = _wait_for_pids(results)
+    proc.send_signal(signal.SIGTERM)  # e.g. a batch scheduler ending the job
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert not _alive(pids[0]) and not _alive(pids[1])
+    assert not list(results.glob("*/lock"))  # the point can be rerun

@@ -1,7 +1,14 @@
 """torch-ddp: DistributedDataParallel; gloo on CPU, NCCL on CUDA.
 
-DDP all-reduces gradient buckets during the backward pass (Li et al., VLDB 2020); its
-``no_sync()`` context skips that, which is how exposed communication is measured.
+DDP all-reduces gradient buckets of ``bucket_mb`` during the backward pass (Li et al., VLDB
+2020); ``no_sync()`` skips that, which is how exposed communication is measured. Gradient
+compression goes through DDP communication hooks: fp16/bf16 (cast, all-reduce, cast back) and
+PowerSGD (Vogels et al., NeurIPS 2019) with ``powersgd_rank``.
+
+Bytes: dlscale cannot see gloo's or NCCL's wire traffic, so the count kept during the run is
+the payload handed to the all-reduce (bucket bytes after compression) scaled by the ring
+all-reduce factor 2(N-1)/N; the model computes the same from the parameter sizes. PowerSGD's
+payload (its low-rank factors) is not counted.
 """
 
 from __future__ import annotations
@@ -12,33 +19,102 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from dlscale.backends.torch_loop import TorchStrategy, run_training
+from dlscale.backends.torch_loop import TorchStrategy, gradient_bytes, run_training
+from dlscale.config.run_config import RunConfig
 from dlscale.runtime.context import WorkerContext
+
+_CAST_HOOKS = {
+    "none": (default_hooks.allreduce_hook, 1.0),
+    "fp16": (default_hooks.fp16_compress_hook, 0.5),
+    "bf16": (default_hooks.bf16_compress_hook, 0.5),
+}
+
+
+def init_process_group(ctx: WorkerContext, device: torch.device) -> None:
+    """gloo on CPU, NCCL on CUDA; every torch.* strategy joins its group this way."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # A peer that died makes collectives fail rather than wait forever; the launcher's run
+    # timeout is the outer bound.
+    timeout = timedelta(seconds=max(60.0, min(ctx.config.timeout_s, 1800.0)))
+    dist.init_process_group(
+        backend,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=timeout,
+        device_id=device if device.type == "cuda" else None,
+    )
+
+
+def ring_factor(world: int) -> float:
+    """Bytes each rank sends in a ring all-reduce, per byte of payload: 2(N-1)/N."""
+    return 2 * (world - 1) / world
 
 
 class DDPStrategy(TorchStrategy):
+    def __init__(self) -> None:
+        self.world = 1
+        self.cfg: RunConfig | None = None
+        self._payload = 0.0
+        self._counting = False
+
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        # A peer that died makes collectives fail rather than wait forever; the launcher's
-        # run timeout is the outer bound.
-        timeout = timedelta(seconds=max(60.0, min(ctx.config.timeout_s, 1800.0)))
-        dist.init_process_group(
-            backend,
-            rank=ctx.rank,
-            world_size=ctx.world_size,
-            timeout=timeout,
-            device_id=device if device.type == "cuda" else None,
-        )
+        self.world, self.cfg = ctx.world_size, ctx.config
+        init_process_group(ctx, device)
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        assert self.cfg is not None
+        cfg = self.cfg
         ids = [device.index] if device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        ddp = DistributedDataParallel(
+            model,
+            device_ids=ids,
+            bucket_cap_mb=cfg.bucket_mb,
+            gradient_as_bucket_view=cfg.gradient_as_bucket_view,
+            static_graph=cfg.static_graph,
+        )
+        if cfg.compression == "powersgd":
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None,
+                matrix_approximation_rank=cfg.powersgd_rank,
+                start_powerSGD_iter=2,
+            )
+            ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        else:
+            hook, scale = _CAST_HOOKS[cfg.compression]
+            self._counting = True
+
+            # No annotation on `bucket`: DDP rejects any but the class dist.GradBucket, and
+            # `from __future__ import annotations` would turn that into a string.
+            def counting_hook(state, bucket):
+                buffer = bucket.buffer()
+                self._payload += buffer.numel() * buffer.element_size() * scale
+                return hook(state, bucket)
+
+            ddp.register_comm_hook(None, counting_hook)
+        return ddp
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any] | None:
         assert isinstance(model, DistributedDataParallel)
         return model.no_sync()
+
+    def take_bytes_sent(self) -> int | None:
+        if not self._counting:
+            return None
+        sent = round(self._payload * ring_factor(self.world))
+        self._payload = 0.0
+        return sent
+
+    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
+        if cfg.compression == "powersgd":
+            return {"compression": "powersgd", "powersgd_rank": cfg.powersgd_rank}
+        payload = gradient_bytes(model) * _CAST_HOOKS[cfg.compression][1]
+        return {
+            "bytes_sent_per_step_model": round(payload * ring_factor(self.world)),
+            "algorithm": "library all-reduce, modelled as a ring: 2(N-1)/N x payload",
+        }
 
     def teardown(self) -> None:
         if dist.is_initialized():

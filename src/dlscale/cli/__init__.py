@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from dlscale import __version__
@@ -33,8 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM takes the Ctrl-C path: workers are stopped, locks freed
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(importlib.import_module(args.module).main(args) or 0)
     except UserError as error:

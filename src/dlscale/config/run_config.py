@@ -234,6 +234,10 @@ STRATEGY_KEYS = (
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
 
+def config_defaults() -> dict[str, Any]:
+    return dict(_DEFAULTS)
+
+
 def fields_doc() -> dict[str, str]:
     return {f.name: f.metadata["doc"] for f in dataclasses.fields(RunConfig)}
 

@@ -91,10 +91,16 @@ class RunStore:
                 f"no results directory at {self.root}; run `dlscale run` first "
                 "or pass --results DIR"
             )
+        from dlscale.config.run_config import config_defaults
+
+        defaults = config_defaults()
         rows = []
         for path in sorted(self.root.glob("*/result.json")):
             try:
-                rows.append(read_json(path, "result"))
+                row = read_json(path, "result")
+                # Keys added after a result was written read as their defaults (migration).
+                row["config"] = {**defaults, **row.get("config", {})}
+                rows.append(row)
             except SchemaError:
                 raise
             except OSError as error:

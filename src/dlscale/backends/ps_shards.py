@@ -1,0 +1,92 @@
+"""Parameter-server sharding and message layout (no framework import: unit-testable anywhere).
+
+The model's parameters, in ``named_parameters`` order, are split over ``k`` servers balanced by
+bytes, as the key ranges of Li et al. (OSDI 2014) are split over server nodes: greedy, the
+largest parameter first onto the least-loaded server, ties broken by the lower index, so every
+rank computes the same assignment. Within a shard, parameters keep their model order and are laid
+out back to back in one flat fp32 buffer.
+
+Every message (a push of a gradient shard, a pull of a parameter shard, a worker's ``done``) is
+that flat buffer plus :data:`FRAME` trailing element(s) carrying a version: the number of updates
+the server had applied to the parameters (a pull), or the version the gradient was computed on
+(a push; :data:`DONE` marks a worker that has finished).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+FRAME = 1
+"""Extra elements appended to each message: the version."""
+DONE = -1.0
+"""Version value of the marker a finished worker sends to every server."""
+MAX_VERSION = 2**24
+"""Versions travel as one fp32 element: integers are exact below 2**24 (16.7 M updates)."""
+WIRE_ITEMSIZE = 4
+"""Bytes per element on the wire (fp32)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The parameters one server holds: indices into the parameter list and their sizes."""
+
+    server: int
+    params: tuple[int, ...]
+    numels: tuple[int, ...]
+
+    @property
+    def numel(self) -> int:
+        return sum(self.numels)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Start of each parameter in the shard's flat buffer."""
+        out, start = [], 0
+        for n in self.numels:
+            out.append(start)
+            start += n
+        return tuple(out)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the shard's parameters (without the framing)."""
+        return self.numel * WIRE_ITEMSIZE
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes of one push or pull of this shard, framing included."""
+        return (self.numel + FRAME) * WIRE_ITEMSIZE
+
+
+def assign(sizes: Sequence[int], servers: int) -> list[list[int]]:
+    """Parameter indices per server, balanced by ``sizes`` (bytes); deterministic.
+
+    Greedy longest-processing-time: the largest parameter first (equal sizes: lower index
+    first) goes to the server with the fewest bytes so far (equal loads: lower server). Each
+    server's indices are returned in ascending (model) order; a server may get none when there
+    are more servers than parameters.
+    """
+    if servers < 1:
+        raise ValueError(f"servers must be >= 1, got {servers}")
+    loads = [0] * servers
+    owned: list[list[int]] = [[] for _ in range(servers)]
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        server = min(range(servers), key=lambda s: (loads[s], s))
+        loads[server] += sizes[index]
+        owned[server].append(index)
+    return [sorted(indices) for indices in owned]
+
+
+def plan(numels: Sequence[int], servers: int) -> list[Shard]:
+    """The shards of parameters with ``numels`` elements each (fp32) over ``servers`` servers."""
+    owned = assign([n * WIRE_ITEMSIZE for n in numels], servers)
+    return [
+        Shard(server=s, params=tuple(indices), numels=tuple(numels[i] for i in indices))
+        for s, indices in enumerate(owned)
+    ]
+
+
+def bytes_per_step(shards: Sequence[Shard]) -> int:
+    """Bytes one worker moves per step: a push and a pull of every shard (framing included)."""
+    return 2 * sum(shard.message_bytes for shard in shards)

@@ -1,0 +1,155 @@
+"""torch-ps: sharding, sync equivalence, async staleness, and a server that dies."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from dlscale.backends import ps_shards
+from dlscale.config import RunConfig
+from dlscale.metrics.events import read_events
+from dlscale.runner import run_point
+from dlscale.store import RunStore
+
+pytestmark = pytest.mark.dist
+
+SMALL = dict(model="tiny", steps=4, repeats=2, warmup_steps=1, comm_probe_steps=2)
+
+
+def _run(tmp_path: Path, **settings) -> tuple[dict, Path]:
+    outcome = run_point(
+        RunConfig(**settings), RunStore(tmp_path), force=False, command=["t"], study="t"
+    )
+    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    return outcome.result, tmp_path / outcome.run_id
+
+
+def _server_events(run_dir: Path, rank: int, kind: str) -> list[dict]:
+    return [e for e in read_events(run_dir / f"events.rank{rank}.jsonl") if e["event"] == kind]
+
+
+def test_sharding_is_balanced_by_bytes_and_deterministic():
+    sizes = [10, 400, 30, 400, 5, 200, 200]
+    owned = ps_shards.assign(sizes, 3)
+    # largest first (ties: lower index) onto the least-loaded server (ties: lower server)
+    assert owned == [[1, 2], [0, 3], [4, 5, 6]]  # loads 430, 410, 405
+    assert owned == ps_shards.assign(sizes, 3)
+    assert sorted(i for o in owned for i in o) == list(range(len(sizes)))
+    loads = [sum(sizes[i] for i in o) for o in owned]
+    assert max(loads) - min(loads) <= max(sizes)
+    assert ps_shards.assign([7, 7], 4) == [[0], [1], [], []]  # more servers than parameters
+    shards = ps_shards.plan([3, 5, 2], 2)
+    assert [s.params for s in shards] == [(1,), (0, 2)]
+    assert shards[1].offsets == (0, 3) and shards[1].nbytes == 20
+    assert ps_shards.bytes_per_step(shards) == 2 * 4 * (10 + 2)  # push + pull, one framing each
+
+
+@pytest.fixture(scope="module")
+def reference_params(tmp_path_factory) -> dict[str, torch.Tensor]:
+    """One worker of batch 16 on the digits: what 2 sync workers of batch 8 must reproduce."""
+    tmp = tmp_path_factory.mktemp("single")
+    _, run_dir = _run(
+        tmp,
+        backend="torch-single",
+        dataset="digits",
+        workers=1,
+        batch_size=16,
+        save_params=True,
+        **SMALL,
+    )
+    return torch.load(run_dir / "final_params.pt")
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_sync_ps_equals_one_worker_of_the_global_batch(tmp_path, reference_params, servers):
+    result, run_dir = _run(
+        tmp_path,
+        backend="torch-ps",
+        dataset="digits",
+        workers=2,
+        batch_size=8,
+        num_servers=servers,
+        ps_mode="sync",
+        save_params=True,
+        **SMALL,
+    )
+    params = torch.load(run_dir / "final_params.pt")
+    assert params.keys() == reference_params.keys()
+    for name, value in params.items():
+        torch.testing.assert_close(value, reference_params[name], rtol=1e-4, atol=1e-5)
+    m = result["metrics"]
+    assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"] > 0
+    assert m["bytes_sent_per_step_model"] == 2 * (m["gradient_bytes"] + 4 * servers)
+    assert m["staleness_max"] == 0 and m["exposed_comm_fraction"] is not None
+    updates = [_server_events(run_dir, 2 + s, "server")[0]["updates"] for s in range(servers)]
+    assert updates == [1 + 4 * 2] * servers  # warm-up + measured steps; the probe sends nothing
+
+
+def test_async_ps_records_staleness(tmp_path):
+    result, run_dir = _run(
+        tmp_path, backend="torch-ps", workers=2, batch_size=16, ps_mode="async", **SMALL
+    )
+    m = result["metrics"]
+    assert m["staleness_max"] >= 0 and m["staleness_histogram"]
+    (server,) = _server_events(run_dir, 2, "server")
+    assert sum(m["staleness_histogram"].values()) == server["updates"] == 2 * (1 + 4 * 2)
+    assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for_pids(results: Path, ranks: int, deadline_s: float = 90) -> dict[int, int]:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        pids = {}
+        for path in results.glob("*/events.rank*.jsonl"):
+            events = read_events(path)
+            if events and events[0]["event"] == "start":
+                pids[events[0]["rank"]] = events[0]["pid"]
+        env_seen = any(
+            e["event"] == "environment"
+            for p in results.glob("*/events.rank0.jsonl")
+            for e in read_events(p)
+        )
+        if len(pids) == ranks and env_seen:
+            return pids
+        time.sleep(0.2)
+    raise AssertionError("ranks did not start")
+
+
+def test_a_killed_server_fails_the_run_and_stops_the_workers(tmp_path):
+    args = "run --backend torch-ps --model tiny --workers 2 --steps 1000000 --repeats 1 --json"
+    cmd = [sys.executable, "-m", "dlscale", *args.split(), "--results", str(tmp_path)]
+    cmd += ["--set", "timeout_s=120"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pids = _wait_for_pids(tmp_path, ranks=3)
+        time.sleep(1.0)
+        os.kill(pids[2], signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    record = json.loads(out.strip().splitlines()[-1])
+    assert record["status"] == "failed"
+    assert "rank 2 was killed by SIGKILL" in record["error"]
+    assert "Traceback" not in err
+    assert not any(_alive(pid) for pid in pids.values())
+    (result,) = RunStore(tmp_path).results()
+    assert result["failure"]["failed_rank"] == 2
