@@ -17,8 +17,16 @@ from dlscale.runner import run_point
 from dlscale.store import RunStore
 
 pytestmark = pytest.mark.dist
-COMMON = dict(model="tiny", dataset="digits", steps=3, repeats=1, warmup_steps=1,
-              comm_probe_steps=1, save_params=True, lr=0.05)
+COMMON = dict(
+    model="tiny",
+    dataset="digits",
+    steps=3,
+    repeats=1,
+    warmup_steps=1,
+    comm_probe_steps=1,
+    save_params=True,
+    lr=0.05,
+)
 
 
 def _final_params(config: RunConfig, store: RunStore) -> dict[str, torch.Tensor]:
@@ -30,23 +38,34 @@ def _final_params(config: RunConfig, store: RunStore) -> dict[str, torch.Tensor]
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
     store = RunStore(tmp_path_factory.mktemp("ref"))
-    return _final_params(RunConfig(backend="torch-single", workers=1, batch_size=16, **COMMON),
-                         store)
+    return _final_params(
+        RunConfig(backend="torch-single", workers=1, batch_size=16, **COMMON), store
+    )
 
 
 @pytest.mark.parametrize(
     "extra",
     # torch-ps (sync) is held to the same standard in test_ps.py, with its byte counts.
-    [{"backend": "torch-ddp"}, {"backend": "torch-ring"},
-     {"backend": "torch-ring", "bucket_mb": 0.001}],
+    [
+        {"backend": "torch-ddp"},
+        {"backend": "torch-ring"},
+        {"backend": "torch-ring", "bucket_mb": 0.001},
+    ],
     ids=["ddp", "ring", "ring-small-buckets"],
 )
 def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, reference, extra):
-    params = _final_params(RunConfig(workers=2, batch_size=8, **COMMON, **extra),
-                           RunStore(tmp_path))
-    start = _final_params(RunConfig(backend="torch-single", workers=1, batch_size=16,
-                                    **{**COMMON, "steps": 1, "warmup_steps": 0}),
-                          RunStore(tmp_path / "one-step"))
+    params = _final_params(
+        RunConfig(workers=2, batch_size=8, **COMMON, **extra), RunStore(tmp_path)
+    )
+    start = _final_params(
+        RunConfig(
+            backend="torch-single",
+            workers=1,
+            batch_size=16,
+            **{**COMMON, "steps": 1, "warmup_steps": 0},
+        ),
+        RunStore(tmp_path / "one-step"),
+    )
     assert params.keys() == reference.keys()
     for name, value in params.items():
         torch.testing.assert_close(value, reference[name], rtol=1e-4, atol=1e-5)
@@ -58,10 +77,30 @@ def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, refer
 def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli):
     import json
 
-    result = cli("run", "--backend", "torch-ps", "--set", "ps_mode=async", "--model", "tiny",
-                 "--dataset", "digits", "--workers", "2", "--batch-size", "16", "--epochs", "6",
-                 "--lr", "0.05", "--target-accuracy", "0.8", "--json",
-                 "--results", str(tmp_path))
+    result = cli(
+        "run",
+        "--backend",
+        "torch-ps",
+        "--set",
+        "ps_mode=async",
+        "--model",
+        "tiny",
+        "--dataset",
+        "digits",
+        "--workers",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "6",
+        "--lr",
+        "0.05",
+        "--target-accuracy",
+        "0.8",
+        "--json",
+        "--results",
+        str(tmp_path),
+    )
     assert result.returncode == 0, result.stderr
     (record,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert record["eval_accuracy"] >= 0.8, record

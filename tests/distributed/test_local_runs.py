@@ -31,14 +31,25 @@ def _alive(pid: int) -> bool:
 
 
 def test_two_worker_ddp_run_records_everything(tmp_path: Path):
-    cfg = RunConfig(backend="torch-ddp", model="tiny", workers=2, steps=4, repeats=2,
-                    warmup_steps=1, comm_probe_steps=2)
+    cfg = RunConfig(
+        backend="torch-ddp",
+        model="tiny",
+        workers=2,
+        steps=4,
+        repeats=2,
+        warmup_steps=1,
+        comm_probe_steps=2,
+    )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
     assert outcome.state == "completed", outcome.result and outcome.result["error"]
     result = outcome.result
     run_dir = tmp_path / outcome.run_id
     assert {p.name for p in run_dir.iterdir()} >= {
-        "spec.json", "result.json", "events.rank0.jsonl", "events.rank1.jsonl"}
+        "spec.json",
+        "result.json",
+        "events.rank0.jsonl",
+        "events.rank1.jsonl",
+    }
     assert not (run_dir / "lock").exists()
     m = result["metrics"]
     assert m["windows"] == 2 and m["measured_steps"] == 8
@@ -58,9 +69,27 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
 
 
 def _start_long_run(tmp_path: Path, timeout_s: float) -> tuple[subprocess.Popen, Path]:
-    cmd = [sys.executable, "-m", "dlscale", "run", "--backend", "torch-ddp", "--model", "tiny",
-           "--workers", "2", "--steps", "1000000", "--repeats", "1", "--json",
-           "--results", str(tmp_path), "--set", f"timeout_s={timeout_s}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dlscale",
+        "run",
+        "--backend",
+        "torch-ddp",
+        "--model",
+        "tiny",
+        "--workers",
+        "2",
+        "--steps",
+        "1000000",
+        "--repeats",
+        "1",
+        "--json",
+        "--results",
+        str(tmp_path),
+        "--set",
+        f"timeout_s={timeout_s}",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, tmp_path
 
@@ -73,8 +102,11 @@ def _wait_for_pids(results: Path, deadline_s: float = 90) -> dict[int, int]:
             events = read_events(path)
             if events and any(e["event"] == "start" for e in events):
                 pids[events[0]["rank"]] = events[0]["pid"]
-        env_seen = any(e["event"] == "environment"
-                       for p in results.glob("*/events.rank0.jsonl") for e in read_events(p))
+        env_seen = any(
+            e["event"] == "environment"
+            for p in results.glob("*/events.rank0.jsonl")
+            for e in read_events(p)
+        )
         if len(pids) == 2 and env_seen:
             return pids
         time.sleep(0.2)
@@ -115,9 +147,26 @@ def test_a_hung_worker_is_stopped_by_the_run_timeout(tmp_path: Path):
 def test_a_failed_point_does_not_stop_the_study(tmp_path: Path, cli):
     # batch 2000 is more than a digits shard holds: the workers fail with a data error;
     # the next point (batch 16) must still run.
-    result = cli("run", "--backend", "torch-ddp", "--model", "tiny", "--dataset", "digits",
-                 "--workers", "2", "--batch-size", "2000,16", "--steps", "2", "--repeats", "1",
-                 "--json", "--results", str(tmp_path))
+    result = cli(
+        "run",
+        "--backend",
+        "torch-ddp",
+        "--model",
+        "tiny",
+        "--dataset",
+        "digits",
+        "--workers",
+        "2",
+        "--batch-size",
+        "2000,16",
+        "--steps",
+        "2",
+        "--repeats",
+        "1",
+        "--json",
+        "--results",
+        str(tmp_path),
+    )
     assert result.returncode == 1, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["status"] for r in records] == ["failed", "completed"]
