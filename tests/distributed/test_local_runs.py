@@ -3,8 +3,6 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,20 +12,9 @@ from dlscale.config import RunConfig
 from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
+from tests.distributed.processes import alive, start_long_run, wait_for_pids
 
 pytestmark = pytest.mark.dist
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is not alive: check /proc
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_two_worker_ddp_run_records_everything(tmp_path: Path):
@@ -68,54 +55,10 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     assert again.state == "skipped"
 
 
-def _start_long_run(tmp_path: Path, timeout_s: float) -> tuple[subprocess.Popen, Path]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dlscale",
-        "run",
-        "--backend",
-        "torch-ddp",
-        "--model",
-        "tiny",
-        "--workers",
-        "2",
-        "--steps",
-        "1000000",
-        "--repeats",
-        "1",
-        "--json",
-        "--results",
-        str(tmp_path),
-        "--set",
-        f"timeout_s={timeout_s}",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, tmp_path
-
-
-def _wait_for_pids(results: Path, deadline_s: float = 90) -> dict[int, int]:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        pids = {}
-        for path in results.glob("*/events.rank*.jsonl"):
-            events = read_events(path)
-            if events and any(e["event"] == "start" for e in events):
-                pids[events[0]["rank"]] = events[0]["pid"]
-        env_seen = any(
-            e["event"] == "environment"
-            for p in results.glob("*/events.rank0.jsonl")
-            for e in read_events(p)
-        )
-        if len(pids) == 2 and env_seen:
-            return pids
-        time.sleep(0.2)
-    raise AssertionError("workers did not start")
-
-
 def test_a_killed_worker_fails_the_run_and_stops_its_sibling(tmp_path: Path):
-    proc, results = _start_long_run(tmp_path, timeout_s=120)
-    pids = _wait_for_pids(results)
+    results = tmp_path
+    proc = start_long_run(results, timeout_s=120)
+    pids = wait_for_pids(results)
     time.sleep(1.0)
     os.kill(pids[1], signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
@@ -124,24 +67,25 @@ def test_a_killed_worker_fails_the_run_and_stops_its_sibling(tmp_path: Path):
     assert record["status"] == "failed"
     assert "rank 1 was killed by SIGKILL" in record["error"]
     assert "Traceback" not in err
-    assert not _alive(pids[0]) and not _alive(pids[1])
+    assert not alive(pids[0]) and not alive(pids[1])
     (result,) = RunStore(results).results()
     assert result["failure"]["failed_rank"] == 1
 
 
 def test_a_hung_worker_is_stopped_by_the_run_timeout(tmp_path: Path):
-    proc, results = _start_long_run(tmp_path, timeout_s=15)
-    pids = _wait_for_pids(results)
+    results = tmp_path
+    proc = start_long_run(results, timeout_s=15)
+    pids = wait_for_pids(results)
     os.kill(pids[1], signal.SIGSTOP)  # hangs: alive, never answers its peer
     try:
         out, _ = proc.communicate(timeout=90)
     finally:
-        if _alive(pids[1]):
+        if alive(pids[1]):
             os.kill(pids[1], signal.SIGKILL)
     assert proc.returncode == 1
     record = json.loads(out.strip().splitlines()[-1])
     assert record["status"] == "failed" and "timed out after 15 s" in record["error"]
-    assert not _alive(pids[0]) and not _alive(pids[1])
+    assert not alive(pids[0]) and not alive(pids[1])
 
 
 def test_a_failed_point_does_not_stop_the_study(tmp_path: Path, cli):
@@ -175,10 +119,11 @@ def test_a_failed_point_does_not_stop_the_study(tmp_path: Path, cli):
 
 
 def test_stopping_dlscale_stops_its_workers(tmp_path: Path):
-    proc, results = _start_long_run(tmp_path, timeout_s=120)
-    pids = _wait_for_pids(results)
+    results = tmp_path
+    proc = start_long_run(results, timeout_s=120)
+    pids = wait_for_pids(results)
     proc.send_signal(signal.SIGTERM)  # e.g. a batch scheduler ending the job
     proc.communicate(timeout=60)
     assert proc.returncode == 130
-    assert not _alive(pids[0]) and not _alive(pids[1])
+    assert not alive(pids[0]) and not alive(pids[1])
     assert not list(results.glob("*/lock"))  # the point can be rerun

@@ -3,8 +3,6 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from dlscale.config import RunConfig
 from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
+from tests.distributed.processes import alive, start_long_run, wait_for_pids
 
 pytestmark = pytest.mark.dist
 
@@ -102,43 +101,10 @@ def test_async_ps_records_staleness(tmp_path):
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_for_pids(results: Path, ranks: int, deadline_s: float = 90) -> dict[int, int]:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        pids = {}
-        for path in results.glob("*/events.rank*.jsonl"):
-            events = read_events(path)
-            if events and events[0]["event"] == "start":
-                pids[events[0]["rank"]] = events[0]["pid"]
-        env_seen = any(
-            e["event"] == "environment"
-            for p in results.glob("*/events.rank0.jsonl")
-            for e in read_events(p)
-        )
-        if len(pids) == ranks and env_seen:
-            return pids
-        time.sleep(0.2)
-    raise AssertionError("ranks did not start")
-
-
 def test_a_killed_server_fails_the_run_and_stops_the_workers(tmp_path):
-    args = "run --backend torch-ps --model tiny --workers 2 --steps 1000000 --repeats 1 --json"
-    cmd = [sys.executable, "-m", "dlscale", *args.split(), "--results", str(tmp_path)]
-    cmd += ["--set", "timeout_s=120"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_long_run(tmp_path, timeout_s=120, backend="torch-ps")
     try:
-        pids = _wait_for_pids(tmp_path, ranks=3)
+        pids = wait_for_pids(tmp_path, ranks=3)
         time.sleep(1.0)
         os.kill(pids[2], signal.SIGKILL)
         out, err = proc.communicate(timeout=60)
@@ -150,6 +116,6 @@ def test_a_killed_server_fails_the_run_and_stops_the_workers(tmp_path):
     assert record["status"] == "failed"
     assert "rank 2 was killed by SIGKILL" in record["error"]
     assert "Traceback" not in err
-    assert not any(_alive(pid) for pid in pids.values())
+    assert not any(alive(pid) for pid in pids.values())
     (result,) = RunStore(tmp_path).results()
     assert result["failure"]["failed_rank"] == 2

@@ -129,19 +129,25 @@ def throughput(rows: list[Row]) -> Figure | None:
     )
 
 
-def speedup(rows: list[Row]) -> Figure | None:
+def _lines(rows: list[Row], value: Any) -> list[Series]:
+    """One line per series of ``value(row)`` against workers, where the value exists."""
     series = []
     for name, group in by_series(rows).items():
-        pts = [r for r in group if r.get("speedup") is not None]
+        pts = [r for r in group if value(r) is not None]
         if pts:
             series.append(
                 Series(
                     name=name,
                     x=[r["config"]["workers"] for r in pts],
-                    y=[r["speedup"] for r in pts],
+                    y=[value(r) for r in pts],
                     group=name,
                 )
             )
+    return series
+
+
+def speedup(rows: list[Row]) -> Figure | None:
+    series = _lines(rows, lambda r: r.get("speedup"))
     if not series:
         return None
     most = max(max(s.x) for s in series)
@@ -157,18 +163,7 @@ def speedup(rows: list[Row]) -> Figure | None:
 
 
 def efficiency(rows: list[Row]) -> Figure | None:
-    series = []
-    for name, group in by_series(rows).items():
-        pts = [r for r in group if r.get("efficiency") is not None]
-        if pts:
-            series.append(
-                Series(
-                    name=name,
-                    x=[r["config"]["workers"] for r in pts],
-                    y=[r["efficiency"] for r in pts],
-                    group=name,
-                )
-            )
+    series = _lines(rows, lambda r: r.get("efficiency"))
     if not series:
         return None
     return Figure(
@@ -215,18 +210,7 @@ def breakdown(rows: list[Row]) -> Figure | None:
 
 
 def time_to_accuracy(rows: list[Row]) -> Figure | None:
-    series = []
-    for name, group in by_series(rows).items():
-        pts = [r for r in group if _m(r, "time_to_accuracy_s") is not None]
-        if pts:
-            series.append(
-                Series(
-                    name=name,
-                    x=[r["config"]["workers"] for r in pts],
-                    y=[_m(r, "time_to_accuracy_s") for r in pts],
-                    group=name,
-                )
-            )
+    series = _lines(rows, lambda r: _m(r, "time_to_accuracy_s"))
     if not series:
         return None
     target = next(r["config"]["target_accuracy"] for r in rows if r["config"]["target_accuracy"])
