@@ -129,3 +129,11 @@ def test_speedup_falls_back_to_same_backend():
     rows = add_scaling([row("a1", "torch-ddp", 1, 50.0), row("a4", "torch-ddp", 4, 150.0)])
     assert rows[1]["speedup"] == pytest.approx(3.0)
     assert rows[1]["efficiency"] == pytest.approx(0.75)
+
+
+def test_a_diverged_window_keeps_its_timing_and_is_flagged():
+    bad = window(0, 1, 1.0, [10.0])
+    bad["loss_sum"] = None
+    m = aggregate({0: [window(0, 0, 1.0, [10.0]), bad]}, target_accuracy=None)
+    assert m["windows"] == 2 and m["throughput_img_s"] == 10.0
+    assert m["loss_diverged"] is True and m["final_train_loss"] == 2.0

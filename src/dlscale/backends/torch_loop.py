@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -223,7 +224,10 @@ class _WindowTimer:
             step_ms.append((t2 - t0) * 1e3)
             losses.append(loss)
         duration = clock() - window_start
-        loss_sum = float(torch.stack(losses).double().sum()) if losses else 0.0
+        loss_sum: float | None = float(torch.stack(losses).double().sum()) if losses else 0.0
+        finite = loss_sum is not None and math.isfinite(loss_sum)
+        if not finite:
+            loss_sum = None  # training diverged; JSON has no NaN, and the timing still holds
         self.ctx.events.write(
             "window",
             steps=steps,
@@ -234,6 +238,7 @@ class _WindowTimer:
             loss_sum=loss_sum,
             loss_count=steps,
             bytes_sent=self.strategy.take_bytes_sent(),
+            loss_nonfinite=not finite,
             **fields,
         )
 

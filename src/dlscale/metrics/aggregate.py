@@ -46,6 +46,7 @@ def aggregate(
         losses = [w["loss"] for w in measure if w["loss"] is not None]
         out["final_train_loss"] = losses[-1] if losses else None
         out["train_loss_by_window"] = losses
+        out["loss_diverged"] = any(w["loss"] is None for w in measure)
         out["rank_step_time_mean_ms"] = _rank_means(per_rank)
     if measure and nosync:
         sync_p50 = out["step_time_p50_ms"]
@@ -77,6 +78,7 @@ METRIC_KEYS = (
     "exposed_comm_fraction",
     "epoch_time_s",
     "final_train_loss",
+    "loss_diverged",
     "train_loss_by_window",
     "eval_accuracy",
     "time_to_accuracy_s",
@@ -108,8 +110,9 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
             continue  # a rank died during this window: it is not a whole measurement
         step_ms = np.max(np.array([p["step_ms"] for p in parts], dtype=float), axis=0)
         data_ms = np.max(np.array([p["data_ms"] for p in parts], dtype=float), axis=0)
-        loss_sum = sum(p["loss_sum"] for p in parts)
-        loss_count = sum(p["loss_count"] for p in parts)
+        finite = all(p["loss_sum"] is not None for p in parts)
+        loss_sum = sum(p["loss_sum"] for p in parts) if finite else 0.0
+        loss_count = sum(p["loss_count"] for p in parts) if finite else 0
         merged.append(
             {
                 "index": index,
