@@ -150,6 +150,7 @@ def test_matching_ignores_run_labels_and_pools_repeats():
         "python",
         "threads_per_worker",
         "comm_probe_steps",
+        "save_params",
     }
     runs_a = [
         result(BASE[:4], repeat_id=0, run_id="a0"),

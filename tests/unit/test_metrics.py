@@ -137,3 +137,13 @@ def test_a_diverged_window_keeps_its_timing_and_is_flagged():
     m = aggregate({0: [window(0, 0, 1.0, [10.0]), bad]}, target_accuracy=None)
     assert m["windows"] == 2 and m["throughput_img_s"] == 10.0
     assert m["loss_diverged"] is True and m["final_train_loss"] == 2.0
+
+
+def test_run_labels_do_not_separate_a_run_from_its_baseline():
+    rows = add_scaling(
+        [
+            row("one", "torch-single", 1, 100.0, save_params=False),
+            row("two", "torch-ddp", 2, 150.0, save_params=True),
+        ]
+    )
+    assert rows[1]["speedup"] == pytest.approx(1.5)

@@ -14,7 +14,6 @@ payload (its low-rank factors) is not counted.
 from __future__ import annotations
 
 import contextlib
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -22,7 +21,13 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from dlscale.backends.torch_loop import TorchStrategy, gradient_bytes, run_training
+from dlscale.backends.ring_allreduce import ring_bytes_mean
+from dlscale.backends.torch_loop import (
+    TorchStrategy,
+    gradient_bytes,
+    init_process_group,
+    run_training,
+)
 from dlscale.config.run_config import RunConfig
 from dlscale.runtime.context import WorkerContext
 
@@ -31,26 +36,6 @@ _CAST_HOOKS = {
     "fp16": (default_hooks.fp16_compress_hook, 0.5),
     "bf16": (default_hooks.bf16_compress_hook, 0.5),
 }
-
-
-def init_process_group(ctx: WorkerContext, device: torch.device) -> None:
-    """gloo on CPU, NCCL on CUDA; every torch.* strategy joins its group this way."""
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    # A peer that died makes collectives fail rather than wait forever; the launcher's run
-    # timeout is the outer bound.
-    timeout = timedelta(seconds=max(60.0, min(ctx.config.timeout_s, 1800.0)))
-    dist.init_process_group(
-        backend,
-        rank=ctx.rank,
-        world_size=ctx.world_size,
-        timeout=timeout,
-        device_id=device if device.type == "cuda" else None,
-    )
-
-
-def ring_factor(world: int) -> float:
-    """Bytes each rank sends in a ring all-reduce, per byte of payload: 2(N-1)/N."""
-    return 2 * (world - 1) / world
 
 
 class DDPStrategy(TorchStrategy):
@@ -103,7 +88,7 @@ class DDPStrategy(TorchStrategy):
     def take_bytes_sent(self) -> int | None:
         if not self._counting:
             return None
-        sent = round(self._payload * ring_factor(self.world))
+        sent = round(ring_bytes_mean(round(self._payload), self.world))
         self._payload = 0.0
         return sent
 
@@ -112,7 +97,7 @@ class DDPStrategy(TorchStrategy):
             return {"compression": "powersgd", "powersgd_rank": cfg.powersgd_rank}
         payload = gradient_bytes(model) * _CAST_HOOKS[cfg.compression][1]
         return {
-            "bytes_sent_per_step_model": round(payload * ring_factor(self.world)),
+            "bytes_sent_per_step_model": round(ring_bytes_mean(round(payload), self.world)),
             "algorithm": "library all-reduce, modelled as a ring: 2(N-1)/N x payload",
         }
 

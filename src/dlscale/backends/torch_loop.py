@@ -17,6 +17,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -81,6 +82,34 @@ def sgd(params: Any, cfg: RunConfig) -> torch.optim.Optimizer:
     )
 
 
+def init_process_group(ctx: WorkerContext, device: torch.device) -> None:
+    """gloo on CPU, NCCL on CUDA: how every torch.* strategy joins its process group."""
+    import torch.distributed as dist
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # A peer that died makes collectives fail rather than wait forever; the launcher's run
+    # timeout is the outer bound.
+    timeout = timedelta(seconds=max(60.0, min(ctx.config.timeout_s, 1800.0)))
+    dist.init_process_group(
+        backend,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        timeout=timeout,
+        device_id=device if device.type == "cuda" else None,
+    )
+
+
+def build_model(cfg: RunConfig) -> torch.nn.Module:
+    """The model every rank of every backend builds: same seed, so identical initial weights;
+    the data set's classes (the model's default for synthetic data)."""
+    spec = MODELS.get(cfg.model)
+    torch.manual_seed(cfg.seed)
+    model: torch.nn.Module = spec.build(
+        DATASETS.get(cfg.dataset).num_classes or spec.default_classes
+    )
+    return model
+
+
 def gradient_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
@@ -125,10 +154,10 @@ def _train(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) ->
         input_size=input_size,
         num_classes=model_spec.default_classes,
     )
-    torch.manual_seed(cfg.seed)  # identical initial weights on every rank and backend
-    model = model_spec.build(data.num_classes).to(device)
+    model = build_model(cfg).to(device)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    model = model.to(memory_format=memory_format)
+    # Module.to accepts memory_format at run time; its type stubs do not list it.
+    model = model.to(memory_format=memory_format)  # type: ignore[call-overload]
     model = strategy.wrap(model, device)
     optimizer = strategy.make_optimizer(model, cfg)
     if ctx.rank == 0 and (facts := strategy.describe(model, cfg)):

@@ -54,11 +54,14 @@ import torch.distributed as dist
 
 from dlscale.backends import ps_shards
 from dlscale.backends.ps_shards import DONE, FRAME, MAX_VERSION, Shard
-from dlscale.backends.torch_ddp import init_process_group
-from dlscale.backends.torch_loop import TorchStrategy, run_training, sgd
+from dlscale.backends.torch_loop import (
+    TorchStrategy,
+    build_model,
+    init_process_group,
+    run_training,
+    sgd,
+)
 from dlscale.config.run_config import RunConfig
-from dlscale.datasets import DATASETS
-from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
 
 _CPU = torch.device("cpu")
@@ -84,15 +87,6 @@ def _wait_all(works: Sequence[dist.Work]) -> None:
 def trainable(model: torch.nn.Module) -> list[torch.Tensor]:
     """The parameters the servers hold: ``named_parameters`` order, those that need gradients."""
     return [p for _, p in model.named_parameters() if p.requires_grad]
-
-
-def build_model(cfg: RunConfig) -> torch.nn.Module:
-    """The model exactly as the training loop builds it on a worker (same seed, same classes)."""
-    spec = MODELS.get(cfg.model)
-    num_classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
-    torch.manual_seed(cfg.seed)
-    model: torch.nn.Module = spec.build(num_classes)
-    return model
 
 
 class PSStrategy(TorchStrategy):

@@ -33,8 +33,7 @@ import torch
 import torch.distributed as dist
 
 from dlscale.backends.ring_allreduce import Fusion
-from dlscale.backends.torch_ddp import init_process_group
-from dlscale.backends.torch_loop import TorchStrategy, run_training
+from dlscale.backends.torch_loop import TorchStrategy, init_process_group, run_training
 from dlscale.config.run_config import RunConfig
 from dlscale.runtime.context import WorkerContext
 

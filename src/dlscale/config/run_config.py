@@ -221,6 +221,16 @@ class RunConfig:
 
 
 _NOT_IDENTITY = ("timeout_s", "python", "save_params")
+RUN_LABEL_KEYS = (
+    "repeat_id",
+    "timeout_s",
+    "python",
+    "threads_per_worker",
+    "comm_probe_steps",
+    "save_params",
+)
+"""Keys that label a run without changing what its throughput measures: ignored when runs are
+matched to a speedup baseline, compared across stores, or grouped into plot lines."""
 STRATEGY_KEYS = (
     "ps_mode",
     "num_servers",

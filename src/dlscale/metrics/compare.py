@@ -45,7 +45,9 @@ from typing import Any
 
 import numpy as np
 
-NOT_IN_POINT_KEY = ("repeat_id", "timeout_s", "python", "threads_per_worker", "comm_probe_steps")
+from dlscale.config.run_config import RUN_LABEL_KEYS
+
+NOT_IN_POINT_KEY = RUN_LABEL_KEYS
 """Config keys that label a run without changing what is measured: ignored when matching."""
 
 DEFAULT_THRESHOLD = 0.05

@@ -14,16 +14,9 @@ from collections import defaultdict
 from typing import Any
 
 from dlscale.backends import BACKENDS
+from dlscale.config.run_config import RUN_LABEL_KEYS
 
-_NOT_IN_BASELINE_KEY = (
-    "backend",
-    "workers",
-    "repeat_id",
-    "threads_per_worker",
-    "comm_probe_steps",
-    "timeout_s",
-    "python",
-)
+_NOT_IN_BASELINE_KEY = ("backend", "workers", *RUN_LABEL_KEYS)
 
 
 def baseline_key(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

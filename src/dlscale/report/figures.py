@@ -11,20 +11,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlscale.config.run_config import RUN_LABEL_KEYS
+
 Row = dict[str, Any]
 STRAGGLER_RATIO = 1.05
 """A rank whose mean step time exceeds the median rank's by this factor is flagged."""
 
 # Keys that never distinguish one line from another in a study's plots.
-_NOT_A_SERIES_KEY = {
-    "workers",
-    "repeat_id",
-    "timeout_s",
-    "python",
-    "threads_per_worker",
-    "comm_probe_steps",
-    "backend",
-}
+_NOT_A_SERIES_KEY = {"backend", "workers", *RUN_LABEL_KEYS}
 
 
 @dataclass(frozen=True, kw_only=True)
