@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from dlscale.config import RunConfig
+from dlscale.config.run_config import core_keys
 from dlscale.store import RunStore
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "results"
@@ -27,9 +28,9 @@ def build_store(root: Path, runs: int) -> None:
     for index in range(runs):
         row = copy.deepcopy(templates[index % len(templates)])
         workers = 2 ** (index % 6)
-        config = RunConfig(
+        config = RunConfig.make(
             **dict(
-                row["config"],
+                {k: v for k, v in row["config"].items() if k in core_keys()},
                 workers=workers,
                 backend="torch-single" if workers == 1 else "torch-ddp",
                 model=("tiny", "resnet20", "resnet44")[index // 6 % 3],

@@ -5,8 +5,9 @@ Entries are light descriptors: looking a name up never imports a deep-learning f
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from dlscale.errors import UserError
 
@@ -42,3 +43,9 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[tuple[str, T]]:
         return iter(sorted(self._entries.items()))
+
+
+def load_object(reference: str) -> Any:
+    """The object a ``module:name`` reference names, imported only now (frameworks lazily)."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)

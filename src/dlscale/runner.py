@@ -17,9 +17,13 @@ from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.launchers import LAUNCHERS
+from dlscale.launchers.watch import watch
 from dlscale.metrics.aggregate import aggregate
-from dlscale.metrics.events import events_path, read_events
+from dlscale.metrics.events import events_path, read_records
+from dlscale.metrics.records import Environment, Error, Record
+from dlscale.plugins import load_plugins
 from dlscale.runtime.environment import host_environment
+from dlscale.runtime.worker_path import prepare_worker_path
 from dlscale.store.results import RunStore
 
 
@@ -79,17 +83,32 @@ def _launch(
     on_warning: Callable[[str], None],
 ) -> dict[str, Any]:
     started_at = time.time()
-    spec_path = store.write_spec(
-        run_id, {"run_id": run_id, "study": study, "command": command, "config": config.to_dict()}
-    )
+    run_dir = store.run_dir(run_id)
+    spec_path = run_dir / "spec.json"
     launcher = LAUNCHERS.get(config.launcher).create()
     plan = launcher.plan(config, spec_path, interpreter(config))
+    plugins = load_plugins()
+    store.write_spec(
+        run_id,
+        {
+            "run_id": run_id,
+            "study": study,
+            "command": command,
+            "config": config.to_dict(),
+            "cluster": plan.addresses.to_dict(),
+            "layout": plan.layout.to_dict(),
+            "plugins": plugins,
+        },
+    )
+    prepare_worker_path(run_dir, plugins)
     for warning in plan.warnings:
         on_warning(warning)
-    outcome = launcher.run(plan, config.timeout_s)
-    run_dir = store.run_dir(run_id)
-    per_rank = {rank: read_events(events_path(run_dir, rank)) for rank in range(config.processes)}
-    metrics = aggregate(per_rank, target_accuracy=config.target_accuracy, workers=config.workers)
+    outcome = watch(plan, launcher.start(plan), run_dir, config.timeout_s, launcher.blame)
+    layout = plan.layout
+    per_rank = {p.rank: read_records(events_path(run_dir, p.rank)) for p in layout.processes}
+    metrics = aggregate(
+        per_rank, target_accuracy=config.target_accuracy, training_ranks=layout.training_ranks
+    )
     error = None
     if not outcome.ok:
         error = outcome.reason
@@ -99,14 +118,12 @@ def _launch(
     elif not metrics["windows"]:
         error = "the workers exited without recording a measurement window"
     environment = host_environment()
-    worker_env = next((r for r in per_rank.get(0, []) if r["event"] == "environment"), {})
-    environment.update(
-        {
-            k: v
-            for k, v in worker_env.items()
-            if k not in ("schema", "event", "rank", "host", "time")
-        }
-    )
+    first = per_rank.get(layout.training_ranks[0], [])
+    worker = next((r for r in first if isinstance(r, Environment)), None)
+    if worker is not None:
+        environment["worker"] = worker.payload()
+        environment["packages"] = worker.packages
+        environment.update(worker.framework)  # e.g. torch_version, gpu_names (flat columns)
     return {
         "run_id": run_id,
         "status": "failed" if error else "completed",
@@ -120,7 +137,10 @@ def _launch(
         },
         "study": study,
         "command": command,
+        "framework": config.framework,
+        "reference": BACKENDS.get(config.backend).reference,
         "config": config.to_dict(),
+        "layout": layout.to_dict(),
         "batch_size_per_worker": config.batch_per_worker,
         "global_batch_size": config.global_batch,
         "threads_per_worker": plan.threads_per_worker,
@@ -134,6 +154,6 @@ def _launch(
     }
 
 
-def _error_message(events: list[dict[str, Any]]) -> str | None:
-    errors = [record for record in events if record["event"] == "error"]
-    return errors[-1]["message"] if errors else None
+def _error_message(records: list[Record]) -> str | None:
+    errors = [record for record in records if isinstance(record, Error)]
+    return errors[-1].message if errors else None

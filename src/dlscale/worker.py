@@ -1,12 +1,14 @@
 """Worker entry point: ``python -m dlscale.worker RUN_DIR/spec.json``.
 
 The spec file in and the per-rank events file out are the whole contract with the parent, so a
-worker may run under any interpreter that can import dlscale (and its backend's framework).
+worker may run under any interpreter that can import dlscale (and its backend's framework). The
+process learns its rank from its launcher's variables, its role from the layout in the spec,
+and sets the variables its backend's cluster hook gives it (a one-command launcher such as
+mpirun cannot set different variables per rank).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import traceback
@@ -15,7 +17,11 @@ from pathlib import Path
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
+from dlscale.layout import Addresses
 from dlscale.metrics.events import EventWriter, events_path
+from dlscale.metrics.records import End, Error, Start
+from dlscale.plugins import load_plugins
+from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
 from dlscale.store.files import read_json
 
@@ -25,40 +31,53 @@ def main(argv: list[str]) -> int:
         print("usage: python -m dlscale.worker RUN_DIR/spec.json", file=sys.stderr)
         return 2
     spec_path = Path(argv[0])
-    rank, local_rank, world = WorkerContext.rank_from_environment()
+    rank, local_rank, processes = WorkerContext.rank_from_environment()
     events = EventWriter(events_path(spec_path.parent, rank), rank)
-    events.write(
-        "start", pid=os.getpid(), world_size=world, local_rank=local_rank, python=sys.executable
-    )
     try:
-        config = RunConfig(**read_json(spec_path, "spec")["config"])
-        if world != config.processes:
-            raise UserError(
-                f"launched {world} processes for a run that needs {config.processes} "
-                f"({config.workers} workers + the backend's other ranks)"
+        spec = read_json(spec_path, "spec")
+        load_plugins(spec.get("plugins", []))
+        config = RunConfig.from_dict(spec["config"])
+        layout = config.layout()
+        process = layout.processes[rank] if rank < layout.size else None
+        events.write(
+            Start(
+                pid=os.getpid(),
+                world_size=processes,
+                local_rank=local_rank,
+                role=process.role if process else "?",
+                python=sys.executable,
             )
+        )
+        if process is None or processes != layout.size:
+            raise UserError(
+                f"launched {processes} processes for a run that needs {layout.size} "
+                f"({', '.join(f'{p.role} {p.rank}' for p in layout.processes)})"
+            )
+        addresses = Addresses.from_dict(spec["cluster"])
+        backend = BACKENDS.get(config.backend)
+        os.environ.update(backend.cluster_env(process, layout, addresses, config))
         ctx = WorkerContext(
             config=config,
             run_dir=spec_path.parent,
             rank=rank,
             local_rank=local_rank,
-            world_size=world,
+            layout=layout,
+            addresses=addresses,
             threads=int(os.environ.get("DLSCALE_THREADS", "1")),
             events=events,
         )
-        module, _, function = BACKENDS.get(config.backend).worker.partition(":")
-        getattr(importlib.import_module(module), function)(ctx)
+        load_object(backend.worker)(ctx)
     except UserError as error:
-        events.write("error", kind="user", message=str(error))
+        events.write(Error(kind="user", message=str(error)))
         print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)
         return 2
     except BaseException as error:  # a worker must leave a record of any failure
         events.write(
-            "error", kind=type(error).__name__, message=str(error), traceback=traceback.format_exc()
+            Error(kind=type(error).__name__, message=str(error), traceback=traceback.format_exc())
         )
         traceback.print_exc()
         return 1
-    events.write("end")
+    events.write(End())
     events.close()
     return 0
 

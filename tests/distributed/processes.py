@@ -20,7 +20,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def start_long_run(results: Path, timeout_s: float, backend: str = "torch-ddp") -> subprocess.Popen:
+def start_long_run(
+    results: Path,
+    timeout_s: float,
+    backend: str = "torch-ddp",
+    *,
+    model: str = "tiny",
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen:
     """A 2-worker run of a million steps: it ends only by failure, timeout or signal."""
     cmd = [
         sys.executable,
@@ -30,7 +38,7 @@ def start_long_run(results: Path, timeout_s: float, backend: str = "torch-ddp") 
         "--backend",
         backend,
         "--model",
-        "tiny",
+        model,
         "--workers",
         "2",
         "--steps",
@@ -42,8 +50,9 @@ def start_long_run(results: Path, timeout_s: float, backend: str = "torch-ddp") 
         str(results),
         "--set",
         f"timeout_s={timeout_s}",
+        *extra,
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def wait_for_pids(results: Path, ranks: int = 2, deadline_s: float = 90) -> dict[int, int]:

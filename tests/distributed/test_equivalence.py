@@ -2,7 +2,7 @@
 
 Why it holds: every strategy averages the workers' gradients of their per-worker mean losses,
 which is the gradient of the mean loss over the N*b samples, and the data shards give step i of
-the N workers exactly the samples of step i of the single worker (datasets/base.py). The model
+the N workers exactly the samples of step i of the single worker (datasets/arrays.py). The model
 has no BatchNorm: BatchNorm normalizes each worker's batch of b by its own statistics, so with
 it the N-worker run is a different computation (that is why SyncBatchNorm exists).
 """
@@ -39,7 +39,7 @@ def _final_params(config: RunConfig, store: RunStore) -> dict[str, torch.Tensor]
 def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
     store = RunStore(tmp_path_factory.mktemp("ref"))
     return _final_params(
-        RunConfig(backend="torch-single", workers=1, batch_size=16, **COMMON), store
+        RunConfig.make(backend="torch-single", workers=1, batch_size=16, **COMMON), store
     )
 
 
@@ -55,10 +55,10 @@ def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
 )
 def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, reference, extra):
     params = _final_params(
-        RunConfig(workers=2, batch_size=8, **COMMON, **extra), RunStore(tmp_path)
+        RunConfig.make(workers=2, batch_size=8, **COMMON, **extra), RunStore(tmp_path)
     )
     start = _final_params(
-        RunConfig(
+        RunConfig.make(
             backend="torch-single",
             workers=1,
             batch_size=16,
@@ -94,7 +94,7 @@ def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli):
         "--epochs",
         "6",
         "--lr",
-        "0.05",
+        "0.02",
         "--target-accuracy",
         "0.8",
         "--json",

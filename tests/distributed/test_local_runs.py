@@ -18,7 +18,7 @@ pytestmark = pytest.mark.dist
 
 
 def test_two_worker_ddp_run_records_everything(tmp_path: Path):
-    cfg = RunConfig(
+    cfg = RunConfig.make(
         backend="torch-ddp",
         model="tiny",
         workers=2,

@@ -23,7 +23,7 @@ SMALL = dict(model="tiny", steps=4, repeats=2, warmup_steps=1, comm_probe_steps=
 
 def _run(tmp_path: Path, **settings) -> tuple[dict, Path]:
     outcome = run_point(
-        RunConfig(**settings), RunStore(tmp_path), force=False, command=["t"], study="t"
+        RunConfig.make(**settings), RunStore(tmp_path), force=False, command=["t"], study="t"
     )
     assert outcome.state == "completed", outcome.result and outcome.result["error"]
     return outcome.result, tmp_path / outcome.run_id
@@ -86,7 +86,9 @@ def test_sync_ps_equals_one_worker_of_the_global_batch(tmp_path, reference_param
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"] > 0
     assert m["bytes_sent_per_step_model"] == 2 * (m["gradient_bytes"] + 4 * servers)
     assert m["staleness_max"] == 0 and m["exposed_comm_fraction"] is not None
-    updates = [_server_events(run_dir, 2 + s, "server")[0]["updates"] for s in range(servers)]
+    updates = [
+        _server_events(run_dir, 2 + s, "server")[0]["counters"]["updates"] for s in range(servers)
+    ]
     assert updates == [1 + 4 * 2] * servers  # warm-up + measured steps; the probe sends nothing
 
 
@@ -97,7 +99,9 @@ def test_async_ps_records_staleness(tmp_path):
     m = result["metrics"]
     assert m["staleness_max"] >= 0 and m["staleness_histogram"]
     (server,) = _server_events(run_dir, 2, "server")
-    assert sum(m["staleness_histogram"].values()) == server["updates"] == 2 * (1 + 4 * 2)
+    assert (
+        sum(m["staleness_histogram"].values()) == server["counters"]["updates"] == 2 * (1 + 4 * 2)
+    )
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
 
 

@@ -172,7 +172,7 @@ def test_byte_model_and_buckets_without_processes():
 
 
 def test_two_worker_ring_run_counts_the_bytes_its_model_predicts(tmp_path: Path):
-    cfg = RunConfig(
+    cfg = RunConfig.make(
         backend="torch-ring",
         model="tiny",
         workers=2,
@@ -191,7 +191,7 @@ def test_two_worker_ring_run_counts_the_bytes_its_model_predicts(tmp_path: Path)
 
 
 def test_three_workers_fp16_uneven_chunks_still_match_exactly(tmp_path: Path):
-    cfg = RunConfig(
+    cfg = RunConfig.make(
         backend="torch-ring",
         model="tiny",
         workers=3,
@@ -217,4 +217,4 @@ def test_three_workers_fp16_uneven_chunks_still_match_exactly(tmp_path: Path):
     strategy = next(
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
     )
-    assert strategy["buckets"] == len(fusion.buckets) > 1
+    assert strategy["facts"]["buckets"] == len(fusion.buckets) > 1

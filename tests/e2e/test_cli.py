@@ -155,6 +155,14 @@ def test_dry_run_prints_commands_and_launches_nothing(tmp_path: Path, cli):
         (["run", "--epochs", "1", "--steps", "5"], "not both"),
         (["run", "--scaling", "strong", "--workers", "1,3"], "divisible"),
         (["run", "--dataset", "cifar10", "--data-dir", "/nonexistent/cifar"], "/nonexistent"),
+        (["run", "--lr", "nan"], "lr must be a finite number"),
+        (["run", "--set", "timeout_s=inf"], "timeout_s must be a finite number"),
+        (["run", "--set", "bucket_mb=nan"], "bucket_mb must be a finite number"),
+        (["run", "--set", "compression=zip"], "accepts compression = none, fp16, bf16, powersgd"),
+        (
+            ["run", "--backend", "torch-ddp", "--set", "ps_mode=async"],
+            "ps_mode: not an option of backend torch-ddp",
+        ),
     ],
 )
 def test_bad_input_gets_one_clear_line_and_exit_2(tmp_path: Path, cli, args, message):

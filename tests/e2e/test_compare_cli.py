@@ -24,7 +24,7 @@ def write_results(root: Path, *, slowdown: float = 1.0, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     store = RunStore(root)
     for workers in WORKERS:
-        config = RunConfig(model="tiny", backend="torch-ddp", workers=workers, batch_size=32)
+        config = RunConfig.make(model="tiny", backend="torch-ddp", workers=workers, batch_size=32)
         windows = list(slowdown * 500.0 * workers * (1 + 0.01 * rng.standard_normal(WINDOWS)))
         store.write_result(
             config.run_id(),
@@ -91,7 +91,7 @@ def test_missing_directory_is_one_line_exit_2(tmp_path: Path):
 def test_nothing_matched_names_the_differing_key(tmp_path: Path):
     a = write_results(tmp_path / "a")
     store = RunStore(tmp_path / "b")
-    config = RunConfig(model="tiny", backend="torch-ddp", workers=1, batch_size=64)
+    config = RunConfig.make(model="tiny", backend="torch-ddp", workers=1, batch_size=64)
     store.write_result(
         config.run_id(),
         {

@@ -17,7 +17,7 @@ pytestmark = [
 
 
 def test_single_gpu_bf16_channels_last(tmp_path: Path):
-    cfg = RunConfig(
+    cfg = RunConfig.make(
         backend="torch-single",
         model="resnet20",
         device="cuda",
@@ -34,7 +34,7 @@ def test_single_gpu_bf16_channels_last(tmp_path: Path):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_two_gpu_ddp_nccl(tmp_path: Path):
-    cfg = RunConfig(
+    cfg = RunConfig.make(
         backend="torch-ddp", model="resnet20", device="cuda", workers=2, steps=5, repeats=2
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
@@ -43,7 +43,7 @@ def test_two_gpu_ddp_nccl(tmp_path: Path):
 
 
 def test_ddp_one_gpu_nccl(tmp_path: Path):
-    cfg = RunConfig(
+    cfg = RunConfig.make(
         backend="torch-ddp",
         model="resnet20",
         device="cuda",

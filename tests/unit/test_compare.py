@@ -18,6 +18,7 @@ from dlscale.metrics.compare import (
     verdict,
     welch_log_ratio_ci,
 )
+from dlscale.store.migrate import read_view
 
 BASE = [100.0, 101.0, 99.0, 102.0, 98.0, 100.5, 99.5, 101.5]
 
@@ -35,18 +36,21 @@ def result(
     run_id: str | None = None,
     **config: object,
 ) -> dict:
-    cfg = RunConfig(model="tiny", **config)
-    return {
-        "run_id": run_id or cfg.run_id(),
-        "status": status,
-        "error": None if status == "completed" else "rank 0 exited with code 1",
-        "config": cfg.to_dict(),
-        "metrics": {
-            "throughput_img_s": None if windows is None else float(np.mean(windows)),
-            "throughput_windows_img_s": windows,
-            "time_to_accuracy_s": tta,
+    cfg = RunConfig.make(model="tiny", **config)
+    return read_view(
+        {
+            "run_id": run_id or cfg.run_id(),
+            "status": status,
+            "error": None if status == "completed" else "rank 0 exited with code 1",
+            "config": cfg.to_dict(),
+            "metrics": {
+                "throughput_img_s": None if windows is None else float(np.mean(windows)),
+                "throughput_windows_img_s": windows,
+                "time_to_accuracy_s": tta,
+            },
         },
-    }
+        2,
+    )
 
 
 def test_identical_samples_ratio_one_no_regression():
@@ -148,13 +152,12 @@ def test_matching_ignores_run_labels_and_pools_repeats():
         "repeat_id",
         "timeout_s",
         "python",
-        "threads_per_worker",
         "comm_probe_steps",
         "save_params",
     }
     runs_a = [
         result(BASE[:4], repeat_id=0, run_id="a0"),
-        result(BASE[4:], repeat_id=1, timeout_s=60.0, threads_per_worker=2, run_id="a1"),
+        result(BASE[4:], repeat_id=1, timeout_s=60.0, run_id="a1"),
     ]
     runs_b = [result(noisy(80.0, seed=11), comm_probe_steps=0, python="/usr/bin/python3")]
     comparison = compare(runs_a, runs_b, threshold=0.10)
@@ -167,6 +170,9 @@ def test_matching_ignores_run_labels_and_pools_repeats():
     assert comparison.regressions == (point,)
     assert "repeat_id" not in point.config
     assert not comparison.only_in_a and not comparison.only_in_b and not comparison.failed
+    # A 2-thread run is another point: it is not pooled with the default.
+    threads = compare([*runs_a, result(BASE, threads_per_worker=2, run_id="t2")], runs_b)
+    assert len(threads.matched) == 1 and [u.run_ids for u in threads.only_in_a] == [("t2",)]
 
 
 def test_unmatched_and_failed_runs_are_listed():

@@ -81,8 +81,7 @@ def test_grid_skips_what_a_backend_cannot_run_and_says_so():
         ("torch-ddp", 2),
     ]
     assert study.skipped == (
-        "torch-single at 2 worker(s): backend torch-single runs at most 1 worker(s), got "
-        "workers=2; use torch-ddp for more",
+        "torch-single at 2 worker(s): backend torch-single runs at most 1 worker(s), got workers=2",
     )
     with pytest.raises(UserError, match="at most 1 worker"):
         expand({"backend": "torch-single", "workers": 2})
@@ -101,3 +100,68 @@ def test_set_overrides():
         parse_set(["workers"])
     with pytest.raises(UserError, match="compile must be bool"):
         parse_set(["compile=maybe"])
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"lr": float("nan")}, "lr must be a finite number"),
+        ({"lr": float("inf")}, "lr must be a finite number"),
+        ({"timeout_s": float("inf")}, "timeout_s must be a finite number"),
+        ({"momentum": float("nan")}, "momentum must be a finite number"),
+        ({"bucket_mb": float("nan")}, "bucket_mb must be a finite number"),
+        ({"bucket_mb": 0.0}, "bucket_mb must be > 0"),
+        ({"num_servers": 0, "backend": "torch-ps"}, "num_servers must be >= 1"),
+        ({"compression": "zip"}, "backend torch-ddp accepts compression = none, fp16"),
+        ({"ps_mode": "async"}, "ps_mode: not an option of backend torch-ddp"),
+        ({"bucket_mb": "big"}, "bucket_mb must be float"),
+    ],
+)
+def test_plugin_options_are_validated_by_their_plugin(settings, message):
+    with pytest.raises(UserError) as info:
+        RunConfig.make(model="tiny", **settings)
+    assert message in str(info.value)
+
+
+def test_options_are_resolved_and_part_of_the_run_id():
+    ddp = RunConfig.make(model="tiny", workers=2)
+    assert ddp.options["bucket_mb"] == 25.0 and ddp.options["compression"] == "none"
+    assert ddp.options["samples_per_epoch"] == 50000  # the synthetic data set's option
+    explicit = RunConfig.make(model="tiny", workers=2, bucket_mb=25)
+    assert explicit.run_id() == ddp.run_id()  # a default given or not is the same point
+    assert RunConfig.make(model="tiny", workers=2, bucket_mb=1).run_id() != ddp.run_id()
+    single = RunConfig.make(model="tiny", backend="torch-single")
+    assert "bucket_mb" not in single.options
+    # Stored grouped by plug-in kind and read back to the same config.
+    stored = ddp.to_dict()
+    assert stored["options"]["backend"]["bucket_mb"] == 25.0
+    assert stored["options"]["dataset"] == {"samples_per_epoch": 50000}
+    assert RunConfig.from_dict(stored) == ddp
+
+
+def test_threads_are_part_of_a_points_identity():
+    one = RunConfig(model="tiny", threads_per_worker=1)
+    two = RunConfig(model="tiny", threads_per_worker=2)
+    assert one.run_id() != two.run_id()
+    from dlscale.config.run_config import NOT_MATCHED_KEYS
+
+    assert "threads_per_worker" not in NOT_MATCHED_KEYS
+    assert {"repeat_id", "timeout_s", "python", "save_params"} <= set(NOT_MATCHED_KEYS)
+
+
+def test_a_grid_over_backends_with_one_backends_option():
+    study = expand(
+        {
+            "backend": ["torch-single", "torch-ddp", "torch-ring"],
+            "compression": ["none", "powersgd"],
+            "model": "tiny",
+        }
+    )
+    points = [(p.backend, p.options.get("compression")) for p in study.points]
+    assert points == [
+        ("torch-single", None),
+        ("torch-ddp", "none"),
+        ("torch-ddp", "powersgd"),
+        ("torch-ring", "none"),
+    ]
+    assert len(study.skipped) == 2  # torch-single and torch-ring cannot run powersgd

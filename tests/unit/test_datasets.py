@@ -1,19 +1,37 @@
-"""Data sets: CIFAR-10 file formats and validation, the in-memory loaders, augmentation."""
+"""Data sets: CIFAR-10 file formats, the numpy data sets (order, shards, augmentation, transform)
+and their torch adapter."""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import pickle
-from collections.abc import Callable
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from dlscale.config.run_config import RunConfig
-from dlscale.datasets import DATASETS, cifar10, cifar10_files, digits, synthetic
+from dlscale.datasets import DATASETS, cifar10, cifar10_files, digits, synthetic, torch_adapter
+from dlscale.datasets.arrays import (
+    ArrayDataset,
+    NumpyDataset,
+    SyntheticArrays,
+    Transform,
+    augmentation,
+    crop_flip,
+    resize,
+    shard_indices,
+    transform_images,
+)
+from dlscale.datasets.torch_adapter import to_torch
 from dlscale.errors import DataError
 
 CPU = torch.device("cpu")
@@ -25,10 +43,24 @@ WRITERS = {
     "binary": cifar10_files.write_binary_format,
 }
 SUFFIX = {"python": "", "binary": ".bin"}
+MEAN, STD = np.array(cifar10.MEAN, np.float32), np.array(cifar10.STD, np.float32)
 
 
 # --------------------------------------------------------------------------------------------
 # Helpers and fixtures
+
+
+@dataclass
+class Cfg:
+    """The part of a RunConfig that the loaders read."""
+
+    batch_per_worker: int = 20
+    seed: int = 0
+    data_dir: str | None = None
+    options: dict[str, Any] = field(default_factory=lambda: {"samples_per_epoch": 50000})
+
+    def option(self, name: str) -> Any:
+        return self.options[name]
 
 
 @pytest.fixture(scope="module")
@@ -59,32 +91,55 @@ def data_dir(tmp_path: Path, fmt: str, arrays: Arrays) -> Path:
     return tmp_path
 
 
-def _cfg(data_dir: Path | None = None, *, batch: int = 20, seed: int = 0, **kw: Any) -> RunConfig:
-    """A config for the cifar10 files in ``data_dir``, else for ``kw['dataset']`` (synthetic)."""
-    kw.setdefault("dataset", "cifar10" if data_dir is not None else "synthetic")
-    data = str(data_dir) if data_dir is not None else None
-    return RunConfig(data_dir=data, batch_size=batch, seed=seed, **kw)
+@pytest.fixture(scope="module")
+def cifar_dir(tmp_path_factory: pytest.TempPathFactory, arrays: Arrays) -> Path:
+    """One directory of CIFAR files for the loader tests (the format does not matter there)."""
+    path = tmp_path_factory.mktemp("cifar")
+    cifar10_files.write_binary_format(path, *arrays)
+    return path
 
 
 def _cifar(
-    data_dir: Path, *, rank: int = 0, world: int = 1, size: int = 32, **kw: Any
-) -> cifar10.Cifar10Dataset:
+    data_dir: Path,
+    *,
+    shard: int = 0,
+    shards: int = 1,
+    replicas: int = 1,
+    size: int = 32,
+    batch: int = 20,
+    seed: int = 0,
+) -> ArrayDataset:
+    cfg = Cfg(batch_per_worker=batch, seed=seed, data_dir=str(data_dir))
     return cifar10.load(
-        _cfg(data_dir, **kw), device=CPU, rank=rank, world=world, input_size=size, num_classes=10
+        cfg, shard=shard, shards=shards, replicas=replicas, input_size=size, num_classes=1000
     )
 
 
-def _sample_ids(images: torch.Tensor) -> list[int]:
+def _sample_ids(images: np.ndarray) -> list[int]:
     """Undo the normalization of the centre pixel of channel 0: the sample's index."""
     centre = images[:, 0, 16, 16] * cifar10.STD[0] + cifar10.MEAN[0]
-    return torch.round(centre * 255).long().tolist()
+    return np.round(centre * 255).astype(int).tolist()
 
 
-def _epoch_ids(data_dir: Path, epoch: int, **kw: object) -> list[int]:
-    ids: list[int] = []
-    for images, _ in _cifar(data_dir, **kw).train_batches(epoch):
-        ids += _sample_ids(images)
-    return ids
+def _step_ids(data: ArrayDataset, epoch: int) -> list[list[int]]:
+    return [_sample_ids(images) for images, _ in data.train_batches(epoch)]
+
+
+def _epoch_ids(data: ArrayDataset, epoch: int) -> list[int]:
+    return [i for ids in _step_ids(data, epoch) for i in ids]
+
+
+def _numpy(batches: Iterator[tuple[Any, Any]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    return [(np.asarray(x.cpu()), np.asarray(y.cpu())) for x, y in batches]
+
+
+def _assert_same_batches(expected: list[Any], actual: list[Any], atol: float = 1e-5) -> None:
+    assert len(expected) == len(actual)
+    for (x, y), (x2, y2) in zip(expected, actual, strict=True):
+        assert x.dtype == x2.dtype == np.float32 and x.shape == x2.shape
+        np.testing.assert_allclose(x2, x, rtol=1e-5, atol=atol)
+        assert y.dtype == y2.dtype == np.int64
+        np.testing.assert_array_equal(y2, y)
 
 
 def _error(function: Reader, path: Path | None) -> str:
@@ -228,142 +283,330 @@ def test_registry_check_uses_the_checker(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# CIFAR-10 loader
+# Data order: shards of the epoch
 
 
-def test_train_shards_are_disjoint_and_cover_the_epoch(data_dir: Path) -> None:
-    shards = [_epoch_ids(data_dir, 0, rank=rank, world=2) for rank in range(2)]
+def test_shard_indices_are_a_padded_interleaved_permutation() -> None:
+    perm = np.random.default_rng(3 * 1_000_003 + 2).permutation(10)
+    shards = [shard_indices(10, epoch=2, seed=3, rank=rank, world=4) for rank in range(4)]
+    padded = np.concatenate([perm, perm[:2]])  # 10 -> 12: the head repeats
+    for rank, indices in enumerate(shards):
+        np.testing.assert_array_equal(indices, padded[rank::4])
+    assert sorted(np.concatenate(shards).tolist()) == sorted([*range(10), *perm[:2].tolist()])
+
+
+def test_train_shards_are_disjoint_and_cover_the_epoch(cifar_dir: Path) -> None:
+    shards = [_epoch_ids(_cifar(cifar_dir, shard=k, shards=2), 0) for k in range(2)]
     assert len(shards[0]) == len(shards[1]) == N_TRAIN // 2
     assert not set(shards[0]) & set(shards[1])
     assert sorted(shards[0] + shards[1]) == list(range(N_TRAIN))
 
 
-def test_labels_follow_their_images(data_dir: Path, arrays: Arrays) -> None:
-    for images, labels in _cifar(data_dir, world=2, rank=1).train_batches(3):
-        assert labels.dtype == torch.int64
+def test_n_shards_of_b_cover_one_shard_of_n_b_at_every_step(cifar_dir: Path) -> None:
+    """The basis of the equivalence tests: 2 workers x batch 8 == 1 worker x batch 16."""
+    one = _step_ids(_cifar(cifar_dir, batch=16), 1)
+    two = [_step_ids(_cifar(cifar_dir, shard=k, shards=2, batch=8), 1) for k in range(2)]
+    assert len(one) == len(two[0]) == len(two[1]) == N_TRAIN // 16
+    for step, ids in enumerate(one):
+        assert sorted(ids) == sorted(two[0][step] + two[1][step])
+
+
+def test_labels_follow_their_images(cifar_dir: Path, arrays: Arrays) -> None:
+    for images, labels in _cifar(cifar_dir, shard=1, shards=2).train_batches(3):
+        assert labels.dtype == np.int64
         assert labels.tolist() == arrays[1][_sample_ids(images)].tolist()
 
 
-def test_order_changes_per_epoch_and_repeats_per_seed(data_dir: Path) -> None:
-    epoch0 = _epoch_ids(data_dir, 0, world=2)
-    assert epoch0 != _epoch_ids(data_dir, 1, world=2)
-    assert epoch0 == _epoch_ids(data_dir, 0, world=2)
-    assert epoch0 != _epoch_ids(data_dir, 0, world=2, seed=1)
-    first = next(_cifar(data_dir, seed=3).train_batches(2))[0]
-    again = next(_cifar(data_dir, seed=3).train_batches(2))[0]
-    assert torch.equal(first, again)  # augmentation too
+def test_order_depends_only_on_seed_and_epoch(cifar_dir: Path) -> None:
+    epoch0 = _epoch_ids(_cifar(cifar_dir, shards=2), 0)
+    assert epoch0 != _epoch_ids(_cifar(cifar_dir, shards=2), 1)
+    assert epoch0 == _epoch_ids(_cifar(cifar_dir, shards=2), 0)
+    assert epoch0 != _epoch_ids(_cifar(cifar_dir, shards=2, seed=1), 0)
+    first = next(_cifar(cifar_dir, seed=3).train_batches(2))[0]
+    again = next(_cifar(cifar_dir, seed=3).train_batches(2))[0]
+    np.testing.assert_array_equal(first, again)  # augmentation too
+    # the permutation is the same whatever the batch size or the process layout
+    whole = _cifar(cifar_dir, batch=10).train_plan(4).indices.ravel()
+    np.testing.assert_array_equal(whole, _cifar(cifar_dir, batch=40).train_plan(4).indices.ravel())
 
 
-def test_batches_shape_dtype_and_steps(data_dir: Path) -> None:
-    dataset = _cifar(data_dir, world=2, batch=16)
+def test_replicas_of_a_process_are_consecutive_shards_concatenated(cifar_dir: Path) -> None:
+    both = _cifar(cifar_dir, shard=1, shards=4, replicas=2, batch=8)
+    parts = [_cifar(cifar_dir, shard=k, shards=4, batch=8) for k in (1, 2)]
+    assert both.steps_per_epoch == parts[0].steps_per_epoch == 50 // 8
+    plan, plans = both.train_plan(5), [p.train_plan(5) for p in parts]
+    for name in ("indices", "top", "left", "flip"):
+        joined = np.concatenate([getattr(p, name) for p in plans], axis=1)
+        np.testing.assert_array_equal(getattr(plan, name), joined)
+    for (x, y), (x1, y1), (x2, y2) in zip(
+        both.train_batches(5), parts[0].train_batches(5), parts[1].train_batches(5), strict=True
+    ):
+        assert x.shape == (16, 3, 32, 32)
+        np.testing.assert_array_equal(x, np.concatenate([x1, x2]))
+        np.testing.assert_array_equal(y, np.concatenate([y1, y2]))
+    evals = [np.concatenate([x for x, _ in d.eval_batches()]) for d in (both, *parts)]
+    np.testing.assert_array_equal(evals[0], np.concatenate(evals[1:]))
+    assert max(len(y) for _, y in both.eval_batches()) <= 16
+
+
+def test_batches_shape_dtype_and_steps(cifar_dir: Path) -> None:
+    dataset = _cifar(cifar_dir, shards=2, batch=16)
     assert dataset.steps_per_epoch == 100 // 16
     assert dataset.num_classes == 10 and dataset.input_shape == (3, 32, 32)
+    assert dataset.has_eval and dataset.name == "cifar10"
     batches = list(dataset.train_batches(0))
     assert len(batches) == dataset.steps_per_epoch
     for images, labels in batches:
-        assert images.shape == (16, 3, 32, 32) and images.dtype == torch.float32
+        assert images.shape == (16, 3, 32, 32) and images.dtype == np.float32
         assert labels.shape == (16,)
 
 
-def test_resized_batches(data_dir: Path) -> None:
-    dataset = _cifar(data_dir, size=48)
-    assert dataset.input_shape == (3, 48, 48)
-    assert next(dataset.train_batches(0))[0].shape == (20, 3, 48, 48)
-    assert next(dataset.eval_batches())[0].shape == (20, 3, 48, 48)
+@pytest.mark.parametrize("size", [48, 24])
+def test_resized_batches(cifar_dir: Path, size: int) -> None:
+    dataset = _cifar(cifar_dir, size=size)
+    assert dataset.input_shape == (3, size, size)
+    assert next(dataset.train_batches(0))[0].shape == (20, 3, size, size)
+    assert next(dataset.eval_batches())[0].shape == (20, 3, size, size)
 
 
-def test_too_small_for_the_batch(data_dir: Path) -> None:
+def test_too_small_for_the_batch(cifar_dir: Path) -> None:
     with pytest.raises(DataError, match="too small for the batch size") as info:
-        _cifar(data_dir, world=2, batch=128)
+        _cifar(cifar_dir, shards=2, batch=128)
     assert "100" in str(info.value) and "128" in str(info.value)
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_eval_shards_partition_the_test_set(data_dir: Path, arrays: Arrays, world: int) -> None:
+@pytest.mark.parametrize("shards", [2, 3])
+def test_eval_shards_partition_the_test_set(cifar_dir: Path, arrays: Arrays, shards: int) -> None:
     images, labels = [], []
-    for rank in range(world):
-        for x, y in _cifar(data_dir, rank=rank, world=world, batch=8).eval_batches():
+    for shard in range(shards):
+        for x, y in _cifar(cifar_dir, shard=shard, shards=shards, batch=8).eval_batches():
             assert len(x) <= 8
             images.append(x)
             labels.append(y)
-    expected = cifar10.normalize(torch.from_numpy(arrays[2]))
-    torch.testing.assert_close(torch.cat(images), expected)
-    assert torch.cat(labels).tolist() == arrays[3].tolist()
+    expected = (arrays[2] / np.float32(255) - MEAN[:, None, None]) / STD[:, None, None]
+    np.testing.assert_allclose(np.concatenate(images), expected, rtol=1e-5, atol=1e-5)
+    assert np.concatenate(labels).tolist() == arrays[3].tolist()
 
 
 # --------------------------------------------------------------------------------------------
 # Augmentation
 
 
-def _pattern(count: int = 2) -> torch.Tensor:
-    return torch.arange(count * 3 * 32 * 32, dtype=torch.float32).reshape(count, 3, 32, 32) + 1
+def _pattern(count: int = 2) -> np.ndarray:
+    return np.arange(count * 3 * 32 * 32, dtype=np.float32).reshape(count, 3, 32, 32) + 1
 
 
-def _window(image: torch.Tensor, top: int, left: int, flip: bool) -> torch.Tensor:
+def _window(image: np.ndarray, top: int, left: int, flip: bool) -> np.ndarray:
     """Reference: zero-pad by 4 by hand, slice, mirror."""
-    padded = torch.zeros(3, 40, 40, dtype=image.dtype)
+    padded = np.zeros((3, 40, 40), dtype=image.dtype)
     padded[:, 4:36, 4:36] = image
     window = padded[:, top : top + 32, left : left + 32]
-    return window.flip(-1) if flip else window
+    return window[:, :, ::-1] if flip else window
 
 
-def test_crop_is_the_shifted_window() -> None:
+def _torch_crop_flip(images: np.ndarray, *args: np.ndarray, pad: int = 4) -> np.ndarray:
+    tensors = [torch.from_numpy(np.asarray(a)) for a in args]
+    return torch_adapter.crop_flip(torch.from_numpy(images), *tensors, pad).numpy()
+
+
+def _numpy_crop_flip(images: np.ndarray, *args: np.ndarray, pad: int = 4) -> np.ndarray:
+    top, left, flip = (np.asarray(a) for a in args)
+    return crop_flip(images, top, left, flip, pad)
+
+
+CROP_FLIP = pytest.mark.parametrize(
+    "crop", [_numpy_crop_flip, _torch_crop_flip], ids=["numpy", "torch"]
+)
+
+
+@CROP_FLIP
+def test_crop_is_the_shifted_window(crop: Callable[..., np.ndarray]) -> None:
     images = _pattern(3)
-    top, left = torch.tensor([0, 8, 4]), torch.tensor([3, 4, 4])
-    flip = torch.tensor([False, True, False])
-    out = cifar10.crop_flip(images, top, left, flip)
+    top, left, flip = np.array([0, 8, 4]), np.array([3, 4, 4]), np.array([False, True, False])
+    out = crop(images, top, left, flip)
     for i in range(3):
-        torch.testing.assert_close(
-            out[i], _window(images[i], int(top[i]), int(left[i]), bool(flip[i]))
-        )
-    torch.testing.assert_close(out[2], images[2])  # offset (4, 4) without flip: the image
+        np.testing.assert_array_equal(out[i], _window(images[i], top[i], left[i], flip[i]))
+    np.testing.assert_array_equal(out[2], images[2])  # offset (4, 4) without flip: the image
     assert (out[0, :, :4, :] == 0).all() and (out[0, :, :, 0] == 0).all()
-    torch.testing.assert_close(out[0, :, 4:, 1:], images[0, :, :28, :31])
+    np.testing.assert_array_equal(out[0, :, 4:, 1:], images[0, :, :28, :31])
     assert (out[1, :, 28:, :] == 0).all()  # shifted up by 4: bottom rows come from the padding
-    torch.testing.assert_close(out[1, :, :28, :], images[1, :, 4:, :].flip(-1))
+    np.testing.assert_array_equal(out[1, :, :28, :], images[1, :, 4:, ::-1])
 
 
-def test_flip_really_flips() -> None:
+@CROP_FLIP
+def test_flip_really_flips(crop: Callable[..., np.ndarray]) -> None:
     images = _pattern(2)
-    out = cifar10.crop_flip(
-        images, torch.tensor([4, 4]), torch.tensor([4, 4]), torch.tensor([True, False])
+    out = crop(images, np.array([4, 4]), np.array([4, 4]), np.array([True, False]))
+    np.testing.assert_array_equal(out[0], images[0, :, :, ::-1])
+    assert out[0, 1, 5, 0] == images[0, 1, 5, 31]
+    np.testing.assert_array_equal(out[1], images[1])
+
+
+def _identity_transform(**kw: Any) -> Transform:
+    return Transform(scale=1.0, mean=(0.0,), std=(1.0,), size=32, **kw)
+
+
+def _pattern_dataset(transform: Transform, **kw: Any) -> ArrayDataset:
+    images = (_pattern(64) % 251).astype(np.uint8)
+    labels = np.arange(64, dtype=np.int64)
+    settings: dict[str, Any] = dict(batch=16, seed=0, shard=0, shards=1) | kw
+    return ArrayDataset(
+        name="pattern",
+        x_train=images,
+        y_train=labels,
+        x_test=images[:0],
+        y_test=labels[:0],
+        transform=transform,
+        num_classes=64,
+        **settings,
     )
-    torch.testing.assert_close(out[0], images[0].flip(-1))
-    torch.testing.assert_close(out[0, 1, 5, 0], images[0, 1, 5, 31])
-    torch.testing.assert_close(out[1], images[1])
 
 
-def test_augment_draws_windows_and_flips() -> None:
-    images = _pattern(64).remainder(251).to(torch.uint8)
-    out = cifar10.augment(images, torch.Generator().manual_seed(0))
-    assert out.shape == images.shape and out.dtype == torch.uint8
+def test_served_crops_and_flips_are_the_planned_ones() -> None:
+    data = _pattern_dataset(_identity_transform(pad=4, flip=True), seed=5)
+    plan = data.train_plan(2)
+    assert plan.top is not None and plan.left is not None and plan.flip is not None
     found = []
-    for i in range(64):
-        matches = [
-            (top, left, flip)
-            for top in range(9)
-            for left in range(9)
-            for flip in (False, True)
-            if torch.equal(out[i], _window(images[i], top, left, flip))
-        ]
-        assert len(matches) == 1
-        found.append(matches[0])
+    for step, (out, labels) in enumerate(data.train_batches(2)):
+        for i, label in enumerate(labels):
+            source = data.x_train[label].astype(np.float32)
+            matches = [
+                (top, left, flip)
+                for top in range(9)
+                for left in range(9)
+                for flip in (False, True)
+                if np.array_equal(out[i], _window(source, top, left, flip))
+            ]
+            planned = (plan.top[step, i], plan.left[step, i], plan.flip[step, i])
+            assert matches == [planned]
+            found.append(planned)
     assert {flip for *_, flip in found} == {False, True}
     assert len({(top, left) for top, left, _ in found}) > 10
-    again = cifar10.augment(images, torch.Generator().manual_seed(0))
-    assert torch.equal(out, again)
+    drawn = augmentation(data.transform, 64, seed=5, epoch=2, rank=0)
+    for name, expected in zip(("top", "left", "flip"), drawn, strict=True):
+        np.testing.assert_array_equal(getattr(plan, name).ravel(), expected)
+
+
+def test_augmentation_follows_the_transform() -> None:
+    assert _pattern_dataset(_identity_transform()).train_plan(0).top is None
+    no_flip = _pattern_dataset(_identity_transform(pad=4)).train_plan(0)
+    assert no_flip.flip is not None and not no_flip.flip.any()
+    assert no_flip.top is not None and len(set(no_flip.top.ravel().tolist())) == 9
+    flip_only = _pattern_dataset(_identity_transform(flip=True)).train_plan(0)
+    assert flip_only.top is not None and not flip_only.top.any() and flip_only.flip.any()
 
 
 def test_padding_is_zero_before_normalization() -> None:
     """As torchvision: ToTensor -> RandomCrop(padding=4, fill 0) -> Normalize."""
-    images = torch.full((1, 3, 32, 32), 200, dtype=torch.uint8)
-    out = cifar10.normalize(
-        cifar10.crop_flip(images, torch.tensor([0]), torch.tensor([0]), torch.tensor([False]))
-    )
-    pad_value = -torch.tensor(cifar10.MEAN) / torch.tensor(cifar10.STD)
-    torch.testing.assert_close(out[0, :, 0, 0], pad_value)
-    inside = (200 / 255 - torch.tensor(cifar10.MEAN)) / torch.tensor(cifar10.STD)
-    torch.testing.assert_close(out[0, :, 31, 31], inside)
+    images = np.full((1, 3, 32, 32), 200, dtype=np.uint8)
+    window = crop_flip(images, np.array([0]), np.array([0]), np.array([False]), cifar10.PAD)
+    out = transform_images(window, cifar10.transform(32))
+    np.testing.assert_allclose(out[0, :, 0, 0], -MEAN / STD, rtol=1e-6)
+    np.testing.assert_allclose(out[0, :, 31, 31], (200 / 255 - MEAN) / STD, rtol=1e-6)
+
+
+def test_transform_checks_its_statistics() -> None:
+    with pytest.raises(ValueError, match="1 or 3 values"):
+        Transform(scale=1.0, mean=(0.0, 0.0), std=(1.0, 1.0), size=8)
+    mean, std = Transform(scale=1.0, mean=(0.5,) * 3, std=(2.0,) * 3, size=8).channel_stats(1)
+    assert mean.tolist() == [0.5] and std.tolist() == [2.0]
+    with pytest.raises(ValueError, match="do not fit"):
+        cifar10.transform(32).channel_stats(1)  # three different means for one channel
+
+
+# --------------------------------------------------------------------------------------------
+# Resize: the numpy reference against torch
+
+
+@pytest.mark.parametrize("source", [8, 32])
+@pytest.mark.parametrize("size", [4, 7, 8, 16, 24, 32, 33, 48, 64, 224])
+def test_resize_matches_torch(source: int, size: int) -> None:
+    images = np.random.default_rng(size).standard_normal((3, 2, source, source), np.float32)
+    shrink = size < source
+    expected = F.interpolate(
+        torch.from_numpy(images),
+        size=(size, size),
+        mode="bilinear",
+        align_corners=False,
+        antialias=shrink,
+    ).numpy()
+    got = resize(images, size)
+    assert got.dtype == np.float32 and got.shape == (3, 2, size, size)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(torch_adapter.resize(torch.from_numpy(images), size), expected)
+
+
+# --------------------------------------------------------------------------------------------
+# The torch adapter gives the numpy reference's batches
+
+
+@pytest.mark.parametrize(
+    ("size", "shard", "shards", "replicas"),
+    [(32, 0, 1, 1), (32, 1, 3, 2), (48, 1, 2, 1), (24, 0, 2, 1)],
+)
+def test_torch_matches_numpy_for_cifar(
+    cifar_dir: Path, size: int, shard: int, shards: int, replicas: int
+) -> None:
+    data = _cifar(cifar_dir, size=size, shard=shard, shards=shards, replicas=replicas, batch=8)
+    on_torch = to_torch(data, CPU)
+    assert on_torch.steps_per_epoch == data.steps_per_epoch
+    assert on_torch.input_shape == data.input_shape and on_torch.num_classes == 10
+    for epoch in (0, 1):
+        _assert_same_batches(list(data.train_batches(epoch)), _numpy(on_torch.train_batches(epoch)))
+    _assert_same_batches(list(data.eval_batches()), _numpy(on_torch.eval_batches()))
+
+
+def test_torch_matches_numpy_for_random_cifar_images(tmp_path: Path) -> None:
+    """Real pixel variety (not constant images): crops, flips and interpolation all count."""
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, (64, 3, 32, 32), dtype=np.uint8)
+    cifar10_files.write_binary_format(tmp_path, x, rng.integers(0, 10, 64), x[:10], np.zeros(10))
+    for size in (32, 40, 20):
+        data = _cifar(tmp_path, size=size, batch=16)
+        on_torch = to_torch(data, CPU)
+        _assert_same_batches(list(data.train_batches(3)), _numpy(on_torch.train_batches(3)))
+        _assert_same_batches(list(data.eval_batches()), _numpy(on_torch.eval_batches()))
+
+
+def test_torch_matches_numpy_for_digits(digit_sets: list[ArrayDataset]) -> None:
+    for data in digit_sets:
+        on_torch = to_torch(data, CPU)
+        _assert_same_batches(list(data.train_batches(1)), _numpy(on_torch.train_batches(1)))
+        _assert_same_batches(list(data.eval_batches()), _numpy(on_torch.eval_batches()))
+
+
+def test_torch_matches_numpy_for_synthetic() -> None:
+    data = _synthetic(shard=1, shards=3, replicas=2)
+    on_torch = to_torch(data, CPU)
+    assert on_torch.steps_per_epoch == data.steps_per_epoch
+    assert on_torch.input_shape == (3, 24, 24) and on_torch.num_classes == 7
+    _assert_same_batches(list(data.train_batches(0)), _numpy(on_torch.train_batches(0)), atol=0)
+    assert list(on_torch.eval_batches()) == []
+
+
+def test_to_torch_refuses_unknown_data() -> None:
+    class Other(NumpyDataset):
+        def train_batches(self, epoch: int) -> Iterator[Any]:
+            return iter(())
+
+        def eval_batches(self) -> Iterator[Any]:
+            return iter(())
+
+    with pytest.raises(TypeError, match="no torch adapter for Other"):
+        to_torch(Other(), CPU)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_torch_on_cuda_matches_numpy(cifar_dir: Path) -> None:
+    device = torch.device("cuda")
+    data = _cifar(cifar_dir, size=48, shards=2, batch=16)
+    on_cuda = to_torch(data, device)
+    images, labels = next(on_cuda.train_batches(0))
+    assert images.device.type == labels.device.type == "cuda"
+    _assert_same_batches(list(data.train_batches(0)), _numpy(on_cuda.train_batches(0)))
+    _assert_same_batches(list(data.eval_batches()), _numpy(on_cuda.eval_batches()))
+    synthetic_batch = next(to_torch(_synthetic(), device).train_batches(0))
+    assert synthetic_batch[0].device.type == synthetic_batch[1].device.type == "cuda"
 
 
 # --------------------------------------------------------------------------------------------
@@ -371,42 +614,46 @@ def test_padding_is_zero_before_normalization() -> None:
 
 
 @pytest.fixture(scope="module")
-def digit_sets() -> list[digits.DigitsDataset]:
-    cfg = _cfg(dataset="digits", batch=64)
-    return [
-        digits.load(cfg, device=CPU, rank=rank, world=2, input_size=32, num_classes=1000)
-        for rank in range(2)
-    ]
+def digit_sets() -> list[ArrayDataset]:
+    cfg = Cfg(batch_per_worker=64)
+    return [digits.load(cfg, shard=k, shards=2, input_size=32, num_classes=1000) for k in range(2)]
 
 
 def test_digits_split() -> None:
     x_train, y_train, x_test, y_test = digits.split()
     assert (len(x_train), len(x_test)) == (1437, 360)
-    assert x_train.shape[1:] == (8, 8) and len(y_train) == 1437 and len(y_test) == 360
+    assert x_train.shape[1:] == (1, 8, 8) and x_train.dtype == np.uint8
+    assert x_train.max() == 16 and y_train.dtype == np.int64
+    assert len(y_train) == 1437 and len(y_test) == 360
     np.testing.assert_array_equal(digits.split()[3], y_test)  # deterministic
 
 
-def test_digits_batches(digit_sets: list[digits.DigitsDataset]) -> None:
+def test_digits_batches(digit_sets: list[ArrayDataset]) -> None:
     dataset = digit_sets[0]
     assert dataset.num_classes == 10 and dataset.input_shape == (3, 32, 32)
     assert dataset.steps_per_epoch == 719 // 64
+    assert dataset.train_plan(0).top is None  # no augmentation
     batches = list(dataset.train_batches(0))
     assert len(batches) == dataset.steps_per_epoch
     for images, labels in batches:
-        assert images.shape == (64, 3, 32, 32) and images.dtype == torch.float32
-        assert torch.isfinite(images).all()
-        assert torch.equal(images[:, 0], images[:, 2])
-        assert labels.dtype == torch.int64 and labels.min() >= 0 and labels.max() <= 9
-    assert abs(float(dataset.x_train.mean())) < 1e-4
-    assert abs(float(dataset.x_train.std()) - 1) < 1e-4
+        assert images.shape == (64, 3, 32, 32) and images.dtype == np.float32
+        assert np.isfinite(images).all()
+        np.testing.assert_array_equal(images[:, 0], images[:, 2])
+        assert labels.dtype == np.int64 and labels.min() >= 0 and labels.max() <= 9
 
 
-def test_digits_shards(digit_sets: list[digits.DigitsDataset]) -> None:
-    train = [torch.cat([y for _, y in d.train_batches(1)]) for d in digit_sets]
+def test_digits_are_normalized_by_the_training_split() -> None:
+    data = digits.load(Cfg(), shard=0, shards=1, input_size=8, num_classes=10)
+    served = transform_images(data.x_train, data.transform)
+    assert abs(float(served.mean())) < 1e-5 and abs(float(served.std()) - 1) < 1e-5
+
+
+def test_digits_shards(digit_sets: list[ArrayDataset]) -> None:
+    train = [np.concatenate([y for _, y in d.train_batches(1)]) for d in digit_sets]
     assert len(train[0]) == len(train[1]) == 11 * 64
     evals = [list(d.eval_batches()) for d in digit_sets]
     assert sum(len(y) for batches in evals for _, y in batches) == 360
-    labels = torch.cat([y for batches in evals for _, y in batches])
+    labels = np.concatenate([y for batches in evals for _, y in batches])
     assert labels.tolist() == digits.split()[3].tolist()
     assert set(labels.tolist()) == set(range(10))
 
@@ -415,52 +662,110 @@ def test_digits_shards(digit_sets: list[digits.DigitsDataset]) -> None:
 # Synthetic
 
 
-def _synthetic(rank: int = 0, world: int = 1, seed: int = 0, samples: int = 1000):
-    cfg = _cfg(batch=16, seed=seed, samples_per_epoch=samples)
-    return synthetic.load(cfg, device=CPU, rank=rank, world=world, input_size=24, num_classes=7)
+def _synthetic(
+    shard: int = 0, shards: int = 1, seed: int = 0, samples: int = 1000, replicas: int = 1
+) -> SyntheticArrays:
+    cfg = Cfg(batch_per_worker=16, seed=seed, options={"samples_per_epoch": samples})
+    return synthetic.load(
+        cfg, shard=shard, shards=shards, replicas=replicas, input_size=24, num_classes=7
+    )
 
 
 def test_synthetic_same_batch_every_step() -> None:
     dataset = _synthetic()
     batches = list(dataset.train_batches(0)) + list(dataset.train_batches(1))
     first_images, first_labels = batches[0]
-    assert first_images.shape == (16, 3, 24, 24) and first_images.device == CPU
-    assert first_labels.dtype == torch.int64 and 0 <= first_labels.min() <= first_labels.max() < 7
+    assert first_images.shape == (16, 3, 24, 24) and first_images.dtype == np.float32
+    assert first_labels.dtype == np.int64 and 0 <= first_labels.min() <= first_labels.max() < 7
     for images, labels in batches:
-        assert torch.equal(images, first_images) and torch.equal(labels, first_labels)
-    assert list(dataset.eval_batches()) == []
+        assert images is first_images and labels is first_labels
+    assert list(dataset.eval_batches()) == [] and not dataset.has_eval
     assert dataset.num_classes == 7 and dataset.input_shape == (3, 24, 24)
 
 
-def test_synthetic_differs_per_rank_and_seed() -> None:
-    base = next(_synthetic(rank=0, world=2).train_batches(0))[0]
-    assert not torch.equal(base, next(_synthetic(rank=1, world=2).train_batches(0))[0])
-    assert not torch.equal(base, next(_synthetic(rank=0, world=2, seed=1).train_batches(0))[0])
-    assert torch.equal(base, next(_synthetic(rank=0, world=2).train_batches(0))[0])
+def test_synthetic_differs_per_shard_and_seed() -> None:
+    base = _synthetic(shard=0, shards=2).images
+    assert not np.array_equal(base, _synthetic(shard=1, shards=2).images)
+    assert not np.array_equal(base, _synthetic(shard=0, shards=2, seed=1).images)
+    np.testing.assert_array_equal(base, _synthetic(shard=0, shards=2).images)
+    expected = np.random.default_rng(7919 * 2 + 1).standard_normal((16, 3, 24, 24), np.float32)
+    np.testing.assert_array_equal(_synthetic(shard=1, shards=2, seed=2).images, expected)
+
+
+def test_synthetic_replicas_concatenate_their_shards() -> None:
+    both = _synthetic(shard=1, shards=4, replicas=2)
+    parts = [_synthetic(shard=k, shards=4) for k in (1, 2)]
+    np.testing.assert_array_equal(both.images, np.concatenate([p.images for p in parts]))
+    np.testing.assert_array_equal(both.labels, np.concatenate([p.labels for p in parts]))
+    assert both.steps_per_epoch == parts[0].steps_per_epoch == 1000 // 64
 
 
 def test_synthetic_steps_per_epoch() -> None:
-    assert _synthetic(world=2, samples=1000).steps_per_epoch == 1000 // 32
-    assert _synthetic(world=1, samples=1000).steps_per_epoch == 1000 // 16
-    assert _synthetic(world=4, samples=10).steps_per_epoch == 1
-    assert len(list(_synthetic(world=2, samples=100).train_batches(0))) == 3
+    assert _synthetic(shards=2, samples=1000).steps_per_epoch == 1000 // 32
+    assert _synthetic(shards=1, samples=1000).steps_per_epoch == 1000 // 16
+    assert _synthetic(shards=4, samples=10).steps_per_epoch == 1
+    assert len(list(_synthetic(shards=2, samples=100).train_batches(0))) == 3
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_synthetic_on_cuda() -> None:
-    device = torch.device("cuda")
-    dataset = synthetic.load(
-        _cfg(batch=4), device=device, rank=0, world=1, input_size=8, num_classes=3
+# --------------------------------------------------------------------------------------------
+# Framework independence and the registry
+
+NO_TORCH = """
+import hashlib, sys
+from dlscale.datasets import arrays, cifar10, digits, synthetic
+
+class Cfg:
+    batch_per_worker, seed, data_dir = 16, 1, sys.argv[1]
+    def option(self, name):
+        return {"samples_per_epoch": 100}[name]
+
+assert "sklearn" not in sys.modules, "sklearn imported before the digits are loaded"
+print(_digest(Cfg(), digits, cifar10, synthetic))
+assert "torch" not in sys.modules, sorted(m for m in sys.modules if "torch" in m)
+"""
+
+
+def _digest(cfg: Any, *modules: Any) -> str:
+    """A hash of an epoch of each data set (both held-out sets too)."""
+    digest = hashlib.sha256()
+    for module in modules:
+        data = module.load(cfg, shard=1, shards=2, input_size=20, num_classes=10)
+        for images, labels in [*data.train_batches(1), *data.eval_batches()]:
+            digest.update(images.tobytes() + labels.tobytes())
+    return digest.hexdigest()
+
+
+def test_numpy_path_needs_no_torch_and_gives_the_same_batches(cifar_dir: Path) -> None:
+    code = "from typing import Any\n" + inspect.getsource(_digest) + NO_TORCH
+    env = {**os.environ, "PYTHONPATH": str(Path(digits.__file__).parents[2])}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(cifar_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
-    images, labels = next(dataset.train_batches(0))
-    assert images.device.type == labels.device.type == "cuda"
+    assert result.returncode == 0, result.stderr
+    cfg = Cfg(batch_per_worker=16, seed=1, data_dir=str(cifar_dir))
+    cfg.options["samples_per_epoch"] = 100
+    assert result.stdout.strip() == _digest(cfg, digits, cifar10, synthetic)  # torch imported
 
 
-def test_registry_loads_each_dataset(tmp_path: Path, arrays: Arrays) -> None:
-    cifar10_files.write_binary_format(tmp_path, *arrays)
-    for name, cfg in [("synthetic", _cfg()), ("cifar10", _cfg(tmp_path))]:
-        dataset = DATASETS.get(name).load(
-            cfg, device=CPU, rank=0, world=1, input_size=32, num_classes=10
-        )
-        images, labels = next(dataset.train_batches(0))
+def test_registry_loads_each_dataset(cifar_dir: Path) -> None:
+    cfg = Cfg(data_dir=str(cifar_dir))
+    for name in ("synthetic", "cifar10", "digits"):
+        data = DATASETS.get(name).load(cfg, shard=0, shards=1, input_size=32, num_classes=10)
+        assert isinstance(data, NumpyDataset) and data.has_eval == DATASETS.get(name).has_eval
+        images, labels = next(to_torch(data, CPU).train_batches(0))
         assert images.shape == (20, 3, 32, 32) and labels.shape == (20,)
+
+
+def test_loaders_read_a_real_run_config(cifar_dir: Path) -> None:
+    from dlscale.config.run_config import RunConfig
+
+    cfg = RunConfig.make(dataset="synthetic", batch_size=8, samples_per_epoch=80, seed=2)
+    data = DATASETS.get("synthetic").load(cfg, shard=0, shards=1, input_size=8, num_classes=3)
+    assert data.steps_per_epoch == 10 and data.images.shape == (8, 3, 8, 8)
+    cfg = RunConfig.make(dataset="cifar10", data_dir=str(cifar_dir), batch_size=8, seed=2)
+    data = DATASETS.get("cifar10").load(cfg, shard=0, shards=2, input_size=32, num_classes=10)
+    assert data.steps_per_epoch == 100 // 8 and data.seed == 2

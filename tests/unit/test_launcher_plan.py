@@ -3,15 +3,17 @@
 from pathlib import Path
 
 from dlscale.config import RunConfig
-from dlscale.launchers.local import LocalLauncher, thread_budget
+from dlscale.launchers.base import thread_budget
+from dlscale.launchers.local import LocalLauncher
 
 
 def test_plan_sets_rank_variables_and_thread_budget():
     cfg = RunConfig(workers=2, model="tiny")
-    plan = LocalLauncher().plan(cfg, Path("/r/x/spec.json"), "/py", port=29555, cores=8)
+    plan = LocalLauncher().plan(cfg, Path("/r/x/spec.json"), "/py", ports=(29555,), cores=8)
     assert plan.threads_per_worker == 4 and plan.warnings == ()
-    assert [p.rank for p in plan.processes] == [0, 1]
-    p1 = plan.processes[1]
+    assert [list(e.ranks) for e in plan.entries] == [[0], [1]]
+    assert plan.addresses.ports == (29555,) and plan.layout.size == 2
+    p1 = plan.entries[1]
     assert p1.argv == ("/py", "-m", "dlscale.worker", "/r/x/spec.json")
     assert {
         k: p1.env[k]
@@ -23,6 +25,7 @@ def test_plan_sets_rank_variables_and_thread_budget():
             "MASTER_PORT",
             "OMP_NUM_THREADS",
             "DLSCALE_THREADS",
+            "DLSCALE_RANK",
         )
     } == {
         "RANK": "1",
@@ -32,18 +35,36 @@ def test_plan_sets_rank_variables_and_thread_budget():
         "MASTER_PORT": "29555",
         "OMP_NUM_THREADS": "4",
         "DLSCALE_THREADS": "4",
+        "DLSCALE_RANK": "1",
     }
     assert p1.stderr == Path("/r/x/rank1.stderr")
+    # The worker path holds links to dlscale, never the parent's site-packages.
+    assert p1.env["PYTHONPATH"].split(":")[0] == "/r/x/pythonpath"
+
+
+def test_parameter_server_roles_take_the_ranks_after_the_workers():
+    cfg = RunConfig.make(backend="torch-ps", workers=2, model="tiny", num_servers=2)
+    plan = LocalLauncher().plan(cfg, Path("/r/x/spec.json"), "/py", ports=(29555,), cores=8)
+    roles = [(p.role, p.index, p.trains) for p in plan.layout.processes]
+    assert roles == [
+        ("worker", 0, True),
+        ("worker", 1, True),
+        ("server", 0, False),
+        ("server", 1, False),
+    ]
+    assert plan.layout.replicas == 2 and plan.layout.training_ranks == [0, 1]
+    assert [e.env["RANK"] for e in plan.entries] == ["0", "1", "2", "3"]
+    assert plan.threads_per_worker == 2  # 8 cores over 4 processes
 
 
 def test_oversubscription_warns():
-    threads, warnings = thread_budget(RunConfig(workers=4, threads_per_worker=2), cores=2)
+    threads, warnings = thread_budget(4, 2, cores=2)
     assert threads == 2
     assert warnings and "oversubscribed" in warnings[0]
-    assert thread_budget(RunConfig(workers=4), cores=2) == (
+    assert thread_budget(4, None, cores=2) == (
         1,
         [
-            "4 workers x 1 threads = 4 threads on 2 cores: oversubscribed, "
+            "4 processes x 1 threads = 4 threads on 2 cores: oversubscribed, "
             "expect lower and noisier throughput"
         ],
     )

@@ -5,8 +5,14 @@ import math
 import pytest
 
 from dlscale.metrics.aggregate import aggregate
+from dlscale.metrics.records import from_dict
 from dlscale.metrics.scaling import add_scaling
 from dlscale.metrics.stats import mean_ci95, percentile
+
+
+def typed(per_rank):
+    """Stored records (as written to the events files) read back as their types."""
+    return {rank: [from_dict(e) for e in events] for rank, events in per_rank.items()}
 
 
 def window(rank, index, duration, step_ms, *, kind="measure", samples=None, epoch=None, loss=2.0):
@@ -40,7 +46,7 @@ def test_aggregate_takes_max_over_ranks_and_sums_images():
         0: [window(0, 0, 1.0, [100.0, 110.0]), window(0, 1, 2.0, [90.0, 100.0])],
         1: [window(1, 0, 1.25, [120.0, 100.0]), window(1, 1, 1.0, [95.0, 130.0])],
     }
-    m = aggregate(per_rank, target_accuracy=None)
+    m = aggregate(typed(per_rank), target_accuracy=None)
     # window 0: 40 images in max(1.0, 1.25) s = 32 img/s; window 1: 40 in 2.0 s = 20 img/s
     assert m["throughput_windows_img_s"] == [32.0, 20.0]
     assert m["throughput_img_s"] == 26.0
@@ -57,7 +63,7 @@ def test_aggregate_drops_a_window_a_rank_did_not_finish():
         0: [window(0, 0, 1.0, [10.0]), window(0, 1, 1.0, [10.0])],
         1: [window(1, 0, 1.0, [10.0])],
     }
-    assert aggregate(per_rank, target_accuracy=None)["windows"] == 1
+    assert aggregate(typed(per_rank), target_accuracy=None)["windows"] == 1
 
 
 def test_exposed_comm_and_time_to_accuracy():
@@ -83,12 +89,12 @@ def test_exposed_comm_and_time_to_accuracy():
             },
         ],
     }
-    m = aggregate(per_rank, target_accuracy=0.85)
+    m = aggregate(typed(per_rank), target_accuracy=0.85)
     assert m["exposed_comm_fraction"] == pytest.approx(0.25)
     assert m["eval_accuracy"] == pytest.approx(0.9)
     assert m["time_to_accuracy_s"] == 6.0 and m["epochs_to_accuracy"] == 2
     assert m["epoch_time_s"] == 1.0
-    assert aggregate(per_rank, target_accuracy=0.95)["time_to_accuracy_s"] is None
+    assert aggregate(typed(per_rank), target_accuracy=0.95)["time_to_accuracy_s"] is None
 
 
 def row(run_id, backend, workers, throughput, **config):
@@ -134,7 +140,7 @@ def test_speedup_falls_back_to_same_backend():
 def test_a_diverged_window_keeps_its_timing_and_is_flagged():
     bad = window(0, 1, 1.0, [10.0])
     bad["loss_sum"] = None
-    m = aggregate({0: [window(0, 0, 1.0, [10.0]), bad]}, target_accuracy=None)
+    m = aggregate(typed({0: [window(0, 0, 1.0, [10.0]), bad]}), target_accuracy=None)
     assert m["windows"] == 2 and m["throughput_img_s"] == 10.0
     assert m["loss_diverged"] is True and m["final_train_loss"] == 2.0
 
@@ -147,3 +153,35 @@ def test_run_labels_do_not_separate_a_run_from_its_baseline():
         ]
     )
     assert rows[1]["speedup"] == pytest.approx(1.5)
+
+
+def test_a_baseline_is_never_taken_from_another_framework():
+    def framework_row(run_id, backend, workers, throughput, framework, reference):
+        r = row(run_id, backend, workers, throughput)
+        r["framework"], r["reference"] = framework, reference
+        return r
+
+    rows = add_scaling(
+        [
+            framework_row("torch1", "torch-single", 1, 100.0, "torch", True),
+            framework_row("tf1", "tf-mirrored", 1, 50.0, "tensorflow", False),
+            framework_row("tf2", "tf-mirrored", 2, 90.0, "tensorflow", False),
+            framework_row("mx2", "mxnet-kv", 2, 90.0, "mxnet", False),
+        ]
+    )
+    by_id = {r["run_id"]: r for r in rows}
+    assert by_id["tf2"]["baseline_run_id"] == "tf1"
+    assert by_id["tf2"]["speedup"] == pytest.approx(1.8)
+    assert by_id["mx2"]["speedup"] is None  # no MXNet run at 1 worker: no speedup at all
+
+
+def test_same_backend_with_other_options_is_not_a_baseline():
+    def with_options(run_id, workers, throughput, bucket_mb):
+        r = row(run_id, "torch-ddp", workers, throughput, bucket_mb=bucket_mb)
+        r["config_options"] = {"backend": {"bucket_mb": bucket_mb}}
+        return r
+
+    rows = add_scaling([with_options("small1", 1, 50.0, 1.0), with_options("big2", 2, 90.0, 25.0)])
+    assert rows[1]["speedup"] is None
+    rows = add_scaling([with_options("big1", 1, 50.0, 25.0), with_options("big2", 2, 90.0, 25.0)])
+    assert rows[1]["baseline_run_id"] == "big1"

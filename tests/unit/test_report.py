@@ -1,12 +1,18 @@
 """The report from a fixed results directory (tests/data/results, made by a real study)."""
 
+import csv
+import io
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from dlscale.cli.tables import LEGEND, points_table
 from dlscale.metrics.scaling import add_scaling
+from dlscale.report.columns import COLUMNS, human_layout
 from dlscale.report.figures import rank_spread, study_figures
-from dlscale.report.html import build_html
+from dlscale.report.html import build_html, runs_table
 from dlscale.report.tables import to_csv, to_markdown
 from dlscale.store import RunStore
 
@@ -21,6 +27,119 @@ def rows():
 def test_tables_match_golden_files(rows):
     assert to_markdown(rows) == (DATA / "golden" / "runs.md").read_text()
     assert to_csv(rows) == (DATA / "golden" / "runs.csv").read_text()
+
+
+class _Cells(HTMLParser):
+    """The caption and the rows of cell texts (header row first) of one HTML table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.caption = self._in = ""
+        self.rows: list[list[str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("th", "td", "caption"):
+            self._in = tag
+            if tag != "caption":
+                self.rows[-1].append("")
+
+    def handle_endtag(self, tag):
+        self._in = ""
+
+    def handle_data(self, data):
+        if self._in == "caption":
+            self.caption += data
+        elif self._in:
+            self.rows[-1][-1] += data
+
+
+def _terminal(table) -> str:
+    out = Console(width=300, record=True, file=io.StringIO())
+    out.print(table)
+    return out.export_text()
+
+
+def test_every_runs_table_derives_from_the_one_column_definition(rows):
+    shown, caption = human_layout(rows)
+    labels = [c.label for c in shown]
+    assert labels[:2] == ["backend", "workers"]  # equal settings went to the caption
+    assert caption == ["model tiny", "data digits", "scaling weak", "device cpu"]
+    people = [[c.text(r) for c in shown] for r in rows]
+
+    terminal = points_table(rows, title="t")
+    assert [c.header for c in terminal.columns] == labels
+    assert [list(c.cells) for c in terminal.columns] == [[c.text(r) for r in rows] for c in shown]
+    assert terminal.caption == ", ".join(caption)
+
+    page = _Cells()
+    page.feed(runs_table(rows))
+    assert page.rows == [labels, *people]
+    assert page.caption == ", ".join(caption)
+
+    names = [c.name for c in COLUMNS]
+    machines = [[c.export(r) for c in COLUMNS] for r in rows]
+    assert list(csv.reader(io.StringIO(to_csv(rows)))) == [names, *machines]
+    markdown = [line.strip("|").split(" | ") for line in to_markdown(rows).splitlines()]
+    assert [[cell.strip() for cell in line] for line in markdown[:1] + markdown[2:]] == [
+        names,
+        *[[cell or "-" for cell in line] for line in machines],
+    ]
+
+    # One value, rounded once for people and once for machines, the same in every output.
+    ddp2 = rows.index(next(r for r in rows if r["config"]["workers"] == 2 and r.get("speedup")))
+    single = rows.index(next(r for r in rows if r["config"]["backend"] == "torch-single"))
+    speedup = labels.index("speedup")
+    assert people[ddp2][speedup] == "1.01x" and people[single][speedup] == "1.00x*"
+    assert page.rows[1 + ddp2][speedup] == "1.01x"
+    assert "1.01x" in _terminal(terminal) and "1.00x*" in _terminal(terminal)
+    assert machines[ddp2][names.index("speedup")] == "1.010"
+    assert people[ddp2][labels.index("eff.")] == "50%"
+    assert machines[ddp2][names.index("efficiency")] == "0.505"
+
+
+def test_legend_is_built_from_the_columns_and_unchanged():
+    assert LEGEND == (
+        "img/s: images per second over all workers, mean of the measurement windows; "
+        "±95%: half-width of its 95% confidence interval (Student t over windows); "
+        "step ms: median synchronous step time (slowest rank); "
+        "speedup: img/s over the 1-worker baseline (*: that baseline is this row); "
+        "eff.: speedup / workers; "
+        "comm: exposed communication, the share of a step not hidden behind computation; "
+        "acc.: evaluation accuracy; TTA: seconds to the target accuracy. "
+        "Definitions: docs/metrics.md."
+    )
+    assert all(c.definition for c in COLUMNS if c.label in ("img/s", "speedup", "TTA s"))
+
+
+def test_run_ids_are_a_column_only_when_asked(rows):
+    assert "run_id" not in [c.header for c in points_table(rows).columns]
+    with_ids = points_table(rows, run_ids=True)
+    assert [c.header for c in with_ids.columns][-1] == "run_id"
+    assert list(with_ids.columns[-1].cells) == [r["run_id"] for r in rows]
+
+
+def test_runs_tables_tolerate_missing_settings_and_escape_user_text():
+    odd = "<b>[bold]x|y</b>"
+    rows = [
+        {
+            "run_id": f"r{workers}",
+            "status": "completed" if workers == 1 else "failed",
+            "study": "s",
+            "config": {"backend": "mx", "model": odd, "workers": workers},
+            "metrics": {},
+        }
+        for workers in (1, 2)
+    ]
+    _, caption = human_layout(rows)
+    assert caption == [f"model {odd}", "data -", "scaling -", "device -"]
+    text = _terminal(points_table(rows))
+    assert f"model {odd}" in text and "FAILED" in text
+    page = runs_table(rows)
+    assert odd not in page and "&lt;b&gt;[bold]x|y&lt;/b&gt;" in page
+    assert "x\\|y" in to_markdown(rows)
+    assert list(csv.reader(io.StringIO(to_csv(rows))))[1][2] == odd
 
 
 def test_every_figure_of_a_study_with_accuracy_is_built(rows):

@@ -7,14 +7,15 @@ from pathlib import Path
 import pytest
 
 from dlscale.errors import SchemaError, UserError
-from dlscale.metrics.events import EventWriter, read_events
+from dlscale.metrics.events import EventWriter, read_events, read_records
+from dlscale.metrics.records import Start
 from dlscale.store import RunStore, read_json, write_json_atomic
 
 
 def test_atomic_write_and_schema_checks(tmp_path: Path):
     path = tmp_path / "r" / "result.json"
     write_json_atomic(path, "result", {"status": "completed"})
-    assert read_json(path, "result") == {"schema": "dlscale.result/1", "status": "completed"}
+    assert read_json(path, "result") == {"schema": "dlscale.result/2", "status": "completed"}
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]  # no temp file left
     path.write_text(json.dumps({"schema": "dlscale.result/99"}))
     with pytest.raises(SchemaError, match="newer dlscale"):
@@ -74,10 +75,34 @@ def test_results_listing_and_completed(tmp_path: Path):
 def test_event_writer_stamps_and_reader_drops_torn_line(tmp_path: Path):
     path = tmp_path / "events.rank3.jsonl"
     writer = EventWriter(path, rank=3)
-    writer.write("start", pid=1)
+    writer.write(Start(pid=1))
     writer.close()
     with path.open("a") as handle:
         handle.write('{"event": "window", "ra')  # a rank killed mid-write
     (record,) = read_events(path)
     assert record["event"] == "start" and record["rank"] == 3 and record["pid"] == 1
     assert {"host", "time", "schema"} <= record.keys()
+    (typed,) = read_records(path)
+    assert isinstance(typed, Start) and typed.rank == 3 and typed.pid == 1
+
+
+def test_results_of_schema_1_read_into_the_current_shape():
+    """tests/data/results was written by schema 1 (every key flat); it reads like schema 2."""
+    fixture = Path(__file__).resolve().parent.parent / "data" / "results"
+    raw = json.loads(next(fixture.glob("*torch-ddp*/result.json")).read_text())
+    assert raw["schema"] == "dlscale.result/1" and "compile" in raw["config"]
+    assert "bucket_mb" not in raw["config"]  # written before the key existed
+    rows = RunStore(fixture).results()
+    ddp = next(r for r in rows if r["config"]["backend"] == "torch-ddp")
+    single = next(r for r in rows if r["config"]["backend"] == "torch-single")
+    assert ddp["framework"] == single["framework"] == "torch"
+    assert ddp["config_options"]["backend"]["compile"] is False  # stored flat, regrouped
+    assert ddp["config_options"]["backend"]["bucket_mb"] == 25.0  # added later: its default
+    assert "bucket_mb" not in single["config"]  # torch-single never had it
+    assert "ps_mode" not in ddp["config"] and "mode" not in ddp["config"]
+    assert ddp["config"]["threads_per_worker"] is None  # a core key, read as before
+    from dlscale.metrics.scaling import add_scaling
+
+    scaled = {r["run_id"]: r for r in add_scaling(rows)}
+    two = next(r for r in scaled.values() if r["config"]["workers"] == 2)
+    assert scaled[two["baseline_run_id"]]["config"]["backend"] == "torch-single"

@@ -1,15 +1,46 @@
 """Backend registry. A backend is one framework + distribution strategy.
 
-The core reads only these descriptors and the capabilities they declare; it never branches on a
-backend's name. The worker-side code named by ``worker`` runs inside ``python -m dlscale.worker``,
-possibly under another interpreter (``python``), and talks to the parent only through files.
+The core reads only these descriptors and what they declare (options, roles, cluster
+environment); it never branches on a backend's name. The worker-side code named by ``worker``
+runs inside ``python -m dlscale.worker``, possibly under another interpreter (``python``), and
+talks to the parent only through files. Registering a backend from another package (see
+:mod:`dlscale.plugins`) needs no edit here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from dlscale.backends.torch_cluster import torch_cluster_env
+from dlscale.backends.torch_options import (
+    DDP_OPTIONS,
+    PS_OPTIONS,
+    RING_OPTIONS,
+    TORCH_LOOP_OPTIONS,
+    ps_roles,
+)
+from dlscale.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.options import Option
 from dlscale.registry import Registry
+
+if TYPE_CHECKING:
+    from dlscale.config.run_config import RunConfig
+
+
+def one_worker_role(config: RunConfig) -> tuple[Role, ...]:
+    """The default: one training process per data-parallel replica, nothing else."""
+    return (Role(name="worker", count=config.workers),)
+
+
+def no_cluster_env(
+    process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
+) -> dict[str, str]:
+    return {}
+
+
+ClusterEnv = Callable[[Process, ProcessLayout, Addresses, "RunConfig"], dict[str, str]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,30 +48,34 @@ class BackendSpec:
     name: str
     description: str
     framework: str
-    """Distribution name of the framework (for availability and version checks)."""
+    """Distribution name of the framework (availability, version checks, model builders)."""
     worker: str
-    """``module:function`` called in each worker as ``function(ctx: WorkerContext)``."""
+    """``module:function`` called in each process as ``function(ctx: WorkerContext)``."""
     max_workers: int | None = None
-    """Largest world size the backend supports (``None``: unlimited)."""
+    """Largest number of replicas the backend supports (``None``: unlimited)."""
     devices: tuple[str, ...] = ("cpu", "cuda")
     python: str | None = None
     """Interpreter for the workers (a path); ``None`` uses the parent's interpreter. A study may
     override it with the ``python`` key (e.g. an MXNet virtual environment)."""
+    install: str = ""
+    """The command that installs the framework, shown when it is missing."""
     reference: bool = False
-    """A plain single-process baseline: preferred as the 1-worker point of speedups."""
+    """A plain single-process baseline of its framework: preferred as the 1-worker point."""
     measures_exposed_comm: bool = False
     """Whether the worker measures steps without gradient synchronization (exposed comm)."""
-    extra_processes_key: str | None = None
-    """Config key giving the number of processes started besides the workers (e.g. the
-    parameter servers of ``num_servers``); they take the ranks after the workers."""
-    options: tuple[str, ...] = ()
-    """Strategy keys (config.STRATEGY_KEYS) this backend reads; setting another is an error."""
-    compressions: tuple[str, ...] = ("none",)
-    """Gradient compressions the backend implements."""
+    options: tuple[Option, ...] = ()
+    """The backend's own settings; setting another backend's is refused (skipped in grids)."""
+    roles: Callable[[RunConfig], tuple[Role, ...]] = one_worker_role
+    """The processes a run needs, in rank order (pure; must import no framework)."""
+    cluster_env: ClusterEnv = no_cluster_env
+    """Each process's variables from the layout and the allocated addresses (pure)."""
+    ports: int = 0
+    """Ports the launcher reserves for a run (``Addresses.ports``)."""
 
 
 BACKENDS: Registry[BackendSpec] = Registry("backend")
 
+_TORCH_INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
 BACKENDS.register(
     "torch-single",
     BackendSpec(
@@ -50,6 +85,10 @@ BACKENDS.register(
         worker="dlscale.backends.torch_single:run",
         max_workers=1,
         reference=True,
+        install=_TORCH_INSTALL,
+        options=TORCH_LOOP_OPTIONS,
+        cluster_env=torch_cluster_env,
+        ports=1,
     ),
 )
 BACKENDS.register(
@@ -60,14 +99,10 @@ BACKENDS.register(
         framework="torch",
         worker="dlscale.backends.torch_ddp:run",
         measures_exposed_comm=True,
-        options=(
-            "bucket_mb",
-            "compression",
-            "powersgd_rank",
-            "gradient_as_bucket_view",
-            "static_graph",
-        ),
-        compressions=("none", "fp16", "bf16", "powersgd"),
+        install=_TORCH_INSTALL,
+        options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,
+        cluster_env=torch_cluster_env,
+        ports=1,
     ),
 )
 BACKENDS.register(
@@ -78,8 +113,10 @@ BACKENDS.register(
         framework="torch",
         worker="dlscale.backends.torch_ring:run",
         measures_exposed_comm=True,
-        options=("bucket_mb", "compression"),
-        compressions=("none", "fp16", "bf16"),
+        install=_TORCH_INSTALL,
+        options=TORCH_LOOP_OPTIONS + RING_OPTIONS,
+        cluster_env=torch_cluster_env,
+        ports=1,
     ),
 )
 BACKENDS.register(
@@ -90,7 +127,10 @@ BACKENDS.register(
         framework="torch",
         worker="dlscale.backends.torch_ps:run",
         measures_exposed_comm=True,
-        extra_processes_key="num_servers",
-        options=("ps_mode", "num_servers"),
+        install=_TORCH_INSTALL,
+        options=TORCH_LOOP_OPTIONS + PS_OPTIONS,
+        roles=ps_roles,
+        cluster_env=torch_cluster_env,
+        ports=1,
     ),
 )

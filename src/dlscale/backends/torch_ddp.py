@@ -46,7 +46,7 @@ class DDPStrategy(TorchStrategy):
         self._counting = False
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
-        self.world, self.cfg = ctx.world_size, ctx.config
+        self.world, self.cfg = ctx.processes, ctx.config
         init_process_group(ctx, device)
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -56,19 +56,19 @@ class DDPStrategy(TorchStrategy):
         ddp = DistributedDataParallel(
             model,
             device_ids=ids,
-            bucket_cap_mb=cfg.bucket_mb,
-            gradient_as_bucket_view=cfg.gradient_as_bucket_view,
-            static_graph=cfg.static_graph,
+            bucket_cap_mb=cfg.option("bucket_mb"),
+            gradient_as_bucket_view=cfg.option("gradient_as_bucket_view"),
+            static_graph=cfg.option("static_graph"),
         )
-        if cfg.compression == "powersgd":
+        if cfg.option("compression") == "powersgd":
             state = powerSGD_hook.PowerSGDState(
                 process_group=None,
-                matrix_approximation_rank=cfg.powersgd_rank,
+                matrix_approximation_rank=cfg.option("powersgd_rank"),
                 start_powerSGD_iter=2,
             )
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         else:
-            hook, scale = _CAST_HOOKS[cfg.compression]
+            hook, scale = _CAST_HOOKS[cfg.option("compression")]
             self._counting = True
 
             # No annotation on `bucket`: DDP rejects any but the class dist.GradBucket, and
@@ -93,9 +93,9 @@ class DDPStrategy(TorchStrategy):
         return sent
 
     def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        if cfg.compression == "powersgd":
-            return {"compression": "powersgd", "powersgd_rank": cfg.powersgd_rank}
-        payload = gradient_bytes(model) * _CAST_HOOKS[cfg.compression][1]
+        if cfg.option("compression") == "powersgd":
+            return {"compression": "powersgd", "powersgd_rank": cfg.option("powersgd_rank")}
+        payload = gradient_bytes(model) * _CAST_HOOKS[cfg.option("compression")][1]
         return {
             "bytes_sent_per_step_model": round(ring_bytes_mean(round(payload), self.world)),
             "algorithm": "library all-reduce, modelled as a ring: 2(N-1)/N x payload",

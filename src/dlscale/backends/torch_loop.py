@@ -1,22 +1,16 @@
-"""The measured PyTorch training loop, shared by every torch.* backend.
+"""The PyTorch engine of the measurement kernel, shared by every torch.* backend.
 
 A backend supplies a :class:`TorchStrategy` (how the model is wrapped and gradients are
-synchronized); this module owns the timing, so every strategy is measured the same way:
-
-* warm-up steps are run first and never timed;
-* the device is synchronized before every clock read (a no-op on CPU, where ops are eager);
-* each step's time covers fetching the batch (input time) and forward, backward and the
-  optimizer update; per-step times and per-window wall times go to this rank's events;
-* the parent takes the maximum over ranks (see dlscale.metrics.aggregate).
+synchronized); :class:`TorchEngine` turns it into the kernel's :class:`~dlscale.runtime.
+schedule.Engine` (one training step, evaluation, the no-sync context), and the kernel
+(:mod:`dlscale.runtime.schedule`) owns the timing, so every engine of every framework is
+measured the same way. Data comes from the neutral data sets through the torch adapter.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -25,9 +19,11 @@ import torch.nn.functional as F
 
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
-from dlscale.datasets.base import Batch, TorchDataset
+from dlscale.datasets.torch_adapter import TorchDataset, to_torch
+from dlscale.metrics.records import Strategy
 from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.schedule import Engine, run_schedule
 from dlscale.runtime.torch_env import torch_environment
 
 
@@ -93,7 +89,7 @@ def init_process_group(ctx: WorkerContext, device: torch.device) -> None:
     dist.init_process_group(
         backend,
         rank=ctx.rank,
-        world_size=ctx.world_size,
+        world_size=ctx.processes,
         timeout=timeout,
         device_id=device if device.type == "cuda" else None,
     )
@@ -105,7 +101,7 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
     spec = MODELS.get(cfg.model)
     torch.manual_seed(cfg.seed)
     model: torch.nn.Module = spec.build(
-        DATASETS.get(cfg.dataset).num_classes or spec.default_classes
+        DATASETS.get(cfg.dataset).num_classes or spec.default_classes, "torch"
     )
     return model
 
@@ -115,15 +111,15 @@ def gradient_bytes(model: torch.nn.Module) -> int:
 
 
 def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
-    cfg = ctx.config
+    """A torch process: training roles run the kernel; other roles serve (e.g. servers)."""
     torch.set_num_threads(ctx.threads)
-    device = _device(cfg.device, ctx.local_rank)
+    device = _device(ctx.config.device, ctx.local_rank)
     strategy.setup(ctx, device)
     try:
-        if ctx.rank >= cfg.workers:
-            strategy.serve(ctx, device)
+        if ctx.process.trains:
+            run_schedule(ctx, TorchEngine(ctx, strategy, device))
         else:
-            _train(ctx, strategy, device)
+            strategy.serve(ctx, device)
     finally:
         strategy.teardown()
 
@@ -139,175 +135,97 @@ def _device(name: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def _train(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) -> None:
-    cfg = ctx.config
-    events = ctx.events
-    if ctx.rank == 0:
-        events.write("environment", **torch_environment(device))
-    model_spec = MODELS.get(cfg.model)
-    input_size = cfg.image_size or model_spec.input_size
-    data: TorchDataset = DATASETS.get(cfg.dataset).load(
-        cfg,
-        device=device,
-        rank=ctx.rank,
-        world=cfg.workers,  # servers hold no data
-        input_size=input_size,
-        num_classes=model_spec.default_classes,
-    )
-    model = build_model(cfg).to(device)
-    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    # Module.to accepts memory_format at run time; its type stubs do not list it.
-    model = model.to(memory_format=memory_format)  # type: ignore[call-overload]
-    model = strategy.wrap(model, device)
-    optimizer = strategy.make_optimizer(model, cfg)
-    if ctx.rank == 0 and (facts := strategy.describe(model, cfg)):
-        events.write("strategy", gradient_bytes=gradient_bytes(model), **facts)
-    forward = torch.compile(model) if cfg.compile else model
-    autocast = (
-        torch.autocast(device.type, dtype=torch.bfloat16)
-        if cfg.amp == "bf16"
-        else contextlib.nullcontext()
-    )
-    sync = torch.cuda.synchronize if device.type == "cuda" else _no_op
+class TorchEngine(Engine):
+    """One torch training process: model, optimizer and data on the device."""
 
-    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        model.zero_grad(set_to_none=True)
-        with autocast:
-            loss = F.cross_entropy(forward(x.to(memory_format=memory_format)), y)
-        loss.backward()
-        strategy.update(model, optimizer)
-        return loss.detach()
-
-    timer = _WindowTimer(ctx, step, sync, cfg.batch_per_worker, strategy)
-    has_eval = DATASETS.get(cfg.dataset).has_eval
-    started = time.perf_counter()
-    if cfg.epochs is None:
-        batches = _cycle(data)
-        timer.untimed(batches, cfg.warmup_steps)
-        for window in range(cfg.repeats):
-            timer.window(batches, cfg.steps, kind="measure", index=window)
-        if has_eval:
-            _evaluate(ctx, model, data, epoch=0, started=started, sync=sync, autocast=autocast)
-    else:
-        for epoch in range(cfg.epochs):
-            batches = data.train_batches(epoch)
-            steps = data.steps_per_epoch
-            if epoch == 0:
-                warm = min(cfg.warmup_steps, steps - 1)
-                timer.untimed(batches, warm)
-                steps -= warm
-            timer.window(batches, steps, kind="measure", index=epoch, epoch=epoch)
-            if has_eval:
-                _evaluate(
-                    ctx, model, data, epoch=epoch + 1, started=started, sync=sync, autocast=autocast
+    def __init__(self, ctx: WorkerContext, strategy: TorchStrategy, device: torch.device):
+        cfg = ctx.config
+        self.ctx, self.strategy, self.device = ctx, strategy, device
+        model_spec = MODELS.get(cfg.model)
+        dataset = DATASETS.get(cfg.dataset)
+        self.data: TorchDataset = to_torch(
+            dataset.load(
+                cfg,
+                shard=ctx.layout.first_replica(ctx.rank),
+                shards=cfg.workers,  # servers hold no data
+                replicas=ctx.process.replicas,
+                input_size=cfg.image_size or model_spec.input_size,
+                num_classes=model_spec.default_classes,
+            ),
+            device,
+        )
+        self.steps_per_epoch = self.data.steps_per_epoch
+        self.has_eval = dataset.has_eval
+        self.memory_format = (
+            torch.channels_last if cfg.option("channels_last") else torch.contiguous_format
+        )
+        model = build_model(cfg).to(device)
+        # Module.to accepts memory_format at run time; its type stubs do not list it.
+        model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]
+        self.model = strategy.wrap(model, device)
+        self.optimizer = strategy.make_optimizer(self.model, cfg)
+        if ctx.rank == 0 and (facts := strategy.describe(self.model, cfg)):
+            ctx.events.write(
+                Strategy(
+                    gradient_bytes=gradient_bytes(self.model),
+                    bytes_sent_per_step_model=facts.pop("bytes_sent_per_step_model", None),
+                    facts=facts,
                 )
-    if cfg.save_params and ctx.rank == 0:
-        unwrapped = getattr(model, "module", model)
-        state = {name: p.detach().cpu() for name, p in unwrapped.named_parameters()}
-        torch.save(state, ctx.run_dir / "final_params.pt")
-    no_sync = strategy.no_sync(model)
-    if no_sync is not None and cfg.comm_probe_steps > 0:
-        # Same work without gradient synchronization, after every measured step (the replicas
-        # may drift apart here, which no longer matters). Its first step is a warm-up.
-        batches = _cycle(data)
-        with no_sync:
-            timer.untimed(batches, 1)
-            timer.window(batches, cfg.comm_probe_steps, kind="nosync", index=0)
-    strategy.finish()
-
-
-class _WindowTimer:
-    def __init__(
-        self,
-        ctx: WorkerContext,
-        step: Callable[..., torch.Tensor],
-        sync: Callable[[], None],
-        batch: int,
-        strategy: TorchStrategy,
-    ) -> None:
-        self.ctx, self.step, self.sync, self.batch = ctx, step, sync, batch
-        self.strategy = strategy
-
-    def untimed(self, batches: Iterator[Batch], steps: int) -> None:
-        for x, y in itertools.islice(batches, steps):
-            self.step(x, y)
-        self.sync()
-
-    def window(self, batches: Iterator[Batch], steps: int, **fields: Any) -> None:
-        step_ms: list[float] = []
-        data_ms: list[float] = []
-        losses: list[torch.Tensor] = []
-        clock = time.perf_counter
-        self.sync()
-        self.strategy.take_bytes_sent()  # reset: count only this window's traffic
-        window_start = clock()
-        for _ in range(steps):
-            t0 = clock()
-            x, y = next(batches)
-            self.sync()
-            t1 = clock()
-            loss = self.step(x, y)
-            self.sync()
-            t2 = clock()
-            data_ms.append((t1 - t0) * 1e3)
-            step_ms.append((t2 - t0) * 1e3)
-            losses.append(loss)
-        duration = clock() - window_start
-        loss_sum: float | None = float(torch.stack(losses).double().sum()) if losses else 0.0
-        finite = loss_sum is not None and math.isfinite(loss_sum)
-        if not finite:
-            loss_sum = None  # training diverged; JSON has no NaN, and the timing still holds
-        self.ctx.events.write(
-            "window",
-            steps=steps,
-            samples=steps * self.batch,
-            duration_s=duration,
-            step_ms=step_ms,
-            data_ms=data_ms,
-            loss_sum=loss_sum,
-            loss_count=steps,
-            bytes_sent=self.strategy.take_bytes_sent(),
-            loss_nonfinite=not finite,
-            **fields,
+            )
+        self.forward = torch.compile(self.model) if cfg.option("compile") else self.model
+        self.autocast: contextlib.AbstractContextManager[Any] = (
+            torch.autocast(device.type, dtype=torch.bfloat16)
+            if cfg.option("amp") == "bf16"
+            else contextlib.nullcontext()
         )
 
+    def batches(self, epoch: int) -> Iterator[Any]:
+        return self.data.train_batches(epoch)
 
-def _cycle(data: TorchDataset) -> Iterator[Batch]:
-    for epoch in itertools.count():
-        yield from data.train_batches(epoch)
+    def step(self, batch: Any) -> torch.Tensor:
+        x, y = batch
+        self.model.zero_grad(set_to_none=True)
+        with self.autocast:
+            loss = F.cross_entropy(self.forward(x.to(memory_format=self.memory_format)), y)
+        loss.backward()
+        self.strategy.update(self.model, self.optimizer)
+        return loss.detach()
 
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
 
-@torch.no_grad()
-def _evaluate(
-    ctx: WorkerContext,
-    model: torch.nn.Module,
-    data: TorchDataset,
-    *,
-    epoch: int,
-    started: float,
-    sync: Callable[[], None],
-    autocast: Any,
-) -> None:
-    model.eval()
-    correct = total = 0
-    loss_sum = 0.0
-    for x, y in data.eval_batches():
-        with autocast:
-            logits = model(x)
-        loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
-        correct += int((logits.argmax(1) == y).sum())
-        total += int(y.numel())
-    sync()
-    model.train()
-    ctx.events.write(
-        "eval",
-        epoch=epoch,
-        correct=correct,
-        total=total,
-        loss_sum=loss_sum,
-        elapsed_s=time.perf_counter() - started,
-    )
+    def loss_total(self, losses: list[Any]) -> float:
+        return float(torch.stack(losses).double().sum())
 
+    @torch.no_grad()
+    def evaluate(self) -> tuple[int, int, float]:
+        model = self.model
+        model.eval()
+        correct = total = 0
+        loss_sum = 0.0
+        for x, y in self.data.eval_batches():
+            with self.autocast:
+                logits = model(x)
+            loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
+            correct += int((logits.argmax(1) == y).sum())
+            total += int(y.numel())
+        model.train()
+        return correct, total, loss_sum
 
-def _no_op() -> None:
-    return None
+    def no_sync(self) -> contextlib.AbstractContextManager[Any] | None:
+        return self.strategy.no_sync(self.model)
+
+    def take_bytes_sent(self) -> float | None:
+        return self.strategy.take_bytes_sent()
+
+    def save_params(self) -> None:
+        unwrapped = getattr(self.model, "module", self.model)
+        state = {name: p.detach().cpu() for name, p in unwrapped.named_parameters()}
+        torch.save(state, self.ctx.run_dir / "final_params.pt")
+
+    def finish(self) -> None:
+        self.strategy.finish()
+
+    def framework_facts(self) -> dict[str, Any]:
+        return torch_environment(self.device)

@@ -62,6 +62,7 @@ from dlscale.backends.torch_loop import (
     sgd,
 )
 from dlscale.config.run_config import RunConfig
+from dlscale.metrics.records import Server, Staleness
 from dlscale.runtime.context import WorkerContext
 
 _CPU = torch.device("cpu")
@@ -101,16 +102,17 @@ class PSStrategy(TorchStrategy):
         self._pull: list[torch.Tensor] = []
         self._bytes = 0
         self._skip = False
+        self.server_ranks: list[int] = []
 
     # -- worker ---------------------------------------------------------------------------
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         self.cfg = ctx.config
+        self.server_ranks = [p.rank for p in ctx.layout.of_role("server")]
         init_process_group(ctx, _CPU)  # gloo: point-to-point, receive from any source
 
     def _server_rank(self, server: int) -> int:
-        assert self.cfg is not None
-        return self.cfg.workers + server
+        return self.server_ranks[server]
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """Lay out the shards and pull the servers' initial parameters (version 0)."""
@@ -118,7 +120,9 @@ class PSStrategy(TorchStrategy):
         self.params = trainable(model)
         if any(p.dtype != torch.float32 for p in self.params):
             raise TypeError("torch-ps holds fp32 parameters only")
-        self.shards = ps_shards.plan([p.numel() for p in self.params], self.cfg.num_servers)
+        self.shards = ps_shards.plan(
+            [p.numel() for p in self.params], self.cfg.option("num_servers")
+        )
         self._push = [torch.zeros(s.numel + FRAME) for s in self.shards]
         self._pull = [torch.zeros(s.numel + FRAME) for s in self.shards]
         self.versions = [0] * len(self.shards)
@@ -185,7 +189,7 @@ class PSStrategy(TorchStrategy):
             "bytes_sent_per_step_model": ps_shards.bytes_per_step(self.shards),
             "algorithm": "parameter server: push gradient + pull parameters of every shard",
             "servers": len(self.shards),
-            "mode": cfg.ps_mode,
+            "mode": cfg.option("ps_mode"),
             "shard_bytes": [shard.nbytes for shard in self.shards],
         }
 
@@ -209,32 +213,36 @@ class PSStrategy(TorchStrategy):
     def serve(self, ctx: WorkerContext, device: torch.device) -> None:
         """A server's loop: initial parameters out, then updates until every worker is done."""
         cfg = ctx.config
-        index = ctx.rank - cfg.workers
+        index = ctx.process.index
         params = trainable(build_model(cfg))
-        shard = ps_shards.plan([p.numel() for p in params], cfg.num_servers)[index]
+        shard = ps_shards.plan([p.numel() for p in params], cfg.option("num_servers"))[index]
         server = ShardServer(shard, [params[i] for i in shard.params], cfg)
         started = time.perf_counter()
-        if cfg.ps_mode == "sync":
+        if cfg.option("ps_mode") == "sync":
             server.run_sync()
         else:
             server.run_async()
         ctx.events.write(
-            "staleness",
-            server=index,
-            histogram={str(k): v for k, v in sorted(server.staleness.items())},
+            Staleness(
+                server=index,
+                histogram={str(k): v for k, v in sorted(server.staleness.items())},
+            )
         )
         ctx.events.write(
-            "server",
-            server=index,
-            mode=cfg.ps_mode,
-            params=len(shard.params),
-            shard_bytes=shard.nbytes,
-            updates=server.version,
-            gradients=sum(server.staleness.values()),
-            bytes_sent=server.bytes_sent,
-            bytes_received=server.bytes_received,
-            update_s=server.update_s,
-            elapsed_s=time.perf_counter() - started,
+            Server(
+                server=index,
+                counters={
+                    "mode": cfg.option("ps_mode"),
+                    "params": len(shard.params),
+                    "shard_bytes": shard.nbytes,
+                    "updates": server.version,
+                    "gradients": sum(server.staleness.values()),
+                    "bytes_sent": server.bytes_sent,
+                    "bytes_received": server.bytes_received,
+                    "update_s": server.update_s,
+                    "elapsed_s": time.perf_counter() - started,
+                },
+            )
         )
         dist.barrier()
 

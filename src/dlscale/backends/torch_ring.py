@@ -49,14 +49,16 @@ class RingStrategy(TorchStrategy):
         self._sync = True
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
-        self.rank, self.world, self.cfg = ctx.rank, ctx.world_size, ctx.config
+        self.rank, self.world, self.cfg = ctx.rank, ctx.processes, ctx.config
         init_process_group(ctx, device)
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         assert self.cfg is not None
         _broadcast_from_rank0(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        self.fusion = Fusion(params, self.cfg.bucket_mb, compression=self.cfg.compression)
+        self.fusion = Fusion(
+            params, self.cfg.option("bucket_mb"), compression=self.cfg.option("compression")
+        )
         return model
 
     def update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
@@ -86,7 +88,7 @@ class RingStrategy(TorchStrategy):
         return {
             "bytes_sent_per_step_model": self.fusion.bytes_mean(self.world),
             "buckets": len(self.fusion.buckets),
-            "compression": cfg.compression,
+            "compression": cfg.option("compression"),
             "algorithm": "ring reduce-scatter + all-gather, 2(N-1) steps",
         }
 

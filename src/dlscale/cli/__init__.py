@@ -10,6 +10,7 @@ import sys
 
 from dlscale import __version__
 from dlscale.errors import UserError
+from dlscale.plugins import load_plugins
 
 COMMANDS = {
     "run": ("dlscale.cli.run", "run a study: launch workers, measure, store results"),
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
+        load_plugins()
         return int(importlib.import_module(args.module).main(args) or 0)
     except UserError as error:
         print(f"dlscale: error: {error}", file=sys.stderr)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from pathlib import Path
 
 from rich.table import Table
 
 from dlscale.cli.tables import console
 from dlscale.errors import UserError
+from dlscale.options import Option
 
 WHAT = ("models", "backends", "datasets", "launchers", "runs")
 
@@ -44,9 +46,13 @@ def _models() -> Table:
     from dlscale.models import MODELS
     from dlscale.models.profile import profile
 
-    table = Table(title="models (parameters and forward FLOPs per image at the native size)")
+    table = Table(
+        title="models (parameters and forward FLOPs per image at the native size, "
+        "counted on the PyTorch twin)"
+    )
     for column in (
         "name",
+        "frameworks",
         "params (M)",
         "GFLOPs/image",
         "input",
@@ -56,13 +62,19 @@ def _models() -> Table:
     ):
         table.add_column(column)
     for name, spec in MODELS:
-        p = profile(name)
+        cells = ["-", "-", f"{spec.input_size}x{spec.input_size}", str(spec.default_classes)]
+        if "torch" in spec.builders:
+            p = profile(name)
+            cells = [
+                f"{p.params / 1e6:.2f}",
+                f"{p.forward_flops_per_sample / 1e9:.3f}",
+                "x".join(map(str, p.input_shape)),
+                str(p.num_classes),
+            ]
         table.add_row(
             name,
-            f"{p.params / 1e6:.2f}",
-            f"{p.forward_flops_per_sample / 1e9:.3f}",
-            "x".join(map(str, p.input_shape)),
-            str(p.num_classes),
+            ", ".join(spec.builders),
+            *cells,
             "yes" if spec.has_batchnorm else "no",
             spec.description,
         )
@@ -72,33 +84,63 @@ def _models() -> Table:
 def _backends() -> Table:
     from dlscale.backends import BACKENDS
 
-    table = Table(title="backends")
-    for column in ("name", "framework", "installed", "max workers", "devices", "description"):
+    table = Table(title="backends (options: set as study keys or --set KEY=VALUE)")
+    for column in (
+        "name",
+        "framework",
+        "installed",
+        "max workers",
+        "devices",
+        "options",
+        "description",
+    ):
         table.add_column(column)
     for name, spec in BACKENDS:
-        installed = "yes" if importlib.util.find_spec(spec.framework) else "no"
         table.add_row(
             name,
             spec.framework,
-            installed,
+            _installed(spec.framework, spec.python, spec.install),
             str(spec.max_workers or "any"),
             ",".join(spec.devices),
+            _options(spec.options),
             spec.description,
         )
     return table
+
+
+def _installed(framework: str, python: str | None, install: str) -> str:
+    """Whether the workers' interpreter can import the framework, else how to install it."""
+    if python is None:
+        found = importlib.util.find_spec(framework) is not None
+    else:
+        found = Path(python).exists()  # a framework in its own environment (e.g. MXNet)
+    if found:
+        return "yes"
+    return f"no: {install}" if install else "no"
+
+
+def _options(options: tuple[Option, ...]) -> str:
+    return (
+        "\n".join(
+            f"{o.name}={o.default!r}" + (f" ({'|'.join(map(str, o.choices))})" if o.choices else "")
+            for o in options
+        )
+        or "-"
+    )
 
 
 def _datasets() -> Table:
     from dlscale.datasets import DATASETS
 
     table = Table(title="datasets")
-    for column in ("name", "needs --data-dir", "accuracy", "description"):
+    for column in ("name", "needs --data-dir", "accuracy", "options", "description"):
         table.add_column(column)
     for name, spec in DATASETS:
         table.add_row(
             name,
             "yes" if spec.needs_data_dir else "no",
             "yes" if spec.has_eval else "no",
+            _options(spec.options),
             spec.description,
         )
     return table
@@ -108,10 +150,10 @@ def _launchers() -> Table:
     from dlscale.launchers import LAUNCHERS
 
     table = Table(title="launchers")
-    table.add_column("name")
-    table.add_column("description")
+    for column in ("name", "options", "description"):
+        table.add_column(column)
     for name, spec in LAUNCHERS:
-        table.add_row(name, spec.description)
+        table.add_row(name, _options(spec.options), spec.description)
     return table
 
 

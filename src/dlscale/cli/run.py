@@ -110,10 +110,7 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
 
 def main(args: argparse.Namespace) -> int:
     if args.keys:
-        from dlscale.config.run_config import RunConfig, fields_doc
-
-        for key, doc in fields_doc().items():
-            print(f"{key:20} {doc} (default: {getattr(RunConfig, key)!r})")
+        _print_keys()
         return 0
     from dlscale.runner import check_inputs
 
@@ -132,7 +129,26 @@ def main(args: argparse.Namespace) -> int:
     )
 
 
+def _print_keys() -> None:
+    from dlscale.config.run_config import config_defaults, declared_options, fields_doc
+
+    defaults = config_defaults()
+    print("core keys (every run):")
+    for key, doc in fields_doc().items():
+        print(f"  {key:24} {doc} (default: {defaults[key]!r})")
+    by_owner: dict[str, list[str]] = {}
+    for name, declarations in declared_options().items():
+        for owner, option in declarations:
+            by_owner.setdefault(owner, []).append(f"  {name:24} {option.describe()}")
+    for owner in sorted(by_owner):
+        print(f"options of {owner}:")
+        print("\n".join(by_owner[owner]))
+
+
 def _dry_run(points: Any, results: Path) -> int:
+    import shlex
+
+    from dlscale.backends import BACKENDS
     from dlscale.launchers import LAUNCHERS
     from dlscale.runner import interpreter
 
@@ -143,14 +159,28 @@ def _dry_run(points: Any, results: Path) -> int:
             .create()
             .plan(config, results / run_id / "spec.json", interpreter(config))
         )
+        roles = ", ".join(f"{p.role}{p.index}=rank{p.rank}" for p in plan.layout.processes)
         print(
             f"# {run_id}: {config.backend} x{config.workers} {config.model} {config.dataset} "
-            f"({plan.threads_per_worker} threads/worker)"
+            f"({plan.threads_per_worker} threads/process; {roles})"
         )
         for warning in plan.warnings:
             print(f"#   warning: {warning}")
-        for process in plan.processes:
-            env = " ".join(f"{k}={v}" for k, v in sorted(process.env.items()))
-            print(f"{env} {' '.join(process.argv)}")
+        for entry in plan.entries:
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(entry.env.items()))
+            ranks = (
+                f"rank {entry.ranks[0]}"
+                if len(entry.ranks) == 1
+                else (f"ranks {entry.ranks[0]}-{entry.ranks[-1]}")
+            )
+            print(f"# {ranks}")
+            if len(entry.ranks) > 1:  # one command: each rank sets its cluster variables
+                backend = BACKENDS.get(config.backend)
+                for rank in entry.ranks:
+                    process = plan.layout.processes[rank]
+                    cluster = backend.cluster_env(process, plan.layout, plan.addresses, config)
+                    variables = " ".join(f"{k}={shlex.quote(v)}" for k, v in cluster.items())
+                    print(f"#   rank {rank} ({process.role}) sets: {variables or '-'}")
+            print(f"{env} {shlex.join(entry.argv)}")
     print(json.dumps({"points": len(points)}), file=sys.stderr)
     return 0

@@ -1,7 +1,17 @@
 """The resolved configuration of one measured point (one launch of N workers).
 
-Every field has a docstring (shown by ``dlscale run --help-keys``) and is validated on
-construction; a bad value raises :class:`UserError` naming the key and what is allowed.
+The core keys every run has are fields with a docstring (shown by ``dlscale run --keys``); the
+settings of the point's backend, data set and launcher are their own declared options
+(:mod:`dlscale.options`), resolved into ``options``. Everything is validated on construction; a
+bad value raises :class:`UserError` naming the key and what is allowed.
+
+Each key has one kind (field metadata), the one mechanism that says what a key is:
+
+* ``point`` (the default): it changes what is measured; part of the run id and of every match;
+* ``label``: it tells identical points apart (``repeat_id``, ``comm_probe_steps``): part of
+  the run id, ignored when runs are matched (speedup baseline, compare, plot lines);
+* ``operational``: how the run is carried out, not what it measures (``timeout_s``,
+  ``python``, ``save_params``): in neither.
 """
 
 from __future__ import annotations
@@ -9,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,11 +27,15 @@ from dlscale.backends import BACKENDS
 from dlscale.datasets import DATASETS
 from dlscale.errors import UnsupportedPoint, UserError
 from dlscale.launchers import LAUNCHERS
+from dlscale.layout import ProcessLayout
 from dlscale.models import MODELS
+from dlscale.options import Option, resolve
+
+POINT, LABEL, OPERATIONAL = "point", "label", "operational"
 
 
-def _doc(text: str) -> dict[str, str]:
-    return {"doc": text}
+def _doc(text: str, kind: str = POINT) -> dict[str, str]:
+    return {"doc": text, "kind": kind}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,7 +44,9 @@ class RunConfig:
     model: str = field(default="resnet44", metadata=_doc("model name (dlscale ls models)"))
     dataset: str = field(default="synthetic", metadata=_doc("data set (dlscale ls datasets)"))
     data_dir: str | None = field(default=None, metadata=_doc("directory of a local data set"))
-    workers: int = field(default=1, metadata=_doc("number of data-parallel worker processes"))
+    workers: int = field(
+        default=1, metadata=_doc("data-parallel replicas (worker processes for most backends)")
+    )
     batch_size: int = field(
         default=64,
         metadata=_doc("images per worker per step (weak scaling) or per step in all (strong)"),
@@ -66,117 +83,126 @@ class RunConfig:
     )
     comm_probe_steps: int = field(
         default=5,
-        metadata=_doc("steps without gradient sync to measure exposed communication (0: off)"),
+        metadata=_doc(
+            "steps without gradient sync to measure exposed communication (0: off)", kind=LABEL
+        ),
     )
     timeout_s: float = field(
-        default=900.0, metadata=_doc("a run still going after this many seconds is stopped")
-    )
-    amp: str = field(default="none", metadata=_doc("mixed precision on cuda: none or bf16"))
-    channels_last: bool = field(default=False, metadata=_doc("channels_last memory format"))
-    compile: bool = field(default=False, metadata=_doc("torch.compile the model"))
-    samples_per_epoch: int = field(
-        default=50000, metadata=_doc("images per epoch for synthetic data in epoch mode")
+        default=900.0,
+        metadata=_doc("a run still going after this many seconds is stopped", kind=OPERATIONAL),
     )
     image_size: int | None = field(
         default=None, metadata=_doc("input height = width (default: the model's native size)")
     )
-    ps_mode: str = field(
-        default="sync", metadata=_doc("torch-ps: sync (wait for all workers) or async")
-    )
-    num_servers: int = field(
-        default=1, metadata=_doc("torch-ps: server ranks; parameters sharded by bytes")
-    )
-    bucket_mb: float = field(
-        default=25.0, metadata=_doc("gradient bucket / fusion buffer size in MB (ddp, ring)")
-    )
-    compression: str = field(
-        default="none", metadata=_doc("gradient compression: none, fp16, bf16, powersgd")
-    )
-    powersgd_rank: int = field(default=1, metadata=_doc("torch-ddp: PowerSGD matrix rank"))
-    gradient_as_bucket_view: bool = field(
-        default=False, metadata=_doc("torch-ddp: gradients are views into the buckets")
-    )
-    static_graph: bool = field(default=False, metadata=_doc("torch-ddp: static_graph=True"))
     save_params: bool = field(
-        default=False, metadata=_doc("rank 0 saves the trained parameters (final_params.pt)")
+        default=False,
+        metadata=_doc("rank 0 saves the trained parameters (final_params.*)", kind=OPERATIONAL),
     )
     launcher: str = field(
         default="local", metadata=_doc("how workers start (dlscale ls launchers)")
     )
     python: str | None = field(
-        default=None, metadata=_doc("interpreter for the workers (default: the backend's)")
+        default=None,
+        metadata=_doc("interpreter for the workers (default: the backend's)", kind=OPERATIONAL),
     )
     repeat_id: int = field(
-        default=0, metadata=_doc("label to rerun an identical point as a separate run")
+        default=0,
+        metadata=_doc("label to rerun an identical point as a separate run", kind=LABEL),
+    )
+    options: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_doc("the plug-ins' own settings (dlscale run --keys), resolved on construction"),
     )
 
     def __post_init__(self) -> None:
-        BACKENDS.get(self.backend)
-        MODELS.get(self.model)
+        backend = BACKENDS.get(self.backend)
+        model = MODELS.get(self.model)
         DATASETS.get(self.dataset)
         LAUNCHERS.get(self.launcher)
         _check_choice("scaling", self.scaling, ("weak", "strong"))
         _check_choice("device", self.device, ("cpu", "cuda"))
-        _check_choice("amp", self.amp, ("none", "bf16"))
         _check_choice("lr_scaling", self.lr_scaling, ("none", "linear"))
-        _check_choice("ps_mode", self.ps_mode, ("sync", "async"))
-        _check_choice("compression", self.compression, ("none", "fp16", "bf16", "powersgd"))
-        if self.bucket_mb <= 0:
-            raise UserError(f"bucket_mb must be > 0, got {self.bucket_mb}")
-        for name in (
-            "workers",
-            "batch_size",
-            "steps",
-            "repeats",
-            "samples_per_epoch",
-            "num_servers",
-            "powersgd_rank",
-        ):
+        for name in ("workers", "batch_size", "steps", "repeats"):
             _check_min(name, getattr(self, name), 1)
         for name in ("warmup_steps", "comm_probe_steps", "seed", "repeat_id"):
             _check_min(name, getattr(self, name), 0)
         for name in ("epochs", "threads_per_worker", "image_size"):
             if getattr(self, name) is not None:
                 _check_min(name, getattr(self, name), 1)
-        if self.lr <= 0:
-            raise UserError(f"lr must be > 0, got {self.lr}")
-        if self.timeout_s <= 0:
-            raise UserError(f"timeout_s must be > 0, got {self.timeout_s}")
-        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
-            raise UserError(
-                f"target_accuracy must be in (0, 1], got {self.target_accuracy} (write 0.9 for 90%)"
+        for name in ("lr", "timeout_s"):
+            _check_positive(name, getattr(self, name))
+        for name in ("momentum", "weight_decay"):
+            _check_finite(name, getattr(self, name), minimum=0.0)
+        if self.target_accuracy is not None:
+            _check_finite("target_accuracy", self.target_accuracy)
+            if not 0 < self.target_accuracy <= 1:
+                raise UserError(
+                    f"target_accuracy must be in (0, 1], got {self.target_accuracy} "
+                    "(write 0.9 for 90%)"
+                )
+        if not isinstance(self.options, dict):
+            raise UserError(f"options must be a mapping, got {self.options!r}")
+        given = {k: v for k, v in self.options.items() if not _ignorable(k, v, self)}
+        object.__setattr__(self, "options", resolve(self._option_owners(), given))
+        if backend.framework not in model.builders:
+            raise UnsupportedPoint(
+                f"model {self.model} has no {backend.framework} implementation "
+                f"(it has: {', '.join(model.builders)}); backend {self.backend} needs one"
             )
-        self._check_backend_supports()
+        if backend.max_workers is not None and self.workers > backend.max_workers:
+            raise UnsupportedPoint(
+                f"backend {self.backend} runs at most {backend.max_workers} worker(s), "
+                f"got workers={self.workers}"
+            )
+        if self.device not in backend.devices:
+            raise UnsupportedPoint(f"backend {self.backend} does not run on {self.device}")
         if self.scaling == "strong" and self.batch_size % self.workers:
             raise UserError(
                 f"strong scaling splits batch_size={self.batch_size} over {self.workers} workers: "
                 "choose a batch size divisible by every worker count"
             )
-        dataset = DATASETS.get(self.dataset)
-        if dataset.needs_data_dir and not self.data_dir:
+        if DATASETS.get(self.dataset).needs_data_dir and not self.data_dir:
             raise UserError(f"dataset {self.dataset} needs --data-dir PATH (a local copy)")
+        layout = self.layout()  # the backend's roles must fit the config
+        if layout.replicas != self.workers:
+            raise UserError(
+                f"backend {self.backend} laid out {layout.replicas} replicas for "
+                f"workers={self.workers}"
+            )
 
-    def _check_backend_supports(self) -> None:
-        """Settings the backend cannot run: UnsupportedPoint (a grid skips such points)."""
-        backend = BACKENDS.get(self.backend)
-        if backend.max_workers is not None and self.workers > backend.max_workers:
-            raise UnsupportedPoint(
-                f"backend {self.backend} runs at most {backend.max_workers} worker(s), "
-                f"got workers={self.workers}; use torch-ddp for more"
-            )
-        if self.device not in backend.devices:
-            raise UnsupportedPoint(f"backend {self.backend} does not run on {self.device}")
-        for key in STRATEGY_KEYS:
-            if key not in backend.options and getattr(self, key) != _DEFAULTS[key]:
-                raise UnsupportedPoint(
-                    f"backend {self.backend} does not use {key} "
-                    f"(it reads: {', '.join(backend.options) or 'no strategy keys'})"
-                )
-        if self.compression not in backend.compressions:
-            raise UnsupportedPoint(
-                f"backend {self.backend} implements compression "
-                f"{', '.join(backend.compressions)}; got {self.compression}"
-            )
+    @classmethod
+    def make(cls, **settings: Any) -> RunConfig:
+        """A config from flat settings: core keys as fields, every other key an option."""
+        core = {k: v for k, v in settings.items() if k in _FIELDS and k != "options"}
+        options = {**settings.get("options", {})}
+        options.update({k: v for k, v in settings.items() if k not in _FIELDS})
+        return cls(**core, options=options)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """A config as ``to_dict`` wrote it (options grouped by plug-in kind)."""
+        options: dict[str, Any] = {}
+        for group in (data.get("options") or {}).values():
+            options.update(group)
+        return cls(**{k: v for k, v in data.items() if k != "options"}, options=options)
+
+    def _option_owners(self) -> dict[str, tuple[str, tuple[Option, ...]]]:
+        return {
+            "backend": (self.backend, BACKENDS.get(self.backend).options),
+            "dataset": (self.dataset, DATASETS.get(self.dataset).options),
+            "launcher": (self.launcher, LAUNCHERS.get(self.launcher).options),
+        }
+
+    def option(self, name: str) -> Any:
+        """The resolved value of one plug-in option (KeyError if no plug-in declares it)."""
+        return self.options[name]
+
+    def grouped_options(self) -> dict[str, dict[str, Any]]:
+        """The options by plug-in kind: what a stored config holds."""
+        return {
+            kind: {o.name: self.options[o.name] for o in declared}
+            for kind, (_, declared) in self._option_owners().items()
+        }
 
     # Derived values: one definition each, used by workers and aggregation alike.
     @property
@@ -193,63 +219,80 @@ class RunConfig:
         return self.lr * scale
 
     @property
-    def processes(self) -> int:
-        """Processes to start: the workers, then the backend's extra ranks (e.g. servers)."""
-        key = BACKENDS.get(self.backend).extra_processes_key
-        return self.workers + (int(getattr(self, key)) if key else 0)
+    def framework(self) -> str:
+        return BACKENDS.get(self.backend).framework
 
-    @property
-    def mode(self) -> str:
-        return "epochs" if self.epochs is not None else "steps"
+    def layout(self) -> ProcessLayout:
+        """Every process of the run, from the backend's roles."""
+        return ProcessLayout.from_roles(BACKENDS.get(self.backend).roles(self))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["options"] = self.grouped_options()
+        return data
 
     def identity(self) -> dict[str, Any]:
-        """The fields that make a point what it is (not where or how long we wait for it)."""
+        """The keys that make a run what it is (not where or how long we wait for it)."""
         data = self.to_dict()
-        for key in _NOT_IDENTITY:
+        for key in keys_of_kind(OPERATIONAL):
             data.pop(key)
         return data
 
     def run_id(self) -> str:
         """Readable, stable id: the same resolved point always gets the same id."""
-        digest = hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[
-            :10
-        ]
-        return f"{self.model}-{self.backend}-{self.dataset}-w{self.workers}-{digest}"
+        digest = hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
+        return f"{self.model}-{self.backend}-{self.dataset}-w{self.workers}-{digest[:10]}"
 
 
-_NOT_IDENTITY = ("timeout_s", "python", "save_params")
-RUN_LABEL_KEYS = (
-    "repeat_id",
-    "timeout_s",
-    "python",
-    "threads_per_worker",
-    "comm_probe_steps",
-    "save_params",
-)
-"""Keys that label a run without changing what its throughput measures: ignored when runs are
-matched to a speedup baseline, compared across stores, or grouped into plot lines."""
-STRATEGY_KEYS = (
-    "ps_mode",
-    "num_servers",
-    "bucket_mb",
-    "compression",
-    "powersgd_rank",
-    "gradient_as_bucket_view",
-    "static_graph",
-)
-"""Keys that only some backends read (BackendSpec.options)."""
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def keys_of_kind(*kinds: str) -> tuple[str, ...]:
+    """Core keys of the given kinds (point, label, operational)."""
+    return tuple(name for name, f in _FIELDS.items() if f.metadata["kind"] in kinds)
+
+
+NOT_MATCHED_KEYS = keys_of_kind(LABEL, OPERATIONAL)
+"""Keys ignored when runs are matched to a speedup baseline, compared across stores, or
+grouped into plot lines: they label a run without changing what its throughput measures."""
+
+
+def core_keys() -> tuple[str, ...]:
+    return tuple(name for name in _FIELDS if name != "options")
 
 
 def config_defaults() -> dict[str, Any]:
-    return dict(_DEFAULTS)
+    return {name: f.default for name, f in _FIELDS.items() if f.default is not dataclasses.MISSING}
 
 
 def fields_doc() -> dict[str, str]:
-    return {f.name: f.metadata["doc"] for f in dataclasses.fields(RunConfig)}
+    return {name: f.metadata["doc"] for name, f in _FIELDS.items() if name != "options"}
+
+
+def declared_options() -> dict[str, list[tuple[str, Option]]]:
+    """Every option any registered plug-in declares: name -> [(owner, declaration)]."""
+    out: dict[str, list[tuple[str, Option]]] = {}
+    for kind, registry in (("backend", BACKENDS), ("dataset", DATASETS), ("launcher", LAUNCHERS)):
+        for name, spec in registry:
+            for option in spec.options:
+                out.setdefault(option.name, []).append((f"{kind} {name}", option))
+    return out
+
+
+def _ignorable(key: str, value: Any, config: RunConfig) -> bool:
+    """A key the point's plug-ins do not declare, set to every declarer's default: a grid
+    such as ``backend = ["torch-single", "torch-ddp"]`` with ``compression = "none"`` means
+    the default where the key applies and nothing where it does not."""
+    owners = dict(config._option_owners())
+    if any(key in (o.name for o in opts) for _, opts in owners.values()):
+        return False
+    declarations = declared_options().get(key, [])
+    if not declarations:
+        return False
+    try:
+        return all(option.parse(value) == option.default for _, option in declarations)
+    except UserError:
+        return False
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
@@ -260,3 +303,17 @@ def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
 def _check_min(name: str, value: object, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _check_finite(name: str, value: object, minimum: float | None = None) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise UserError(f"{name} must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise UserError(f"{name} must be >= {minimum:g}, got {value!r}")
+
+
+def _check_positive(name: str, value: object) -> None:
+    _check_finite(name, value)
+    assert isinstance(value, int | float)
+    if value <= 0:
+        raise UserError(f"{name} must be > 0, got {value!r}")

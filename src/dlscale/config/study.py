@@ -6,7 +6,6 @@ A list value makes a grid: every combination of the listed values is one point.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import tomllib
 import types
@@ -16,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.backends import BACKENDS
-from dlscale.config.run_config import RunConfig
+from dlscale.config.run_config import RunConfig, core_keys, declared_options
 from dlscale.errors import UnsupportedPoint, UserError
 
-_FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 _HINTS = typing.get_type_hints(RunConfig)
 STUDY_ONLY_KEYS = ("name", "description")
 
@@ -58,9 +56,17 @@ def load_study_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def valid_keys() -> list[str]:
+    """Core keys and every option a registered plug-in declares."""
+    return sorted({*core_keys(), *declared_options()})
+
+
 def check_key(key: str, origin: str) -> None:
-    if key not in _FIELDS:
-        raise UserError(f"{origin}: unknown key {key!r}; valid keys: {', '.join(sorted(_FIELDS))}")
+    if key not in valid_keys():
+        raise UserError(
+            f"{origin}: unknown key {key!r}; valid keys: {', '.join(valid_keys())} "
+            "(dlscale run --keys explains each)"
+        )
 
 
 def parse_set(items: list[str]) -> dict[str, Any]:
@@ -79,7 +85,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
 
 
 def coerce(key: str, value: Any) -> Any:
-    """Turn a TOML or command-line value into the field's type, or say what was expected."""
+    """Turn a TOML or command-line value into the key's type, or say what was expected."""
+    if key not in core_keys():
+        return declared_options()[key][0][1].parse(value)
     hint = _HINTS[key]
     optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
     base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
@@ -120,7 +128,7 @@ def expand(settings: dict[str, Any], name: str = "default", description: str = "
     for combo in itertools.product(*axes):
         values = dict(zip(keys, combo, strict=True))
         try:
-            points.append(RunConfig(**values))
+            points.append(RunConfig.make(**values))
         except UnsupportedPoint as reason:
             if not is_grid:
                 raise

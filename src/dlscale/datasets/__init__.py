@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlscale.registry import Registry
+from dlscale.options import Option
+from dlscale.registry import Registry, load_object
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,8 +18,10 @@ class DatasetSpec:
     description: str
     loader: str
     """``module:function`` called in a worker as
-    ``load(cfg, *, device, rank, world, input_size, num_classes)``; returns a
-    :class:`dlscale.datasets.base.TorchDataset`."""
+    ``load(cfg, *, shard, shards, replicas=1, input_size, num_classes)``; returns a
+    :class:`dlscale.datasets.arrays.NumpyDataset` (numpy only) of the process that trains
+    replicas ``shard`` to ``shard + replicas - 1`` of ``shards``;
+    :func:`dlscale.datasets.torch_adapter.to_torch` puts it on a torch device."""
     needs_data_dir: bool
     has_eval: bool
     """Whether an accuracy on held-out data means anything (not for synthetic data)."""
@@ -29,14 +31,15 @@ class DatasetSpec:
     """``module:function(data_dir: Path) -> None`` run by the parent before launching; raises
     :class:`dlscale.errors.DataError` naming the bad file. Needs only numpy."""
 
+    options: tuple[Option, ...] = ()
+    """The data set's own settings (study keys)."""
+
     def check(self, data_dir: Path | None) -> None:
         if self.checker is not None:
-            module, _, function = self.checker.partition(":")
-            getattr(importlib.import_module(module), function)(data_dir)
+            load_object(self.checker)(data_dir)
 
     def load(self, *args: Any, **kwargs: Any) -> Any:
-        module, _, function = self.loader.partition(":")
-        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+        return load_object(self.loader)(*args, **kwargs)
 
 
 DATASETS: Registry[DatasetSpec] = Registry("dataset")
@@ -45,11 +48,20 @@ DATASETS.register(
     "synthetic",
     DatasetSpec(
         name="synthetic",
-        description="random tensors created on the training device (no input-pipeline cost)",
+        description="one random batch, put on the training device once (no input-pipeline cost)",
         loader="dlscale.datasets.synthetic:load",
         needs_data_dir=False,
         has_eval=False,
         num_classes=None,
+        options=(
+            Option(
+                name="samples_per_epoch",
+                type="int",
+                default=50000,
+                minimum=1,
+                help="images per epoch over all workers in epoch mode",
+            ),
+        ),
     ),
 )
 DATASETS.register(

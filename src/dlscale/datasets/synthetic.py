@@ -1,65 +1,48 @@
-"""Synthetic data, as in tf_cnn_benchmarks: one random batch made once on the device.
+"""Synthetic data, as in tf_cnn_benchmarks: one random batch made once, fed at every step.
 
-Every step feeds the same tensors, so the measurement has no input-pipeline cost. An "epoch" is
-``samples_per_epoch`` images over all workers (at least one step).
+Every step feeds the same arrays, so the measurement has no input-pipeline cost. An "epoch" is
+the ``samples_per_epoch`` option (images over all replicas; at least one step). The batch is
+already in model-input form (standard normal float32), so no transform applies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
-from dlscale.datasets.base import Batch, TorchDataset
+from dlscale.datasets.arrays import SyntheticArrays
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
 
 SEED_STRIDE = 7919
-"""Generator seed = ``seed * SEED_STRIDE + rank``: a different batch on every rank."""
+"""Generator seed = ``seed * SEED_STRIDE + replica``: a different batch on every replica."""
+CHANNELS = 3
 
 
 def load(
     cfg: RunConfig,
     *,
-    device: torch.device,
-    rank: int,
-    world: int,
+    shard: int,
+    shards: int,
+    replicas: int = 1,
     input_size: int,
     num_classes: int,
-) -> SyntheticDataset:
-    """One fixed random batch of ``cfg.batch_per_worker`` images on ``device``."""
+) -> SyntheticArrays:
+    """One fixed random batch of ``cfg.batch_per_worker`` images per replica, for replicas
+    ``shard`` to ``shard + replicas - 1`` of ``shards`` (concatenated in that order)."""
     batch = cfg.batch_per_worker
-    generator = torch.Generator(device=device).manual_seed(cfg.seed * SEED_STRIDE + rank)
-    images = torch.randn((batch, 3, input_size, input_size), generator=generator, device=device)
-    labels = torch.randint(0, num_classes, (batch,), generator=generator, device=device)
-    steps = max(1, cfg.samples_per_epoch // (batch * world))
-    return SyntheticDataset(images, labels, num_classes=num_classes, steps_per_epoch=steps)
-
-
-class SyntheticDataset(TorchDataset):
-    """The same ``(images, labels)`` pair every step; no held-out data."""
-
-    def __init__(
-        self,
-        images: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        num_classes: int,
-        steps_per_epoch: int,
-    ) -> None:
-        self.images, self.labels = images, labels
-        self.num_classes = num_classes
-        channels, height, width = images.shape[1:]
-        self.input_shape = (channels, height, width)
-        self._steps = steps_per_epoch
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self._steps
-
-    def train_batches(self, epoch: int) -> Iterator[Batch]:
-        """The fixed batch, ``steps_per_epoch`` times (``epoch`` does not matter)."""
-        for _ in range(self._steps):
-            yield self.images, self.labels
+    images, labels = [], []
+    for replica in range(shard, shard + replicas):
+        rng = np.random.default_rng(cfg.seed * SEED_STRIDE + replica)
+        shape = (batch, CHANNELS, input_size, input_size)
+        images.append(rng.standard_normal(shape, dtype=np.float32))
+        labels.append(rng.integers(0, num_classes, batch, dtype=np.int64))
+    steps = max(1, cfg.option("samples_per_epoch") // (batch * shards))
+    return SyntheticArrays(
+        images=np.concatenate(images),
+        labels=np.concatenate(labels),
+        num_classes=num_classes,
+        steps_per_epoch=steps,
+    )

@@ -6,11 +6,11 @@ and unit-tested) and an impure ``run()`` that starts the plan and watches it.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.registry import Registry
+from dlscale.options import Option
+from dlscale.registry import Registry, load_object
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,10 +19,11 @@ class LauncherSpec:
     description: str
     implementation: str
     """``module:Class`` of a :class:`dlscale.launchers.base.Launcher`."""
+    options: tuple[Option, ...] = ()
+    """The launcher's own settings (study keys), validated like a backend's."""
 
     def create(self) -> Any:
-        module, _, cls = self.implementation.partition(":")
-        return getattr(importlib.import_module(module), cls)()
+        return load_object(self.implementation)()
 
 
 LAUNCHERS: Registry[LauncherSpec] = Registry("launcher")

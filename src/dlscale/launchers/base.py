@@ -1,27 +1,44 @@
-"""The launcher contract: a plan as data, then a watched run of it."""
+"""The launcher contract: a plan as data, then a watched run of it.
+
+A plan entry is one command for a range of ranks: one entry per rank (``local``), or one for
+all ranks (horovodrun, mpirun, torchrun, srun start every rank from one command). Which rank
+failed is read from the per-rank event files, so it is named whichever launcher started it.
+
+A launcher implements :meth:`Launcher.plan` (pure: printed by ``--dry-run``, unit-tested as
+data) and may override :meth:`Launcher.start`, which by default runs each entry as a local
+process (:mod:`dlscale.launchers.processes`). A submit-then-poll launcher (sbatch) overrides
+``start`` to submit and returns a :class:`Running` whose ``poll`` asks the scheduler; the
+watch loop (:mod:`dlscale.launchers.watch`) is the same for both.
+"""
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.config.run_config import RunConfig
+from dlscale.layout import Addresses, ProcessLayout
+from dlscale.runtime.worker_path import worker_path_dir
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProcessPlan:
-    rank: int
+class PlanEntry:
+    ranks: range
+    """The ranks this command starts."""
     argv: tuple[str, ...]
     env: dict[str, str]
-    """Variables set for this process on top of the parent's environment."""
+    """Variables set for this command on top of the parent's environment."""
     stdout: Path
     stderr: Path
 
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
-    processes: tuple[ProcessPlan, ...]
+    entries: tuple[PlanEntry, ...]
+    layout: ProcessLayout
+    addresses: Addresses
     threads_per_worker: int
     warnings: tuple[str, ...] = ()
 
@@ -30,10 +47,24 @@ class LaunchPlan:
 class LaunchOutcome:
     ok: bool
     returncodes: dict[int, int | None]
+    """Exit code of the command that started each rank (``None``: stopped by the launcher
+    because its role never exits by itself)."""
     failed_rank: int | None = None
     reason: str | None = None
     stderr_tail: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+
+
+class Running(ABC):
+    """A started plan: one status per entry."""
+
+    @abstractmethod
+    def poll(self) -> list[int | None]:
+        """Each entry's exit code, ``None`` while it runs (or is queued)."""
+
+    @abstractmethod
+    def stop(self, entries: list[int] | None = None) -> None:
+        """Stop these entries (all when ``None``) and whatever they started; waits for them."""
 
 
 class Launcher(ABC):
@@ -41,6 +72,42 @@ class Launcher(ABC):
     def plan(self, config: RunConfig, spec_path: Path, python: str) -> LaunchPlan:
         """Commands and environments for every rank; pure (no process is started)."""
 
-    @abstractmethod
-    def run(self, plan: LaunchPlan, timeout_s: float) -> LaunchOutcome:
-        """Start the plan, stop every rank when one fails or the timeout passes."""
+    def blame(self, entry: PlanEntry) -> int | None:
+        """The rank a failed one-command entry reports as the cause (mpirun and horovodrun
+        print it); ``None``: unknown, and the watcher reads the per-rank events instead."""
+        return None
+
+    def start(self, plan: LaunchPlan) -> Running:
+        """Start the plan's commands; by default each is a process on this machine."""
+        from dlscale.launchers.processes import start_processes
+
+        return start_processes(plan)
+
+
+def thread_budget(processes: int, threads: int | None, cores: int) -> tuple[int, list[str]]:
+    """Intra-op threads per process: cores // processes unless set; warn on oversubscription."""
+    threads = threads or max(1, cores // processes)
+    warnings = []
+    if threads * processes > cores:
+        warnings.append(
+            f"{processes} processes x {threads} threads = {threads * processes} threads "
+            f"on {cores} cores: oversubscribed, expect lower and noisier throughput"
+        )
+    return threads, warnings
+
+
+def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, str]:
+    """What every worker command gets, whatever the launcher: thread counts and a path that
+    holds dlscale and the plug-ins but not the parent's site-packages."""
+    pythonpath = os.pathsep.join(
+        p
+        for p in (str(worker_path_dir(spec_path.parent).absolute()), os.environ.get("PYTHONPATH"))
+        if p
+    )
+    return {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "DLSCALE_THREADS": str(threads),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": pythonpath,
+    }

@@ -7,25 +7,32 @@ maximum over ranks; images are summed over ranks, never rank 0 times the world s
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
+from dlscale.metrics.records import Eval, Record, Staleness, Strategy, Window
 from dlscale.metrics.stats import mean_ci95, percentile
 
-Events = list[dict[str, Any]]
+Events = list[Record]
 
 
 def aggregate(
-    all_ranks: dict[int, Events], *, target_accuracy: float | None, workers: int | None = None
+    all_ranks: dict[int, Events],
+    *,
+    target_accuracy: float | None,
+    training_ranks: Iterable[int] | None = None,
 ) -> dict[str, Any]:
-    """Metrics of one run from every rank's events; missing pieces give ``None``, not zero.
+    """Metrics of one run from every rank's records; missing pieces give ``None``, not zero.
 
-    Ranks below ``workers`` train; ranks from ``workers`` on are a backend's other processes
-    (parameter servers), whose events report staleness. ``None``: every rank is a worker.
+    ``training_ranks`` are the processes that train and record windows (the backend's roles
+    say which); the others (parameter servers, schedulers) may report staleness. ``None``: every
+    rank trains.
     """
-    per_rank = {r: e for r, e in all_ranks.items() if workers is None or r < workers}
-    others = {r: e for r, e in all_ranks.items() if r not in per_rank}
+    train = set(all_ranks) if training_ranks is None else set(training_ranks)
+    per_rank = {r: all_ranks.get(r, []) for r in sorted(train)}
+    others = {r: e for r, e in all_ranks.items() if r not in train}
     measure = _windows(per_rank, "measure")
     nosync = _windows(per_rank, "nosync")
     out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
@@ -34,12 +41,15 @@ def aggregate(
         per_window = [w["samples"] / w["duration_s"] for w in measure]
         out["throughput_img_s"], out["throughput_ci95_img_s"] = mean_ci95(per_window)
         out["throughput_windows_img_s"] = per_window
-        steps = np.concatenate([w["step_ms"] for w in measure])
-        data = np.concatenate([w["data_ms"] for w in measure])
+        steps, per_step = _step_times(measure)
         out["step_time_p50_ms"] = percentile(steps, 50)
-        out["step_time_p95_ms"] = percentile(steps, 95)
-        out["input_time_p50_ms"] = percentile(data, 50)
-        out["measured_steps"] = int(steps.size)
+        out["step_time_p95_ms"] = percentile(steps, 95) if per_step else None
+        with_data = [w for w in measure if w["data_ms"] is not None]
+        if with_data:
+            out["input_time_p50_ms"] = percentile(
+                np.concatenate([w["data_ms"] for w in with_data]), 50
+            )
+        out["measured_steps"] = int(sum(w["steps"] for w in measure))
         out["measured_images"] = int(sum(w["samples"] for w in measure))
         if any(w.get("epoch") is not None for w in measure):
             out["epoch_time_s"] = float(np.mean([w["duration_s"] for w in measure]))
@@ -50,7 +60,7 @@ def aggregate(
         out["rank_step_time_mean_ms"] = _rank_means(per_rank)
     if measure and nosync:
         sync_p50 = out["step_time_p50_ms"]
-        nosync_p50 = percentile(np.concatenate([w["step_ms"] for w in nosync]), 50)
+        nosync_p50 = percentile(_step_times(nosync)[0], 50)
         out["step_time_nosync_p50_ms"] = nosync_p50
         out["exposed_comm_fraction"] = max(0.0, (sync_p50 - nosync_p50) / sync_p50)
     out.update(_bytes(per_rank, measure))
@@ -98,57 +108,72 @@ METRIC_KEYS = (
 
 def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
     """Windows that every rank completed, merged across ranks (max time, summed images)."""
-    by_index: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_index: dict[int, list[Window]] = defaultdict(list)
     for events in per_rank.values():
         for record in events:
-            if record["event"] == "window" and record["kind"] == kind:
-                by_index[record["index"]].append(record)
+            if isinstance(record, Window) and record.kind == kind:
+                by_index[record.index].append(record)
     merged = []
     for index in sorted(by_index):
         parts = by_index[index]
         if len(parts) != len(per_rank):
             continue  # a rank died during this window: it is not a whole measurement
-        step_ms = np.max(np.array([p["step_ms"] for p in parts], dtype=float), axis=0)
-        data_ms = np.max(np.array([p["data_ms"] for p in parts], dtype=float), axis=0)
-        finite = all(p["loss_sum"] is not None for p in parts)
-        loss_sum = sum(p["loss_sum"] for p in parts) if finite else 0.0
-        loss_count = sum(p["loss_count"] for p in parts) if finite else 0
+        finite = all(p.loss_sum is not None for p in parts)
+        loss_sum = sum(p.loss_sum or 0.0 for p in parts) if finite else 0.0
+        loss_count = sum(p.loss_count for p in parts) if finite else 0
         merged.append(
             {
                 "index": index,
-                "epoch": parts[0].get("epoch"),
-                "samples": sum(p["samples"] for p in parts),
-                "duration_s": max(p["duration_s"] for p in parts),
-                "step_ms": step_ms,
-                "data_ms": data_ms,
+                "epoch": parts[0].epoch,
+                "samples": sum(p.samples for p in parts),
+                "duration_s": max(p.duration_s for p in parts),
+                "step_ms": _max_over_ranks([p.step_ms for p in parts]),
+                "data_ms": _max_over_ranks([p.data_ms for p in parts]),
                 "loss": loss_sum / loss_count if loss_count else None,
-                "bytes_sent": sum(p["bytes_sent"] for p in parts)
-                if all(p.get("bytes_sent") is not None for p in parts)
+                "bytes_sent": sum(p.bytes_sent or 0.0 for p in parts)
+                if all(p.bytes_sent is not None for p in parts)
                 else None,
-                "steps": parts[0]["steps"],
+                "steps": parts[0].steps,
             }
         )
     return merged
 
 
+def _step_times(windows: list[dict[str, Any]]) -> tuple[np.ndarray, bool]:
+    """Every step's time, or, from an engine that times whole windows, each window's mean step
+    (then the second value is False: no per-step percentiles beyond the median)."""
+    if all(w["step_ms"] is not None for w in windows):
+        return np.concatenate([w["step_ms"] for w in windows]), True
+    return np.array([w["duration_s"] * 1e3 / w["steps"] for w in windows]), False
+
+
+def _max_over_ranks(per_rank: list[list[float] | None]) -> np.ndarray | None:
+    """Step-wise maximum over ranks (a synchronous step ends when its slowest rank does)."""
+    if any(times is None for times in per_rank):
+        return None
+    return np.max(np.array(per_rank, dtype=float), axis=0)
+
+
 def _evals(per_rank: dict[int, Events]) -> list[dict[str, Any]]:
-    by_epoch: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_epoch: dict[int, list[Eval]] = defaultdict(list)
     for events in per_rank.values():
         for record in events:
-            if record["event"] == "eval":
-                by_epoch[record["epoch"]].append(record)
+            if isinstance(record, Eval):
+                by_epoch[record.epoch].append(record)
     history = []
     for epoch in sorted(by_epoch):
         parts = by_epoch[epoch]
         if len(parts) != len(per_rank):
             continue
-        total = sum(p["total"] for p in parts)
+        total = sum(p.total for p in parts)
+        if not total:
+            continue
         history.append(
             {
                 "epoch": epoch,
-                "accuracy": sum(p["correct"] for p in parts) / total,
-                "loss": sum(p["loss_sum"] for p in parts) / total,
-                "elapsed_s": max(p["elapsed_s"] for p in parts),
+                "accuracy": sum(p.correct for p in parts) / total,
+                "loss": sum(p.loss_sum for p in parts) / total,
+                "elapsed_s": max(p.elapsed_s for p in parts),
                 "images": total,
             }
         )
@@ -162,8 +187,8 @@ def _rank_means(per_rank: dict[int, Events]) -> dict[str, float]:
         steps = [
             s
             for r in events
-            if r["event"] == "window" and r["kind"] == "measure"
-            for s in r["step_ms"]
+            if isinstance(r, Window) and r.kind == "measure"
+            for s in (r.step_ms or [r.duration_s * 1e3 / max(r.steps, 1)])
         ]
         if steps:
             means[str(rank)] = float(np.mean(steps))
@@ -173,10 +198,11 @@ def _rank_means(per_rank: dict[int, Events]) -> dict[str, float]:
 def _bytes(per_rank: dict[int, Events], measure: list[dict[str, Any]]) -> dict[str, Any]:
     """Bytes each worker sends per step: the strategy's model, and the count it kept."""
     out: dict[str, Any] = {}
-    strategy = next((r for r in per_rank.get(0, []) if r["event"] == "strategy"), None)
+    first = per_rank[min(per_rank)] if per_rank else []
+    strategy = next((r for r in first if isinstance(r, Strategy)), None)
     if strategy is not None:
-        out["bytes_sent_per_step_model"] = strategy.get("bytes_sent_per_step_model")
-        out["gradient_bytes"] = strategy.get("gradient_bytes")
+        out["bytes_sent_per_step_model"] = strategy.bytes_sent_per_step_model
+        out["gradient_bytes"] = strategy.gradient_bytes
     counted = [w for w in measure if w["bytes_sent"] is not None]
     if counted and per_rank:
         total = sum(w["bytes_sent"] for w in counted)
@@ -190,8 +216,8 @@ def _staleness(others: dict[int, Events]) -> dict[str, Any]:
     histogram: dict[int, int] = defaultdict(int)
     for events in others.values():
         for record in events:
-            if record["event"] == "staleness":
-                for value, count in record["histogram"].items():
+            if isinstance(record, Staleness):
+                for value, count in record.histogram.items():
                     histogram[int(value)] += int(count)
     if not histogram:
         return {}

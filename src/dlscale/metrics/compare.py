@@ -45,9 +45,9 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.config.run_config import RUN_LABEL_KEYS
+from dlscale.config.run_config import NOT_MATCHED_KEYS
 
-NOT_IN_POINT_KEY = RUN_LABEL_KEYS
+NOT_IN_POINT_KEY = NOT_MATCHED_KEYS
 """Config keys that label a run without changing what is measured: ignored when matching."""
 
 DEFAULT_THRESHOLD = 0.05

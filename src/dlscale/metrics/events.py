@@ -1,5 +1,6 @@
 """Per-rank structured records (JSON lines). Every rank writes its own file; the writer stamps
-each record with the rank, host and time, so a crashed rank still leaves its partial record."""
+each record with the schema, rank, host and time, so a crashed rank still leaves its partial
+record. The records themselves are defined once in :mod:`dlscale.metrics.records`."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.errors import SchemaError
-
-EVENTS_SCHEMA = 1
-"""Version of the events format; bump it when a record changes meaning."""
+from dlscale.metrics.records import EVENTS_SCHEMA, Record, from_dict
 
 
 def events_path(run_dir: Path, rank: int) -> Path:
@@ -28,16 +27,16 @@ class EventWriter:
         self.host = socket.gethostname()
         self._handle = path.open("a", encoding="utf-8")
 
-    def write(self, event: str, **payload: Any) -> None:
-        record = {
+    def write(self, record: Record) -> None:
+        line = {
             "schema": EVENTS_SCHEMA,
-            "event": event,
+            "event": record.event,
             "rank": self.rank,
             "host": self.host,
             "time": time.time(),
-            **payload,
+            **record.payload(),
         }
-        self._handle.write(json.dumps(record, allow_nan=False) + "\n")
+        self._handle.write(json.dumps(line, allow_nan=False) + "\n")
         self._handle.flush()
 
     def close(self) -> None:
@@ -45,14 +44,17 @@ class EventWriter:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """All whole records of one rank; a torn last line (a rank killed mid-write) is dropped."""
+    """All whole records of one rank as stored; a torn last line (a rank killed mid-write) is
+    dropped."""
     records: list[dict[str, Any]] = []
     if not path.exists():
         return records
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
+            continue
+        if not isinstance(record, dict):
             continue
         if record.get("schema", 0) > EVENTS_SCHEMA:
             raise SchemaError(
@@ -61,3 +63,16 @@ def read_events(path: Path) -> list[dict[str, Any]]:
             )
         records.append(record)
     return records
+
+
+def read_records(path: Path) -> list[Record]:
+    """One rank's records as their types (unknown or malformed events are skipped)."""
+    out = []
+    for data in read_events(path):
+        try:
+            record = from_dict(data)
+        except TypeError:
+            continue
+        if record is not None:
+            out.append(record)
+    return out

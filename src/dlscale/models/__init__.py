@@ -1,12 +1,16 @@
-"""Model registry: light descriptors here, PyTorch builders imported only when a model is built."""
+"""Model registry: light descriptors here, builders imported only when a model is built.
+
+A model is registered once by name, with a builder per framework (its twins: the same
+architecture and parameter count in each engine). ``dlscale ls models`` shows which frameworks
+have each model; a backend whose framework has no builder for a model refuses that point.
+"""
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from dlscale.registry import Registry
+from dlscale.registry import Registry, load_object
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,17 +19,28 @@ class ModelSpec:
 
     name: str
     description: str
-    builder: str
-    """``module:function`` taking ``num_classes`` and returning a ``torch.nn.Module``."""
+    builders: dict[str, str] = field(default_factory=dict)
+    """Framework -> ``module:function`` taking ``num_classes`` and returning that framework's
+    model (``torch``: a ``torch.nn.Module``)."""
     input_size: int
     """Native input height = width in pixels (32 for CIFAR nets, 224 for ImageNet nets)."""
     default_classes: int
     """Classes used with synthetic data (10 for CIFAR nets, 1000 for ImageNet nets)."""
     has_batchnorm: bool
 
-    def build(self, num_classes: int) -> Any:
-        module, _, function = self.builder.partition(":")
-        return getattr(importlib.import_module(module), function)(num_classes)
+    def build(self, num_classes: int, framework: str = "torch") -> Any:
+        reference = self.builders.get(framework)
+        if reference is None:
+            raise KeyError(f"model {self.name} has no {framework} builder")
+        return load_object(reference)(num_classes)
+
+
+def register_builder(model: str, framework: str, reference: str) -> None:
+    """Add a framework's twin of a registered model (``module:function``)."""
+    builders = MODELS.get(model).builders
+    if framework in builders:
+        raise ValueError(f"model {model} already has a {framework} builder")
+    builders[framework] = reference
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
@@ -36,7 +51,7 @@ for _depth in (20, 32, 44, 56, 110):
         ModelSpec(
             name=f"resnet{_depth}",
             description=f"CIFAR ResNet-{_depth} (He et al. 2016, 6n+2 layers, option-A shortcuts)",
-            builder=f"dlscale.models.resnet_cifar:resnet{_depth}",
+            builders={"torch": f"dlscale.models.resnet_cifar:resnet{_depth}"},
             input_size=32,
             default_classes=10,
             has_batchnorm=True,
@@ -47,7 +62,7 @@ MODELS.register(
     ModelSpec(
         name="resnet50",
         description="ResNet-50 (He et al. 2016, bottleneck blocks, ImageNet)",
-        builder="dlscale.models.resnet_imagenet:resnet50",
+        builders={"torch": "dlscale.models.resnet_imagenet:resnet50"},
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
@@ -58,7 +73,7 @@ MODELS.register(
     ModelSpec(
         name="alexnet",
         description="AlexNet (Krizhevsky 2014 one-tower variant, ImageNet)",
-        builder="dlscale.models.alexnet:alexnet",
+        builders={"torch": "dlscale.models.alexnet:alexnet"},
         input_size=224,
         default_classes=1000,
         has_batchnorm=False,
@@ -69,7 +84,7 @@ MODELS.register(
     ModelSpec(
         name="googlenet",
         description="GoogLeNet / Inception v1 (Szegedy et al. 2015, BatchNorm, no aux heads)",
-        builder="dlscale.models.googlenet:googlenet",
+        builders={"torch": "dlscale.models.googlenet:googlenet"},
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
@@ -80,7 +95,7 @@ MODELS.register(
     ModelSpec(
         name="tiny",
         description="Tiny CNN for tests (2 conv + 1 linear, no BatchNorm)",
-        builder="dlscale.models.tiny:tiny",
+        builders={"torch": "dlscale.models.tiny:tiny"},
         input_size=32,
         default_classes=10,
         has_batchnorm=False,

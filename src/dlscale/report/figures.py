@@ -11,14 +11,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlscale.config.run_config import RUN_LABEL_KEYS
+from dlscale.config.run_config import NOT_MATCHED_KEYS
 
 Row = dict[str, Any]
 STRAGGLER_RATIO = 1.05
 """A rank whose mean step time exceeds the median rank's by this factor is flagged."""
 
 # Keys that never distinguish one line from another in a study's plots.
-_NOT_A_SERIES_KEY = {"backend", "workers", *RUN_LABEL_KEYS}
+_NOT_A_SERIES_KEY = {"backend", "workers", *NOT_MATCHED_KEYS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,15 +59,16 @@ def x_ticks(figure: Figure) -> list[Any]:
 
 def series_label(row: Row, varying: list[str]) -> str:
     cfg = row["config"]
-    extra = ", ".join(f"{key}={cfg[key]}" for key in varying)
+    extra = ", ".join(f"{key}={cfg[key]}" for key in varying if key in cfg)
     return f"{cfg['backend']} ({extra})" if extra else str(cfg["backend"])
 
 
 def varying_keys(rows: list[Row]) -> list[str]:
-    """Settings that differ between the completed runs (failed ones draw no line)."""
+    """Settings that differ between the completed runs that have them (failed runs draw no
+    line; an option only some backends have varies only if it differs among those)."""
     done = [r for r in rows if r["status"] == "completed"]
-    keys = [k for k in done[0]["config"] if k not in _NOT_A_SERIES_KEY] if done else []
-    return [k for k in keys if len({str(r["config"][k]) for r in done}) > 1]
+    keys = dict.fromkeys(k for r in done for k in r["config"] if k not in _NOT_A_SERIES_KEY)
+    return [k for k in keys if len({str(r["config"][k]) for r in done if k in r["config"]}) > 1]
 
 
 def by_series(rows: list[Row]) -> dict[str, list[Row]]:

@@ -7,6 +7,7 @@ import html
 from collections import defaultdict
 from typing import Any
 
+from dlscale.report.columns import Column, human_layout
 from dlscale.report.figures import Row, study_figures
 from dlscale.report.interactive import to_plotly
 
@@ -19,6 +20,7 @@ td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:left}
 th{background:#f5f5f5} .note{color:#555;font-size:.9rem;margin:.2rem 0 1.5rem}
 .flag{color:#b00020} code{background:#f5f5f5;padding:0 .25rem}
 .figure{margin-top:1rem} .failed td{background:#fff3f3}
+.runs td.num,.runs th.num{text-align:right} .runs caption{text-align:left;color:#555}
 """
 
 
@@ -70,48 +72,27 @@ def provenance(rows: list[Row]) -> str:
     return f'<table class="provenance">{cells}</table>'
 
 
-def _points_table(rows: list[Row]) -> str:
-    head = (
-        "backend",
-        "model",
-        "data",
-        "workers",
-        "batch/w",
-        "img/s",
-        "±95%",
-        "speedup",
-        "eff.",
-        "comm",
-        "acc.",
-        "TTA s",
-        "status",
+def runs_table(rows: list[Row]) -> str:
+    """The runs table: the columns of `dlscale.report.columns` for people, as in the terminal."""
+    columns, caption = human_layout(rows)
+
+    def cls(column: Column) -> str:
+        return ' class="num"' if column.numeric else ""
+
+    header = "".join(
+        f'<th{cls(c)} title="{_e(c.definition)}">{_e(c.label)}</th>'
+        if c.definition
+        else f"<th{cls(c)}>{_e(c.label)}</th>"
+        for c in columns
     )
-    body = []
-    for r in rows:
-        m, cfg = r.get("metrics") or {}, r["config"]
-
-        def f(v: Any, fmt: str) -> str:
-            return "-" if v is None else format(v, fmt)
-
-        cells = (
-            cfg["backend"],
-            cfg["model"],
-            cfg["dataset"],
-            cfg["workers"],
-            r.get("batch_size_per_worker"),
-            f(m.get("throughput_img_s"), ".1f"),
-            f(m.get("throughput_ci95_img_s"), ".1f"),
-            f(r.get("speedup"), ".2f"),
-            f(r.get("efficiency"), ".0%"),
-            f(m.get("exposed_comm_fraction"), ".0%"),
-            f(m.get("eval_accuracy"), ".1%"),
-            f(m.get("time_to_accuracy_s"), ".1f"),
-            r["status"],
-        )
-        cls = ' class="failed"' if r["status"] != "completed" else ""
-        body.append(f"<tr{cls}>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
-    header = "".join(f"<th>{_e(h)}</th>" for h in head)
-    return f"<table><tr>{header}</tr>{''.join(body)}</table>"
+    body = "".join(
+        ("<tr>" if r["status"] == "completed" else '<tr class="failed">')
+        + "".join(f"<td{cls(c)}>{_e(c.text(r))}</td>" for c in columns)
+        + "</tr>"
+        for r in rows
+    )
+    top = f"<caption>{_e(', '.join(caption))}</caption>" if caption else ""
+    return f'<table class="runs">{top}<tr>{header}</tr>{body}</table>'
 
 
 def _failures(rows: list[Row]) -> str:
@@ -146,7 +127,7 @@ def build_html(rows: list[Row], *, title: str, source: str) -> tuple[str, int]:
             if commands
             else ""
         )
-        parts.append(_points_table(study_rows))
+        parts.append(runs_table(study_rows))
         parts.append(_failures(study_rows))
         for figure in study_figures(study_rows):
             div = pio.to_html(

@@ -1,4 +1,4 @@
-"""What a worker knows about itself: its rank, its run and where to write."""
+"""What a worker knows about itself: its rank and role, its run and where to write."""
 
 from __future__ import annotations
 
@@ -7,7 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.config.run_config import RunConfig
+from dlscale.layout import Addresses, Process, ProcessLayout
 from dlscale.metrics.events import EventWriter
+
+RANK_VARS_ENV = "DLSCALE_RANK_VARS"
+"""Set by a launcher whose tool names ranks its own way: ``RANK_VAR,LOCAL_VAR,SIZE_VAR``."""
+STANDARD_RANK_VARS = (
+    ("DLSCALE_RANK", "DLSCALE_LOCAL_RANK", "DLSCALE_WORLD_SIZE"),
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,19 +27,28 @@ class WorkerContext:
     run_dir: Path
     rank: int
     local_rank: int
-    world_size: int
+    layout: ProcessLayout
+    addresses: Addresses
     threads: int
     events: EventWriter
 
+    @property
+    def process(self) -> Process:
+        """This process's place in the layout: its role, index and replicas."""
+        return self.layout.processes[self.rank]
+
+    @property
+    def processes(self) -> int:
+        """Processes in the run, every role included."""
+        return self.layout.size
+
     @staticmethod
     def rank_from_environment() -> tuple[int, int, int]:
-        """(rank, local_rank, world_size) from the variables torchrun, Slurm or MPI set."""
-        for rank_var, local_var, size_var in (
-            ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
-            ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-            ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-            ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
-        ):
+        """(rank, local_rank, processes) from the variables the launcher's tool set."""
+        candidates = list(STANDARD_RANK_VARS)
+        if custom := os.environ.get(RANK_VARS_ENV):
+            candidates.insert(0, tuple(custom.split(",")))  # type: ignore[arg-type]
+        for rank_var, local_var, size_var in candidates:
             if rank_var in os.environ and size_var in os.environ:
                 rank = int(os.environ[rank_var])
                 return rank, int(os.environ.get(local_var, rank)), int(os.environ[size_var])

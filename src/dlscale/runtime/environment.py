@@ -90,5 +90,5 @@ def host_environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "dlscale_version": dlscale.__version__,
         "git_commit": git_commit(),
-        "packages": framework_versions(),
+        "parent_packages": framework_versions(),
     }

@@ -10,8 +10,14 @@ from typing import Any
 
 from dlscale.errors import SchemaError
 
-SCHEMAS = {"spec": 1, "result": 1}
-"""Current version of each persisted document kind; bump on an incompatible change."""
+SCHEMAS = {"spec": 2, "result": 2}
+"""Current version of each persisted document kind; bump on an incompatible change.
+2: plug-in options grouped under ``config.options``, process layout, worker environment."""
+
+
+def schema_version(document: dict[str, Any]) -> int:
+    """The version number of a document ``read_json`` accepted."""
+    return int(str(document["schema"]).rpartition("/")[2])
 
 
 def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlscale.errors import SchemaError, UserError
-from dlscale.store.files import read_json, write_json_atomic
+from dlscale.store.files import read_json, schema_version, write_json_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,8 +37,12 @@ class RunStore:
         path = self.run_dir(run_id) / "result.json"
         if not path.exists():
             return None
+        from dlscale.store.migrate import read_view
+
         result = read_json(path, "result")
-        return result if result.get("status") == "completed" else None
+        if result.get("status") != "completed":
+            return None
+        return read_view(result, schema_version(result))
 
     def reserve(self, run_id: str) -> bool:
         """Take the run's lock (atomic create). False if a live process holds it already.
@@ -91,16 +95,15 @@ class RunStore:
                 f"no results directory at {self.root}; run `dlscale run` first "
                 "or pass --results DIR"
             )
-        from dlscale.config.run_config import config_defaults
+        from dlscale.store.migrate import read_view
 
-        defaults = config_defaults()
         rows = []
         for path in sorted(self.root.glob("*/result.json")):
             try:
                 row = read_json(path, "result")
-                # Keys added after a result was written read as their defaults (migration).
-                row["config"] = {**defaults, **row.get("config", {})}
-                rows.append(row)
+                # Every schema is read into the current shape; keys added after a result was
+                # written read as their defaults.
+                rows.append(read_view(row, schema_version(row)))
             except SchemaError:
                 raise
             except OSError as error:
@@ -136,6 +139,9 @@ def load_results(path: Path | str = DEFAULT_ROOT) -> pd.DataFrame:
     import pandas as pd
 
     from dlscale.metrics.scaling import add_scaling
+    from dlscale.plugins import load_plugins
+
+    load_plugins()  # a plug-in's stored options and reference flags read like the built-ins
 
     rows = add_scaling(RunStore(path).results())
     return pd.DataFrame([flatten(row) for row in rows])
@@ -150,6 +156,7 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
         "run_id": row["run_id"],
         "status": row["status"],
         "error": row.get("error"),
+        "framework": row.get("framework"),
     }
     flat.update(config)
     flat["batch_size_per_worker"] = row.get("batch_size_per_worker")

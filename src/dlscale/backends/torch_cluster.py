@@ -1,0 +1,26 @@
+"""The environment torch.distributed's env:// rendezvous reads (no torch import)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dlscale.layout import Addresses, Process, ProcessLayout
+
+if TYPE_CHECKING:
+    from dlscale.config.run_config import RunConfig
+
+
+def torch_cluster_env(
+    process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
+) -> dict[str, str]:
+    """RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address (rank 0's host, first port)."""
+    host = addresses.hosts[process.rank]
+    local = [p.rank for p in layout.processes if addresses.hosts[p.rank] == host]
+    return {
+        "RANK": str(process.rank),
+        "WORLD_SIZE": str(layout.size),
+        "LOCAL_RANK": str(local.index(process.rank)),
+        "LOCAL_WORLD_SIZE": str(len(local)),
+        "MASTER_ADDR": addresses.hosts[0],
+        "MASTER_PORT": str(addresses.ports[0]),
+    }

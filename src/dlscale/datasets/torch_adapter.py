@@ -1,0 +1,208 @@
+"""The torch view of a numpy data set: arrays uploaded once, the transform in batched device ops.
+
+:func:`to_torch` puts a :class:`~dlscale.datasets.arrays.NumpyDataset` on a device. The stored
+uint8 images go to the device once; each epoch, the plan drawn by numpy (sample indices, crop
+offsets, flips) goes to the device in one copy per array, and every step gathers, crops, flips,
+normalizes and resizes its batch with a few batched tensor ops (no per-image Python loop; a
+data set without augmentation is transformed once, at upload). The batches equal the numpy
+reference of :meth:`ArrayDataset.train_batches` (up to float rounding).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from dlscale.datasets.arrays import ArrayDataset, NumpyDataset, SyntheticArrays, Transform
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+class TorchDataset(ABC):
+    """One process's view of a data set, on the training device.
+
+    ``train_batches(epoch)`` yields exactly ``steps_per_epoch`` batches of float32 NCHW images of
+    ``input_shape`` and int64 labels; ``eval_batches()`` yields this process's disjoint part of
+    the held-out set (possibly with a smaller last batch; nothing without held-out data).
+    """
+
+    num_classes: int
+    input_shape: tuple[int, int, int]
+
+    @property
+    @abstractmethod
+    def steps_per_epoch(self) -> int: ...
+
+    @abstractmethod
+    def train_batches(self, epoch: int) -> Iterator[Batch]: ...
+
+    def eval_batches(self) -> Iterator[Batch]:
+        return iter(())
+
+
+def to_torch(data: NumpyDataset, device: torch.device | str) -> TorchDataset:
+    """``data`` on ``device``: its arrays uploaded once, its transform done there per batch."""
+    device = torch.device(device)
+    if isinstance(data, ArrayDataset):
+        return TorchArrays(data, device)
+    if isinstance(data, SyntheticArrays):
+        return TorchSynthetic(data, device)
+    raise TypeError(f"no torch adapter for {type(data).__name__}")
+
+
+class TorchArrays(TorchDataset):
+    """An :class:`ArrayDataset` held whole on the device.
+
+    The images are stored as uint8 when training augments them (the transform runs per batch,
+    after the crop). Without augmentation the transform of every image is fixed, so it runs
+    once here and the device keeps the float32 inputs (single channel if stored so; the
+    repeat to 3 channels stays per batch): a step is then a gather, as cheap as it gets, for
+    4 bytes instead of 1 per stored pixel at the input size.
+    """
+
+    def __init__(self, data: ArrayDataset, device: torch.device) -> None:
+        self.data = data
+        self.device = device
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self.transform = DeviceTransform(data.transform, data.x_train.shape[1], device)
+        arrays = (data.x_train, data.y_train, data.x_test, data.y_test)
+        x_train, self.y_train, x_test, self.y_test = (
+            torch.from_numpy(a).to(device) for a in arrays
+        )
+        self.prepared = not data.transform.augments
+        if self.prepared:
+            x_train = self.transform.prepare_all(x_train)
+            x_test = self.transform.prepare_all(x_test)
+        self.x_train, self.x_test = x_train, x_test
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.data.steps_per_epoch
+
+    def train_batches(self, epoch: int) -> Iterator[Batch]:
+        """``steps_per_epoch`` batches of ``epoch``, as planned by the numpy data set."""
+        plan = self.data.train_plan(epoch)
+        indices = torch.from_numpy(plan.indices).to(self.device)
+        augment = None
+        if plan.top is not None and plan.left is not None and plan.flip is not None:
+            augment = [
+                torch.from_numpy(a).to(self.device) for a in (plan.top, plan.left, plan.flip)
+            ]
+        for step in range(len(indices)):
+            batch_indices = indices[step]
+            images = self.x_train[batch_indices]
+            if augment is not None:
+                top, left, flip = (a[step] for a in augment)
+                images = crop_flip(images, top, left, flip, self.data.transform.pad)
+            yield self._inputs(images), self.y_train[batch_indices]
+
+    def eval_batches(self) -> Iterator[Batch]:
+        """This process's contiguous part of the held-out set (processes partition it)."""
+        start, stop = self.data.eval_range()
+        size = self.data.batch * self.data.replicas
+        for first in range(start, stop, size):
+            last = min(first + size, stop)
+            yield self._inputs(self.x_test[first:last]), self.y_test[first:last]
+
+    def _inputs(self, images: torch.Tensor) -> torch.Tensor:
+        if self.prepared:
+            return self.transform.finish(images)
+        return self.transform(images)
+
+
+class TorchSynthetic(TorchDataset):
+    """The fixed batch of :class:`SyntheticArrays`, uploaded once, fed at every step."""
+
+    def __init__(self, data: SyntheticArrays, device: torch.device) -> None:
+        self.images = torch.from_numpy(data.images).to(device)
+        self.labels = torch.from_numpy(data.labels).to(device)
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self._steps = data.steps_per_epoch
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self._steps
+
+    def train_batches(self, epoch: int) -> Iterator[Batch]:
+        """The fixed batch, ``steps_per_epoch`` times (``epoch`` does not matter)."""
+        for _ in range(self._steps):
+            yield self.images, self.labels
+
+
+class DeviceTransform:
+    """Steps 2-5 of a :class:`Transform` on uint8 batches on one device (no crop or flip)."""
+
+    CHUNK = 4096
+    """Images per batch of :meth:`prepare_all` (bounds its temporary memory)."""
+
+    def __init__(self, transform: Transform, channels: int, device: torch.device) -> None:
+        mean, std = transform.channel_stats(channels)
+        self.mean = torch.from_numpy(mean).to(device).view(1, channels, 1, 1)
+        self.std = torch.from_numpy(std).to(device).view(1, channels, 1, 1)
+        self.scale = transform.scale
+        self.size = transform.size
+        self.channels = transform.channels
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return self.finish(self.prepare(images))
+
+    def prepare(self, images: torch.Tensor) -> torch.Tensor:
+        """Steps 2-4: scale, normalize, resize (float32, the stored channels)."""
+        x = images.float().mul_(self.scale).sub_(self.mean).div_(self.std)
+        return resize(x, self.size)
+
+    def prepare_all(self, images: torch.Tensor) -> torch.Tensor:
+        """:meth:`prepare` of a whole stored set, in chunks."""
+        chunks = [
+            self.prepare(images[i : i + self.CHUNK]) for i in range(0, len(images), self.CHUNK)
+        ]
+        if not chunks:
+            return self.prepare(images)
+        return torch.cat(chunks)
+
+    def finish(self, images: torch.Tensor) -> torch.Tensor:
+        """Step 5: a single channel repeated to the input channels."""
+        if images.shape[1] != self.channels:
+            return images.expand(-1, self.channels, -1, -1).contiguous()
+        return images
+
+
+def crop_flip(
+    images: torch.Tensor,
+    top: torch.Tensor,
+    left: torch.Tensor,
+    flip: torch.Tensor,
+    pad: int,
+) -> torch.Tensor:
+    """Crop each ``pad``-zero-padded image at (``top[i]``, ``left[i]``), mirrored where
+    ``flip[i]``.
+
+    ``top``/``left`` are in ``0..2*pad`` (``pad, pad`` is the unshifted image). The batch is
+    padded once; one ``gather`` takes every window, and the flip is folded into the column
+    indices with ``torch.where`` on the per-image mask. Same shape and dtype as ``images``.
+    """
+    count, channels, height, width = images.shape
+    padded = F.pad(images, (pad, pad, pad, pad))
+    padded_width = width + 2 * pad
+    rows = top[:, None] + torch.arange(height, device=images.device)  # (B, H)
+    cols = left[:, None] + torch.arange(width, device=images.device)  # (B, W)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    flat = (rows[:, :, None] * padded_width + cols[:, None, :]).reshape(count, 1, height * width)
+    windows = padded.reshape(count, channels, -1).gather(2, flat.expand(-1, channels, -1))
+    return windows.reshape(count, channels, height, width)
+
+
+def resize(images: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear resize to ``size`` x ``size`` (antialiased when shrinking); no-op at the same
+    size."""
+    if images.shape[-1] == size and images.shape[-2] == size:
+        return images
+    shrink = size < min(images.shape[-2:])
+    return F.interpolate(
+        images, size=(size, size), mode="bilinear", align_corners=False, antialias=shrink
+    )

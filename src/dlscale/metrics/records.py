@@ -1,0 +1,154 @@
+"""The records a worker writes, defined once: name, fields with their units, schema version.
+
+Every process writes its own JSON-lines file of these (``events.rank<r>.jsonl``); the writer
+stamps each with the schema, rank, host and time. The parent reads them back as these types
+(:func:`dlscale.metrics.events.read_records`) and aggregates them; nothing else parses events.
+Fields that an engine cannot give are ``None`` (Keras ``fit`` reports per window, so a window
+may come without ``step_ms`` and ``data_ms``). Units are in the names (house style 7).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+EVENTS_SCHEMA = 2
+"""Version of the records; bump it when a record changes meaning. 2: typed records, a role on
+``start``, optional per-step times; 1 had the same fields, all required."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Record:
+    event: ClassVar[str]
+    rank: int = -1
+    """Stamped by the writer (the process's rank)."""
+    host: str = ""
+    time: float = 0.0
+    """Seconds since the epoch when written."""
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("rank", "host", "time")
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Start(Record):
+    event = "start"
+    pid: int = 0
+    world_size: int = 0
+    """Processes in the run (every role)."""
+    local_rank: int = 0
+    role: str = "worker"
+    python: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Environment(Record):
+    """What the process ran on, read inside it: its interpreter and packages, the framework's
+    own facts (``framework``: e.g. torch_version, gpu_names)."""
+
+    event = "environment"
+    python: str = ""
+    """Path of the worker's interpreter."""
+    python_version: str = ""
+    packages: dict[str, str] = field(default_factory=dict)
+    """Versions of numpy and the frameworks, from the worker's own site-packages."""
+    framework: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Strategy(Record):
+    """Facts of the gradient synchronization, written once by rank 0."""
+
+    event = "strategy"
+    gradient_bytes: int | None = None
+    bytes_sent_per_step_model: float | None = None
+    """Bytes one worker sends per step, by the strategy's model (e.g. 2(N-1)/N x payload)."""
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window(Record):
+    """One timed window of steps on one process (a measurement, or the no-sync probe)."""
+
+    event = "window"
+    kind: str = "measure"
+    """``measure`` or ``nosync`` (steps without gradient synchronization)."""
+    index: int = 0
+    epoch: int | None = None
+    steps: int = 0
+    samples: int = 0
+    """Images this process trained in the window."""
+    duration_s: float = 0.0
+    step_ms: list[float] | None = None
+    """Each step's time, input included; ``None`` when the engine times whole windows."""
+    data_ms: list[float] | None = None
+    """Each step's input time (fetching the batch); ``None`` when not measurable."""
+    loss_sum: float | None = None
+    """Sum of the steps' mean training losses; ``None`` when a loss was not finite."""
+    loss_count: int = 0
+    loss_nonfinite: bool = False
+    bytes_sent: float | None = None
+    """Bytes this process sent for gradient synchronization in the window, if counted."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Eval(Record):
+    event = "eval"
+    epoch: int = 0
+    correct: int = 0
+    total: int = 0
+    loss_sum: float = 0.0
+    elapsed_s: float = 0.0
+    """Seconds since training started (time to accuracy)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Staleness(Record):
+    """Histogram of gradient staleness at one parameter server (value -> gradients)."""
+
+    event = "staleness"
+    server: int = 0
+    histogram: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Server(Record):
+    """A server's counters at the end of the run."""
+
+    event = "server"
+    server: int = 0
+    counters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error(Record):
+    event = "error"
+    kind: str = ""
+    """``user`` for a problem with the input, else the exception's type."""
+    message: str = ""
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class End(Record):
+    event = "end"
+
+
+RECORD_TYPES: dict[str, type[Record]] = {
+    cls.event: cls
+    for cls in (Start, Environment, Strategy, Window, Eval, Staleness, Server, Error, End)
+}
+
+
+def from_dict(data: dict[str, Any]) -> Record | None:
+    """A stored record as its type; ``None`` for an event this version does not know."""
+    cls = RECORD_TYPES.get(data.get("event", ""))
+    if cls is None:
+        return None
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})

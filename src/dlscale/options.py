@@ -1,0 +1,114 @@
+"""Plug-in options: the settings a backend, launcher or data set declares for itself.
+
+The core keeps the keys every run has (``RunConfig``); a plug-in's own settings are
+:class:`Option` declarations, validated here and carried in ``RunConfig.options``. A study sets
+them as top-level keys like any other (``bucket_mb = 10``); the plug-ins of the point decide
+which keys are valid.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dlscale.errors import UnsupportedPoint, UserError
+
+_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One setting of one plug-in: name, type, default, allowed values, one line of help."""
+
+    name: str
+    type: str
+    """``int``, ``float``, ``bool`` or ``str``."""
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    """Smallest allowed value (numbers); ``None``: no bound."""
+    exclusive_minimum: bool = False
+    """``True``: the value must be strictly greater than ``minimum``."""
+
+    def __post_init__(self) -> None:
+        if self.type not in _TYPES:
+            raise ValueError(f"option {self.name}: type must be one of {', '.join(_TYPES)}")
+
+    def parse(self, value: Any) -> Any:
+        """A TOML or command-line value as this option's type, or :class:`UserError`."""
+        kind = _TYPES[self.type]
+        if isinstance(value, str) and kind is not str:
+            text = value.strip().lower()
+            try:
+                if kind is bool:
+                    if text in ("true", "1", "yes", "on"):
+                        return True
+                    if text in ("false", "0", "no", "off"):
+                        return False
+                    raise ValueError(text)
+                return kind(text)
+            except ValueError:
+                raise UserError(f"{self.name} must be {self.type}, got {value!r}") from None
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise UserError(f"{self.name} must be {self.type}, got {value!r}")
+        return value
+
+    def check(self, value: Any, owner: str) -> Any:
+        """Parse and validate ``value`` for the plug-in ``owner``; returns the typed value.
+
+        An impossible value (wrong type, NaN, out of range) is a :class:`UserError`; a value
+        that is valid for the option's type but not among this plug-in's choices is
+        :class:`UnsupportedPoint`, so a grid over plug-ins skips it.
+        """
+        value = self.parse(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UserError(f"{self.name} must be a finite number, got {value!r}")
+        if self.minimum is not None and isinstance(value, int | float):
+            low = value <= self.minimum if self.exclusive_minimum else value < self.minimum
+            if low:
+                sign = ">" if self.exclusive_minimum else ">="
+                raise UserError(f"{self.name} must be {sign} {self.minimum:g}, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise UnsupportedPoint(
+                f"{owner} accepts {self.name} = {', '.join(map(str, self.choices))}; got {value!r}"
+            )
+        return value
+
+    def describe(self) -> str:
+        allowed = f"; one of {', '.join(map(str, self.choices))}" if self.choices else ""
+        return f"{self.help} ({self.type}, default {self.default!r}{allowed})"
+
+
+def resolve(
+    declared: dict[str, tuple[str, tuple[Option, ...]]], given: dict[str, Any]
+) -> dict[str, Any]:
+    """Every declared option with its value (given or default), validated.
+
+    ``declared`` maps a plug-in kind (``backend``...) to ``(plug-in name, its options)``. A
+    given key that none of them declares is :class:`UnsupportedPoint` naming the valid ones
+    (the key may belong to another backend of the same grid).
+    """
+    out: dict[str, Any] = {}
+    owners: dict[str, str] = {}
+    for kind, (name, options) in declared.items():
+        for option in options:
+            owner = f"{kind} {name}"
+            if option.name in out:
+                raise ValueError(
+                    f"option {option.name} is declared by {owners[option.name]} and {owner}"
+                )
+            owners[option.name] = owner
+            value = given.get(option.name, option.default)
+            out[option.name] = value if value is None else option.check(value, owner)
+    unknown = sorted(set(given) - set(out))
+    if unknown:
+        plugins = ", ".join(f"{kind} {name}" for kind, (name, _) in declared.items())
+        raise UnsupportedPoint(
+            f"{', '.join(unknown)}: not an option of {plugins} "
+            f"(their options: {', '.join(sorted(out)) or 'none'})"
+        )
+    return out

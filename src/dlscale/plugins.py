@@ -1,0 +1,46 @@
+"""Plug-ins from outside dlscale: packages that register backends, launchers, models or data
+sets when imported, with no edit to dlscale.
+
+Two ways to name them, both read by the parent and handed to every worker in spec.json:
+
+* the ``dlscale.plugins`` entry-point group of an installed package
+  (``[project.entry-points."dlscale.plugins"] mine = "my_package.dlscale_plugin"``);
+* the ``DLSCALE_PLUGINS`` environment variable: module names separated by commas.
+
+A worker running under another interpreter imports the same modules; the launcher puts each
+plug-in's top-level package on the worker's path (see :mod:`dlscale.runtime.worker_path`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from importlib import metadata
+
+from dlscale.errors import UserError
+
+ENV_VAR = "DLSCALE_PLUGINS"
+ENTRY_POINT_GROUP = "dlscale.plugins"
+_loaded: list[str] = []
+
+
+def plugin_modules() -> list[str]:
+    """Module names of the plug-ins named by entry points and by ``DLSCALE_PLUGINS``."""
+    names = [ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    names += [n.strip() for n in os.environ.get(ENV_VAR, "").split(",") if n.strip()]
+    return list(dict.fromkeys(names))
+
+
+def load_plugins(modules: list[str] | None = None) -> list[str]:
+    """Import each plug-in module once; returns every module loaded so far."""
+    for name in plugin_modules() if modules is None else modules:
+        if name in _loaded:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise UserError(
+                f"plug-in {name!r} cannot be imported ({error}); fix {ENV_VAR} or install it"
+            ) from None
+        _loaded.append(name)
+    return list(_loaded)

@@ -1,0 +1,190 @@
+"""The runs table, defined once: which columns it has, how each value is read from a result row,
+and how it is written for people (terminal table, HTML report) and for machines (Markdown, CSV).
+
+Every table of runs derives from `COLUMNS`; `human_layout` is the one rule for tables read by
+people (settings equal in every row go to the caption), and `LEGEND` is built from the columns'
+definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Row = dict[str, Any]
+Show = Literal["always", "varying", "on_request", "exports"]
+
+
+def _plain(value: Any, row: Row) -> str:
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    """Machine name: the Markdown and CSV header."""
+    label: str
+    """Short human label: the terminal and HTML header, and the caption's word for a setting."""
+    value: Callable[[Row], Any]
+    """Reads the value from a result row; None when the row has none."""
+    human: Callable[[Any, Row], str] = _plain
+    """Text for people, given a value that is not None (and its row)."""
+    machine: str = ""
+    """Format spec for Markdown and CSV ("" writes str(value))."""
+    numeric: bool = False
+    """Right-aligned in tables for people."""
+    show: Show = "always"
+    """In tables for people: always; only when it differs between rows ("varying", else it goes to
+    the caption); only when asked for ("on_request"); or never ("exports": Markdown/CSV only)."""
+    definition: str = ""
+    """Its unit and meaning, for the LEGEND; "" when the label says it all."""
+    term: str = ""
+    """The word the LEGEND defines, where it is not the label."""
+
+    def text(self, row: Row) -> str:
+        """The cell for people: "-" when there is no value."""
+        value = self.value(row)
+        return "-" if value is None else self.human(value, row)
+
+    def export(self, row: Row) -> str:
+        """The cell for machines: "" when there is no value."""
+        value = self.value(row)
+        return "" if value is None else format(value, self.machine)
+
+
+def _field(key: str) -> Callable[[Row], Any]:
+    return lambda row: row.get(key)
+
+
+def _setting(key: str) -> Callable[[Row], Any]:
+    return lambda row: (row.get("config") or {}).get(key)
+
+
+def _metric(key: str) -> Callable[[Row], Any]:
+    return lambda row: (row.get("metrics") or {}).get(key)
+
+
+def _fixed(spec: str) -> Callable[[Any, Row], str]:
+    return lambda value, row: format(value, spec)
+
+
+def _percent(digits: int) -> Callable[[Any, Row], str]:
+    return lambda value, row: f"{value * 100:.{digits}f}%"
+
+
+def _speedup(value: Any, row: Row) -> str:
+    own_baseline = row.get("baseline_run_id") == row.get("run_id")
+    return f"{value:.2f}x" + ("*" if own_baseline else "")
+
+
+def _status(value: Any, row: Row) -> str:
+    return "ok" if value == "completed" else str(value).upper()
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("study", "study", _field("study"), show="exports"),
+    Column("backend", "backend", _setting("backend")),
+    Column("model", "model", _setting("model"), show="varying"),
+    Column("dataset", "data", _setting("dataset"), show="varying"),
+    Column("scaling", "scaling", _setting("scaling"), show="varying"),
+    Column("device", "device", _setting("device"), show="varying"),
+    Column("workers", "workers", _setting("workers"), numeric=True),
+    Column("batch_size_per_worker", "batch/w", _field("batch_size_per_worker"), numeric=True),
+    Column(
+        "throughput_img_s",
+        "img/s",
+        _metric("throughput_img_s"),
+        _fixed(".1f"),
+        ".1f",
+        numeric=True,
+        definition="images per second over all workers, mean of the measurement windows",
+    ),
+    Column(
+        "throughput_ci95_img_s",
+        "±95%",
+        _metric("throughput_ci95_img_s"),
+        _fixed(".1f"),
+        ".1f",
+        numeric=True,
+        definition="half-width of its 95% confidence interval (Student t over windows)",
+    ),
+    Column(
+        "step_time_p50_ms",
+        "step ms",
+        _metric("step_time_p50_ms"),
+        _fixed(".1f"),
+        ".1f",
+        numeric=True,
+        definition="median synchronous step time (slowest rank)",
+    ),
+    Column(
+        "speedup",
+        "speedup",
+        _field("speedup"),
+        _speedup,
+        ".3f",
+        numeric=True,
+        definition="img/s over the 1-worker baseline (*: that baseline is this row)",
+    ),
+    Column(
+        "efficiency",
+        "eff.",
+        _field("efficiency"),
+        _percent(0),
+        ".3f",
+        numeric=True,
+        definition="speedup / workers",
+    ),
+    Column(
+        "exposed_comm_fraction",
+        "comm",
+        _metric("exposed_comm_fraction"),
+        _percent(0),
+        ".3f",
+        numeric=True,
+        definition="exposed communication, the share of a step not hidden behind computation",
+    ),
+    Column(
+        "eval_accuracy",
+        "acc.",
+        _metric("eval_accuracy"),
+        _percent(1),
+        ".4f",
+        numeric=True,
+        definition="evaluation accuracy",
+    ),
+    Column(
+        "time_to_accuracy_s",
+        "TTA s",
+        _metric("time_to_accuracy_s"),
+        _fixed(".1f"),
+        ".1f",
+        numeric=True,
+        definition="seconds to the target accuracy",
+        term="TTA",
+    ),
+    Column("status", "status", _field("status"), _status),
+    Column("run_id", "run_id", _field("run_id"), show="on_request"),
+)
+
+LEGEND = (
+    "; ".join(f"{c.term or c.label}: {c.definition}" for c in COLUMNS if c.definition)
+    + ". Definitions: docs/metrics.md."
+)
+
+
+def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Column], list[str]]:
+    """The columns a table for people shows, and caption items ("data digits") for the settings
+    that are the same in every row."""
+    shown: list[Column] = []
+    caption: list[str] = []
+    for column in COLUMNS:
+        if column.show == "exports" or (column.show == "on_request" and not run_ids):
+            continue
+        if column.show == "varying" and len({column.text(row) for row in rows}) <= 1:
+            if rows:
+                caption.append(f"{column.label} {column.text(rows[0])}")
+            continue
+        shown.append(column)
+    return shown, caption

@@ -1,0 +1,215 @@
+"""The measurement kernel: one framework-free schedule for every engine.
+
+An engine (:class:`Engine`) knows how to take one training step in its framework; this module
+owns *when* and *how* steps are timed, so every backend is measured the same way:
+
+* warm-up steps run first and are never timed;
+* the engine synchronizes its device before every clock read (a no-op where ops are eager);
+* step mode: ``repeats`` windows of ``steps`` steps; epoch mode: one window per epoch (its
+  first steps are the warm-up), with an evaluation after each epoch where the data set has
+  held-out data;
+* each step's time covers fetching the batch (input time) and the forward, backward and
+  update; an engine that can only run whole windows (Keras ``fit``) is timed per window;
+* after everything else, the no-sync probe: the same steps without gradient synchronization,
+  where the engine can skip it, to measure exposed communication;
+* records go to this process's events file (:mod:`dlscale.metrics.records`); the parent takes
+  the maximum over ranks (:mod:`dlscale.metrics.aggregate`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from dlscale.metrics.records import Environment, Eval, Window
+
+if TYPE_CHECKING:
+    from dlscale.runtime.context import WorkerContext
+
+PACKAGES = ("numpy", "torch", "horovod", "tensorflow", "tf-keras", "keras", "mxnet")
+"""Packages whose versions a worker records from its own interpreter."""
+
+
+class Engine:
+    """One process's training in some framework, as the kernel drives it.
+
+    Subclasses implement :meth:`batches` and :meth:`step` (or :meth:`train_window` with
+    ``times_steps = False``); the rest has defaults for an engine that lacks the feature.
+    """
+
+    times_steps = True
+    """False: the engine runs whole windows (:meth:`train_window`); no per-step times."""
+    steps_per_epoch: int = 1
+    has_eval: bool = False
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        """The training batches of one epoch (exactly ``steps_per_epoch`` of them)."""
+        raise NotImplementedError
+
+    def step(self, batch: Any) -> Any:
+        """One training step; returns its mean loss (a float or a lazy framework scalar)."""
+        raise NotImplementedError
+
+    def train_window(self, batches: Iterator[Any], steps: int) -> list[Any]:
+        """``steps`` steps at once (engines with ``times_steps = False``); their losses."""
+        return [self.step(next(batches)) for _ in range(steps)]
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (before a clock is read)."""
+
+    def loss_total(self, losses: list[Any]) -> float:
+        """The sum of the steps' losses as one float (may be NaN or infinite)."""
+        return float(sum(float(loss) for loss in losses))
+
+    def evaluate(self) -> tuple[int, int, float]:
+        """``(correct, total, loss_sum)`` over this process's share of the held-out data."""
+        return 0, 0, 0.0
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any] | None:
+        """A context in which a step skips gradient synchronization; ``None``: not measurable."""
+        return None
+
+    def take_bytes_sent(self) -> float | None:
+        """Bytes sent for gradient synchronization since the last call, if counted."""
+        return None
+
+    def save_params(self) -> None:
+        """Write the trained parameters to the run directory (``save_params``)."""
+
+    def finish(self) -> None:
+        """After the last step (e.g. tell the servers this worker is done)."""
+
+    def framework_facts(self) -> dict[str, Any]:
+        """What the framework says about itself and the device (versions, GPUs)."""
+        return {}
+
+
+def worker_environment(framework: dict[str, Any]) -> Environment:
+    """The process's own interpreter and package versions (never the parent's)."""
+    packages = {}
+    for name in PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            packages[name] = metadata.version(name)
+    return Environment(
+        python=sys.executable,
+        python_version=platform.python_version(),
+        packages=packages,
+        framework=framework,
+    )
+
+
+def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
+    """Warm-up, measured windows or epochs, evaluation and the no-sync probe, in that order."""
+    cfg = ctx.config
+    if ctx.rank == ctx.layout.training_ranks[0]:
+        ctx.events.write(worker_environment(engine.framework_facts()))
+    timer = _WindowTimer(ctx, engine)
+    started = time.perf_counter()
+    if cfg.epochs is None:
+        batches = _cycle(engine)
+        timer.untimed(batches, cfg.warmup_steps)
+        for window in range(cfg.repeats):
+            timer.window(batches, cfg.steps, kind="measure", index=window)
+        if engine.has_eval:
+            _evaluate(ctx, engine, epoch=0, started=started)
+    else:
+        for epoch in range(cfg.epochs):
+            batches = engine.batches(epoch)
+            steps = engine.steps_per_epoch
+            if epoch == 0:
+                warm = min(cfg.warmup_steps, steps - 1)
+                timer.untimed(batches, warm)
+                steps -= warm
+            timer.window(batches, steps, kind="measure", index=epoch, epoch=epoch)
+            if engine.has_eval:
+                _evaluate(ctx, engine, epoch=epoch + 1, started=started)
+    if cfg.save_params and ctx.rank == ctx.layout.training_ranks[0]:
+        engine.save_params()
+    no_sync = engine.no_sync()
+    if no_sync is not None and cfg.comm_probe_steps > 0:
+        # Same work without gradient synchronization, after every measured step (the replicas
+        # may drift apart here, which no longer matters). Its first step is a warm-up.
+        batches = _cycle(engine)
+        with no_sync:
+            timer.untimed(batches, 1)
+            timer.window(batches, cfg.comm_probe_steps, kind="nosync", index=0)
+    engine.finish()
+
+
+class _WindowTimer:
+    def __init__(self, ctx: WorkerContext, engine: Engine) -> None:
+        self.ctx, self.engine = ctx, engine
+        self.batch = ctx.config.batch_per_worker * ctx.process.replicas
+
+    def untimed(self, batches: Iterator[Any], steps: int) -> None:
+        if steps > 0:
+            self.engine.train_window(batches, steps)
+        self.engine.sync()
+
+    def window(self, batches: Iterator[Any], steps: int, **fields: Any) -> None:
+        engine, clock = self.engine, time.perf_counter
+        step_ms: list[float] | None = None
+        data_ms: list[float] | None = None
+        engine.sync()
+        engine.take_bytes_sent()  # reset: count only this window's traffic
+        window_start = clock()
+        if engine.times_steps:
+            step_ms, data_ms, losses = [], [], []
+            for _ in range(steps):
+                t0 = clock()
+                batch = next(batches)
+                engine.sync()
+                t1 = clock()
+                losses.append(engine.step(batch))
+                engine.sync()
+                t2 = clock()
+                data_ms.append((t1 - t0) * 1e3)
+                step_ms.append((t2 - t0) * 1e3)
+        else:
+            losses = engine.train_window(batches, steps)
+            engine.sync()
+        duration = clock() - window_start
+        loss_sum: float | None = engine.loss_total(losses) if losses else 0.0
+        finite = loss_sum is not None and math.isfinite(loss_sum)
+        if not finite:
+            loss_sum = None  # training diverged; JSON has no NaN, and the timing still holds
+        self.ctx.events.write(
+            Window(
+                steps=steps,
+                samples=steps * self.batch,
+                duration_s=duration,
+                step_ms=step_ms,
+                data_ms=data_ms,
+                loss_sum=loss_sum,
+                loss_count=len(losses),
+                loss_nonfinite=not finite,
+                bytes_sent=engine.take_bytes_sent(),
+                **fields,
+            )
+        )
+
+
+def _cycle(engine: Engine) -> Iterator[Any]:
+    for epoch in itertools.count():
+        yield from engine.batches(epoch)
+
+
+def _evaluate(ctx: WorkerContext, engine: Engine, *, epoch: int, started: float) -> None:
+    correct, total, loss_sum = engine.evaluate()
+    engine.sync()
+    ctx.events.write(
+        Eval(
+            epoch=epoch,
+            correct=correct,
+            total=total,
+            loss_sum=loss_sum,
+            elapsed_s=time.perf_counter() - started,
+        )
+    )

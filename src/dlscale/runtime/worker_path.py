@@ -1,0 +1,40 @@
+"""The import path of a worker: dlscale and the plug-ins, nothing else of the parent's.
+
+A worker may run under another virtual environment (MXNet's, with its own numpy). Putting the
+directory that holds the parent's dlscale on its PYTHONPATH would put the parent's whole
+site-packages there for an installed (non-editable) dlscale and hide that environment's numpy.
+Instead each run gets a directory of links: ``dlscale`` and each plug-in's top-level package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import dlscale
+
+
+def worker_path_dir(run_dir: Path) -> Path:
+    return run_dir / "pythonpath"
+
+
+def prepare_worker_path(run_dir: Path, plugins: list[str]) -> Path:
+    """Create the run's link directory (idempotent); returns it."""
+    directory = worker_path_dir(run_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    sources = {"dlscale": Path(dlscale.__file__).resolve().parent}
+    for module in plugins:
+        top = module.partition(".")[0]
+        spec = importlib.util.find_spec(top)
+        if spec is None or spec.origin is None:
+            continue
+        origin = Path(spec.origin).resolve()
+        sources[top] = origin.parent if origin.name == "__init__.py" else origin
+    for top, source in sources.items():
+        link = directory / (source.name if source.is_file() else top)
+        if link.is_symlink() and Path(os.readlink(link)) == source:
+            continue
+        link.unlink(missing_ok=True)
+        link.symlink_to(source, target_is_directory=source.is_dir())
+    return directory
