@@ -14,6 +14,9 @@ from typing import Any
 
 from dlscale.errors import UserError
 
+MAX_PROCESSES = 65536
+"""The most processes one run may have (a bound on the plan, far above any machine's cores)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Role:
@@ -53,6 +56,12 @@ class ProcessLayout:
 
     @staticmethod
     def from_roles(roles: tuple[Role, ...]) -> ProcessLayout:
+        total = sum(role.count for role in roles)
+        if total > MAX_PROCESSES:
+            raise UserError(
+                f"the run would start {total:,} processes; dlscale plans at most "
+                f"{MAX_PROCESSES:,} per run"
+            )
         processes: list[Process] = []
         for role in roles:
             for index in range(role.count):

@@ -24,7 +24,13 @@ from dlscale.metrics.records import Environment, Error, Record
 from dlscale.plugins import load_plugins
 from dlscale.runtime.environment import host_environment
 from dlscale.runtime.worker_path import prepare_worker_path
-from dlscale.store.results import RunStore
+from dlscale.store.results import RunStore, Stored, describe_owner
+
+STOP_GRACE_S = 60.0
+"""How long, beyond its ``timeout_s``, a run may take to stop its workers and write its result.
+A point another process is running is waited for up to its ``timeout_s`` plus this."""
+POLL_S = 0.5
+"""How often the lock of a point another process is running is looked at while waiting."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +38,13 @@ class PointOutcome:
     config: RunConfig
     run_id: str
     state: str
-    """completed | failed | skipped (already completed) | busy (another process runs it)."""
+    """completed | failed | skipped (already completed) | busy (another process still runs it
+    after the wait) | newer (stored by a newer dlscale: kept, not rerun)."""
     result: dict[str, Any] | None
+    elsewhere: bool = False
+    """The result is another process's: it ran the point while this one waited for its lock."""
+    lock_owner: dict[str, Any] | None = None
+    """busy: who held the lock when the wait ended (``store.lock_owner``)."""
 
 
 def interpreter(config: RunConfig) -> str:
@@ -58,19 +69,71 @@ def run_point(
     command: list[str],
     study: str,
     on_warning: Callable[[str], None] = lambda message: None,
+    on_wait: Callable[[str], None] = lambda message: None,
+    wait_s: float | None = None,
 ) -> PointOutcome:
+    """Run one point unless it is stored as completed (or ``force``), holding its lock.
+
+    A point whose lock another process holds is waited for, up to ``wait_s`` (default: the
+    point's ``timeout_s`` plus ``STOP_GRACE_S``), and its outcome there is reported
+    (``elsewhere``); ``busy`` only if the lock is still held then. Whether the point is done is
+    asked again once the lock is ours, so a point finished by another process in the meantime
+    is neither run again nor cleared. A damaged result of the point is run again (with a
+    warning); a result of a newer dlscale is kept (with a warning) unless ``force``.
+    """
     run_id = config.run_id()
-    if not force and (done := store.completed(run_id)) is not None:
-        return PointOutcome(config=config, run_id=run_id, state="skipped", result=done)
-    if not store.reserve(run_id):
-        return PointOutcome(config=config, run_id=run_id, state="busy", result=None)
+    seen = store.read(run_id)
+    if not force and (kept := _kept(config, store, seen)) is not None:
+        return kept
+    deadline: float | None = None
+    while not store.reserve(run_id):
+        now = time.monotonic()
+        if deadline is None:
+            bound = config.timeout_s + STOP_GRACE_S if wait_s is None else wait_s
+            deadline = now + bound
+            on_wait(
+                f"{run_id} is being run by another dlscale process "
+                f"({describe_owner(store.lock_owner(run_id))}); waiting up to {bound:g} s for it"
+            )
+        elif now >= deadline:
+            owner = store.lock_owner(run_id)
+            return PointOutcome(
+                config=config, run_id=run_id, state="busy", result=None, lock_owner=owner
+            )
+        time.sleep(POLL_S)
     try:
+        current = store.read(run_id)  # again, under the lock: it may have been run meanwhile
+        if current.result is not None and current.fingerprint != seen.fingerprint:
+            state = "skipped" if current.completed else "failed"
+            return PointOutcome(
+                config=config, run_id=run_id, state=state, result=current.result, elsewhere=True
+            )
+        if not force and (kept := _kept(config, store, current)) is not None:
+            return kept
         store.clear(run_id)
         result = _launch(config, store, run_id, command=command, study=study, on_warning=on_warning)
         store.write_result(run_id, result)
     finally:
         store.release(run_id)
     return PointOutcome(config=config, run_id=run_id, state=result["status"], result=result)
+
+
+def _kept(config: RunConfig, store: RunStore, stored: Stored) -> PointOutcome | None:
+    """The outcome of a point whose stored result stays (completed, or a newer dlscale's);
+    None if it is to be run (none, failed, or damaged: said once, through the store)."""
+    run_id = config.run_id()
+    if stored.completed:
+        return PointOutcome(config=config, run_id=run_id, state="skipped", result=stored.result)
+    if stored.newer:
+        store.warn_once(
+            stored.path,
+            f"kept {stored.path}: {stored.problem}; not run again, which would overwrite newer "
+            "data: upgrade dlscale to read it (or rerun with --force to replace it)",
+        )
+        return PointOutcome(config=config, run_id=run_id, state="newer", result=None)
+    if stored.damaged:
+        store.warn_once(stored.path, f"{stored.path}: {stored.problem}; running that point again")
+    return None
 
 
 def _launch(
@@ -103,7 +166,12 @@ def _launch(
     prepare_worker_path(run_dir, plugins)
     for warning in plan.warnings:
         on_warning(warning)
-    outcome = watch(plan, launcher.start(plan), run_dir, config.timeout_s, launcher.blame)
+    running = launcher.start(plan)  # start and watch in this thread: see launchers/processes
+    try:
+        outcome = watch(plan, running, run_dir, config.timeout_s, launcher.blame)
+    except BaseException:  # a signal between start and watch: stop what was started
+        running.stop()
+        raise
     layout = plan.layout
     per_rank = {p.rank: read_records(events_path(run_dir, p.rank)) for p in layout.processes}
     metrics = aggregate(

@@ -5,6 +5,11 @@ worker may run under any interpreter that can import dlscale (and its backend's 
 process learns its rank from its launcher's variables, its role from the layout in the spec,
 and sets the variables its backend's cluster hook gives it (a one-command launcher such as
 mpirun cannot set different variables per rank).
+
+A worker started by dlscale (``DLSCALE_PARENT_PID`` set) first starts a watchdog thread
+(:mod:`dlscale.runtime.watchdog`): once the dlscale process that started it is gone, whatever
+killed it, the worker kills its process group, so no rank outlives its run. One started by hand
+has none.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dlscale.metrics.records import End, Error, Start
 from dlscale.plugins import load_plugins
 from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.watchdog import start_watchdog
 from dlscale.store.files import read_json
 
 
@@ -30,6 +36,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m dlscale.worker RUN_DIR/spec.json", file=sys.stderr)
         return 2
+    start_watchdog()
     spec_path = Path(argv[0])
     rank, local_rank, processes = WorkerContext.rank_from_environment()
     events = EventWriter(events_path(spec_path.parent, rank), rank)

@@ -1,12 +1,26 @@
 """Starting a long dlscale run and finding its worker processes, for the failure tests."""
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from dlscale.metrics.events import read_events
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def toy_env() -> dict[str, str]:
+    """The environment that makes the toy plug-in (tests/plugins/dlscale_toy) importable."""
+    return {
+        **os.environ,
+        "DLSCALE_PLUGINS": "dlscale_toy",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "plugins"), str(ROOT)]),
+    }
 
 
 def alive(pid: int) -> bool:
@@ -55,10 +69,22 @@ def start_long_run(
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def wait_for_pids(results: Path, ranks: int = 2, deadline_s: float = 90) -> dict[int, int]:
-    """Rank -> pid once every rank has started and rank 0 has set up its model."""
+def wait_for_pids(
+    results: Path,
+    ranks: int = 2,
+    deadline_s: float = 90,
+    *,
+    ready_rank: int = 0,
+    proc: subprocess.Popen | None = None,
+) -> dict[int, int]:
+    """Rank -> pid once every rank has started and ``ready_rank`` (the first training rank)
+    has set up its model (recorded its environment); fails at once if ``proc`` (the dlscale
+    command) has ended."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"dlscale ended ({proc.returncode}) first: {out}\n{err}")
         pids = {}
         for path in results.glob("*/events.rank*.jsonl"):
             events = read_events(path)
@@ -66,10 +92,40 @@ def wait_for_pids(results: Path, ranks: int = 2, deadline_s: float = 90) -> dict
                 pids[events[0]["rank"]] = events[0]["pid"]
         env_seen = any(
             e["event"] == "environment"
-            for p in results.glob("*/events.rank0.jsonl")
+            for p in results.glob(f"*/events.rank{ready_rank}.jsonl")
             for e in read_events(p)
         )
         if len(pids) == ranks and env_seen:
             return pids
         time.sleep(0.2)
     raise AssertionError("ranks did not start")
+
+
+def parent_pid(pid: int) -> int:
+    """The parent of a live process (field 4 of /proc/<pid>/stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def wait_gone(pids: Iterable[int], within_s: float) -> list[int]:
+    """The pids still alive after ``within_s`` seconds (returns as soon as none is)."""
+    left = list(pids)
+    end = time.monotonic() + within_s
+    while True:
+        left = [pid for pid in left if alive(pid)]
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.05)
+
+
+def kill_all(pids: Iterable[int], *procs: subprocess.Popen) -> None:
+    """Cleanup for a test that may have failed half-way: SIGKILL what is left, reap our own."""
+    for pid in pids:
+        if alive(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)

@@ -3,16 +3,21 @@
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from dlscale.config import RunConfig
+from dlscale.launchers.watch import hung_rank
+from dlscale.layout import ProcessLayout, Role
 from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
-from tests.distributed.processes import alive, start_long_run, wait_for_pids
+from tests.distributed.processes import alive, kill_all, start_long_run, wait_for_pids
 
 pytestmark = pytest.mark.dist
 
@@ -72,20 +77,69 @@ def test_a_killed_worker_fails_the_run_and_stops_its_sibling(tmp_path: Path):
     assert result["failure"]["failed_rank"] == 1
 
 
-def test_a_hung_worker_is_stopped_by_the_run_timeout(tmp_path: Path):
+def test_a_hung_worker_is_stopped_by_the_run_timeout_and_named(tmp_path: Path):
     results = tmp_path
-    proc = start_long_run(results, timeout_s=15)
-    pids = wait_for_pids(results)
-    os.kill(pids[1], signal.SIGSTOP)  # hangs: alive, never answers its peer
+    proc = start_long_run(results, timeout_s=30)  # time enough to start on a loaded machine
+    pids: dict[int, int] = {}
     try:
+        pids = wait_for_pids(results, proc=proc)
+        os.kill(pids[1], signal.SIGSTOP)  # hangs: alive, never answers its peer (rank 0 waits)
         out, _ = proc.communicate(timeout=90)
     finally:
-        if alive(pids[1]):
-            os.kill(pids[1], signal.SIGKILL)
+        kill_all(pids.values(), proc)
     assert proc.returncode == 1
     record = json.loads(out.strip().splitlines()[-1])
-    assert record["status"] == "failed" and "timed out after 15 s" in record["error"]
+    assert record["status"] == "failed" and "timed out after 30 s" in record["error"]
+    # The stopped rank is named, not the first rank still running.
+    assert "rank 1 looks hung: its process" in record["error"], record["error"]
+    assert "is stopped" in record["error"]
     assert not alive(pids[0]) and not alive(pids[1])
+    (result,) = RunStore(results).results()
+    assert result["failure"]["failed_rank"] == 1
+
+
+def _events(run_dir: Path, rank: int, *kinds_and_times: tuple[str, float], pid: int = 0) -> None:
+    lines = [
+        {"schema": 2, "event": kind, "rank": rank, "host": socket.gethostname(), "time": t}
+        | ({"pid": pid} if kind == "start" else {})
+        for kind, t in kinds_and_times
+    ]
+    (run_dir / f"events.rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_the_rank_blamed_for_a_timeout_is_the_one_that_looks_hung(tmp_path: Path):
+    """Stopped first, then the fewest windows, then the oldest last record; a server (a role
+    that records no windows) is not blamed while a training rank runs."""
+    layout = ProcessLayout.from_roles(
+        (Role(name="server", count=1, trains=False, exits=False), Role(name="worker", count=3))
+    )
+    now = time.time()
+    _events(tmp_path, 0, ("start", now - 100))  # the server: no windows, oldest record
+    _events(tmp_path, 1, ("start", now - 90), ("window", now - 50), ("window", now - 10))
+    _events(tmp_path, 2, ("start", now - 90), ("window", now - 40), ("window", now - 30))
+    _events(tmp_path, 3, ("start", now - 90), ("window", now - 45), ("window", now - 5))
+    rank, why = hung_rank([0, 1, 2, 3], layout, tmp_path)
+    assert rank == 2 and "last record is the oldest (30 s ago)" in why
+    # An earlier attempt's records in the same file do not count.
+    _events(tmp_path, 1, ("start", now - 99), *[("window", now - 98)] * 5, ("start", now - 90))
+    assert hung_rank([0, 1, 2, 3], layout, tmp_path) == (
+        1,
+        "it recorded the fewest windows (0; the others up to 2)",
+    )
+    (tmp_path / "events.rank3.jsonl").unlink()  # never started
+    assert hung_rank([0, 2, 3], layout, tmp_path) == (3, "it has written no record")
+    assert hung_rank([0], layout, tmp_path) == (0, "it is the only one still running")
+    # A stopped process beats every record: here the server (rank 0), the one with most windows.
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        os.waitid(os.P_PID, sleeper.pid, os.WSTOPPED | os.WNOWAIT)
+        _events(tmp_path, 0, ("start", now - 100), pid=sleeper.pid)
+        rank, why = hung_rank([0, 1, 2, 3], layout, tmp_path)
+        assert rank == 0 and why == f"its process {sleeper.pid} is stopped (state T)"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_a_failed_point_does_not_stop_the_study(tmp_path: Path, cli):

@@ -14,7 +14,7 @@ import pytest
 
 from dlscale import load_results
 from dlscale.metrics.events import read_events
-from tests.distributed.processes import alive, start_long_run
+from tests.distributed.processes import alive, start_long_run, toy_env
 
 pytestmark = pytest.mark.e2e
 
@@ -22,14 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = ROOT / "tests" / "plugins"
 ALT_NUMPY = "1.26.4"
 """The second environment's numpy: another version than the main environment's (2.x)."""
-
-
-def toy_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "DLSCALE_PLUGINS": "dlscale_toy",
-        "PYTHONPATH": os.pathsep.join([str(PLUGINS), str(ROOT)]),
-    }
 
 
 def dlscale(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

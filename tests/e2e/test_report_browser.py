@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.test_report_hostile import HOSTILE
+
 pytestmark = pytest.mark.e2e
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -65,3 +67,71 @@ def test_report_draws_every_plot_without_errors(tmp_path: Path, cli, browser):
     with Image.open(png) as image:
         colours = image.convert("RGB").getcolors(maxcolors=1_000_000)
     assert colours is not None and len(colours) > 50  # a drawn page, not a blank one
+
+
+DIALOG_HOOK = """
+window.__dialogs = [];
+for (const name of ["alert", "confirm", "prompt", "print"]) {
+  window[name] = (...args) => { window.__dialogs.push(name + ":" + args.join(",")); };
+}
+"""
+
+
+def _hostile_results(root: Path) -> Path:
+    """tests/data/results once per hostile study name; the failure message, the command and
+    the run ids hostile too."""
+    from dlscale.store import read_json, write_json_atomic
+
+    for i, name in enumerate(HOSTILE):
+        for run in sorted((DATA / "results").iterdir()):
+            target = root / f"{run.name}-{i}"
+            shutil.copytree(run, target)
+            document = read_json(target / "result.json", "result")
+            document["study"] = name
+            document["run_id"] += "<img src=x onerror=alert(2)>"
+            document["command"] = ["dlscale", "run", "</script><script>alert(3)</script>"]
+            if document["status"] != "completed":
+                document["error"] = "<svg onload=alert(4)>"
+            write_json_atomic(target / "result.json", "result", document)
+    return root
+
+
+def test_hostile_study_names_run_nothing_and_every_plot_draws(tmp_path: Path, cli, browser):
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    results = _hostile_results(tmp_path / "results")
+    out = tmp_path / "report.html"
+    result = cli("report", "--results", str(results), "--out", str(out), "--title", HOSTILE[1])
+    assert result.returncode == 0, result.stderr
+    browser.get_log("browser")  # drop what earlier tests logged
+    # dialogs are recorded, not shown, from before any script of the page runs
+    browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": DIALOG_HOOK})
+    browser.get(out.as_uri())
+
+    expected = int(browser.find_element("tag name", "body").get_attribute("data-plots"))
+    assert expected == 13 * len(HOSTILE)
+    WebDriverWait(browser, 60).until(
+        lambda d: len(d.find_elements("css selector", ".js-plotly-plot .main-svg")) >= expected
+    )
+    drawn = browser.execute_script(
+        "return [...document.querySelectorAll('.js-plotly-plot')]"
+        ".filter(p => p.querySelector('.scatterlayer .trace, .barlayer .trace')).length"
+    )
+    assert drawn == expected  # a double quote in a name no longer stops its plots
+    assert browser.execute_script("return window.__dialogs") == []
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert  # noqa: B018 (the property raises when no dialog is open)
+    injected = browser.execute_script(
+        "return document.querySelectorAll('img, svg[onload], [onerror], [onload]').length"
+    )
+    assert injected == 0
+    scripts = browser.execute_script("return document.scripts.length")
+    assert scripts == 1 + expected  # plotly.js and one per plot, nothing injected
+    studies = browser.execute_script(
+        "return [...document.querySelectorAll('section.study > h2')].map(h => h.textContent)"
+    )
+    assert sorted(studies) == sorted(f"Study {name}" for name in HOSTILE)
+    assert browser.title == HOSTILE[1]
+    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert severe == []

@@ -154,6 +154,7 @@ def test_matching_ignores_run_labels_and_pools_repeats():
         "python",
         "comm_probe_steps",
         "save_params",
+        "resource_guard",
     }
     runs_a = [
         result(BASE[:4], repeat_id=0, run_id="a0"),

@@ -1,7 +1,10 @@
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ from dlscale.errors import SchemaError, UserError
 from dlscale.metrics.events import EventWriter, read_events, read_records
 from dlscale.metrics.records import Start
 from dlscale.store import RunStore, read_json, write_json_atomic
+from dlscale.store.results import process_start
 
 
 def test_atomic_write_and_schema_checks(tmp_path: Path):
@@ -46,27 +50,180 @@ def test_lock_is_exclusive_and_stale_locks_are_taken_over(tmp_path: Path):
     assert store.reserve("run-a")
 
 
-def test_concurrent_reservations_have_one_winner(tmp_path: Path):
-    code = (
-        "import sys; from dlscale.store import RunStore; import time;"
-        "ok = RunStore(sys.argv[1]).reserve('same'); time.sleep(1); print(int(ok))"
+def _lock(store: RunStore, run_id: str, **owner) -> None:
+    store.run_dir(run_id).mkdir(parents=True, exist_ok=True)
+    owner = {"host": socket.gethostname(), "time": time.time(), **owner}
+    (store.run_dir(run_id) / "lock").write_text(json.dumps(owner))
+
+
+def test_lock_names_its_owner_process_and_start_time(tmp_path: Path):
+    store = RunStore(tmp_path)
+    assert store.reserve("r")
+    owner = store.lock_owner("r")
+    assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
+    assert owner["start"] == process_start(os.getpid()) is not None  # field 22 of /proc/pid/stat
+    assert owner["boot"]
+    store.release("r")
+    assert store.lock_owner("r") is None
+
+
+def test_a_lock_whose_pid_was_reused_is_taken_over(tmp_path: Path):
+    store = RunStore(tmp_path)
+    other = subprocess.Popen(["sleep", "60"])  # an unrelated live process
+    try:
+        start = process_start(other.pid)
+        assert start is not None
+        _lock(store, "r", pid=other.pid, start=start)
+        assert not store.reserve("r")  # its owner is alive: busy
+        _lock(store, "r", pid=other.pid, start=start - 1)  # the owner died, its pid was reused
+        assert store.reserve("r")
+        assert store.lock_owner("r")["pid"] == os.getpid()
+        store.release("r")
+        _lock(store, "r", pid=other.pid, start=start, boot="before-a-reboot")
+        assert store.reserve("r")
+        store.release("r")
+        _lock(store, "r", pid=other.pid)  # written before start times were stored: pid only
+        assert not store.reserve("r")
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_lock_of_a_zombie_or_an_unreadable_lock(tmp_path: Path):
+    store = RunStore(tmp_path)
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{zombie.pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    _lock(store, "r", pid=zombie.pid, start=process_start(zombie.pid))
+    assert store.reserve("r")  # exited, not yet reaped: gone
+    zombie.wait()
+    store.release("r")
+    store.lock_path("r").write_text("")  # being written, or its owner died mid-write
+    assert not store.reserve("r")
+    old = time.time() - 3600
+    os.utime(store.lock_path("r"), (old, old))
+    assert store.reserve("r")
+
+
+def test_busy_point_is_waited_for_then_named_with_its_lock(tmp_path: Path, monkeypatch, capsys):
+    """A point whose lock a live process keeps is waited for (timeout_s + grace), then
+    skipped with one line naming the lock file and how to clear it."""
+    from dlscale.cli.progress import run_study
+    from dlscale.config.study import expand
+
+    monkeypatch.setattr("dlscale.runner.STOP_GRACE_S", 0.0)
+    study = expand(
+        {"backend": "torch-single", "model": "tiny", "timeout_s": 1.0}, name="s", description=""
     )
+    (config,) = study.points
+    code = (
+        "import sys, time; from dlscale.store import RunStore; "
+        "print(RunStore(sys.argv[1]).reserve(sys.argv[2]), flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path), config.run_id()],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "True"
+        started = time.monotonic()
+        code = run_study(study, tmp_path, force=False, as_json=True, command=["t"])
+        waited = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 1 and waited >= 1.0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert lines[0].startswith(f"dlscale: {config.run_id()} is being run by another dlscale")
+    assert f"pid {holder.pid}" in lines[0]
+    (warning,) = [line for line in lines if "warning" in line]
+    lock = tmp_path / config.run_id() / "lock"
+    assert warning.startswith("dlscale: warning: skipped ") and str(lock) in warning
+    assert "delete" in warning and f"pid {holder.pid}" in warning
+    assert lines[-1] == "dlscale: 0 point(s) failed, 1 skipped as busy"
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["free", "stale-lock"])
+def test_concurrent_reservations_have_one_winner(tmp_path: Path, stale: bool):
+    """Eight processes reserve at the same instant; with a stale lock there, each may judge it
+    stale, but only one may remove it (removing another's new lock would give two winners)."""
+    if stale:
+        (tmp_path / "same").mkdir()
+        (tmp_path / "same" / "lock").write_text(
+            json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "time": 0})
+        )
+    code = (
+        "import sys, time; from dlscale.store import RunStore; store = RunStore(sys.argv[1]);"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()));"
+        "ok = store.reserve('same'); time.sleep(1); print(int(ok))"
+    )
+    at = str(time.time() + 3)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", code, str(tmp_path), at], stdout=subprocess.PIPE, text=True
         )
-        for _ in range(4)
+        for _ in range(8)
     ]
     wins = [int(p.communicate()[0]) for p in procs]
     assert sum(wins) == 1
+
+
+def test_two_takeovers_of_one_stale_lock_have_one_winner(tmp_path: Path, monkeypatch):
+    """Both judge the lock stale before either removes it (the injected delay): the second must
+    not remove the first one's new lock."""
+    import threading
+
+    from dlscale.store import results
+
+    store = RunStore(tmp_path)
+    (tmp_path / "same").mkdir()
+    (tmp_path / "same" / "lock").write_text(
+        json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "time": 0})
+    )
+    both_judged = threading.Barrier(2, timeout=2)
+    judge = results._stale
+
+    def slow_judge(lock: Path) -> bool:
+        verdict = judge(lock)
+        with contextlib.suppress(threading.BrokenBarrierError):  # the other never judged
+            both_judged.wait()
+        return verdict
+
+    monkeypatch.setattr(results, "_stale", slow_judge)
+    wins: list[bool] = []
+    threads = [threading.Thread(target=lambda: wins.append(store.reserve("same"))) for _ in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(wins) == [False, True]
+
+
+def _dead_pid() -> int:
+    return int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
 
 
 def test_results_listing_and_completed(tmp_path: Path):
     store = RunStore(tmp_path)
     with pytest.raises(UserError, match="no results directory"):
         RunStore(tmp_path / "none").results()
-    store.write_result("a", {"run_id": "a", "status": "failed", "finished_at": 2})
-    store.write_result("b", {"run_id": "b", "status": "completed", "finished_at": 1})
+    config = {"backend": "torch-ddp", "model": "tiny", "dataset": "synthetic", "workers": 1}
+    store.write_result("a", {"run_id": "a", "status": "failed", "finished_at": 2, "config": config})
+    store.write_result(
+        "b", {"run_id": "b", "status": "completed", "finished_at": 1, "config": config}
+    )
     assert [r["run_id"] for r in store.results()] == ["b", "a"]
     assert store.completed("a") is None
     assert store.completed("b")["run_id"] == "b"

@@ -71,11 +71,16 @@ class BackendSpec:
     """Each process's variables from the layout and the allocated addresses (pure)."""
     ports: int = 0
     """Ports the launcher reserves for a run (``Addresses.ports``)."""
+    device_probe: str | None = None
+    """``module:function`` run under the workers' interpreter before launch, returning the
+    number of CUDA devices the framework sees (so ``--device cuda`` without a GPU is refused
+    before anything starts); ``None``: not checked."""
 
 
 BACKENDS: Registry[BackendSpec] = Registry("backend")
 
 _TORCH_INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
+_TORCH_PROBE = "dlscale.runtime.torch_env:cuda_device_count"
 BACKENDS.register(
     "torch-single",
     BackendSpec(
@@ -89,6 +94,7 @@ BACKENDS.register(
         options=TORCH_LOOP_OPTIONS,
         cluster_env=torch_cluster_env,
         ports=1,
+        device_probe=_TORCH_PROBE,
     ),
 )
 BACKENDS.register(
@@ -103,6 +109,7 @@ BACKENDS.register(
         options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,
         cluster_env=torch_cluster_env,
         ports=1,
+        device_probe=_TORCH_PROBE,
     ),
 )
 BACKENDS.register(
@@ -117,6 +124,7 @@ BACKENDS.register(
         options=TORCH_LOOP_OPTIONS + RING_OPTIONS,
         cluster_env=torch_cluster_env,
         ports=1,
+        device_probe=_TORCH_PROBE,
     ),
 )
 BACKENDS.register(
@@ -132,5 +140,6 @@ BACKENDS.register(
         roles=ps_roles,
         cluster_env=torch_cluster_env,
         ports=1,
+        device_probe=_TORCH_PROBE,
     ),
 )

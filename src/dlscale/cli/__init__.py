@@ -7,10 +7,12 @@ import argparse
 import importlib
 import signal
 import sys
+from typing import NoReturn
 
 from dlscale import __version__
 from dlscale.errors import UserError
 from dlscale.plugins import load_plugins
+from dlscale.text import visible
 
 COMMANDS = {
     "run": ("dlscale.cli.run", "run a study: launch workers, measure, store results"),
@@ -21,13 +23,23 @@ COMMANDS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments get one line (not argparse's usage block) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"dlscale: error: {visible(message)} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dlscale",
         description="Run, measure and explain the scaling of data-parallel training.",
     )
     parser.add_argument("--version", action="version", version=f"dlscale {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
     for name, (module, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
         importlib.import_module(module).add_arguments(command)
@@ -46,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         load_plugins()
         return int(importlib.import_module(args.module).main(args) or 0)
     except UserError as error:
-        print(f"dlscale: error: {error}", file=sys.stderr)
+        print(f"dlscale: error: {visible(error)}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("dlscale: interrupted; completed runs are kept, rerun to resume", file=sys.stderr)

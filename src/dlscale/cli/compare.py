@@ -105,31 +105,31 @@ def _nothing_matched(
 
 
 def _print(comparison: Comparison, args: argparse.Namespace) -> None:
-    from dlscale.cli.tables import console
+    from dlscale.cli.tables import console, say
 
     out = console()
     out.print(_table(comparison, args))
-    out.print(LEGEND, style="dim")
+    say(out, LEGEND, style="dim")
     matched = [p.config for p in comparison.matched]
     for label, points, others in (
         (f"only in A ({args.baseline})", comparison.only_in_a, comparison.only_in_b),
         (f"only in B ({args.candidate})", comparison.only_in_b, comparison.only_in_a),
     ):
         if points:
-            out.print(f"{label}: {len(points)} point(s)")
+            say(out, f"{label}: {len(points)} point(s)")
             other_configs = [o.config for o in others] + matched
             for point in points:
                 hint = _closest_hint(point.config, other_configs)
                 runs = ", ".join(point.run_ids)
-                out.print(f"  {_describe(point.config)}  runs: {runs}{hint}", markup=False)
+                say(out, f"  {_describe(point.config)}  runs: {runs}{hint}")
     if comparison.failed:
-        out.print(f"failed runs (not compared): {len(comparison.failed)}")
+        say(out, f"failed runs (not compared): {len(comparison.failed)}")
         for run in comparison.failed:
             error = run.error or "no error recorded"
-            out.print(f"  {run.side} {run.run_id} {run.status.upper()}: {error}", markup=False)
+            say(out, f"  {run.side} {run.run_id} {str(run.status).upper()}: {error}")
     for note, count in _notes(comparison).items():
-        out.print(f"note ({count} point(s)): {note}", markup=False)
-    out.print(_summary(comparison), markup=False)
+        say(out, f"note ({count} point(s)): {note}")
+    say(out, _summary(comparison))
 
 
 def _notes(comparison: Comparison) -> dict[str, int]:
@@ -146,9 +146,13 @@ def _notes(comparison: Comparison) -> dict[str, int]:
 def _table(comparison: Comparison, args: argparse.Namespace) -> Table:
     from rich.table import Table
 
+    from dlscale.cli.tables import literal
+
     extra = _varying_extra_keys(comparison.matched)
     table = Table(
-        title=f"dlscale compare: B = {args.candidate} against A = {args.baseline}",
+        title=literal(
+            f"dlscale compare: B = {args.candidate} against A = {args.baseline}", "table.title"
+        ),
         title_justify="left",
     )
     for label in ("backend", "model", "dataset"):
@@ -165,8 +169,11 @@ def _table(comparison: Comparison, args: argparse.Namespace) -> Table:
 
 
 def _row(point: PointComparison, extra: list[str]) -> list[str]:
+    """The cells of one point: settings escaped (user text, never markup), verdicts coloured."""
+    from dlscale.cli.tables import cell
+
     cfg, est = point.config, point.throughput
-    row = [str(cfg.get(key)) for key in _SHOWN]
+    row = [cell(cfg.get(key)) for key in _SHOWN]
     row += [
         f"{est.mean_a:.1f}",
         f"{est.mean_b:.1f}",
@@ -178,7 +185,7 @@ def _row(point: PointComparison, extra: list[str]) -> list[str]:
         _tta_text(point),
     ]
     if extra:
-        row.append(" ".join(f"{k}={cfg.get(k)}" for k in extra))
+        row.append(cell(" ".join(f"{k}={cfg.get(k)}" for k in extra)))
     return row
 
 

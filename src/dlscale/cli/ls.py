@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from dlscale.cli.tables import console
+from dlscale.cli.tables import cell, console
 from dlscale.errors import UserError
 from dlscale.options import Option
 
@@ -71,7 +71,8 @@ def _models() -> Table:
                 "x".join(map(str, p.input_shape)),
                 str(p.num_classes),
             ]
-        table.add_row(
+        _add(
+            table,
             name,
             ", ".join(spec.builders),
             *cells,
@@ -96,7 +97,8 @@ def _backends() -> Table:
     ):
         table.add_column(column)
     for name, spec in BACKENDS:
-        table.add_row(
+        _add(
+            table,
             name,
             spec.framework,
             _installed(spec.framework, spec.python, spec.install),
@@ -106,6 +108,11 @@ def _backends() -> Table:
             spec.description,
         )
     return table
+
+
+def _add(table: Table, *cells: str) -> None:
+    """A row of plug-in text (names, descriptions, options), shown literally, never as markup."""
+    table.add_row(*map(cell, cells))
 
 
 def _installed(framework: str, python: str | None, install: str) -> str:
@@ -136,7 +143,8 @@ def _datasets() -> Table:
     for column in ("name", "needs --data-dir", "accuracy", "options", "description"):
         table.add_column(column)
     for name, spec in DATASETS:
-        table.add_row(
+        _add(
+            table,
             name,
             "yes" if spec.needs_data_dir else "no",
             "yes" if spec.has_eval else "no",
@@ -153,7 +161,7 @@ def _launchers() -> Table:
     for column in ("name", "options", "description"):
         table.add_column(column)
     for name, spec in LAUNCHERS:
-        table.add_row(name, _options(spec.options), spec.description)
+        _add(table, name, _options(spec.options), spec.description)
     return table
 
 

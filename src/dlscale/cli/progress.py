@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dlscale.cli.tables import LEGEND, console, points_table
+from dlscale.cli.tables import LEGEND, console, points_table, say
 from dlscale.config.study import Study
 from dlscale.metrics.scaling import add_scaling
 from dlscale.runner import run_point
-from dlscale.store.results import RunStore
+from dlscale.store.results import RunStore, describe_owner
+from dlscale.text import visible
 
 JSON_KEYS = (
     "throughput_img_s",
@@ -53,14 +55,18 @@ def json_record(row: dict[str, Any]) -> dict[str, Any]:
 def run_study(
     study: Study, results: Path, *, force: bool, as_json: bool, command: list[str]
 ) -> int:
-    store = RunStore(results)
     err = console(stderr=True)
     finished: list[str] = []
     failed = busy = 0
 
-    def warn(message: str) -> None:
-        err.print(f"[yellow]warning:[/] {message}", highlight=False)
+    def line(text: str) -> None:
+        """One line on stderr, never wrapped (a path may be longer than the console)."""
+        err.print(visible(text), highlight=False, soft_wrap=True)
 
+    def warn(message: str) -> None:
+        line(f"dlscale: [yellow]warning:[/] {escape(message)}")
+
+    store = RunStore(results, on_warning=warn)
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -70,33 +76,48 @@ def run_study(
         disable=as_json or not err.is_terminal,
     )
     with progress:
-        task = progress.add_task(f"study {study.name}", total=len(study.points))
+        task = progress.add_task(escape(f"study {study.name}"), total=len(study.points))
         for config in study.points:
-            progress.update(task, description=f"{config.backend} x{config.workers} {config.model}")
+            progress.update(
+                task, description=escape(f"{config.backend} x{config.workers} {config.model}")
+            )
             outcome = run_point(
-                config, store, force=force, command=command, study=study.name, on_warning=warn
+                config,
+                store,
+                force=force,
+                command=command,
+                study=study.name,
+                on_warning=warn,
+                on_wait=lambda message: line(f"dlscale: {escape(message)}"),
             )
             progress.advance(task)
             if outcome.state == "busy":
                 busy += 1
-                warn(f"{outcome.run_id} is being run by another dlscale process; skipped")
+                warn(busy_message(store, outcome.run_id, outcome.lock_owner))
                 continue
+            if outcome.state == "newer":
+                continue  # kept, with a warning from the store; nothing to show
             if outcome.state == "skipped" and not as_json:
-                err.print(
-                    f"{outcome.run_id}: already completed (use --force to rerun)", highlight=False
+                line(
+                    escape(
+                        f"{outcome.run_id}: completed by another dlscale process"
+                        if outcome.elsewhere
+                        else f"{outcome.run_id}: already completed (use --force to rerun)"
+                    )
                 )
             if outcome.state == "failed":
                 failed += 1
                 assert outcome.result is not None
-                err.print(
-                    f"[red]failed:[/] {outcome.run_id}: {outcome.result['error']}", highlight=False
-                )
-                for line in (outcome.result.get("failure") or {}).get("stderr_tail", [])[-5:]:
-                    err.print(f"    {line}", highlight=False, markup=False)
+                where = " (in another dlscale process)" if outcome.elsewhere else ""
+                error = escape(f"{outcome.run_id}{where}: {outcome.result.get('error')}")
+                line(f"[red]failed:[/] {error}")
+                for text in (outcome.result.get("failure") or {}).get("stderr_tail", [])[-5:]:
+                    say(err, f"    {text}")
             finished.append(outcome.run_id)
             if as_json:
                 row = _with_scaling(store, outcome.run_id)
-                print(json.dumps(json_record(row)), flush=True)
+                if row is not None:
+                    print(json.dumps(json_record(row)), flush=True)
     if not as_json:
         rows = [r for r in add_scaling(store.results()) if r["run_id"] in set(finished)]
         order = {run_id: i for i, run_id in enumerate(finished)}
@@ -104,10 +125,10 @@ def run_study(
         out = console()
         out.print(points_table(rows, title=f"study {study.name}: {study.description}"))
         out.print(LEGEND, style="dim", highlight=False)
-        out.print(
+        say(
+            out,
             f"results: {results}/ (dlscale ls runs --results {results}; "
             f"dlscale.load_results({str(results)!r}))",
-            highlight=False,
         )
     if failed or busy:
         print(f"dlscale: {failed} point(s) failed, {busy} skipped as busy", file=sys.stderr)
@@ -115,5 +136,14 @@ def run_study(
     return 0
 
 
-def _with_scaling(store: RunStore, run_id: str) -> dict[str, Any]:
-    return next(r for r in add_scaling(store.results()) if r["run_id"] == run_id)
+def busy_message(store: RunStore, run_id: str, owner: dict[str, Any] | None) -> str:
+    """Why a point was skipped as busy, and how to free it if its owner is really gone."""
+    lock = store.lock_path(run_id)
+    return (
+        f"skipped {run_id}: another dlscale process still runs it ({describe_owner(owner)}); "
+        f"if that process is gone (e.g. on another host, or killed), delete {lock} and rerun"
+    )
+
+
+def _with_scaling(store: RunStore, run_id: str) -> dict[str, Any] | None:
+    return next((r for r in add_scaling(store.results()) if r["run_id"] == run_id), None)

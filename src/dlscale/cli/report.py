@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from dlscale.errors import UserError
@@ -70,9 +69,11 @@ def _write(path: Path, text: str) -> None:
 
 
 def _figures(rows: list[dict], directory: Path) -> list[Path]:
+    """Every study's figures as ``<study slug>-<figure>.png/.pdf`` directly in ``directory``:
+    the slug (``study_slugs``) has no dots or slashes, so studies never share, hide or escape."""
     from collections import defaultdict
 
-    from dlscale.report.figures import study_figures
+    from dlscale.report.figures import study_figures, study_slugs
     from dlscale.report.static import save_static
 
     try:
@@ -81,10 +82,14 @@ def _figures(rows: list[dict], directory: Path) -> list[Path]:
         raise UserError(f"cannot create {directory}: {error.strerror}") from None
     studies: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
-        studies[row.get("study") or "unnamed"].append(row)
+        studies[str(row.get("study") or "unnamed")].append(row)
+    slugs = study_slugs(studies)
     written: list[Path] = []
     for name, study_rows in sorted(studies.items()):
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
         for figure in study_figures(study_rows):
-            written += save_static(figure, directory / f"{safe}-{figure.key}")
+            stem = directory / f"{slugs[name]}-{figure.key}"
+            try:
+                written += save_static(figure, stem)
+            except OSError as error:
+                raise UserError(f"cannot write {stem}.png/.pdf: {error.strerror}") from None
     return written

@@ -117,6 +117,9 @@ def main(args: argparse.Namespace) -> int:
     settings, name, description = settings_from(args)
     study = expand(settings, name=name, description=description)
     check_inputs(study.points)
+    from dlscale.preflight import check_points
+
+    check_points(study.points, Path(args.results), create=not args.dry_run)
     command = ["dlscale", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else ["dlscale", "run"]
     for note in study.skipped:
         print(f"dlscale: note: skipped {note}", file=sys.stderr)

@@ -1,7 +1,15 @@
 """Terminal tables of stored results (rich), shared by `run` and `ls runs`.
 
 The columns are those of `dlscale.report.columns` (the same as the Markdown, CSV and HTML tables);
-this module only draws them."""
+this module only draws them.
+
+User text (study names, paths, settings, errors) is never rich markup: ``[/x]`` in a study name
+would end a tag that was never opened (a crash) and ``[bold]`` would vanish. Titles and messages
+are passed as `Text` (`literal`, `say`), cells and captions as escaped markup (`cell`), and
+`console()` replaces no ``:emoji:`` codes. Control characters are shown as escapes (`visible`),
+so no text moves the cursor or colours the terminal, and a message stays one line (a cell may
+keep its own line breaks).
+"""
 
 from __future__ import annotations
 
@@ -10,16 +18,34 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from dlscale.report.columns import LEGEND, human_layout
+from dlscale.text import visible
 
-__all__ = ["LEGEND", "console", "points_table"]
+__all__ = ["LEGEND", "cell", "console", "literal", "points_table", "say", "visible"]
 
 
 def console(stderr: bool = False) -> Console:
-    """A console that does not squeeze tables to 80 columns when output is redirected."""
-    probe = Console(stderr=stderr)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160)
+    """A console that does not squeeze tables to 80 columns when output is redirected, and
+    turns no ``:name:`` in user text into an emoji."""
+    probe = Console(stderr=stderr, emoji=False)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=160, emoji=False)
+
+
+def literal(text: Any, style: str = "") -> Text:
+    """User text for rich, shown as it is (no markup, no emoji, one line)."""
+    return Text(visible(text), style=style)
+
+
+def cell(text: Any) -> str:
+    """User text as a markup string that renders literally (a table cell: it may have lines)."""
+    return escape(visible(text, lines=True))
+
+
+def say(out: Console, text: Any, style: str = "") -> None:
+    """Print a message as one line, literally: never wrapped at the console's width."""
+    out.print(literal(text, style), soft_wrap=True)
 
 
 def points_table(
@@ -28,9 +54,9 @@ def points_table(
     """One row per run; settings that are the same in every row go to the caption."""
     columns, caption = human_layout(rows, run_ids=run_ids)
     table = Table(
-        title=title,
+        title=literal(title, "table.title"),
         title_justify="left",
-        caption=escape(", ".join(caption)) or None,
+        caption=escape(visible(", ".join(caption))) or None,
         caption_justify="left",
     )
     for column in columns:
@@ -39,5 +65,5 @@ def points_table(
         else:
             table.add_column(column.label, overflow="fold")
     for row in rows:
-        table.add_row(*(escape(column.text(row)) for column in columns))
+        table.add_row(*(cell(column.text(row)) for column in columns))
     return table

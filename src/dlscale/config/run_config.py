@@ -105,6 +105,14 @@ class RunConfig:
         default=None,
         metadata=_doc("interpreter for the workers (default: the backend's)", kind=OPERATIONAL),
     )
+    resource_guard: bool = field(
+        default=True,
+        metadata=_doc(
+            "refuse a point the machine cannot sensibly run (docs/reliability.md); "
+            "false: run it anyway",
+            kind=OPERATIONAL,
+        ),
+    )
     repeat_id: int = field(
         default=0,
         metadata=_doc("label to rerun an identical point as a separate run", kind=LABEL),

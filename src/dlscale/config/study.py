@@ -41,8 +41,16 @@ def load_study_file(path: Path) -> dict[str, Any]:
         raise UserError(f"cannot read study file {path}: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"study file {path} is not valid TOML: {error}") from None
+    if not any(key not in STUDY_ONLY_KEYS for key in data):
+        raise UserError(
+            f"study file {path} sets no study key (only {', '.join(STUDY_ONLY_KEYS)} or "
+            'nothing); add keys such as model = "resnet44" (dlscale run --keys lists them), '
+            "or run without a file for the default study"
+        )
     for key, value in data.items():
         if key in STUDY_ONLY_KEYS:
+            if not isinstance(value, str):
+                raise UserError(f"{path}: {key} must be a string, got {value!r}")
             continue
         check_key(key, origin=str(path))
         values = value if isinstance(value, list) else [value]

@@ -21,6 +21,8 @@ class LauncherSpec:
     """``module:Class`` of a :class:`dlscale.launchers.base.Launcher`."""
     options: tuple[Option, ...] = ()
     """The launcher's own settings (study keys), validated like a backend's."""
+    same_machine: bool = False
+    """Every process runs on this machine: the resource guard compares a point with it."""
 
     def create(self) -> Any:
         return load_object(self.implementation)()
@@ -33,5 +35,6 @@ LAUNCHERS.register(
         name="local",
         description="N processes on this machine (cores split between them)",
         implementation="dlscale.launchers.local:LocalLauncher",
+        same_machine=True,
     ),
 )

@@ -1,20 +1,43 @@
 """Plan entries as processes on this machine (every launcher that runs a local command).
 
 Each command runs in its own process session, so stopping it stops whatever it started too
-(the ranks mpirun or horovodrun spawn, say): SIGTERM to the group, SIGKILL after a grace.
+(the ranks mpirun or horovodrun spawn, say): SIGTERM (and SIGCONT, for a stopped process) to
+the group, SIGKILL after a grace.
+
+No command outlives the process that started it, whatever kills that one (``kill -9``
+included). Every command's environment names its parent (``DLSCALE_PARENT_PID``,
+``DLSCALE_PARENT_START``, ``DLSCALE_PARENT_SCOPE``; :mod:`dlscale.runtime.watchdog`): each
+worker on this machine, the ranks a tool spawned included, watches it and kills its command's
+process group once it is gone. On Linux
+the command itself also gets ``PR_SET_PDEATHSIG=SIGKILL``, so a tool that runs no dlscale code
+dies at once; that signal follows the *thread* that started the command, so the commands are
+started and watched from one thread that outlives the run (the runner does both in one call).
+
+SIGINT and SIGTERM are held while a command is started and recorded: one that lands then is
+delivered once the command is in the list, so stopping reaches it (the command itself starts
+with the signal mask the caller had). The holding is per thread: it protects a caller that
+starts the commands from its main thread, where Python runs signal handlers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterator
 
-from dlscale.launchers.base import LaunchPlan, Running
+from dlscale.launchers.base import LaunchPlan, PlanEntry, Running
+from dlscale.runtime.watchdog import parent_env
 
 GRACE_S = 5.0
+HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+_PR_SET_PDEATHSIG = 1
+_Mask = set[int | signal.Signals]
 
 
 class LocalProcesses(Running):
@@ -29,6 +52,7 @@ class LocalProcesses(Running):
         live = [proc for proc in chosen if proc.poll() is None]
         for proc in live:
             _signal_group(proc, signal.SIGTERM)
+            _signal_group(proc, signal.SIGCONT)  # a stopped process gets its SIGTERM now
         deadline = time.monotonic() + GRACE_S
         for proc in live:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -40,23 +64,74 @@ class LocalProcesses(Running):
 
 def start_processes(plan: LaunchPlan) -> LocalProcesses:
     running = LocalProcesses([])
+    parent = parent_env()
     try:
         for entry in plan.entries:
-            with entry.stdout.open("wb") as out, entry.stderr.open("wb") as err:
-                running.procs.append(
-                    subprocess.Popen(
-                        entry.argv,
-                        env={**os.environ, **entry.env},
-                        stdout=out,
-                        stderr=err,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
+            with _signals_held() as mask:
+                running.procs.append(_spawn(entry, parent, mask))
     except BaseException:
         running.stop()
         raise
     return running
+
+
+def _spawn(entry: PlanEntry, parent: dict[str, str], mask: _Mask | None) -> subprocess.Popen[bytes]:
+    with entry.stdout.open("wb") as out, entry.stderr.open("wb") as err:
+        return subprocess.Popen(
+            entry.argv,
+            env={**os.environ, **entry.env, **parent},
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_in_child(os.getpid(), mask),
+        )
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[_Mask | None]:
+    """SIGINT and SIGTERM blocked in this thread; yields the mask to restore (``None`` where
+    signals cannot be blocked). One that came meanwhile is delivered on leaving."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield None
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield previous
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _in_child(parent: int, mask: _Mask | None) -> Callable[[], None] | None:
+    """What the child does between fork and exec: die with its parent (Linux), and take back
+    the signal mask the parent had before holding signals."""
+    prctl = _prctl()
+    if prctl is None and mask is None:
+        return None
+
+    kill = int(signal.SIGKILL)
+
+    def setup() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, kill)
+            if os.getppid() != parent:  # the parent died before the line above
+                os.kill(os.getpid(), signal.SIGKILL)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    return setup
+
+
+@functools.cache
+def _prctl() -> Callable[[int, int], int] | None:
+    """libc's prctl, loaded in the parent (not between fork and exec); ``None`` off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function: Callable[[int, int], int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return function
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

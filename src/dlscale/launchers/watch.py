@@ -5,18 +5,26 @@ The run is over when every entry has exited 0; or when every training process ha
 (parameter servers of some engines): those are stopped, which is not a failure; or when a
 command fails or the run passes its timeout, and then everything is stopped. Which rank failed
 is read from the per-rank event files: a rank with an ``error`` record, else one without its
-``end`` record.
+``end`` record. On a timeout, the rank that looks hung (:func:`hung_rank`): one whose process is
+stopped, else the training rank with the fewest windows, else the one whose last record is the
+oldest. The loop polls the commands every 50 ms; the event files are read every 0.5 s only
+while a role that never exits runs, and once on a timeout.
 """
 
 from __future__ import annotations
 
+import math
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, PlanEntry, Running
+from dlscale.layout import ProcessLayout
 from dlscale.metrics.events import events_path, read_events
+from dlscale.runtime.watchdog import process_state
 
 POLL_S = 0.05
 END_CHECK_S = 0.5
@@ -30,11 +38,11 @@ def watch(
     timeout_s: float,
     blame: Callable[[PlanEntry], int | None] = lambda entry: None,
 ) -> LaunchOutcome:
-    started = time.monotonic()
-    failed: tuple[int, str] | None = None
-    stopped: set[int] = set()
-    last_end_check = 0.0
     try:
+        started = time.monotonic()
+        failed: tuple[int, str] | None = None
+        stopped: set[int] = set()
+        last_end_check = 0.0
         while True:
             codes = running.poll()
             bad = [i for i, code in enumerate(codes) if code not in (None, 0) and i not in stopped]
@@ -51,11 +59,15 @@ def watch(
             now = time.monotonic()
             if now - started > timeout_s:
                 ranks = [r for i in live for r in plan.entries[i].ranks]
+                try:
+                    rank, why = hung_rank(ranks, plan.layout, run_dir)
+                except Exception as error:  # naming the rank must not lose the run's record
+                    rank, why = ranks[0], f"the first still running (no better guess: {error})"
                 failed = (
-                    ranks[0],
+                    rank,
                     (
                         f"timed out after {timeout_s:g} s (rank(s) {ranks} still running); "
-                        "raise timeout_s or look for a hung worker"
+                        f"rank {rank} looks hung: {why}; raise timeout_s if it was only slow"
                     ),
                 )
                 break
@@ -129,6 +141,49 @@ def _failed_rank(
             name = f"signal {-code}"
         return rank, f"{what} was killed by {name}"
     return rank, f"{what} exited with code {code}"
+
+
+def hung_rank(ranks: list[int], layout: ProcessLayout, run_dir: Path) -> tuple[int, str]:
+    """The rank to blame for a timeout among ``ranks`` (those still running), and why.
+
+    A rank whose process (the pid of its last ``start`` record, on this host) is stopped
+    (state T: SIGSTOP, a debugger); else, among the training ranks (every rank if none is
+    running), the one with the fewest windows, then the one whose last record is the oldest
+    (a rank with no record at all first); ties go to the lowest rank.
+    """
+    host = socket.gethostname()
+    events = {rank: _since_last_start(read_events(events_path(run_dir, rank))) for rank in ranks}
+    for rank in ranks:
+        start = events[rank][0] if events[rank] and events[rank][0].get("event") == "start" else {}
+        pid = start.get("pid")
+        if isinstance(pid, int) and pid > 0 and start.get("host") == host:
+            state = process_state(pid)
+            if state in ("T", "t"):
+                return rank, f"its process {pid} is stopped (state {state})"
+    if len(ranks) == 1:
+        return ranks[0], "it is the only one still running"
+    training = [r for r in ranks if r < layout.size and layout.processes[r].trains] or ranks
+    windows = {r: sum(e.get("event") == "window" for e in events[r]) for r in training}
+    last = {r: max((_time(e) for e in events[r]), default=-math.inf) for r in training}
+    rank = min(training, key=lambda r: (windows[r], last[r], r))
+    others = [r for r in training if r != rank]
+    if last[rank] == -math.inf:
+        return rank, "it has written no record"
+    if others and windows[rank] < min(windows[r] for r in others):
+        most = max(windows[r] for r in others)
+        return rank, f"it recorded the fewest windows ({windows[rank]}; the others up to {most})"
+    return rank, f"its last record is the oldest ({time.time() - last[rank]:.0f} s ago)"
+
+
+def _since_last_start(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the latest process that wrote the file (an earlier attempt may have)."""
+    starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
+    return events[starts[-1] :] if starts else events
+
+
+def _time(record: dict[str, Any]) -> float:
+    value = record.get("time")
+    return float(value) if isinstance(value, int | float) else -math.inf
 
 
 def _tail(path: Path) -> list[str]:

@@ -172,7 +172,9 @@ def _evals(per_rank: dict[int, Events]) -> list[dict[str, Any]]:
             {
                 "epoch": epoch,
                 "accuracy": sum(p.correct for p in parts) / total,
-                "loss": sum(p.loss_sum for p in parts) / total,
+                "loss": sum(p.loss_sum for p in parts if p.loss_sum is not None) / total
+                if all(p.loss_sum is not None for p in parts)
+                else None,
                 "elapsed_s": max(p.elapsed_s for p in parts),
                 "images": total,
             }

@@ -102,7 +102,8 @@ class Eval(Record):
     epoch: int = 0
     correct: int = 0
     total: int = 0
-    loss_sum: float = 0.0
+    loss_sum: float | None = 0.0
+    """Summed evaluation loss; ``None`` when it was not finite (a diverged model)."""
     elapsed_s: float = 0.0
     """Seconds since training started (time to accuracy)."""
 

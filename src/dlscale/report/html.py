@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from dlscale.report.columns import Column, human_layout
-from dlscale.report.figures import Row, study_figures
+from dlscale.report.figures import Row, study_figures, study_slugs
 from dlscale.report.interactive import to_plotly
 
 STYLE = """
@@ -48,7 +48,7 @@ def provenance(rows: list[Row]) -> str:
 
     gpus = sorted(
         {
-            ", ".join(r["environment"].get("gpu_names") or []) or "none"
+            ", ".join(map(str, r["environment"].get("gpu_names") or [])) or "none"
             for r in rows
             if r.get("environment")
         }
@@ -117,11 +117,14 @@ def build_html(rows: list[Row], *, title: str, source: str) -> tuple[str, int]:
 
     studies: dict[str, list[Row]] = defaultdict(list)
     for row in rows:
-        studies[row.get("study") or "unnamed"].append(row)
+        studies[str(row.get("study") or "unnamed")].append(row)
+    # Ids are derived (ASCII letters, digits, - and _), never the user's text: plotly writes
+    # div_id unescaped into an HTML attribute and into a JS string.
+    slugs = study_slugs(studies)
     sections, plots = [], 0
     for name, study_rows in sorted(studies.items()):
-        commands = sorted({" ".join(r.get("command") or []) for r in study_rows} - {""})
-        parts = [f'<section class="study" id="study-{_e(name)}"><h2>Study {_e(name)}</h2>']
+        commands = sorted({" ".join(map(str, r.get("command") or [])) for r in study_rows} - {""})
+        parts = [f'<section class="study" id="study-{slugs[name]}"><h2>Study {_e(name)}</h2>']
         parts.append(
             "<p>Reproduce: " + "<br>".join(f"<code>{_e(c)}</code>" for c in commands) + "</p>"
             if commands
@@ -134,7 +137,7 @@ def build_html(rows: list[Row], *, title: str, source: str) -> tuple[str, int]:
                 to_plotly(figure),
                 full_html=False,
                 include_plotlyjs=False,
-                div_id=f"{name}-{figure.key}",
+                div_id=f"plot-{slugs[name]}-{figure.key}",
                 config={"responsive": True},
             )
             flags = "".join(f'<li class="flag">{_e(flag)}</li>' for flag in figure.flags)

@@ -1,7 +1,13 @@
-"""Figures drawn with plotly (interactive, for the HTML report)."""
+"""Figures drawn with plotly (interactive, for the HTML report).
+
+plotly.js reads its text (titles, legend names, category labels, hover text) as a subset of
+HTML, so every text is entity-escaped here and shown literally: ``<b>`` in a setting's value is
+neither markup nor dropped. (The JSON plotly writes into the page escapes ``<``, ``>`` and
+``/`` itself, so no text can end its script.)"""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from dlscale.report.figures import Figure, x_ticks
@@ -20,13 +26,19 @@ PALETTE = (
 )
 
 
+def _t(value: Any) -> Any:
+    """Text for plotly, shown literally; numbers and None unchanged."""
+    return html.escape(value, quote=False) if isinstance(value, str) else value
+
+
 def to_plotly(figure: Figure) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
     colours: dict[str, str] = {}
     for series in figure.series:
-        group = series.group or series.name
+        group = _t(series.group or series.name)
+        name, x = _t(series.name), [_t(v) for v in series.x]
         colour = colours.setdefault(group, PALETTE[len(colours) % len(PALETTE)])
         if series.dashed and series.group is None:
             colour = "#555555"
@@ -45,9 +57,7 @@ def to_plotly(figure: Figure) -> Any:
                         for lo, y in zip(series.low, series.y, strict=True)
                     ],
                 )
-            fig.add_bar(
-                name=series.name, x=series.x, y=series.y, marker_color=colour, error_y=error
-            )
+            fig.add_bar(name=name, x=x, y=series.y, marker_color=colour, error_y=error)
             continue
         if (
             series.low is not None
@@ -55,7 +65,7 @@ def to_plotly(figure: Figure) -> Any:
             and any(v is not None for v in series.high)
         ):
             fig.add_scatter(
-                x=series.x + series.x[::-1],
+                x=x + x[::-1],
                 y=list(series.high) + list(series.low)[::-1],
                 fill="toself",
                 fillcolor=colour,
@@ -66,15 +76,15 @@ def to_plotly(figure: Figure) -> Any:
                 legendgroup=group,
             )
         fig.add_scatter(
-            name=series.name,
-            x=series.x,
+            name=name,
+            x=x,
             y=series.y,
             mode="lines+markers",
             line=dict(color=colour, dash="dash" if series.dashed else "solid"),
             legendgroup=group,
         )
     fig.update_layout(
-        title=dict(text=figure.title),
+        title=dict(text=_t(figure.title)),
         template="plotly_white",
         height=420,
         margin=dict(l=60, r=20, t=60, b=60),
@@ -82,11 +92,11 @@ def to_plotly(figure: Figure) -> Any:
         legend=dict(orientation="h", y=-0.2),
     )
     if figure.x_categorical:
-        fig.update_xaxes(title_text=figure.x_label, type="category")
+        fig.update_xaxes(title_text=_t(figure.x_label), type="category")
     else:
-        fig.update_xaxes(title_text=figure.x_label, tickmode="array", tickvals=x_ticks(figure))
+        fig.update_xaxes(title_text=_t(figure.x_label), tickmode="array", tickvals=x_ticks(figure))
     fig.update_yaxes(
-        title_text=figure.y_label,
+        title_text=_t(figure.y_label),
         tickformat=".0%" if figure.y_percent else None,
         rangemode="tozero",
     )

@@ -8,7 +8,15 @@ from dlscale.report.figures import Figure, x_ticks
 from dlscale.report.interactive import PALETTE
 
 
+def _t(text: str) -> str:
+    """Text for matplotlib, shown literally: a ``$`` would start mathtext (and an unbalanced
+    one would fail the figure)."""
+    return text.replace("$", r"\$")
+
+
 def save_static(figure: Figure, stem: Path) -> list[Path]:
+    """Draw ``figure`` into ``stem.png`` and ``stem.pdf``. The stem is used whole: a dot in it
+    is no suffix to replace."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -34,12 +42,14 @@ def save_static(figure: Figure, stem: Path) -> list[Path]:
                 heights,
                 width,
                 bottom=bottom if figure.stacked else None,
-                label=series.name,
+                label=_t(series.name),
                 color=PALETTE[i % len(PALETTE)],
             )
             if figure.stacked:
                 bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+        ax.set_xticks(
+            range(len(labels)), [_t(str(x)) for x in labels], rotation=20, ha="right", fontsize=8
+        )
     for series in (s for s in figure.series if s.kind != "bar"):
         group = series.group or series.name
         colour = colours.setdefault(group, PALETTE[len(colours) % len(PALETTE)])
@@ -52,7 +62,7 @@ def save_static(figure: Figure, stem: Path) -> list[Path]:
             marker="" if series.dashed else "o",
             linestyle="--" if series.dashed else "-",
             color=colour,
-            label=series.name,
+            label=_t(series.name),
         )
         if series.low is not None and series.high is not None:
             band = [
@@ -71,15 +81,15 @@ def save_static(figure: Figure, stem: Path) -> list[Path]:
                 )
     if not bars:
         ax.set_xticks(x_ticks(figure))
-    ax.set_title(figure.title, fontsize=10)
-    ax.set_xlabel(figure.x_label)
-    ax.set_ylabel(figure.y_label)
+    ax.set_title(_t(figure.title), fontsize=10)
+    ax.set_xlabel(_t(figure.x_label))
+    ax.set_ylabel(_t(figure.y_label))
     ax.set_ylim(bottom=0)
     if figure.y_percent:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
     for path in paths:
         fig.savefig(path, dpi=150)
     plt.close(fig)

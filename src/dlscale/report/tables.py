@@ -4,7 +4,9 @@ machine name, with its machine rounding."""
 from __future__ import annotations
 
 import csv
+import html
 import io
+import re
 
 from dlscale.report.columns import COLUMNS, Row
 
@@ -14,11 +16,20 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
     return [[column.export(row) for column in COLUMNS] for row in rows]
 
 
+_BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
+
+
+def _markdown_cell(cell: str) -> str:
+    """One table cell whatever the text: line breaks become spaces (a row is one line), ``|`` is
+    escaped, and HTML is entity-escaped (Markdown passes raw HTML through to the page)."""
+    return html.escape(_BREAKS.sub(" ", cell), quote=False).replace("|", "\\|") or "-"
+
+
 def to_markdown(rows: list[Row]) -> str:
     header = [column.name for column in COLUMNS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += [
-        "| " + " | ".join(cell.replace("|", "\\|") or "-" for cell in cells) + " |"
+        "| " + " | ".join(_markdown_cell(cell) for cell in cells) + " |"
         for cells in table_rows(rows)
     ]
     return "\n".join(lines) + "\n"

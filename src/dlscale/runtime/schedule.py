@@ -204,12 +204,13 @@ def _cycle(engine: Engine) -> Iterator[Any]:
 def _evaluate(ctx: WorkerContext, engine: Engine, *, epoch: int, started: float) -> None:
     correct, total, loss_sum = engine.evaluate()
     engine.sync()
+    finite = math.isfinite(loss_sum)  # a diverged model: accuracy still counts, loss does not
     ctx.events.write(
         Eval(
             epoch=epoch,
             correct=correct,
             total=total,
-            loss_sum=loss_sum,
+            loss_sum=loss_sum if finite else None,
             elapsed_s=time.perf_counter() - started,
         )
     )

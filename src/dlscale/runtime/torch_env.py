@@ -22,3 +22,8 @@ def torch_environment(device: torch.device) -> dict[str, Any]:
         "gloo_available": dist.is_available() and dist.is_gloo_available(),
         "nccl_available": dist.is_available() and dist.is_nccl_available(),
     }
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch sees (the backends' device probe)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -15,6 +15,22 @@ SCHEMAS = {"spec": 2, "result": 2}
 2: plug-in options grouped under ``config.options``, process layout, worker environment."""
 
 
+class UnreadableFile(SchemaError):
+    """A stored file that is not a readable document of its kind (damaged, or not ours).
+
+    ``problem`` says what is wrong in a few words, without the path, so that a reader can put
+    it in its own one-line message; ``str()`` is the whole line, path first."""
+
+    def __init__(self, path: Path, problem: str, advice: str = "") -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}" + (f"; {advice}" if advice else ""))
+
+
+class NewerSchema(UnreadableFile):
+    """A document written by a newer dlscale: readable only after an upgrade, and not damage."""
+
+
 def schema_version(document: dict[str, Any]) -> int:
     """The version number of a document ``read_json`` accepted."""
     return int(str(document["schema"]).rpartition("/")[2])
@@ -37,20 +53,59 @@ def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:
 
 
 def read_json(path: Path, kind: str) -> dict[str, Any]:
-    """Read a document of ``kind``; refuse one from a newer dlscale with a clear message."""
+    """Read a document of ``kind``; refuse one from a newer dlscale with a clear message.
+
+    Raises :class:`UnreadableFile` (a :class:`SchemaError`: one line, exit 2 at the command
+    line) for a file that cannot be read or is damaged, :class:`NewerSchema` for a newer one.
+    """
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise SchemaError(
-            f"{path} is not valid JSON ({error}); delete the run or rerun it with --force"
+        raw = path.read_bytes()
+    except OSError as error:
+        raise UnreadableFile(path, f"cannot be read ({error.strerror or error})") from None
+    return parse_json(raw, path, kind)
+
+
+def parse_json(raw: bytes, path: Path, kind: str) -> dict[str, Any]:
+    """The document of ``kind`` in ``raw`` (the bytes of ``path``), checked as ``read_json``."""
+    if not raw.strip():
+        raise UnreadableFile(path, f"empty ({len(raw)} bytes; an interrupted copy?)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UnreadableFile(
+            path, f"not UTF-8 text (byte {error.start}; corrupted or not a dlscale file)"
         ) from None
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        where = (
+            f": {error.msg[:1].lower()}{error.msg[1:]} at line {error.lineno}, column {error.colno}"
+            if isinstance(error, json.JSONDecodeError)
+            else ": nested too deeply"
+        )
+        raise UnreadableFile(path, f"not valid JSON (truncated?){where}") from None
+    if not isinstance(document, dict):
+        raise UnreadableFile(path, f"a JSON {_json_type(document)}, not a dlscale {kind} object")
     schema = str(document.get("schema", ""))
     name, _, version = schema.partition("/")
     if name != f"dlscale.{kind}" or not version.isdigit():
-        raise SchemaError(f"{path} is not a dlscale {kind} file (schema {schema!r})")
+        stamp = f"schema {schema!r}" if schema else "no schema stamp"
+        raise UnreadableFile(path, f"not a dlscale {kind} file ({stamp})")
     if int(version) > SCHEMAS[kind]:
-        raise SchemaError(
-            f"{path} was written by a newer dlscale ({schema}; this version reads "
-            f"dlscale.{kind}/{SCHEMAS[kind]}): upgrade dlscale to read it"
+        raise NewerSchema(
+            path,
+            f"written by a newer dlscale ({schema}; this version reads "
+            f"dlscale.{kind}/{SCHEMAS[kind]})",
+            "upgrade dlscale to read it",
         )
     return document
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool) or value is None:
+        return "literal"
+    return "number"

@@ -12,55 +12,116 @@ import json
 import os
 import shutil
 import socket
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlscale.errors import SchemaError, UserError
-from dlscale.store.files import read_json, schema_version, write_json_atomic
+from dlscale.errors import UserError
+from dlscale.store.files import NewerSchema, UnreadableFile, parse_json, write_json_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_ROOT = Path("dlscale-results")
 
+LOCK = "lock"
+TAKEOVER = "lock.takeover"
+"""Held (briefly) by whoever removes a stale lock, so that two processes that both judged a lock
+stale cannot remove each other's new one. One left by a crash is ignored after a few seconds."""
+TAKEOVER_STALE_S = 10.0
+UNREADABLE_LOCK_STALE_S = 60.0
+"""A lock that cannot be parsed (its owner died between creating and writing it) is stale after
+this long; younger, it may be one being written."""
+
+
+def print_warning(message: str) -> None:
+    """The default way a store's warning reaches the user: one line on stderr (never stdout,
+    which may carry ``--json`` output or a table)."""
+    print(f"dlscale: warning: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What a run's ``result.json`` holds, as one reader sees it at one moment."""
+
+    path: Path
+    result: dict[str, Any] | None = None
+    """The result in the reader shape (``migrate.result_view``); None: absent or unreadable."""
+    problem: str | None = None
+    """Why it cannot be read (a few words, no path); None: absent or readable."""
+    newer: bool = False
+    """Written by a newer dlscale: not damage, and never to be overwritten without --force."""
+    fingerprint: tuple[int, int, int] | None = None
+    """(inode, mtime ns, size) of the file read; None: no file. An atomic rewrite changes it."""
+
+    @property
+    def completed(self) -> bool:
+        return self.result is not None and self.result.get("status") == "completed"
+
+    @property
+    def damaged(self) -> bool:
+        return self.problem is not None and not self.newer
+
 
 class RunStore:
-    def __init__(self, root: Path | str = DEFAULT_ROOT) -> None:
+    """The runs under ``root``. Readers never fail on one bad run: a result that cannot be
+    read is skipped and reported once (per store and file) through ``on_warning``, by default
+    one ``dlscale: warning:`` line on stderr."""
+
+    def __init__(
+        self, root: Path | str = DEFAULT_ROOT, *, on_warning: Callable[[str], None] | None = None
+    ) -> None:
         self.root = Path(root)
+        self.on_warning = on_warning or print_warning
+        self._warned: set[Path] = set()
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / run_id
 
-    def completed(self, run_id: str) -> dict[str, Any] | None:
-        """The stored result if this run completed, else ``None``."""
-        path = self.run_dir(run_id) / "result.json"
-        if not path.exists():
-            return None
-        from dlscale.store.migrate import read_view
+    def result_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / "result.json"
 
-        result = read_json(path, "result")
-        if result.get("status") != "completed":
-            return None
-        return read_view(result, schema_version(result))
+    def lock_path(self, run_id: str) -> Path:
+        return self.run_dir(run_id) / LOCK
+
+    def warn_once(self, path: Path, message: str) -> None:
+        """Report a problem with ``path`` unless this store reported one already."""
+        if path not in self._warned:
+            self._warned.add(path)
+            self.on_warning(message)
+
+    def read(self, run_id: str) -> Stored:
+        """The run's stored result, whatever state it is in; never raises for a bad file."""
+        return _read(self.result_path(run_id))
+
+    def completed(self, run_id: str) -> dict[str, Any] | None:
+        """The stored result if this run completed, else ``None`` (also when it is unreadable:
+        see :meth:`read` for why)."""
+        stored = self.read(run_id)
+        return stored.result if stored.completed else None
 
     def reserve(self, run_id: str) -> bool:
         """Take the run's lock (atomic create). False if a live process holds it already.
 
-        A lock left by a dead process on this host is taken over; several studies writing to
-        one results directory therefore never run the same point twice at once.
+        The lock names its owner: host, pid, the process's start time and the boot it ran in.
+        A lock of this host whose process is gone, is a zombie, or whose pid now belongs to a
+        process started at another time (pid reused), or one from before a reboot, is taken
+        over; several studies writing to one results directory therefore never run the same
+        point at once.
         """
         directory = self.run_dir(run_id)
         directory.mkdir(parents=True, exist_ok=True)
-        lock = directory / "lock"
-        owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()})
-        for _ in range(2):
+        lock = directory / LOCK
+        owner = json.dumps(_this_process())
+        for _ in range(3):
             try:
                 fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                if not _stale(lock):
+                if not _take_over(lock):
                     return False
-                lock.unlink(missing_ok=True)
                 continue
             with os.fdopen(fd, "w") as handle:
                 handle.write(owner)
@@ -68,17 +129,27 @@ class RunStore:
         return False
 
     def release(self, run_id: str) -> None:
-        (self.run_dir(run_id) / "lock").unlink(missing_ok=True)
+        self.lock_path(run_id).unlink(missing_ok=True)
+
+    def lock_owner(self, run_id: str) -> dict[str, Any] | None:
+        """Who holds the run's lock, as written in it; None: no lock, or not readable."""
+        try:
+            owner = json.loads(self.lock_path(run_id).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return owner if isinstance(owner, dict) else None
 
     def clear(self, run_id: str) -> None:
-        """Remove a previous attempt's files (kept: the lock we hold)."""
+        """Remove a previous attempt's files (kept: the lock we hold, and another process's
+        takeover guard). The caller decides whether a stored result may go (run_point keeps a
+        completed or newer one unless --force)."""
         for path in self.run_dir(run_id).iterdir():
-            if path.name == "lock":
+            if path.name in (LOCK, TAKEOVER):
                 continue
-            if path.is_dir():
+            if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
-                path.unlink()
+                path.unlink(missing_ok=True)
 
     def write_spec(self, run_id: str, spec: dict[str, Any]) -> Path:
         path = self.run_dir(run_id) / "spec.json"
@@ -86,46 +157,169 @@ class RunStore:
         return path
 
     def write_result(self, run_id: str, result: dict[str, Any]) -> None:
-        write_json_atomic(self.run_dir(run_id) / "result.json", "result", result)
+        write_json_atomic(self.result_path(run_id), "result", result)
 
     def results(self) -> list[dict[str, Any]]:
-        """Every stored result, oldest first. Unreadable ones are reported, not skipped."""
+        """Every readable stored result, oldest first. One that is damaged or from a newer
+        dlscale is skipped, with one warning naming the file and what is wrong."""
         if not self.root.is_dir():
             raise UserError(
                 f"no results directory at {self.root}; run `dlscale run` first "
                 "or pass --results DIR"
             )
-        from dlscale.store.migrate import read_view
-
         rows = []
         for path in sorted(self.root.glob("*/result.json")):
-            try:
-                row = read_json(path, "result")
-                # Every schema is read into the current shape; keys added after a result was
-                # written read as their defaults.
-                rows.append(read_view(row, schema_version(row)))
-            except SchemaError:
-                raise
-            except OSError as error:
-                raise UserError(f"cannot read {path}: {error}") from None
-        rows.sort(key=lambda r: r.get("finished_at", 0))
+            stored = _read(path)
+            if stored.result is not None:
+                rows.append(stored.result)
+            elif stored.problem is not None:
+                self.warn_once(path, skipped_message(stored))
+        rows.sort(key=lambda r: r.get("finished_at") or 0)
         return rows
 
 
-def _stale(lock: Path) -> bool:
+def skipped_message(stored: Stored) -> str:
+    """The one line a reader reports for a result it skips."""
+    advice = "upgrade dlscale to read it" if stored.newer else "rerun that point with dlscale run"
+    return f"skipped {stored.path}: {stored.problem}; {advice}"
+
+
+def _read(path: Path) -> Stored:
+    from dlscale.store.migrate import ShapeError, result_view
+
     try:
-        owner = json.loads(lock.read_text())
-    except (OSError, json.JSONDecodeError):
-        return time.time() - lock.stat().st_mtime > 60 if lock.exists() else True
+        with path.open("rb") as handle:
+            info = os.fstat(handle.fileno())
+            raw = handle.read()
+    except FileNotFoundError:
+        return Stored(path)  # not written yet, or removed since it was listed
+    except OSError as error:
+        return Stored(path, problem=f"cannot be read ({error.strerror or error})")
+    fingerprint = (info.st_ino, info.st_mtime_ns, info.st_size)
+    try:
+        # Every schema is read into the current shape; keys added after a result was written
+        # read as their defaults.
+        result = result_view(parse_json(raw, path, "result"))
+    except NewerSchema as error:
+        return Stored(path, problem=error.problem, newer=True, fingerprint=fingerprint)
+    except UnreadableFile as error:
+        return Stored(path, problem=error.problem, fingerprint=fingerprint)
+    except ShapeError as error:
+        return Stored(path, problem=f"not a usable result: {error}", fingerprint=fingerprint)
+    return Stored(path, result=result, fingerprint=fingerprint)
+
+
+# --------------------------------------------------------------------------------------------
+# locks
+
+
+def process_start(pid: int) -> int | None:
+    """When a process started (clock ticks since boot: field 22 of ``/proc/<pid>/stat``), which
+    tells it from a later process given the same pid; None without /proc or such a process."""
+    fields = _proc_stat(pid)
+    try:
+        return int(fields[19]) if fields else None  # fields[0] is field 3 (state)
+    except (IndexError, ValueError):
+        return None
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
+    parentheses, hence the last ``)``), starting at field 3, the state."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    return text.rpartition(")")[2].split()
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _this_process() -> dict[str, Any]:
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start": process_start(pid),
+        "boot": _boot_id(),
+        "time": time.time(),
+    }
+
+
+def describe_owner(owner: dict[str, Any] | None) -> str:
+    """A lock's owner in words: ``pid 123 on host h, since 12:03:04``."""
+    if not owner:
+        return "owner unknown"
+    since = owner.get("time")
+    when = (
+        f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}"
+        if isinstance(since, int | float)
+        else ""
+    )
+    return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}{when}"
+
+
+def _take_over(lock: Path) -> bool:
+    """Remove ``lock`` if it is stale; True if it is gone (removed here or released)."""
+    guard = lock.with_name(TAKEOVER)
+    try:
+        os.close(os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        try:  # another process is taking it over, or one crashed doing so
+            if time.time() - guard.stat().st_mtime > TAKEOVER_STALE_S:
+                guard.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
+        return False
+    try:
+        if not _stale(lock):
+            return False
+        lock.unlink(missing_ok=True)
+        return True
+    finally:
+        guard.unlink(missing_ok=True)
+
+
+def _stale(lock: Path) -> bool:
+    """Whether ``lock`` is gone or its owner certainly is (only this host can tell)."""
+    try:
+        owner = json.loads(lock.read_text(encoding="utf-8"))
+        if not isinstance(owner, dict):
+            raise ValueError("not an object")
+        pid = int(owner["pid"])
+        if pid <= 0:
+            raise ValueError(f"pid {pid}")
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            return time.time() - lock.stat().st_mtime > UNREADABLE_LOCK_STALE_S
+        except FileNotFoundError:
+            return True
     if owner.get("host") != socket.gethostname():
         return False  # another host's run: only that host can tell
+    boot = _boot_id()
+    if owner.get("boot") and boot and owner["boot"] != boot:
+        return True  # written before this machine rebooted
     try:
-        os.kill(int(owner["pid"]), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except PermissionError:
-        return False
-    return False
+        pass  # alive, another user's
+    except (OverflowError, ValueError):
+        return True  # not a pid at all
+    fields = _proc_stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        return True  # a zombie: exited, not yet reaped
+    start = owner.get("start")
+    now = process_start(pid)
+    return start is not None and now is not None and start != now  # pid reused
 
 
 def load_results(path: Path | str = DEFAULT_ROOT) -> pd.DataFrame:

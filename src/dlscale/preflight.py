@@ -1,0 +1,142 @@
+"""Checks made before anything is launched, so that bad input costs one line, not a run.
+
+* the results directory can be created and written;
+* the workers' interpreter exists and runs;
+* ``--device cuda``: the backend's framework sees a CUDA device under that interpreter;
+* the resource guard (``resource_guard = true``, the default), for launchers that run every
+  process on this machine: at most :data:`MAX_PROCESSES_PER_CORE` processes per usable core,
+  and a lower bound of the point's memory (see :func:`memory_lower_bound_bytes`) within the
+  machine's memory. ``--set resource_guard=false`` runs such a point anyway.
+
+Each failure is a :class:`UserError` naming the key and the fix (exit 2, before launch).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from dlscale.backends import BACKENDS
+from dlscale.config.run_config import RunConfig
+from dlscale.errors import UserError
+from dlscale.launchers import LAUNCHERS
+from dlscale.models import MODELS
+from dlscale.runtime.environment import memory_gib, usable_cores
+from dlscale.runtime.worker_path import prepare_worker_path
+
+MAX_PROCESSES_PER_CORE = 4
+"""Beyond this, each process gets under a quarter of a core: the measurement says nothing
+about the engine, and hundreds of interpreters exhaust memory before the first step."""
+PROCESS_BASE_BYTES = 100 * 2**20
+"""A Python interpreter with numpy loaded: the least any process of a run takes."""
+PROBE_TIMEOUT_S = 120.0
+
+
+def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool = True) -> None:
+    """Every check; the results directory is created last, once nothing was refused."""
+    check_results_dir(results, create=False)
+    checked: set[tuple[str, str]] = set()
+    for config in points:
+        from dlscale.runner import interpreter
+
+        python = interpreter(config)
+        if ("python", python) not in checked:
+            check_interpreter(python)
+            checked.add(("python", python))
+        probe = BACKENDS.get(config.backend).device_probe
+        if config.device == "cuda" and probe and (python, probe) not in checked:
+            check_cuda(python, probe)
+            checked.add((python, probe))
+        if config.resource_guard:
+            check_resources(config)
+    if create:
+        check_results_dir(results, create=True)
+
+
+def check_results_dir(results: Path, *, create: bool = True) -> None:
+    """The results directory exists (or can be made: ``create``) and is writable."""
+    existing = results
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == results else f"is under {existing}, a file"
+        raise UserError(f"--results {results} {what}, not a directory; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"results directory {existing} is not writable; choose another --results")
+    if create:
+        try:
+            results.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise UserError(
+                f"cannot create results directory {results} ({error.strerror}); "
+                "choose a writable --results DIR"
+            ) from None
+
+
+def check_interpreter(python: str) -> None:
+    found = shutil.which(python)
+    if found is None or not os.access(found, os.X_OK):
+        raise UserError(
+            f"python = {python!r}: no such interpreter; set the python key to an existing "
+            "interpreter (e.g. a venv's bin/python)"
+        )
+
+
+def check_cuda(python: str, probe: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="dlscale-probe-") as work:
+        path = prepare_worker_path(Path(work), [])
+        code = f"from dlscale.registry import load_object; print(load_object({probe!r})())"
+        try:
+            done = subprocess.run(
+                [python, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+                env={**os.environ, "PYTHONPATH": str(path)},
+            )
+            count = int(done.stdout.strip().splitlines()[-1])
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            tail = done.stderr.strip().splitlines()[-1:] if "done" in locals() else []
+            raise UserError(
+                f"cannot ask {python} for its CUDA devices ({' '.join(tail) or 'no answer'}); "
+                "install the framework there or use --device cpu"
+            ) from None
+    if count == 0:
+        raise UserError(
+            f"device cuda requested but the framework under {python} sees no CUDA GPU; "
+            "use --device cpu"
+        )
+
+
+def memory_lower_bound_bytes(config: RunConfig) -> int:
+    """What the point needs at least: an interpreter per process, and per training process
+    twice its input batch in float32 (the batch and the first layer's activations)."""
+    layout = config.layout()
+    size = config.image_size or MODELS.get(config.model).input_size
+    batch_bytes = config.batch_per_worker * 3 * size * size * 4
+    trained = sum(p.replicas for p in layout.processes)
+    return layout.size * PROCESS_BASE_BYTES + 2 * batch_bytes * trained
+
+
+def check_resources(config: RunConfig) -> None:
+    if not LAUNCHERS.get(config.launcher).same_machine:
+        return
+    processes, cores = config.layout().size, usable_cores()
+    if processes > MAX_PROCESSES_PER_CORE * cores:
+        raise UserError(
+            f"{config.backend} x{config.workers} needs {processes} processes on {cores} cores "
+            f"(more than {MAX_PROCESSES_PER_CORE} per core); use fewer workers, or "
+            "--set resource_guard=false to run it anyway"
+        )
+    total = memory_gib()
+    if config.device == "cpu" and total is not None:
+        needed = memory_lower_bound_bytes(config) / 2**30
+        if needed > total:
+            raise UserError(
+                f"{config.backend} x{config.workers} at batch {config.batch_per_worker} needs "
+                f"at least {needed:,.1f} GiB of memory, the machine has {total:g} GiB; use a "
+                "smaller batch_size or fewer workers, or --set resource_guard=false"
+            )

@@ -1,0 +1,158 @@
+"""A worker dies with the dlscale process that started it, whatever killed that one.
+
+The process that starts the commands (:func:`dlscale.launchers.processes.start_processes`, i.e.
+``dlscale run``) puts three variables in every command's environment; a tool the command runs
+(mpirun, horovodrun...) passes them on to the ranks it spawns:
+
+``DLSCALE_PARENT_PID``
+    the pid of the process that started the command;
+``DLSCALE_PARENT_START``
+    that process's start time, field 22 of ``/proc/<pid>/stat`` (clock ticks after boot), so
+    that another process given the same pid after the parent died is not taken for it; empty
+    where there is no ``/proc``;
+``DLSCALE_PARENT_SCOPE``
+    where that pid names that process: the kernel's boot id and the parent's pid namespace
+    (Linux), else the host name. A rank a tool started on another host or in a container sees
+    another scope and runs no watchdog (the tool answers for it there).
+
+A worker that finds them set, in the parent's scope (:func:`start_watchdog`, the first thing
+``dlscale.worker`` does), runs a daemon thread that checks every :data:`CHECK_S` seconds that
+the parent is still there (the pid exists, is not a zombie and started at that time). Once it
+is gone, the worker SIGKILLs its own process group: the group ``start_processes`` made for the
+command, so the tool and the ranks it started die too, not only this rank. A worker started by
+hand, without the variables, has no watchdog. The direct child of the parent also gets
+``PR_SET_PDEATHSIG`` (Linux), which is immediate; the watchdog covers the processes a tool
+started and the systems without it.
+
+The thread needs the interpreter lock: a rank blocked in native code that holds it is killed by
+a sibling's group kill, or by the parent-death signal when it is the direct child.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+PARENT_PID_ENV = "DLSCALE_PARENT_PID"
+PARENT_START_ENV = "DLSCALE_PARENT_START"
+PARENT_SCOPE_ENV = "DLSCALE_PARENT_SCOPE"
+CHECK_S = 0.5
+"""How often the parent is checked (a read of one small /proc file)."""
+
+_HAS_PROC = Path("/proc/self/stat").exists()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of ``/proc/<pid>/stat`` (after the command name, which may hold spaces and
+    parentheses); ``None`` when there is no such process (or no /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process (field 22 of its /proc stat); ``None`` without /proc."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of a process (``R``, ``S``, ``T`` stopped, ``Z`` zombie...);
+    ``None`` when it cannot be read."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def pid_scope() -> str:
+    """Where a pid names one process: this boot of the kernel and this pid namespace (Linux),
+    else this host."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return f"host:{socket.gethostname()}"
+
+
+def parent_env(pid: int | None = None) -> dict[str, str]:
+    """The variables that tie a command to ``pid`` (this process by default)."""
+    pid = os.getpid() if pid is None else pid
+    return {
+        PARENT_PID_ENV: str(pid),
+        PARENT_START_ENV: process_start(pid) or "",
+        PARENT_SCOPE_ENV: pid_scope(),
+    }
+
+
+def parent_alive(pid: int, start: str | None) -> bool:
+    """Whether the process ``pid`` that started at ``start`` (when known) still runs."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        if _HAS_PROC:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    if fields[0] in ("Z", "X", "x"):  # dead, not yet reaped
+        return False
+    return not start or (len(fields) > 19 and fields[19] == start)
+
+
+def start_watchdog(environ: Mapping[str, str] | None = None) -> threading.Thread | None:
+    """Watch the parent named in ``environ`` (the process's environment by default) and kill
+    this process's group once it is gone; ``None`` (no watchdog) when no parent is named, or
+    one whose pid means another process here (another host, another pid namespace)."""
+    environ = os.environ if environ is None else environ
+    try:
+        pid = int(environ.get(PARENT_PID_ENV, ""))
+    except ValueError:
+        return None
+    if pid <= 0 or not hasattr(os, "killpg"):
+        return None
+    if environ.get(PARENT_SCOPE_ENV) != pid_scope():
+        return None
+    start = environ.get(PARENT_START_ENV) or None
+    try:
+        parent_group: int | None = os.getpgid(pid)
+    except OSError:
+        parent_group = None  # already gone (or not ours to see): the first check says which
+    thread = threading.Thread(
+        target=_watch, args=(pid, start, parent_group), name="dlscale-watchdog", daemon=True
+    )
+    thread.start()
+    return thread
+
+
+def _watch(pid: int, start: str | None, parent_group: int | None) -> None:
+    while parent_alive(pid, start):
+        time.sleep(CHECK_S)
+    _say(
+        f"dlscale worker {os.getpid()}: the dlscale process {pid} that started it is gone; "
+        "stopping its process group\n"
+    )
+    group = os.getpgid(0)
+    # The group start_processes made for the command (the session's group), or this process's
+    # own; never a group the parent was in (that would be someone else's, e.g. a shell's).
+    if group != parent_group and group in (os.getsid(0), os.getpid()):
+        os.killpg(group, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _say(text: str) -> None:
+    """A line on stderr when that is a file (a pipe whose reader is gone might block)."""
+    try:
+        if stat.S_ISREG(os.fstat(2).st_mode):
+            os.write(2, text.encode())
+    except OSError:
+        pass

@@ -1,0 +1,122 @@
+"""Bad input that used to end in a traceback or a launch now gets one line before launch."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlscale.cli import main
+from dlscale.config import RunConfig
+from dlscale.layout import Addresses
+from dlscale.metrics.events import EventWriter, events_path, read_events
+from dlscale.preflight import MAX_PROCESSES_PER_CORE, memory_lower_bound_bytes
+from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.environment import usable_cores
+from dlscale.runtime.schedule import Engine, run_schedule
+
+
+def one_line(capsys, argv: list[str]) -> str:
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("dlscale: error:"), err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--set", "python=/no/such/python"], "no such interpreter"),
+        (["--workers", str(MAX_PROCESSES_PER_CORE * usable_cores() + 1)], "per core"),
+        (["--batch-size", "100000000"], "GiB of memory"),
+        (["--workers", "1099511627776"], "dlscale plans at most 65,536"),
+        (["--set", "momentum=nan"], "momentum must be a finite number"),
+        (["--set", "weight_decay=-1"], "weight_decay must be >= 0"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_refused_before_launch_with_one_line(tmp_path: Path, capsys, argv, message):
+    results = tmp_path / "r"
+    err = one_line(capsys, ["run", *argv, "--results", str(results)])
+    assert message in err
+    assert not results.exists()  # nothing was launched
+
+
+def test_results_that_is_a_file(tmp_path: Path, capsys):
+    afile = tmp_path / "file"
+    afile.write_text("")
+    assert "is a file" in one_line(capsys, ["run", "--results", str(afile), "--dry-run"])
+    err = one_line(capsys, ["run", "--results", str(afile / "sub"), "--dry-run"])
+    assert f"is under {afile}, a file" in err
+
+
+def test_the_resource_guard_can_be_switched_off(tmp_path: Path, capsys):
+    workers = MAX_PROCESSES_PER_CORE * usable_cores() + 1
+    argv = ["run", "--workers", str(workers), "--dry-run", "--results", str(tmp_path / "r")]
+    assert main([*argv, "--set", "resource_guard=false"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("-m dlscale.worker") == workers
+
+
+def test_memory_lower_bound_by_hand():
+    cfg = RunConfig(model="resnet44", workers=2, batch_size=64)
+    # 2 processes x 100 MiB + 2 x (64 x 3 x 32 x 32 x 4 bytes) x 2 replicas
+    assert memory_lower_bound_bytes(cfg) == 2 * 100 * 2**20 + 2 * 64 * 3 * 32 * 32 * 4 * 2
+
+
+def test_cuda_without_a_gpu_is_refused_before_launch(tmp_path: Path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the probe finds it")
+    err = one_line(capsys, ["run", "--device", "cuda", "--results", str(tmp_path / "r")])
+    assert "sees no CUDA GPU; use --device cpu" in err
+
+
+def test_an_empty_study_file_is_refused(tmp_path: Path, capsys):
+    for text in ("", 'name = "only a name"\n'):
+        study = tmp_path / "s.toml"
+        study.write_text(text)
+        assert "sets no study key" in one_line(capsys, ["run", str(study)])
+
+
+class _Diverged(Engine):
+    """An engine whose model diverged: NaN losses in training and evaluation."""
+
+    steps_per_epoch = 2
+    has_eval = True
+
+    def batches(self, epoch):
+        return iter([None, None])
+
+    def step(self, batch):
+        return float("nan")
+
+    def evaluate(self):
+        return 3, 10, float("nan")
+
+
+def test_a_diverged_model_in_epoch_mode_is_recorded_not_crashed(tmp_path: Path):
+    cfg = RunConfig(model="tiny", backend="torch-single", epochs=2, warmup_steps=0)
+    events = EventWriter(events_path(tmp_path, 0), 0)
+    ctx = WorkerContext(
+        config=cfg,
+        run_dir=tmp_path,
+        rank=0,
+        local_rank=0,
+        layout=cfg.layout(),
+        addresses=Addresses(hosts=("127.0.0.1",), ports=(1,)),
+        threads=1,
+        events=events,
+    )
+    run_schedule(ctx, _Diverged())
+    events.close()
+    records = read_events(events_path(tmp_path, 0))
+    evals = [r for r in records if r["event"] == "eval"]
+    windows = [r for r in records if r["event"] == "window"]
+    assert [e["loss_sum"] for e in evals] == [None, None] and evals[0]["correct"] == 3
+    assert all(w["loss_nonfinite"] and w["loss_sum"] is None for w in windows)
+    json.dumps(records, allow_nan=False)  # nothing NaN was stored
