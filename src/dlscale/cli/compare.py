@@ -83,7 +83,7 @@ def _load(directory: Path) -> list[dict[str, Any]]:
         raise UserError(f"results directory {directory} does not exist")
     results = RunStore(directory).results()
     if not results:
-        raise UserError(f"no results in {directory} (no */result.json)")
+        raise UserError(f"no readable results in {directory} (none, or every one skipped above)")
     return results
 
 

@@ -41,7 +41,10 @@ def main(args: argparse.Namespace) -> int:
 
     rows = add_scaling(RunStore(args.results).results())
     if not rows:
-        raise UserError(f"no runs in {args.results}; run `dlscale run` first")
+        raise UserError(
+            f"no readable runs in {args.results} (none, or every one skipped above); "
+            "run `dlscale run` first"
+        )
     page, plots = build_html(rows, title=args.title, source=str(args.results))
     _write(args.out, page)
     print(
