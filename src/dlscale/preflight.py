@@ -24,6 +24,7 @@ from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.launchers import LAUNCHERS
 from dlscale.models import MODELS
+from dlscale.runner import interpreter
 from dlscale.runtime.environment import memory_gib, usable_cores
 from dlscale.runtime.worker_path import prepare_worker_path
 
@@ -40,8 +41,6 @@ def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool =
     check_results_dir(results, create=False)
     checked: set[tuple[str, str]] = set()
     for config in points:
-        from dlscale.runner import interpreter
-
         python = interpreter(config)
         if ("python", python) not in checked:
             check_interpreter(python)

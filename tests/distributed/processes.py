@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dlscale.metrics.events import read_events
+from dlscale.runtime.procfs import is_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,14 +25,8 @@ def toy_env() -> dict[str, str]:
 
 
 def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+    """The pid runs and is not a zombie."""
+    return is_alive(pid, None)
 
 
 def start_long_run(

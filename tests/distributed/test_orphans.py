@@ -14,7 +14,7 @@ import pytest
 from dlscale.launchers import processes
 from dlscale.launchers.base import LaunchPlan, PlanEntry
 from dlscale.layout import Addresses, ProcessLayout
-from dlscale.runtime import watchdog
+from dlscale.runtime import procfs, watchdog
 from tests.distributed.processes import (
     alive,
     kill_all,
@@ -102,15 +102,15 @@ def test_the_watchdog_kills_the_group_when_the_watched_process_dies():
 
 
 def test_a_reused_pid_is_not_the_parent():
-    start = watchdog.process_start(os.getpid())
-    assert start is not None and start.isdigit()
+    start = procfs.process_start(os.getpid())
+    assert start is not None and start > 0
     assert watchdog.parent_alive(os.getpid(), start)
     assert watchdog.parent_alive(os.getpid(), None)  # no start time known: the pid decides
-    assert not watchdog.parent_alive(os.getpid(), str(int(start) + 1))  # same pid, other process
+    assert not watchdog.parent_alive(os.getpid(), start + 1)  # same pid, other process
     gone = subprocess.Popen(SLEEPER)
     gone.kill()
     os.waitid(os.P_PID, gone.pid, os.WEXITED | os.WNOWAIT)  # dead, not reaped: a zombie
-    assert watchdog.process_state(gone.pid) == "Z"
+    assert procfs.process_state(gone.pid) == "Z"
     assert not watchdog.parent_alive(gone.pid, None)
     gone.wait()
     assert not watchdog.parent_alive(gone.pid, None)
@@ -134,7 +134,7 @@ def test_start_processes_tells_every_command_its_parent(tmp_path: Path):
         running.stop()
     env = json.loads((tmp_path / "out0").read_text())
     assert env[watchdog.PARENT_PID_ENV] == str(os.getpid())
-    assert env[watchdog.PARENT_START_ENV] == watchdog.process_start(os.getpid())
+    assert env[watchdog.PARENT_START_ENV] == str(procfs.process_start(os.getpid()))
     assert env[watchdog.PARENT_SCOPE_ENV] == watchdog.pid_scope()
 
 

@@ -12,8 +12,8 @@ import pytest
 from dlscale.errors import SchemaError, UserError
 from dlscale.metrics.events import EventWriter, read_events, read_records
 from dlscale.metrics.records import Start
+from dlscale.runtime.procfs import process_start
 from dlscale.store import RunStore, read_json, write_json_atomic
-from dlscale.store.results import process_start
 
 
 def test_atomic_write_and_schema_checks(tmp_path: Path):

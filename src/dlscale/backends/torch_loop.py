@@ -164,7 +164,8 @@ class TorchEngine(Engine):
         model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]
         self.model = strategy.wrap(model, device)
         self.optimizer = strategy.make_optimizer(self.model, cfg)
-        if ctx.rank == 0 and (facts := strategy.describe(self.model, cfg)):
+        first = ctx.rank == ctx.layout.training_ranks[0]  # what aggregate reads the facts from
+        if first and (facts := strategy.describe(self.model, cfg)):
             ctx.events.write(
                 Strategy(
                     gradient_bytes=gradient_bytes(self.model),

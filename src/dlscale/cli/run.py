@@ -10,6 +10,7 @@ from typing import Any
 
 from dlscale.config.study import coerce, expand, load_study_file, parse_set
 from dlscale.errors import UserError
+from dlscale.text import visible
 
 DEFAULT_STUDY: dict[str, Any] = {
     "name": "quick",
@@ -122,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     check_points(study.points, Path(args.results), create=not args.dry_run)
     command = ["dlscale", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else ["dlscale", "run"]
     for note in study.skipped:
-        print(f"dlscale: note: skipped {note}", file=sys.stderr)
+        print(f"dlscale: note: skipped {visible(note)}", file=sys.stderr)
     if args.dry_run:
         return _dry_run(study.points, Path(args.results))
     from dlscale.cli.progress import run_study

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.backends import BACKENDS
@@ -21,7 +22,7 @@ from dlscale.launchers.base import (
     common_env,
     thread_budget,
 )
-from dlscale.layout import Addresses
+from dlscale.layout import Addresses, ProcessLayout
 from dlscale.runtime.environment import usable_cores
 
 LOOPBACK = "127.0.0.1"
@@ -38,6 +39,31 @@ def free_ports(count: int) -> tuple[int, ...]:
     return tuple(ports)
 
 
+@dataclass(frozen=True)
+class OnThisMachine:
+    """What every launcher that runs all ranks on this machine starts from."""
+
+    layout: ProcessLayout
+    addresses: Addresses
+    """Every rank on the loopback; the backend's ports reserved here."""
+    threads: int
+    warnings: list[str]
+
+
+def on_this_machine(
+    config: RunConfig, *, ports: tuple[int, ...] | None = None, cores: int | None = None
+) -> OnThisMachine:
+    layout = config.layout()
+    threads, warnings = thread_budget(
+        layout.size, config.threads_per_worker, cores or usable_cores()
+    )
+    addresses = Addresses(
+        hosts=(LOOPBACK,) * layout.size,
+        ports=ports if ports is not None else free_ports(BACKENDS.get(config.backend).ports),
+    )
+    return OnThisMachine(layout, addresses, threads, warnings)
+
+
 class LocalLauncher(Launcher):
     def plan(
         self,
@@ -49,15 +75,9 @@ class LocalLauncher(Launcher):
         cores: int | None = None,
     ) -> LaunchPlan:
         backend = BACKENDS.get(config.backend)
-        layout = config.layout()
-        threads, warnings = thread_budget(
-            layout.size, config.threads_per_worker, cores or usable_cores()
-        )
-        addresses = Addresses(
-            hosts=(LOOPBACK,) * layout.size,
-            ports=ports if ports is not None else free_ports(backend.ports),
-        )
-        base = common_env(config, spec_path, threads)
+        here = on_this_machine(config, ports=ports, cores=cores)
+        layout, addresses = here.layout, here.addresses
+        base = common_env(config, spec_path, here.threads)
         entries = []
         for process in layout.processes:
             rank = process.rank
@@ -81,6 +101,6 @@ class LocalLauncher(Launcher):
             entries=tuple(entries),
             layout=layout,
             addresses=addresses,
-            threads_per_worker=threads,
-            warnings=tuple(warnings),
+            threads_per_worker=here.threads,
+            warnings=tuple(here.warnings),
         )

@@ -24,7 +24,7 @@ from typing import Any
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, PlanEntry, Running
 from dlscale.layout import ProcessLayout
 from dlscale.metrics.events import events_path, read_events
-from dlscale.runtime.watchdog import process_state
+from dlscale.runtime.procfs import process_state
 
 POLL_S = 0.05
 END_CHECK_S = 0.5
@@ -42,6 +42,7 @@ def watch(
         started = time.monotonic()
         failed: tuple[int, str] | None = None
         stopped: set[int] = set()
+        ended: set[int] = set()  # ranks seen to record their end (a rank ends once)
         last_end_check = 0.0
         while True:
             codes = running.poll()
@@ -73,7 +74,7 @@ def watch(
                 break
             if now - last_end_check > END_CHECK_S:
                 last_end_check = now
-                idle = _never_exiting(plan, live, run_dir)
+                idle = _never_exiting(plan, live, run_dir, ended)
                 if idle:
                     running.stop(idle)
                     stopped.update(idle)
@@ -101,24 +102,30 @@ def watch(
     )
 
 
-def _never_exiting(plan: LaunchPlan, live: list[int], run_dir: Path) -> list[int]:
+def _never_exiting(plan: LaunchPlan, live: list[int], run_dir: Path, ended: set[int]) -> list[int]:
     """Live entries that may be stopped: every training process has ended, and each of these
-    holds a role that never exits and no process of an exiting role still at work."""
+    holds a role that never exits and no process of an exiting role still at work. ``ended``
+    collects the ranks seen ended, so each events file is read until its rank ends, not on
+    every check."""
     processes = plan.layout.processes
+
+    def has_ended(rank: int) -> bool:
+        if rank not in ended and any(
+            r.get("event") == "end" for r in read_events(events_path(run_dir, rank))
+        ):
+            ended.add(rank)
+        return rank in ended
+
     if not any(not processes[r].exits for i in live for r in plan.entries[i].ranks):
         return []
-    if not all(_ended(run_dir, rank) for rank in plan.layout.training_ranks):
+    if not all(has_ended(rank) for rank in plan.layout.training_ranks):
         return []
     return [
         i
         for i in live
         if any(not processes[r].exits for r in plan.entries[i].ranks)
-        and all(_ended(run_dir, r) for r in plan.entries[i].ranks if processes[r].exits)
+        and all(has_ended(r) for r in plan.entries[i].ranks if processes[r].exits)
     ]
-
-
-def _ended(run_dir: Path, rank: int) -> bool:
-    return any(r.get("event") == "end" for r in read_events(events_path(run_dir, rank)))
 
 
 def _failed_rank(

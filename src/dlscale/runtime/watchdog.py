@@ -37,7 +37,8 @@ import stat
 import threading
 import time
 from collections.abc import Mapping
-from pathlib import Path
+
+from dlscale.runtime.procfs import boot_id, is_alive, process_start
 
 PARENT_PID_ENV = "DLSCALE_PARENT_PID"
 PARENT_START_ENV = "DLSCALE_PARENT_START"
@@ -45,40 +46,17 @@ PARENT_SCOPE_ENV = "DLSCALE_PARENT_SCOPE"
 CHECK_S = 0.5
 """How often the parent is checked (a read of one small /proc file)."""
 
-_HAS_PROC = Path("/proc/self/stat").exists()
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/<pid>/stat`` (after the command name, which may hold spaces and
-    parentheses); ``None`` when there is no such process (or no /proc)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of a process (field 22 of its /proc stat); ``None`` without /proc."""
-    fields = _stat_fields(pid)
-    return fields[19] if fields and len(fields) > 19 else None
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of a process (``R``, ``S``, ``T`` stopped, ``Z`` zombie...);
-    ``None`` when it cannot be read."""
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
-
 
 def pid_scope() -> str:
     """Where a pid names one process: this boot of the kernel and this pid namespace (Linux),
     else this host."""
+    boot = boot_id()
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+        if boot:
+            return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
     except OSError:
-        return f"host:{socket.gethostname()}"
+        pass
+    return f"host:{socket.gethostname()}"
 
 
 def parent_env(pid: int | None = None) -> dict[str, str]:
@@ -86,27 +64,14 @@ def parent_env(pid: int | None = None) -> dict[str, str]:
     pid = os.getpid() if pid is None else pid
     return {
         PARENT_PID_ENV: str(pid),
-        PARENT_START_ENV: process_start(pid) or "",
+        PARENT_START_ENV: str(process_start(pid) or ""),
         PARENT_SCOPE_ENV: pid_scope(),
     }
 
 
-def parent_alive(pid: int, start: str | None) -> bool:
+def parent_alive(pid: int, start: int | None) -> bool:
     """Whether the process ``pid`` that started at ``start`` (when known) still runs."""
-    fields = _stat_fields(pid)
-    if fields is None:
-        if _HAS_PROC:
-            return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    if fields[0] in ("Z", "X", "x"):  # dead, not yet reaped
-        return False
-    return not start or (len(fields) > 19 and fields[19] == start)
+    return is_alive(pid, start)
 
 
 def start_watchdog(environ: Mapping[str, str] | None = None) -> threading.Thread | None:
@@ -122,7 +87,8 @@ def start_watchdog(environ: Mapping[str, str] | None = None) -> threading.Thread
         return None
     if environ.get(PARENT_SCOPE_ENV) != pid_scope():
         return None
-    start = environ.get(PARENT_START_ENV) or None
+    start_text = environ.get(PARENT_START_ENV, "")
+    start = int(start_text) if start_text.isdigit() else None
     try:
         parent_group: int | None = os.getpgid(pid)
     except OSError:
@@ -134,7 +100,7 @@ def start_watchdog(environ: Mapping[str, str] | None = None) -> threading.Thread
     return thread
 
 
-def _watch(pid: int, start: str | None, parent_group: int | None) -> None:
+def _watch(pid: int, start: int | None, parent_group: int | None) -> None:
     while parent_alive(pid, start):
         time.sleep(CHECK_S)
     _say(

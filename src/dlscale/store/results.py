@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlscale.errors import UserError
+from dlscale.runtime.procfs import boot_id, is_alive, process_start
 from dlscale.store.files import NewerSchema, UnreadableFile, parse_json, write_json_atomic
 
 if TYPE_CHECKING:
@@ -213,40 +214,13 @@ def _read(path: Path) -> Stored:
 # locks
 
 
-def process_start(pid: int) -> int | None:
-    """When a process started (clock ticks since boot: field 22 of ``/proc/<pid>/stat``), which
-    tells it from a later process given the same pid; None without /proc or such a process."""
-    fields = _proc_stat(pid)
-    try:
-        return int(fields[19]) if fields else None  # fields[0] is field 3 (state)
-    except (IndexError, ValueError):
-        return None
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
-    parentheses, hence the last ``)``), starting at field 3, the state."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    return text.rpartition(")")[2].split()
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
-    except OSError:
-        return None
-
-
 def _this_process() -> dict[str, Any]:
     pid = os.getpid()
     return {
         "host": socket.gethostname(),
         "pid": pid,
         "start": process_start(pid),
-        "boot": _boot_id(),
+        "boot": boot_id(),
         "time": time.time(),
     }
 
@@ -303,23 +277,11 @@ def _stale(lock: Path) -> bool:
             return True
     if owner.get("host") != socket.gethostname():
         return False  # another host's run: only that host can tell
-    boot = _boot_id()
+    boot = boot_id()
     if owner.get("boot") and boot and owner["boot"] != boot:
         return True  # written before this machine rebooted
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass  # alive, another user's
-    except (OverflowError, ValueError):
-        return True  # not a pid at all
-    fields = _proc_stat(pid)
-    if fields and fields[0] in ("Z", "X"):
-        return True  # a zombie: exited, not yet reaped
     start = owner.get("start")
-    now = process_start(pid)
-    return start is not None and now is not None and start != now  # pid reused
+    return not is_alive(pid, start if isinstance(start, int) else None)  # gone, zombie, reused
 
 
 def load_results(path: Path | str = DEFAULT_ROOT) -> pd.DataFrame:

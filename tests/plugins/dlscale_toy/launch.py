@@ -33,7 +33,9 @@ def main(argv: list[str]) -> int:
         codes = [child.poll() for child in children]
         failed = [(rank, c) for rank, c in enumerate(codes) if c not in (None, 0)]
         if failed:
-            rank, code = failed[0]
+            # Several seen dead in one poll: one killed by a signal is the cause more often
+            # than peers that then failed on a closed connection (as dlscale's watcher says).
+            rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0]))
             # Like mpirun, say which rank failed first; ToyLauncher.blame reads this line.
             print(f"toy-launch: rank {rank} failed with code {code}", file=sys.stderr, flush=True)
             stop()

@@ -6,23 +6,17 @@ import re
 import sys
 from pathlib import Path
 
-from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
-from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, thread_budget
-from dlscale.launchers.local import LOOPBACK, free_ports
-from dlscale.runtime.environment import usable_cores
+from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env
+from dlscale.launchers.local import on_this_machine
 
 
 class ToyLauncher(Launcher):
     def plan(self, config: RunConfig, spec_path: Path, python: str) -> LaunchPlan:
-        layout = config.layout()
-        threads, warnings = thread_budget(layout.size, config.threads_per_worker, usable_cores())
-        addresses_ports = free_ports(BACKENDS.get(config.backend).ports)
-        from dlscale.layout import Addresses
-
-        addresses = Addresses(hosts=(LOOPBACK,) * layout.size, ports=addresses_ports)
+        here = on_this_machine(config)
+        layout = here.layout
         env = {
-            **common_env(config, spec_path, threads),
+            **common_env(config, spec_path, here.threads),
             # The tool's own rank variables, which the worker is told to read.
             "DLSCALE_RANK_VARS": "TOY_RANK,TOY_LOCAL_RANK,TOY_SIZE",
         }
@@ -48,9 +42,9 @@ class ToyLauncher(Launcher):
         return LaunchPlan(
             entries=(entry,),
             layout=layout,
-            addresses=addresses,
-            threads_per_worker=threads,
-            warnings=tuple(warnings),
+            addresses=here.addresses,
+            threads_per_worker=here.threads,
+            warnings=tuple(here.warnings),
         )
 
     def blame(self, entry: PlanEntry) -> int | None:
