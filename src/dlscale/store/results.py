@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from dlscale.errors import UserError
 from dlscale.runtime.procfs import boot_id, is_alive, process_start
 from dlscale.store.files import NewerSchema, UnreadableFile, parse_json, write_json_atomic
+from dlscale.text import visible
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,7 +42,7 @@ this long; younger, it may be one being written."""
 def print_warning(message: str) -> None:
     """The default way a store's warning reaches the user: one line on stderr (never stdout,
     which may carry ``--json`` output or a table)."""
-    print(f"dlscale: warning: {message}", file=sys.stderr, flush=True)
+    print(f"dlscale: warning: {visible(message)}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
