@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-STEPS, WARMUP, REPEATS = 8, 3, 3  # dlscale windows: REPEATS x STEPS measured steps
+STEPS, WARMUP, WINDOWS = 8, 3, 3  # dlscale windows: WINDOWS x STEPS measured steps
 TARGETS: dict[str, float | None] = {
     "harness": 0.97,
     "ddp": 0.97,
@@ -55,8 +55,8 @@ def dlscale(results: Path, *args: str) -> float:
             str(results),
             "--steps",
             str(STEPS),
-            "--repeats",
-            str(REPEATS),
+            "--windows",
+            str(WINDOWS),
             "--warmup-steps",
             str(WARMUP),
             *args,
@@ -77,7 +77,7 @@ def bare_loop(model: str, threads: int) -> float:
             "--threads",
             str(threads),
             "--steps",
-            str(STEPS * REPEATS),
+            str(STEPS * WINDOWS),
             "--warmup",
             str(WARMUP),
         ],
@@ -99,7 +99,7 @@ def bare_ddp(model: str, workers: int, threads: int) -> float:
             "--threads",
             str(threads),
             "--steps",
-            str(STEPS * REPEATS),
+            str(STEPS * WINDOWS),
             "--warmup",
             str(WARMUP),
         ],
@@ -173,7 +173,7 @@ def main() -> int:
     if "cifar10" in chosen:
         _write_cifar10(cifar_dir)
     print(
-        f"# {cores} cores, model {args.model}, batch 64/worker, {STEPS * REPEATS} measured "
+        f"# {cores} cores, model {args.model}, batch 64/worker, {STEPS * WINDOWS} measured "
         f"steps after {WARMUP} warm-up, {args.rounds} rounds"
     )
     failed = False

@@ -52,7 +52,7 @@ def start_long_run(
         "2",
         "--steps",
         "1000000",
-        "--repeats",
+        "--windows",
         "1",
         "--json",
         "--results",

@@ -28,7 +28,7 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
         model="tiny",
         workers=2,
         steps=4,
-        repeats=2,
+        windows=2,
         warmup_steps=1,
         comm_probe_steps=2,
     )
@@ -159,7 +159,7 @@ def test_a_failed_point_does_not_stop_the_study(tmp_path: Path, cli):
         "2000,16",
         "--steps",
         "2",
-        "--repeats",
+        "--windows",
         "1",
         "--json",
         "--results",

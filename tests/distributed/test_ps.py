@@ -18,7 +18,7 @@ from tests.distributed.processes import alive, start_long_run, wait_for_pids
 
 pytestmark = pytest.mark.dist
 
-SMALL = dict(model="tiny", steps=4, repeats=2, warmup_steps=1, comm_probe_steps=2)
+SMALL = dict(model="tiny", steps=4, windows=2, warmup_steps=1, comm_probe_steps=2)
 
 
 def _run(tmp_path: Path, **settings) -> tuple[dict, Path]:

@@ -177,7 +177,7 @@ def test_two_worker_ring_run_counts_the_bytes_its_model_predicts(tmp_path: Path)
         model="tiny",
         workers=2,
         steps=3,
-        repeats=2,
+        windows=2,
         warmup_steps=1,
         comm_probe_steps=2,
     )
@@ -196,7 +196,7 @@ def test_three_workers_fp16_uneven_chunks_still_match_exactly(tmp_path: Path):
         model="tiny",
         workers=3,
         steps=2,
-        repeats=1,
+        windows=1,
         warmup_steps=1,
         comm_probe_steps=0,
         bucket_mb=0.004,

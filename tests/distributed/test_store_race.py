@@ -18,7 +18,7 @@ from tests.unit.test_store_damage import STUDY
 
 pytestmark = pytest.mark.dist
 
-TINY = {"backend": "torch-single", "model": "tiny", "steps": 2, "repeats": 2, "warmup_steps": 1}
+TINY = {"backend": "torch-single", "model": "tiny", "steps": 2, "windows": 2, "warmup_steps": 1}
 
 
 def test_a_point_finished_just_before_its_lock_is_taken_is_not_run_again(

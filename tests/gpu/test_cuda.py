@@ -24,7 +24,7 @@ def test_single_gpu_bf16_channels_last(tmp_path: Path):
         amp="bf16",
         channels_last=True,
         steps=5,
-        repeats=2,
+        windows=2,
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
     assert outcome.state == "completed", outcome.result and outcome.result["error"]
@@ -35,7 +35,7 @@ def test_single_gpu_bf16_channels_last(tmp_path: Path):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_two_gpu_ddp_nccl(tmp_path: Path):
     cfg = RunConfig.make(
-        backend="torch-ddp", model="resnet20", device="cuda", workers=2, steps=5, repeats=2
+        backend="torch-ddp", model="resnet20", device="cuda", workers=2, steps=5, windows=2
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
     assert outcome.state == "completed", outcome.result and outcome.result["error"]
@@ -49,7 +49,7 @@ def test_ddp_one_gpu_nccl(tmp_path: Path):
         device="cuda",
         workers=1,
         steps=5,
-        repeats=2,
+        windows=2,
         dataset="digits",
         epochs=1,
         batch_size=32,

@@ -210,7 +210,7 @@ STUDY = (
     "tiny",
     "--steps",
     "2",
-    "--repeats",
+    "--windows",
     "2",
     "--warmup-steps",
     "1",

@@ -39,7 +39,7 @@ FLAGS = {
     "--lr": "lr",
     "--target-accuracy": "target_accuracy",
     "--device": "device",
-    "--repeats": "repeats",
+    "--windows": "windows",
     "--seed": "seed",
     "--scaling": "scaling",
     "--launcher": "launcher",

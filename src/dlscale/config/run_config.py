@@ -32,6 +32,8 @@ from dlscale.models import MODELS
 from dlscale.options import Option, resolve
 
 POINT, LABEL, OPERATIONAL = "point", "label", "operational"
+ALLOCATORS = ("system", "glibc-tuned", "jemalloc", "tcmalloc")
+"""Values of the ``allocator`` key (what each sets: :mod:`dlscale.runtime.allocator`)."""
 
 
 def _doc(text: str, kind: str = POINT) -> dict[str, str]:
@@ -64,8 +66,12 @@ class RunConfig:
         default=10, metadata=_doc("measured steps per window when not training by epochs")
     )
     warmup_steps: int = field(default=3, metadata=_doc("steps run before timing starts"))
-    repeats: int = field(
-        default=3, metadata=_doc("measurement windows of `steps` steps (step mode; >= 2 for a CI)")
+    windows: int = field(
+        default=3,
+        metadata=_doc(
+            "measurement windows of `steps` steps in one run (step mode; the finer view "
+            "inside a run: independent runs are `dlscale run --repeats`)"
+        ),
     )
     lr: float = field(default=0.1, metadata=_doc("SGD learning rate for the global batch"))
     lr_scaling: str = field(
@@ -97,6 +103,13 @@ class RunConfig:
     save_params: bool = field(
         default=False,
         metadata=_doc("rank 0 saves the trained parameters (final_params.*)", kind=OPERATIONAL),
+    )
+    allocator: str = field(
+        default="system",
+        metadata=_doc(
+            "memory allocator of the workers: system (glibc as is), glibc-tuned (fixed mmap and "
+            "trim thresholds), jemalloc or tcmalloc (preloaded; docs/benchmarks.md)"
+        ),
     )
     launcher: str = field(
         default="local", metadata=_doc("how workers start (dlscale ls launchers)")
@@ -130,7 +143,8 @@ class RunConfig:
         _check_choice("scaling", self.scaling, ("weak", "strong"))
         _check_choice("device", self.device, ("cpu", "cuda"))
         _check_choice("lr_scaling", self.lr_scaling, ("none", "linear"))
-        for name in ("workers", "batch_size", "steps", "repeats"):
+        _check_choice("allocator", self.allocator, ALLOCATORS)
+        for name in ("workers", "batch_size", "steps", "windows"):
             _check_min(name, getattr(self, name), 1)
         for name in ("warmup_steps", "comm_probe_steps", "seed", "repeat_id"):
             _check_min(name, getattr(self, name), 0)

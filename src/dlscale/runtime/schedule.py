@@ -5,7 +5,7 @@ owns *when* and *how* steps are timed, so every backend is measured the same way
 
 * warm-up steps run first and are never timed;
 * the engine synchronizes its device before every clock read (a no-op where ops are eager);
-* step mode: ``repeats`` windows of ``steps`` steps; epoch mode: one window per epoch (its
+* step mode: ``windows`` windows of ``steps`` steps; epoch mode: one window per epoch (its
   first steps are the warm-up), with an evaluation after each epoch where the data set has
   held-out data;
 * each step's time covers fetching the batch (input time) and the forward, backward and
@@ -115,7 +115,7 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
     if cfg.epochs is None:
         batches = _cycle(engine)
         timer.untimed(batches, cfg.warmup_steps)
-        for window in range(cfg.repeats):
+        for window in range(cfg.windows):
             timer.window(batches, cfg.steps, kind="measure", index=window)
         if engine.has_eval:
             _evaluate(ctx, engine, epoch=0, started=started)

@@ -4,7 +4,8 @@ A result's ``config`` is stored as ``to_dict`` writes it: the core keys and ``op
 grouped by plug-in kind (``{"backend": {...}, "dataset": {...}, "launcher": {...}}``). Readers
 (tables, figures, scaling, compare) see one flat mapping per run, core keys and options side by
 side, plus ``config_options`` with the grouping, so they can tell a backend's settings from the
-rest. Schema 1 (before plug-in options) stored every key flat; its plug-in keys are regrouped
+rest. Schema 3 renamed the windows of one run from ``repeats`` to ``windows`` (``repeats`` are
+independent runs now). Schema 1 (before plug-in options) stored every key flat; its plug-in keys are regrouped
 here by what the backend and data set declare today.
 """
 
@@ -158,6 +159,8 @@ def read_view(document: dict[str, Any], schema: int) -> dict[str, Any]:
         document.setdefault("framework", _framework(config.get("backend")))
     else:
         grouped = config.pop("options", None) or {}
+    if schema < 3 and "repeats" in config:  # schema 3 renamed a run's windows
+        config.setdefault("windows", config.pop("repeats"))
     defaults = {k: v for k, v in config_defaults().items() if k != "options"}
     flat = {**defaults, **config}
     for group in grouped.values():
