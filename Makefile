@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # CPU torch pinned here: an unpinned torch pulls several GB of CUDA wheels.
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint typecheck check bench clean
+.PHONY: demo test lint typecheck check bench clean allocators
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,15 +19,21 @@ $(VENV)/.installed-test: pyproject.toml constraints.txt | $(BIN)/python
 	touch $@ $(VENV)/.installed-run
 
 demo: $(VENV)/.installed-run
+	scripts/install-allocators.sh
 	$(BIN)/dlscale run
 	$(BIN)/dlscale report
 
 test: $(VENV)/.installed-test
 	scripts/install-browser.sh
+	scripts/install-allocators.sh
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# Debian's jemalloc and tcmalloc for the allocator key (allocator = jemalloc | tcmalloc).
+allocators:
+	scripts/install-allocators.sh
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks

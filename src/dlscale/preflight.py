@@ -3,6 +3,8 @@
 * the results directory can be created and written;
 * the workers' interpreter exists and runs;
 * ``--device cuda``: the backend's framework sees a CUDA device under that interpreter;
+* ``allocator = jemalloc`` or ``tcmalloc``: its library is installed (the message names the
+  Debian package and ``scripts/install-allocators.sh``);
 * the resource guard (``resource_guard = true``, the default), for launchers that run every
   process on this machine: at most :data:`MAX_PROCESSES_PER_CORE` processes per usable core,
   and a lower bound of the point's memory (see :func:`memory_lower_bound_bytes`) within the
@@ -25,6 +27,7 @@ from dlscale.errors import UserError
 from dlscale.launchers import LAUNCHERS
 from dlscale.models import MODELS
 from dlscale.runner import interpreter
+from dlscale.runtime import allocator
 from dlscale.runtime.environment import memory_gib, usable_cores
 from dlscale.runtime.worker_path import prepare_worker_path
 
@@ -49,6 +52,9 @@ def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool =
         if config.device == "cuda" and probe and (python, probe) not in checked:
             check_cuda(python, probe)
             checked.add((python, probe))
+        if ("allocator", config.allocator) not in checked:
+            check_allocator(config.allocator)
+            checked.add(("allocator", config.allocator))
         if config.resource_guard:
             check_resources(config)
     if create:
@@ -108,6 +114,13 @@ def check_cuda(python: str, probe: str) -> None:
             f"device cuda requested but the framework under {python} sees no CUDA GPU; "
             "use --device cpu"
         )
+
+
+def check_allocator(name: str) -> None:
+    """A preloaded allocator's library is on this machine (glibc's choices need nothing)."""
+    missing = allocator.missing_library(name)
+    if missing is not None:
+        raise UserError(missing)
 
 
 def memory_lower_bound_bytes(config: RunConfig) -> int:

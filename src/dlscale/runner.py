@@ -17,12 +17,13 @@ from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.launchers import LAUNCHERS
+from dlscale.launchers.base import LaunchPlan
 from dlscale.launchers.watch import watch
 from dlscale.metrics.aggregate import aggregate
 from dlscale.metrics.events import events_path, read_records
 from dlscale.metrics.records import Environment, Error, Record
 from dlscale.plugins import load_plugins
-from dlscale.runtime.environment import host_environment
+from dlscale.runtime.environment import host_environment, usable_cores
 from dlscale.runtime.worker_path import prepare_worker_path
 from dlscale.store.results import RunStore, Stored, describe_owner
 
@@ -212,6 +213,7 @@ def _launch(
         "batch_size_per_worker": config.batch_per_worker,
         "global_batch_size": config.global_batch,
         "threads_per_worker": plan.threads_per_worker,
+        "oversubscribed": _oversubscribed(plan),
         "interpreter": interpreter(config),
         "warnings": list(plan.warnings),
         "metrics": metrics,
@@ -220,6 +222,14 @@ def _launch(
         "finished_at": time.time(),
         "duration_s": outcome.duration_s,
     }
+
+
+def _oversubscribed(plan: LaunchPlan) -> bool | None:
+    """Whether the run's processes times their threads exceed this machine's usable cores;
+    ``None`` when its ranks are not all on this machine (the launcher knows the hosts)."""
+    if not all(host in ("127.0.0.1", "localhost") for host in plan.addresses.hosts):
+        return None
+    return plan.threads_per_worker * plan.layout.size > usable_cores()
 
 
 def _error_message(records: list[Record]) -> str | None:

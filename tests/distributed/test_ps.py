@@ -89,7 +89,9 @@ def test_sync_ps_equals_one_worker_of_the_global_batch(tmp_path, reference_param
     updates = [
         _server_events(run_dir, 2 + s, "server")[0]["counters"]["updates"] for s in range(servers)
     ]
-    assert updates == [1 + 4 * 2] * servers  # warm-up + measured steps; the probe sends nothing
+    # warm-up + measured steps + the probe's synchronized steps (a warm-up pair, then 2 pairs);
+    # its unsynchronized steps send nothing
+    assert updates == [1 + 4 * 2 + (1 + 2)] * servers
 
 
 def test_async_ps_records_staleness(tmp_path):
@@ -100,7 +102,9 @@ def test_async_ps_records_staleness(tmp_path):
     assert m["staleness_max"] >= 0 and m["staleness_histogram"]
     (server,) = _server_events(run_dir, 2, "server")
     assert (
-        sum(m["staleness_histogram"].values()) == server["counters"]["updates"] == 2 * (1 + 4 * 2)
+        sum(m["staleness_histogram"].values())
+        == server["counters"]["updates"]
+        == 2 * (1 + 4 * 2 + (1 + 2))  # warm-up, measured, the probe's synchronized steps
     )
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
 

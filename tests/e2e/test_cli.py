@@ -50,6 +50,10 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     results = tmp_path / "res"
     run = cli(
         "run",
+        "--repeats",
+        "1",
+        "--set",
+        "machine_reference=false",
         "--backend",
         "torch-single,torch-ddp",
         "--model",
@@ -67,7 +71,9 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
         str(results),
     )
     assert run.returncode == 0, run.stderr
-    records = [json.loads(line) for line in run.stdout.splitlines()]
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [r["kind"] for r in lines] == ["run"] * 3 + ["point"] * 3  # each run, then each point
+    records = [r for r in lines if r["kind"] == "point"]
     assert [(r["backend"], r["workers"]) for r in records] == [
         ("torch-single", 1),
         ("torch-ddp", 1),
@@ -78,8 +84,11 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
         assert record["status"] == "completed"
         assert record["throughput_img_s"] > 0
     single, _ddp1, ddp2 = records
-    assert single["speedup"] == 1.0 and single["exposed_comm_fraction"] is None
-    assert ddp2["baseline_run_id"] == single["run_id"]
+    # torch-single synchronizes nothing: exposed communication is 0 by definition
+    assert single["speedup"] == 1.0 and single["exposed_comm_fraction"] == 0.0
+    assert ddp2["baseline_run_ids"] == single["run_ids"] == [single["run_id"]]
+    assert ddp2["baseline"] == f"torch-single x1, {single['threads_per_worker']} thr"
+    assert ddp2["interval"] == "windows" and ddp2["runs"] == 1  # one run: windows, marked
     assert ddp2["speedup"] == pytest.approx(ddp2["throughput_img_s"] / single["throughput_img_s"])
     assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
     assert ddp2["global_batch_size"] == 128
@@ -99,6 +108,10 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
 
     table = cli(
         "run",
+        "--repeats",
+        "1",
+        "--set",
+        "machine_reference=false",
         "--backend",
         "torch-single,torch-ddp",
         "--model",
@@ -124,6 +137,10 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
 def test_dry_run_prints_commands_and_launches_nothing(tmp_path: Path, cli):
     result = cli(
         "run",
+        "--repeats",
+        "1",
+        "--set",
+        "machine_reference=false",
         "--model",
         "tiny",
         "--backend",

@@ -47,6 +47,10 @@ def test_toy_backend_runs_through_runner_store_and_report(tmp_path: Path):
     results = tmp_path / "results"
     dlscale(
         "run",
+        "--repeats",
+        "1",
+        "--set",
+        "machine_reference=false",
         "--backend",
         "toy-single,toy-ps",
         "--model",
@@ -67,7 +71,7 @@ def test_toy_backend_runs_through_runner_store_and_report(tmp_path: Path):
     assert set(frame["framework"]) == {"numpy"}
     two = frame.loc[("toy-ps", 2)]
     # The speedup baseline is the numpy reference backend, never a torch one.
-    assert two["baseline_run_id"] == frame.loc[("toy-single", 1), "run_id"]
+    assert two["baseline_run_ids"] == [frame.loc[("toy-single", 1), "run_id"]]
     assert two["eval_accuracy"] > 0.85  # a real task: softmax regression on the digits
     assert two["staleness_max"] == 0  # sync mode
     counted, model = two["bytes_sent_per_step_counted"], two["bytes_sent_per_step_model"]
@@ -92,6 +96,10 @@ def test_toy_launcher_starts_every_rank_from_one_command(tmp_path: Path):
     results = tmp_path / "results"
     out = dlscale(
         "run",
+        "--repeats",
+        "1",
+        "--set",
+        "machine_reference=false",
         "--backend",
         "toy-ps",
         "--model",
@@ -183,6 +191,10 @@ def test_a_worker_under_a_second_venv_uses_that_venvs_numpy(tmp_path: Path, alt_
     results = tmp_path / "results"
     dlscale(
         "run",
+        "--repeats",
+        "1",
+        "--set",
+        "machine_reference=false",
         "--backend",
         "toy-ps",
         "--model",

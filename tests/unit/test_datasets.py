@@ -4,9 +4,12 @@ and their torch adapter."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import inspect
+import json
 import os
 import pickle
+import platform
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -33,6 +36,7 @@ from dlscale.datasets.arrays import (
 )
 from dlscale.datasets.torch_adapter import to_torch
 from dlscale.errors import DataError
+from dlscale.runtime.allocator import allocator_env, loaded_allocator
 
 CPU = torch.device("cpu")
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -769,3 +773,124 @@ def test_loaders_read_a_real_run_config(cifar_dir: Path) -> None:
     cfg = RunConfig.make(dataset="cifar10", data_dir=str(cifar_dir), batch_size=8, seed=2)
     data = DATASETS.get("cifar10").load(cfg, shard=0, shards=2, input_size=32, num_classes=10)
     assert data.steps_per_epoch == 100 // 8 and data.seed == 2
+
+
+# --------------------------------------------------------------------------------------------
+# Real data against synthetic data: the same inputs, and steps that do not depend on the loader
+
+STEP_FAULTS = """
+import json, resource, sys
+import numpy as np
+from dlscale.datasets import DATASETS
+
+class Cfg:
+    batch_per_worker, seed, data_dir = 64, 0, sys.argv[2]
+    def option(self, name):
+        return {"samples_per_epoch": 640}[name]
+
+data = DATASETS.get(sys.argv[1]).load(Cfg(), shard=0, shards=1, input_size=32, num_classes=10)
+faults = []
+for _ in range(8):  # a step's buffers: taken, written and given back together
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    buffers = [np.ones(1 << 20, np.uint8) for _ in range(4)]
+    del buffers
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps(faults[2:]))
+"""
+STEP_PAGES = 4 << 20 >> 12
+"""Pages of one step's buffers (4 MiB). A step whose memory was given back faults most of them in
+again (glibc keeps 128 KiB of padding at the top of its heap)."""
+
+
+@pytest.fixture(scope="module")
+def cifar_files_3mb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """CIFAR-10 binary files of 1,000 images (3 MB) each: file buffers larger than a step's."""
+    path = tmp_path_factory.mktemp("cifar-3mb")
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (6000, 3, 32, 32), dtype=np.uint8)
+    y = rng.integers(0, 10, 6000)
+    cifar10_files.write_binary_format(path, x[:5000], y[:5000], x[5000:], y[5000:])
+    return path
+
+
+def _step_faults(dataset: str, data_dir: Path, env: dict[str, str]) -> list[int]:
+    """Minor page faults of steps 3-8 of a step-like loop in a fresh process that loaded
+    ``dataset`` first, under ``env``."""
+    result = subprocess.run(
+        [sys.executable, "-c", STEP_FAULTS, dataset, str(data_dir)],
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPATH": str(Path(digits.__file__).parents[2])},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    faults: list[int] = json.loads(result.stdout)
+    return faults
+
+
+def _benchmark_pair_allocator() -> str:
+    """The allocator both sides of ``benchmarks/run_all.py``'s cifar10 pair run under."""
+    path = Path(__file__).parents[2] / "benchmarks" / "run_all.py"
+    spec = importlib.util.spec_from_file_location("dlscale_run_all", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    allocator: str = module.CIFAR10_PAIR_ALLOCATOR
+    return allocator
+
+
+def test_real_and_synthetic_batches_have_the_same_form(tmp_path: Path) -> None:
+    """Both paths feed the model the same kind of tensor: float32 NCHW, contiguous (not
+    channels_last), owning its memory (no view of a larger array), standardized values, int64
+    labels in range. (Ruled out as the cause of CIFAR-10 measuring faster than synthetic data:
+    docs/benchmarks.md.)"""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 256, (160, 3, 32, 32), dtype=np.uint8)
+    cifar10_files.write_binary_format(
+        tmp_path, x[:128], rng.integers(0, 10, 128), x[128:], [0] * 32
+    )
+    real = to_torch(_cifar(tmp_path, batch=32), CPU)
+    cfg = Cfg(batch_per_worker=32)
+    fake = to_torch(synthetic.load(cfg, shard=0, shards=1, input_size=32, num_classes=10), CPU)
+    for data in (real, fake):
+        for step, (images, labels) in enumerate(data.train_batches(0)):
+            assert images.dtype == torch.float32 and images.shape == (32, 3, 32, 32)
+            assert images.is_contiguous()
+            assert not images.is_contiguous(memory_format=torch.channels_last)
+            assert images.storage_offset() == 0
+            assert images.untyped_storage().nbytes() == images.numel() * 4
+            assert abs(float(images.mean())) < 0.3 and 0.8 < float(images.std()) < 1.4
+            assert labels.dtype == torch.int64 and labels.shape == (32,)
+            assert 0 <= int(labels.min()) <= int(labels.max()) < 10
+            if step == 2:
+                break
+
+
+def test_a_step_does_not_depend_on_the_loader_under_the_benchmarks_allocator(
+    cifar_files_3mb: Path,
+) -> None:
+    """The cause of CIFAR-10 measuring 1.26x faster than synthetic data (docs/benchmarks.md).
+
+    glibc's malloc moves its mmap and trim thresholds up to the largest mapped block freed so
+    far. Reading CIFAR-10 frees file-sized buffers, so afterwards a step's buffers stay in the
+    heap; after the synthetic loader they are given back to the system and faulted in again at
+    every step (under glibc's defaults, asserted where this process runs them). The benchmark
+    pair runs both paths under an allocator whose behaviour does not depend on that history:
+    there, no step faults, whichever loader ran first.
+    """
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MALLOC_", "GLIBC_TUNABLES", "LD_PRELOAD"))
+    }
+    if platform.libc_ver()[0] == "glibc" and loaded_allocator() == "system":  # the cause
+        after_files = _step_faults("cifar10", cifar_files_3mb, clean)
+        after_synthetic = _step_faults("synthetic", cifar_files_3mb, clean)
+        assert max(after_files) <= 16, after_files
+        assert min(after_synthetic) >= STEP_PAGES * 3 // 4, after_synthetic
+    allocator = _benchmark_pair_allocator()  # the fix
+    assert allocator != "system"
+    env = {**clean, **allocator_env(allocator)}
+    for dataset in ("cifar10", "synthetic"):
+        faults = _step_faults(dataset, cifar_files_3mb, env)
+        assert max(faults) <= 16, (dataset, allocator, faults)

@@ -70,6 +70,7 @@ def test_exposed_comm_and_time_to_accuracy():
     per_rank = {
         0: [
             window(0, 0, 1.0, [100.0, 100.0], epoch=0),
+            window(0, 0, 1.0, [100.0, 100.0], kind="probe"),
             window(0, 0, 1.0, [75.0, 75.0], kind="nosync"),
             {
                 "event": "eval",
@@ -126,7 +127,7 @@ def test_speedup_prefers_reference_backend_at_one_worker():
     by_id = {r["run_id"]: r for r in rows}
     assert by_id["ddp2"]["speedup"] == pytest.approx(1.8)
     assert by_id["ddp2"]["efficiency"] == pytest.approx(0.9)
-    assert by_id["ddp2"]["baseline_run_id"] == "single"
+    assert by_id["ddp2"]["baseline_run_ids"] == ["single"]
     assert by_id["ddp1"]["speedup"] == pytest.approx(0.95)
     assert by_id["other"]["speedup"] is None
 
@@ -170,7 +171,7 @@ def test_a_baseline_is_never_taken_from_another_framework():
         ]
     )
     by_id = {r["run_id"]: r for r in rows}
-    assert by_id["tf2"]["baseline_run_id"] == "tf1"
+    assert by_id["tf2"]["baseline_run_ids"] == ["tf1"]
     assert by_id["tf2"]["speedup"] == pytest.approx(1.8)
     assert by_id["mx2"]["speedup"] is None  # no MXNet run at 1 worker: no speedup at all
 
@@ -184,4 +185,4 @@ def test_same_backend_with_other_options_is_not_a_baseline():
     rows = add_scaling([with_options("small1", 1, 50.0, 1.0), with_options("big2", 2, 90.0, 25.0)])
     assert rows[1]["speedup"] is None
     rows = add_scaling([with_options("big1", 1, 50.0, 25.0), with_options("big2", 2, 90.0, 25.0)])
-    assert rows[1]["baseline_run_id"] == "big1"
+    assert rows[1]["baseline_run_ids"] == ["big1"]

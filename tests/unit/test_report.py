@@ -65,7 +65,7 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
     shown, caption = human_layout(rows)
     labels = [c.label for c in shown]
     assert labels[:2] == ["backend", "workers"]  # equal settings went to the caption
-    assert caption == ["model tiny", "data digits", "scaling weak", "device cpu"]
+    assert caption == ["model tiny", "data digits", "scaling weak", "device cpu", "runs 1"]
     people = [[c.text(r) for c in shown] for r in rows]
 
     terminal = points_table(rows, title="t")
@@ -91,23 +91,32 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
     ddp2 = rows.index(next(r for r in rows if r["config"]["workers"] == 2 and r.get("speedup")))
     single = rows.index(next(r for r in rows if r["config"]["backend"] == "torch-single"))
     speedup = labels.index("speedup")
-    assert people[ddp2][speedup] == "1.01x" and people[single][speedup] == "1.00x*"
-    assert page.rows[1 + ddp2][speedup] == "1.01x"
-    assert "1.01x" in _terminal(terminal) and "1.00x*" in _terminal(terminal)
+    # a speedup with its 95% interval (Fieller over windows: each point has one run)
+    assert people[ddp2][speedup] == "1.01x [0.84, 1.22]" and people[single][speedup] == "1.00x*"
+    assert page.rows[1 + ddp2][speedup] == "1.01x [0.84, 1.22]"
+    assert "1.01x [0.84, 1.22]" in _terminal(terminal) and "1.00x*" in _terminal(terminal)
     assert machines[ddp2][names.index("speedup")] == "1.010"
-    assert people[ddp2][labels.index("eff.")] == "50%"
+    assert people[ddp2][labels.index("eff.")] == "50% [42, 61]"
     assert machines[ddp2][names.index("efficiency")] == "0.505"
 
 
 def test_legend_is_built_from_the_columns_and_unchanged():
     assert LEGEND == (
-        "img/s: images per second over all workers, mean of the measurement windows; "
-        "±95%: half-width of its 95% confidence interval (Student t over windows); "
+        "img/s: images per second over all workers, mean over the point's runs; "
+        "±95%: half-width of its 95% confidence interval, Student t over runs "
+        "(w: over the windows of a single run, which are not independent); "
+        "runs: independent runs of the point; "
         "step ms: median synchronous step time (slowest rank); "
-        "speedup: img/s over the 1-worker baseline (*: that baseline is this row); "
-        "eff.: speedup / workers; "
-        "comm: exposed communication, the share of a step not hidden behind computation; "
-        "acc.: evaluation accuracy; TTA: seconds to the target accuracy. "
+        "speedup: img/s over the baseline, [95% interval] (Fieller; *: the baseline is this row); "
+        "eff.: speedup / workers, in percent; "
+        "baseline: the 1-worker point with the same threads per worker that speedup is over; "
+        "vs 1×all: img/s over the same machine used as 1 worker with every core; "
+        "comm: exposed communication, the share of a step not hidden behind computation ±95% "
+        "(n.s.: not distinguishable from 0); "
+        "acc.: evaluation accuracy; TTA: seconds to the target accuracy; "
+        "notes: loaded: other processes used that share of the machine in a window "
+        "(docs/metrics.md, noise guard); oversubscribed: threads exceed the cores; "
+        "baseline threads differ: no 1-worker point had the same threads per worker. "
         "Definitions: docs/metrics.md."
     )
     assert all(c.definition for c in COLUMNS if c.label in ("img/s", "speedup", "TTA s"))
@@ -133,7 +142,15 @@ def test_runs_tables_tolerate_missing_settings_and_escape_user_text():
         for workers in (1, 2)
     ]
     _, caption = human_layout(rows)
-    assert caption == [f"model {odd}", "data -", "scaling -", "device -"]
+    assert caption == [
+        f"model {odd}",
+        "data -",
+        "scaling -",
+        "device -",
+        "runs -",
+        "thr/w -",
+        "baseline -",
+    ]
     text = _terminal(points_table(rows))
     assert f"model {odd}" in text and "FAILED" in text
     page = runs_table(rows)

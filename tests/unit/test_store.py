@@ -145,7 +145,7 @@ def test_busy_point_is_waited_for_then_named_with_its_lock(tmp_path: Path, monke
     lock = tmp_path / config.run_id() / "lock"
     assert warning.startswith("dlscale: warning: skipped ") and str(lock) in warning
     assert "delete" in warning and f"pid {holder.pid}" in warning
-    assert lines[-1] == "dlscale: 0 point(s) failed, 1 skipped as busy"
+    assert lines[-1] == "dlscale: 0 run(s) failed, 1 skipped as busy"
 
 
 @pytest.mark.parametrize("stale", [False, True], ids=["free", "stale-lock"])
@@ -261,5 +261,15 @@ def test_results_of_schema_1_read_into_the_current_shape():
     from dlscale.metrics.scaling import add_scaling
 
     scaled = {r["run_id"]: r for r in add_scaling(rows)}
-    two = next(r for r in scaled.values() if r["config"]["workers"] == 2)
-    assert scaled[two["baseline_run_id"]]["config"]["backend"] == "torch-single"
+    one_ddp = next(
+        r
+        for r in scaled.values()
+        if r["config"]["backend"] == "torch-ddp" and r["config"]["workers"] == 1
+    )
+    assert scaled[one_ddp["baseline_run_ids"][0]]["config"]["backend"] == "torch-single"
+    # The 2-worker run had 1 thread and every 1-worker run 2 (the old default budget): no
+    # baseline with the same threads, so the one with the most threads, marked as such.
+    (two,) = [
+        r for r in scaled.values() if r["config"]["workers"] == 2 and r["status"] == "completed"
+    ]
+    assert two["baseline"] == "torch-single x1, 2 thr" and two["baseline_threads_differ"] is True

@@ -204,6 +204,10 @@ def test_run_point_keeps_a_result_of_a_newer_dlscale(tmp_path: Path, monkeypatch
 
 STUDY = (
     "run",
+    "--repeats",
+    "1",
+    "--set",
+    "machine_reference=false",
     "--backend",
     "torch-single",
     "--model",
@@ -252,7 +256,8 @@ def test_run_with_an_unrelated_damaged_run(ran_study: Path, tmp_path: Path, kind
     (line,) = warning_lines(run.stderr)
     assert line.startswith("dlscale: warning: skipped ") and str(path) in line
     if as_json:
-        assert len([json.loads(x) for x in run.stdout.splitlines()]) == 2
+        kinds = [json.loads(x)["kind"] for x in run.stdout.splitlines()]
+        assert kinds == ["run", "run", "point", "point"]
     else:
         assert run.stderr.count("already completed") == 2
 

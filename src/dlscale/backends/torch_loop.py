@@ -31,6 +31,9 @@ class TorchStrategy:
     """How gradients are synchronized. The default is a plain model with a local optimizer and no
     synchronization (torch-single); distributed strategies override what differs."""
 
+    synchronizes = True
+    """Whether a step synchronizes gradients (False only for the plain local model)."""
+
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         """Join the process group, if the strategy has one."""
 
@@ -141,6 +144,7 @@ class TorchEngine(Engine):
     def __init__(self, ctx: WorkerContext, strategy: TorchStrategy, device: torch.device):
         cfg = ctx.config
         self.ctx, self.strategy, self.device = ctx, strategy, device
+        self.synchronizes = strategy.synchronizes
         model_spec = MODELS.get(cfg.model)
         dataset = DATASETS.get(cfg.dataset)
         self.data: TorchDataset = to_torch(

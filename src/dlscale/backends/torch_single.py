@@ -6,5 +6,11 @@ from dlscale.backends.torch_loop import TorchStrategy, run_training
 from dlscale.runtime.context import WorkerContext
 
 
+class LocalOnly(TorchStrategy):
+    """The plain model: nothing is synchronized (exposed communication is 0 by definition)."""
+
+    synchronizes = False
+
+
 def run(ctx: WorkerContext) -> None:
-    run_training(ctx, TorchStrategy())
+    run_training(ctx, LocalOnly())

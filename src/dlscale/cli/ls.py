@@ -170,5 +170,5 @@ def _runs(results: str) -> Table:
     from dlscale.metrics.scaling import add_scaling
     from dlscale.store.results import RunStore
 
-    rows = add_scaling(RunStore(results).results())
+    rows = add_scaling(RunStore(results).results(), per="run")  # each run, its point's speedup
     return points_table(rows, title=f"runs in {results} ({len(rows)})", run_ids=True)

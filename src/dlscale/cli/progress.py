@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import random
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +17,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlscale.cli.tables import LEGEND, console, points_table, say
-from dlscale.config.study import Study
-from dlscale.metrics.scaling import add_scaling
+from dlscale.config.study import Repeats, Study
+from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
 from dlscale.store.results import RunStore, describe_owner
 from dlscale.text import visible
@@ -28,12 +33,18 @@ JSON_KEYS = (
     "eval_accuracy",
     "time_to_accuracy_s",
     "exposed_comm_fraction",
+    "exposed_comm_ci95",
+    "page_faults_per_step",
+    "outside_load_max",
+    "noisy",
 )
 
 
-def json_record(row: dict[str, Any]) -> dict[str, Any]:
+def json_record(row: dict[str, Any], kind: str = "run") -> dict[str, Any]:
+    """One finished run (``kind="run"``), or a point with its runs combined (``"point"``)."""
     cfg, metrics = row["config"], row.get("metrics") or {}
     record = {
+        "kind": kind,
         "run_id": row["run_id"],
         "status": row["status"],
         "error": row.get("error"),
@@ -41,23 +52,41 @@ def json_record(row: dict[str, Any]) -> dict[str, Any]:
         "model": cfg["model"],
         "dataset": cfg["dataset"],
         "workers": cfg["workers"],
+        "threads_per_worker": row.get("threads_per_worker"),
         "batch_size_per_worker": row["batch_size_per_worker"],
         "global_batch_size": row["global_batch_size"],
         "scaling": cfg["scaling"],
+        "repeat_id": cfg.get("repeat_id"),
     }
     record.update({key: metrics.get(key) for key in JSON_KEYS})
-    record.update({key: row.get(key) for key in ("speedup", "efficiency", "baseline_run_id")})
+    if kind == "point":
+        record["run_ids"] = row.get("run_ids")
+        record["runs"] = row.get("runs")
+        record["interval"] = row.get("interval")
+        record["throughput_runs_img_s"] = metrics.get("throughput_runs_img_s")
+        record["oversubscribed"] = row.get("oversubscribed")
+        record.update({key: row.get(key) for key in SCALING_KEYS})
     return {
         k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()
     }
 
 
+@dataclass
+class _Tally:
+    finished: list[str] = field(default_factory=list)
+    failed: int = 0
+    busy: int = 0
+
+
 def run_study(
     study: Study, results: Path, *, force: bool, as_json: bool, command: list[str]
 ) -> int:
+    """Every point ``repeats`` times in interleaved rounds, then, under ``target_ci``, more
+    rounds of the points whose interval is still wider, until the rule's budget runs out."""
     err = console(stderr=True)
-    finished: list[str] = []
-    failed = busy = 0
+    tally = _Tally()
+    plan = study.repeats
+    started = time.monotonic()
 
     def line(text: str) -> None:
         """One line on stderr, never wrapped (a path may be longer than the console)."""
@@ -75,65 +104,173 @@ def run_study(
         console=err,
         disable=as_json or not err.is_terminal,
     )
-    with progress:
-        task = progress.add_task(escape(f"study {study.name}"), total=len(study.points))
-        for config in study.points:
+    run_ids: dict[int, list[str]] = {i: [] for i in range(len(study.points))}
+
+    def run_round(number: int, indices: list[int]) -> None:
+        for i in round_order(indices, number, plan):
+            if number >= plan.repeats and _over_budget(plan, started):
+                return
+            config = dataclasses.replace(
+                study.points[i], repeat_id=study.points[i].repeat_id + number
+            )
             progress.update(
-                task, description=escape(f"{config.backend} x{config.workers} {config.model}")
+                task,
+                description=escape(f"{config.backend} x{config.workers} {config.model} #{number}"),
             )
-            outcome = run_point(
-                config,
-                store,
-                force=force,
-                command=command,
-                study=study.name,
-                on_warning=warn,
-                on_wait=lambda message: line(f"dlscale: {escape(message)}"),
-            )
+            run_ids[i].append(config.run_id())
+            _run_one(config, store, force, command, study.name, as_json, line, warn, tally)
             progress.advance(task)
-            if outcome.state == "busy":
-                busy += 1
-                warn(busy_message(store, outcome.run_id, outcome.lock_owner))
-                continue
-            if outcome.state == "newer":
-                continue  # kept, with a warning from the store; nothing to show
-            if outcome.state == "skipped" and not as_json:
-                line(
-                    escape(
-                        f"{outcome.run_id}: completed by another dlscale process"
-                        if outcome.elsewhere
-                        else f"{outcome.run_id}: already completed (use --force to rerun)"
-                    )
-                )
-            if outcome.state == "failed":
-                failed += 1
-                assert outcome.result is not None
-                where = " (in another dlscale process)" if outcome.elsewhere else ""
-                error = escape(f"{outcome.run_id}{where}: {outcome.result.get('error')}")
-                line(f"[red]failed:[/] {error}")
-                for text in (outcome.result.get("failure") or {}).get("stderr_tail", [])[-5:]:
-                    say(err, f"    {text}")
-            finished.append(outcome.run_id)
-            if as_json:
-                row = _with_scaling(store, outcome.run_id)
-                if row is not None:
-                    print(json.dumps(json_record(row)), flush=True)
-    if not as_json:
-        rows = [r for r in add_scaling(store.results()) if r["run_id"] in set(finished)]
-        order = {run_id: i for i, run_id in enumerate(finished)}
-        rows.sort(key=lambda r: order[r["run_id"]])
+
+    with progress:
+        task = progress.add_task(
+            escape(f"study {study.name}"), total=len(study.points) * plan.repeats
+        )
+        everyone = list(range(len(study.points)))
+        for number in range(plan.repeats):
+            run_round(number, everyone)
+        number = plan.repeats
+        stop = None
+        while plan.target_ci is not None:
+            wide = _wide_points(store, run_ids, plan.target_ci)
+            stop = _stop_reason(wide, number, plan, started)
+            if stop is not None:
+                break
+            progress.update(task, total=(progress.tasks[0].total or 0) + len(wide))
+            run_round(number, wide)
+            number += 1
+    points = _study_points(store, tally.finished)
+    if as_json:
+        for point in points:
+            print(json.dumps(json_record(point, kind="point")), flush=True)
+    else:
         out = console()
-        out.print(points_table(rows, title=f"study {study.name}: {study.description}"))
+        out.print(points_table(points, title=f"study {study.name}: {study.description}"))
         out.print(LEGEND, style="dim", highlight=False)
         say(
             out,
             f"results: {results}/ (dlscale ls runs --results {results}; "
             f"dlscale.load_results({str(results)!r}))",
         )
-    if failed or busy:
-        print(f"dlscale: {failed} point(s) failed, {busy} skipped as busy", file=sys.stderr)
+    if plan.target_ci is not None and stop is not None:
+        line(f"dlscale: stopping rule: {escape(stop)}")
+    if tally.failed or tally.busy:
+        print(
+            f"dlscale: {tally.failed} run(s) failed, {tally.busy} skipped as busy", file=sys.stderr
+        )
         return 1
     return 0
+
+
+def round_order(indices: list[int], number: int, plan: Repeats) -> list[int]:
+    """The order of one round: ABBA (study order in even rounds, reversed in odd ones) or
+    shuffled with the study's seed and the round's number."""
+    if plan.order == "random":
+        shuffled = list(indices)
+        random.Random(plan.order_seed * 100_003 + number).shuffle(shuffled)
+        return shuffled
+    return list(indices) if number % 2 == 0 else list(reversed(indices))
+
+
+def _over_budget(plan: Repeats, started: float) -> bool:
+    return plan.time_budget_s is not None and time.monotonic() - started >= plan.time_budget_s
+
+
+def _wide_points(store: RunStore, run_ids: dict[int, list[str]], target: float) -> list[int]:
+    """Points whose throughput interval over runs is still wider than ``target`` percent of
+    the mean (a point that never completed is not run again: its failure will not heal)."""
+    points = {id_: p for p in add_scaling(store.results()) for id_ in p["run_ids"]}
+    wide = []
+    for index, ids in run_ids.items():
+        point = next((points[i] for i in ids if i in points), None)
+        if point is None or point["status"] != "completed":
+            continue
+        if relative_half_width(point) is None or relative_half_width(point) > target:  # type: ignore[operator]
+            wide.append(index)
+    return wide
+
+
+def relative_half_width(point: dict[str, Any]) -> float | None:
+    """Half-width of the point's throughput interval over runs, in percent of its mean."""
+    metrics = point["metrics"]
+    if point.get("interval") != "runs" or metrics.get("throughput_ci95_img_s") is None:
+        return None
+    return 100 * metrics["throughput_ci95_img_s"] / metrics["throughput_img_s"]
+
+
+def _stop_reason(wide: list[int], number: int, plan: Repeats, started: float) -> str | None:
+    if not wide:
+        return f"every point's interval is within {plan.target_ci:g}% of its mean"
+    if number >= (plan.max_repeats or plan.repeats):  # set in Repeats
+        return (
+            f"{len(wide)} point(s) still wider than {plan.target_ci:g}% after "
+            f"{plan.max_repeats} runs (max_repeats)"
+        )
+    if _over_budget(plan, started):
+        return (
+            f"{len(wide)} point(s) still wider than {plan.target_ci:g}% when the time budget "
+            f"of {plan.time_budget_s:g} s ran out"
+        )
+    return None
+
+
+def _run_one(
+    config: Any,
+    store: RunStore,
+    force: bool,
+    command: list[str],
+    study: str,
+    as_json: bool,
+    line: Callable[[str], None],
+    warn: Callable[[str], None],
+    tally: _Tally,
+) -> None:
+    outcome = run_point(
+        config,
+        store,
+        force=force,
+        command=command,
+        study=study,
+        on_warning=warn,
+        on_wait=lambda message: line(f"dlscale: {escape(message)}"),
+    )
+    if outcome.state == "busy":
+        tally.busy += 1
+        warn(busy_message(store, outcome.run_id, outcome.lock_owner))
+        return
+    if outcome.state == "newer":
+        return  # kept, with a warning from the store; nothing to show
+    if outcome.state == "skipped" and not as_json:
+        line(
+            escape(
+                f"{outcome.run_id}: completed by another dlscale process"
+                if outcome.elsewhere
+                else f"{outcome.run_id}: already completed (use --force to rerun)"
+            )
+        )
+    if outcome.state == "failed":
+        tally.failed += 1
+        assert outcome.result is not None
+        where = " (in another dlscale process)" if outcome.elsewhere else ""
+        error = escape(f"{outcome.run_id}{where}: {outcome.result.get('error')}")
+        line(f"[red]failed:[/] {error}")
+        for text in (outcome.result.get("failure") or {}).get("stderr_tail", [])[-5:]:
+            say(console(stderr=True), f"    {text}")
+    tally.finished.append(outcome.run_id)
+    if as_json:
+        row = next(
+            (r for r in add_scaling(store.results(), per="run") if r["run_id"] == outcome.run_id),
+            None,
+        )
+        if row is not None:
+            print(json.dumps(json_record(row)), flush=True)
+
+
+def _study_points(store: RunStore, finished: list[str]) -> list[dict[str, Any]]:
+    """The points (runs combined) that hold a run this study finished, in study order."""
+    order = {run_id: i for i, run_id in enumerate(finished)}
+    points = [p for p in add_scaling(store.results()) if order.keys() & set(p["run_ids"])]
+    points.sort(key=lambda p: min(order[i] for i in p["run_ids"] if i in order))
+    return points
 
 
 def busy_message(store: RunStore, run_id: str, owner: dict[str, Any] | None) -> str:
@@ -143,7 +280,3 @@ def busy_message(store: RunStore, run_id: str, owner: dict[str, Any] | None) -> 
         f"skipped {run_id}: another dlscale process still runs it ({describe_owner(owner)}); "
         f"if that process is gone (e.g. on another host, or killed), delete {lock} and rerun"
     )
-
-
-def _with_scaling(store: RunStore, run_id: str) -> dict[str, Any] | None:
-    return next((r for r in add_scaling(store.results()) if r["run_id"] == run_id), None)

@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlscale.config.study import coerce, expand, load_study_file, parse_set
+from dlscale.config.study import (
+    Repeats,
+    coerce,
+    coerce_study,
+    expand,
+    load_study_file,
+    parse_set,
+)
 from dlscale.errors import UserError
 from dlscale.text import visible
 
@@ -21,7 +28,9 @@ DEFAULT_STUDY: dict[str, Any] = {
     "workers": [1, 2],
     "batch_size": 64,
     "steps": 8,
+    "windows": 3,
     "repeats": 3,
+    "machine_reference": True,
 }
 """The study `dlscale run` runs without a study file: a minute or two on 2 cores."""
 
@@ -44,6 +53,20 @@ FLAGS = {
     "--scaling": "scaling",
     "--launcher": "launcher",
 }
+
+
+STUDY_FLAGS = (
+    ("--repeats", "repeats", "independent runs of every point, interleaved (default 1)"),
+    (
+        "--target-ci",
+        "target_ci",
+        "add runs to a point until its 95%% interval is within PCT%% of its mean",
+    ),
+    ("--max-repeats", "max_repeats", "most runs per point under --target-ci (default 10)"),
+    ("--time-budget", "time_budget_s", "seconds after which --target-ci starts no new run"),
+    ("--order", "order", "order of the runs in a round: abba (default) or random"),
+)
+"""Flags of the study's own keys (runs and the stopping rule; config.study.Repeats)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="set any study key (see --keys)",
     )
+    for flag, key, text in STUDY_FLAGS:
+        parser.add_argument(flag, dest=key, metavar=key.upper(), help=text)
     parser.add_argument("--force", action="store_true", help="rerun points that already completed")
     parser.add_argument(
         "--dry-run",
@@ -105,6 +130,10 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
         if text is not None:
             values = [coerce(key, part) for part in text.split(",")]
             settings[key] = values if len(values) > 1 else values[0]
+    for flag, key, _ in STUDY_FLAGS:
+        text = getattr(args, key)
+        if text is not None:
+            settings[key] = coerce_study(key, text, origin=flag)
     settings.update(parse_set(args.overrides))
     return settings, name, description
 
@@ -125,12 +154,23 @@ def main(args: argparse.Namespace) -> int:
     for note in study.skipped:
         print(f"dlscale: note: skipped {visible(note)}", file=sys.stderr)
     if args.dry_run:
-        return _dry_run(study.points, Path(args.results))
+        return _dry_run(study.points, Path(args.results), study.repeats)
     from dlscale.cli.progress import run_study
 
     return run_study(
         study, Path(args.results), force=args.force, as_json=args.json, command=command
     )
+
+
+_FIELD_DOCS = {
+    "repeats": "independent runs of every point, in interleaved rounds",
+    "target_ci": "stopping rule: add runs until the interval is within this % of the mean",
+    "max_repeats": "the stopping rule's limit of runs per point",
+    "time_budget_s": "the stopping rule's limit of seconds for the study",
+    "order": "abba (study order, then reversed, ...) or random",
+    "order_seed": "seed of the random order",
+    "machine_reference": "add the reference backend at 1 worker with every core",
+}
 
 
 def _print_keys() -> None:
@@ -140,6 +180,12 @@ def _print_keys() -> None:
     print("core keys (every run):")
     for key, doc in fields_doc().items():
         print(f"  {key:24} {doc} (default: {defaults[key]!r})")
+    from dlscale.config.study import Repeats
+
+    print("study keys (the runs of every point; a study file, --set, or their flags):")
+    for name, field in Repeats.__dataclass_fields__.items():
+        doc = _FIELD_DOCS.get(name, "")
+        print(f"  {name:24} {doc} (default: {field.default!r})")
     by_owner: dict[str, list[str]] = {}
     for name, declarations in declared_options().items():
         for owner, option in declarations:
@@ -149,7 +195,7 @@ def _print_keys() -> None:
         print("\n".join(by_owner[owner]))
 
 
-def _dry_run(points: Any, results: Path) -> int:
+def _dry_run(points: Any, results: Path, repeats: Repeats) -> int:
     import shlex
 
     from dlscale.backends import BACKENDS
@@ -170,6 +216,9 @@ def _dry_run(points: Any, results: Path) -> int:
         )
         for warning in plan.warnings:
             print(f"#   warning: {warning}")
+        if config is points[0] and repeats.repeats > 1:
+            last = repeats.repeats - 1
+            print(f"#   every point runs {repeats.repeats} times (repeat_id +0..+{last})")
         for entry in plan.entries:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(entry.env.items()))
             ranks = (

@@ -30,7 +30,7 @@ def console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when output is redirected, and
     turns no ``:name:`` in user text into an emoji."""
     probe = Console(stderr=stderr, emoji=False)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=160, emoji=False)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=240, emoji=False)
 
 
 def literal(text: Any, style: str = "") -> Text:
@@ -62,6 +62,8 @@ def points_table(
     for column in columns:
         if column.numeric:
             table.add_column(column.label, justify="right")
+        elif column.name == "run_id":  # copied into commands: never broken across lines
+            table.add_column(column.label, no_wrap=True)
         else:
             table.add_column(column.label, overflow="fold")
     for row in rows:

@@ -6,7 +6,9 @@ A list value makes a grid: every combination of the listed values is one point.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import tomllib
 import types
 import typing
@@ -17,9 +19,79 @@ from typing import Any
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig, core_keys, declared_options
 from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.runtime.environment import usable_cores
 
 _HINTS = typing.get_type_hints(RunConfig)
-STUDY_ONLY_KEYS = ("name", "description")
+ORDERS = ("abba", "random")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Repeats:
+    """How many independent runs each point gets, in which order, and when to stop adding
+    them (docs/metrics.md, "Runs and points")."""
+
+    repeats: int = 1
+    """Runs of every point (fresh processes each), before the stopping rule adds more."""
+    target_ci: float | None = None
+    """Stopping rule: add runs to a point until its throughput interval's half-width is at
+    most this percentage of its mean (``None``: no rule, ``repeats`` runs)."""
+    max_repeats: int | None = None
+    """The stopping rule's limit of runs per point (default: 10, or ``repeats`` if more)."""
+    time_budget_s: float | None = None
+    """The stopping rule's limit of seconds for the whole study (no new run starts after it)."""
+    order: str = "abba"
+    """abba: the points in study order, then reversed, round after round (each point, the
+    1-worker baselines included, is first as often as last); random: shuffled each round."""
+    order_seed: int = 0
+    """Seed of the ``random`` order."""
+    machine_reference: bool = False
+    """Add the framework's reference backend at 1 worker with every core (the whole-machine
+    reference line) when the study's thread budget gives a point fewer."""
+
+    def __post_init__(self) -> None:
+        _study_check(
+            isinstance(self.repeats, int) and self.repeats >= 1,
+            "repeats",
+            "an integer >= 1",
+            self.repeats,
+        )
+        if self.max_repeats is None:
+            object.__setattr__(self, "max_repeats", max(10, self.repeats))
+        _study_check(
+            isinstance(self.max_repeats, int) and self.max_repeats >= self.repeats,
+            "max_repeats",
+            f"an integer >= repeats ({self.repeats})",
+            self.max_repeats,
+        )
+        if self.target_ci is not None:
+            _study_check(
+                _finite(self.target_ci) and 0 < self.target_ci < 100,
+                "target_ci",
+                "a percentage in (0, 100)",
+                self.target_ci,
+            )
+        if self.time_budget_s is not None:
+            _study_check(
+                _finite(self.time_budget_s) and self.time_budget_s > 0,
+                "time_budget_s",
+                "seconds > 0",
+                self.time_budget_s,
+            )
+        _study_check(self.order in ORDERS, "order", " or ".join(ORDERS), self.order)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _study_check(ok: bool, key: str, expected: str, value: object) -> None:
+    if not ok:
+        raise UserError(f"{key} must be {expected}, got {value!r}")
+
+
+_REPEAT_FIELDS = {f.name: f for f in dataclasses.fields(Repeats)}
+STUDY_ONLY_KEYS = ("name", "description", *_REPEAT_FIELDS)
+"""Keys of a study file that are about the study, not one run's configuration."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +101,7 @@ class Study:
     points: tuple[RunConfig, ...]
     skipped: tuple[str, ...]
     """Human-readable notes on grid combinations a backend cannot run (e.g. 2 x torch-single)."""
+    repeats: Repeats = Repeats()
 
 
 def load_study_file(path: Path) -> dict[str, Any]:
@@ -48,9 +121,12 @@ def load_study_file(path: Path) -> dict[str, Any]:
             "or run without a file for the default study"
         )
     for key, value in data.items():
-        if key in STUDY_ONLY_KEYS:
+        if key in ("name", "description"):
             if not isinstance(value, str):
                 raise UserError(f"{path}: {key} must be a string, got {value!r}")
+            continue
+        if key in _REPEAT_FIELDS:
+            data[key] = coerce_study(key, value, origin=str(path))
             continue
         check_key(key, origin=str(path))
         values = value if isinstance(value, list) else [value]
@@ -65,8 +141,40 @@ def load_study_file(path: Path) -> dict[str, Any]:
 
 
 def valid_keys() -> list[str]:
-    """Core keys and every option a registered plug-in declares."""
-    return sorted({*core_keys(), *declared_options()})
+    """Core keys, every option a registered plug-in declares, and the study's own keys."""
+    return sorted({*core_keys(), *declared_options(), *_REPEAT_FIELDS})
+
+
+def coerce_study(key: str, value: Any, origin: str) -> Any:
+    """A value of one of the :class:`Repeats` keys, in its type (checked by ``Repeats``)."""
+    kind = {"repeats": int, "max_repeats": int, "order_seed": int, "target_ci": float}.get(key)
+    if key == "time_budget_s":
+        kind = float
+    if isinstance(value, list):
+        raise UserError(f"{origin}: {key} is a study setting, not a grid axis: give one value")
+    if key == "machine_reference":
+        kind = bool
+    if kind is None:  # order
+        return str(value).strip().lower() if isinstance(value, str) else value
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if kind is bool:
+            if text in ("true", "1", "yes", "on"):
+                return True
+            if text in ("false", "0", "no", "off"):
+                return False
+            raise UserError(f"{origin}: {key} must be true or false, got {value!r}")
+        if text in ("none", "null", "") and key in ("target_ci", "time_budget_s"):
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            raise UserError(f"{origin}: {key} must be {kind.__name__}, got {value!r}") from None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise UserError(f"{origin}: {key} must be {kind.__name__}, got {value!r}")
+    return value
 
 
 def check_key(key: str, origin: str) -> None:
@@ -86,6 +194,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         if not sep:
             raise UserError(f"--set {item!r}: write key=value")
         check_key(key, origin="--set")
+        if key in _REPEAT_FIELDS:
+            out[key] = coerce_study(key, text, origin="--set")
+            continue
         parts = [part.strip() for part in text.split(",")]
         values = [coerce(key, part) for part in parts]
         out[key] = values if len(values) > 1 else values[0]
@@ -126,8 +237,92 @@ def coerce(key: str, value: Any) -> Any:
     return value
 
 
-def expand(settings: dict[str, Any], name: str = "default", description: str = "") -> Study:
-    """Every combination of list-valued settings, as validated RunConfigs, 1-worker points first."""
+def expand(
+    settings: dict[str, Any],
+    name: str = "default",
+    description: str = "",
+    *,
+    cores: int | None = None,
+) -> Study:
+    """Every combination of list-valued settings, as validated RunConfigs, 1-worker points first.
+
+    Unless the study sets ``threads_per_worker``, every point gets the same threads per process:
+    the usable cores (``cores``: this machine's by default) divided by the most processes any
+    point runs, at least 1 (:func:`thread_budget`), so that the ideal line N means N times the
+    same resources.
+    """
+    repeats = Repeats(**{k: settings[k] for k in _REPEAT_FIELDS if k in settings})
+    settings = {k: v for k, v in settings.items() if k not in _REPEAT_FIELDS}
+    if "threads_per_worker" not in settings:
+        cores = cores or usable_cores()
+        probe = _expand(settings)
+        budget = thread_budget(probe.points, cores)
+        settings["threads_per_worker"] = budget
+        if repeats.machine_reference and budget < cores:
+            extra = _machine_points(probe.points, cores)
+            study = _expand(settings)
+            points = (*study.points, *(p for p in extra if p not in study.points))
+            return Study(
+                name=name,
+                description=description,
+                points=_sorted(points),
+                skipped=study.skipped,
+                repeats=repeats,
+            )
+    study = _expand(settings)
+    return Study(
+        name=name,
+        description=description,
+        points=study.points,
+        skipped=study.skipped,
+        repeats=repeats,
+    )
+
+
+def thread_budget(points: tuple[RunConfig, ...], cores: int) -> int:
+    """Threads per process that fit the largest point on ``cores``: cores // most processes."""
+    return max(1, cores // max(p.layout().size for p in points))
+
+
+def _machine_points(points: tuple[RunConfig, ...], cores: int) -> list[RunConfig]:
+    """For each distinct setting, the framework's reference backend at 1 worker with every
+    core: what the same machine does as one worker."""
+    out: list[RunConfig] = []
+    for point in points:
+        reference = next(
+            (
+                name
+                for name, spec in BACKENDS
+                if spec.reference and spec.framework == point.framework
+            ),
+            None,
+        )
+        if reference is None:
+            continue
+        dataset_options = {
+            k: v for k, v in point.grouped_options()["dataset"].items()
+        } | point.grouped_options()["launcher"]
+        try:
+            candidate = dataclasses.replace(
+                point,
+                backend=reference,
+                workers=1,
+                threads_per_worker=cores,
+                options=dataset_options,
+            )
+        except (UnsupportedPoint, UserError):
+            continue
+        if candidate not in out:
+            out.append(candidate)
+    return out
+
+
+def _sorted(points: Any) -> tuple[RunConfig, ...]:
+    # Stable sort: smaller worker counts (the speedup baselines) and reference backends first.
+    return tuple(sorted(points, key=lambda p: (p.workers, not BACKENDS.get(p.backend).reference)))
+
+
+def _expand(settings: dict[str, Any]) -> Study:
     keys = [k for k in settings if k not in STUDY_ONLY_KEYS]
     axes = [settings[k] if isinstance(settings[k], list) else [settings[k]] for k in keys]
     points: list[RunConfig] = []
@@ -143,9 +338,7 @@ def expand(settings: dict[str, Any], name: str = "default", description: str = "
             skipped.append(f"{_describe(values)}: {reason}")
     if not points:
         raise UserError("the study has no point that can run: " + "; ".join(skipped))
-    # Stable sort: smaller worker counts (the speedup baselines) and reference backends first.
-    points.sort(key=lambda p: (p.workers, not BACKENDS.get(p.backend).reference))
-    return Study(name=name, description=description, points=tuple(points), skipped=tuple(skipped))
+    return Study(name="", description="", points=_sorted(points), skipped=tuple(skipped))
 
 
 def _describe(values: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dlscale.config.run_config import RunConfig
 from dlscale.layout import Addresses, ProcessLayout
+from dlscale.runtime.allocator import allocator_env
 from dlscale.runtime.worker_path import worker_path_dir
 
 
@@ -97,8 +98,10 @@ def thread_budget(processes: int, threads: int | None, cores: int) -> tuple[int,
 
 
 def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, str]:
-    """What every worker command gets, whatever the launcher: thread counts and a path that
-    holds dlscale and the plug-ins but not the parent's site-packages."""
+    """What every worker command gets, whatever the launcher: thread counts, a path that
+    holds dlscale and the plug-ins but not the parent's site-packages, and the variables of
+    the point's memory allocator (:mod:`dlscale.runtime.allocator`: thresholds, a preloaded
+    library in front of the parent's ``LD_PRELOAD``)."""
     pythonpath = os.pathsep.join(
         p
         for p in (str(worker_path_dir(spec_path.parent).absolute()), os.environ.get("PYTHONPATH"))
@@ -110,4 +113,5 @@ def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, st
         "DLSCALE_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": pythonpath,
+        **allocator_env(config.allocator),
     }

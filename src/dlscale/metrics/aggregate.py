@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.metrics.records import Eval, Record, Staleness, Strategy, Window
+from dlscale.metrics.records import Environment, Eval, Record, Staleness, Strategy, Window
 from dlscale.metrics.stats import mean_ci95, percentile
 
 Events = list[Record]
@@ -33,9 +33,12 @@ def aggregate(
     train = set(all_ranks) if training_ranks is None else set(training_ranks)
     per_rank = {r: all_ranks.get(r, []) for r in sorted(train)}
     others = {r: e for r, e in all_ranks.items() if r not in train}
-    measure = _windows(per_rank, "measure")
-    nosync = _windows(per_rank, "nosync")
+    every = _windows(per_rank, "measure")
     out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
+    out.update(_noise(every))
+    # The noise guard: windows under outside load are left out while a clean one remains.
+    clean = [w for w in every if not w["loaded"]]
+    measure = clean or every
     out["windows"] = len(measure)
     if measure:
         per_window = [w["samples"] / w["duration_s"] for w in measure]
@@ -51,18 +54,29 @@ def aggregate(
             )
         out["measured_steps"] = int(sum(w["steps"] for w in measure))
         out["measured_images"] = int(sum(w["samples"] for w in measure))
-        if any(w.get("epoch") is not None for w in measure):
-            out["epoch_time_s"] = float(np.mean([w["duration_s"] for w in measure]))
+        epochs = [w for w in measure if w["epoch"] is not None]
+        if epochs:  # each epoch's time scaled to its whole epoch (the first lacks the warm-up;
+            # events before schema 3 did not say the epoch's steps: taken as they are)
+            out["epoch_time_s"] = float(
+                np.mean(
+                    [
+                        w["duration_s"] * (w["epoch_steps"] or w["steps"]) / w["steps"]
+                        for w in epochs
+                    ]
+                )
+            )
+        faults = [w for w in measure if w["minor_faults"] is not None]
+        if faults:
+            out["page_faults_per_step"] = sum(w["minor_faults"] for w in faults) / (
+                sum(w["steps"] for w in faults) * len(per_rank)
+            )
         losses = [w["loss"] for w in measure if w["loss"] is not None]
         out["final_train_loss"] = losses[-1] if losses else None
         out["train_loss_by_window"] = losses
         out["loss_diverged"] = any(w["loss"] is None for w in measure)
         out["rank_step_time_mean_ms"] = _rank_means(per_rank)
-    if measure and nosync:
-        sync_p50 = out["step_time_p50_ms"]
-        nosync_p50 = percentile(_step_times(nosync)[0], 50)
-        out["step_time_nosync_p50_ms"] = nosync_p50
-        out["exposed_comm_fraction"] = max(0.0, (sync_p50 - nosync_p50) / sync_p50)
+    if measure:
+        out.update(_exposed_comm(per_rank, all_ranks))
     out.update(_bytes(per_rank, measure))
     out.update(_staleness(others))
     evals = _evals(per_rank)
@@ -73,7 +87,8 @@ def aggregate(
             reached = [e for e in evals if e["accuracy"] >= target_accuracy]
             if reached:
                 out["time_to_accuracy_s"] = reached[0]["elapsed_s"]
-                out["epochs_to_accuracy"] = reached[0]["epoch"]
+                if any(w["epoch"] is not None for w in every):  # epoch mode only
+                    out["epochs_to_accuracy"] = reached[0]["epoch"]
     return out
 
 
@@ -86,6 +101,13 @@ METRIC_KEYS = (
     "input_time_p50_ms",
     "step_time_nosync_p50_ms",
     "exposed_comm_fraction",
+    "exposed_comm_ci95",
+    "exposed_comm_significant",
+    "page_faults_per_step",
+    "outside_load_max",
+    "steal_max",
+    "windows_loaded",
+    "noisy",
     "epoch_time_s",
     "final_train_loss",
     "loss_diverged",
@@ -134,9 +156,88 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
                 if all(p.bytes_sent is not None for p in parts)
                 else None,
                 "steps": parts[0].steps,
+                "epoch_steps": parts[0].epoch_steps,
+                "minor_faults": sum(p.minor_faults or 0 for p in parts)
+                if all(p.minor_faults is not None for p in parts)
+                else None,
+                **_load(parts),
             }
         )
     return merged
+
+
+OUTSIDE_LOAD_LIMIT = 0.10
+"""A window is *loaded* when other processes used more than this share of the machine's CPU
+time during it (docs/metrics.md, "Noise guard")."""
+STEAL_LIMIT = 0.05
+"""... or when the hypervisor stole more than this share of it."""
+
+
+def _load(parts: list[Window]) -> dict[str, Any]:
+    """The outside load and steal of a merged window, from the rank that read the machine."""
+    reader = next((p for p in parts if p.machine_busy_s is not None), None)
+    if reader is None or not reader.machine_cores or reader.duration_s <= 0:
+        return {"outside_load": None, "steal": None, "loaded": False}
+    capacity = reader.duration_s * reader.machine_cores
+    outside = ((reader.machine_busy_s or 0.0) - (reader.run_cpu_s or 0.0)) / capacity
+    steal = (reader.machine_steal_s or 0.0) / capacity
+    return {
+        "outside_load": outside,
+        "steal": steal,
+        "loaded": outside > OUTSIDE_LOAD_LIMIT or steal > STEAL_LIMIT,
+    }
+
+
+def _noise(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    read = [w for w in windows if w["outside_load"] is not None]
+    if not read:
+        return {}
+    loaded = sum(1 for w in read if w["loaded"])
+    return {
+        "outside_load_max": max(w["outside_load"] for w in read),
+        "steal_max": max(w["steal"] for w in read),
+        "windows_loaded": loaded,
+        "noisy": loaded > 0,
+    }
+
+
+def _exposed_comm(per_rank: dict[int, Events], all_ranks: dict[int, Events]) -> dict[str, Any]:
+    """Exposed communication from the interleaved probe (docs/metrics.md): pairs of a
+    synchronized and an unsynchronized step; 0 by definition where nothing is synchronized."""
+    synchronizes = next(
+        (
+            r.synchronizes
+            for events in per_rank.values()
+            for r in events
+            if isinstance(r, Environment) and r.synchronizes is not None
+        ),
+        None,
+    )
+    if synchronizes is False:
+        return {"exposed_comm_fraction": 0.0, "exposed_comm_significant": False}
+    synced, unsynced = _windows(per_rank, "probe"), _windows(per_rank, "nosync")
+    if not synced or not unsynced:
+        return {}
+    sync_ms, nosync_ms = _step_times(synced)[0], _step_times(unsynced)[0]
+    if len(sync_ms) != len(nosync_ms) or not len(sync_ms):
+        return {}
+    fraction, half = exposed_fraction(sync_ms, nosync_ms)
+    return {
+        "step_time_nosync_p50_ms": percentile(nosync_ms, 50),
+        "exposed_comm_fraction": fraction,
+        "exposed_comm_ci95": half,
+        "exposed_comm_significant": half is not None and abs(fraction) > half,
+    }
+
+
+def exposed_fraction(sync_ms: np.ndarray, nosync_ms: np.ndarray) -> tuple[float, float | None]:
+    """``1 - mean(no-sync) / mean(sync)`` over paired steps, and the half-width of its 95%
+    interval: Student's t over the pairs' differences, divided by the mean synchronized step
+    (its own spread is second order). Not clipped: below 0 is noise, and says how much."""
+    diff = np.asarray(sync_ms, dtype=float) - np.asarray(nosync_ms, dtype=float)
+    mean_sync = float(np.mean(sync_ms))
+    mean_diff, half = mean_ci95(diff)
+    return mean_diff / mean_sync, (half / mean_sync if half is not None else None)
 
 
 def _step_times(windows: list[dict[str, Any]]) -> tuple[np.ndarray, bool]:

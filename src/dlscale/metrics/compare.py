@@ -4,10 +4,11 @@ Definitions (also in docs/metrics.md, "Comparing two sets of runs"):
 
 - **Matching.** A run of A and a run of B are the same point when their configs are equal on
   every key except the run labels in :data:`NOT_IN_POINT_KEY`. Only ``completed`` runs are
-  compared; several completed runs of one point on one side (``repeat_id``) pool their
-  per-window throughputs. Points with completed runs on one side only, and every run that did
-  not complete, are listed, never silently dropped.
-- **Throughput ratio** ``mean(B windows) / mean(A windows)`` (above 1: B is faster).
+  compared; several completed runs of one point on one side (``repeat_id``, ``--repeats``) give
+  one sample each (their mean throughputs) when both sides have two runs or more, else the
+  runs' per-window throughputs are pooled. Points with completed runs on one side only, and
+  every run that did not complete, are listed, never silently dropped.
+- **Throughput ratio** ``mean(B samples) / mean(A samples)`` (above 1: B is faster).
 - **Its 95% confidence interval** is computed on log throughput: Welch's t interval
   (Welch 1947; Welch-Satterthwaite degrees of freedom) for the difference of the means of
   ``log(samples)``, exponentiated. That is the CI of the *ratio of geometric means* B/A, not of
@@ -46,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.metrics.points import PointKey, point_key, run_throughputs
 
 NOT_IN_POINT_KEY = NOT_MATCHED_KEYS
 """Config keys that label a run without changing what is measured: ignored when matching."""
@@ -53,8 +55,6 @@ NOT_IN_POINT_KEY = NOT_MATCHED_KEYS
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
 CONFIDENCE = 0.95
-
-PointKey = tuple[tuple[str, Any], ...]
 
 
 class Verdict(StrEnum):
@@ -134,11 +134,6 @@ class Comparison:
         return tuple(p for p in self.matched if p.regressed)
 
 
-def point_key(config: dict[str, Any]) -> PointKey:
-    """What makes two runs the same point: every config key but the run labels."""
-    return tuple(sorted((k, v) for k, v in config.items() if k not in NOT_IN_POINT_KEY))
-
-
 def compare(
     results_a: Sequence[dict[str, Any]],
     results_b: Sequence[dict[str, Any]],
@@ -175,7 +170,7 @@ def compare_point(
     alpha: float = DEFAULT_ALPHA,
 ) -> PointComparison:
     """Throughput and time-to-accuracy of one point: B's completed runs against A's."""
-    throughput = ratio_estimate(_windows(runs_a), _windows(runs_b), alpha=alpha)
+    throughput = ratio_estimate(*_throughput_samples(runs_a, runs_b), alpha=alpha)
     tta_a, tta_b = _tta(runs_a), _tta(runs_b)
     tta = ratio_estimate(tta_a, tta_b, alpha=alpha) if tta_a and tta_b else None
     return PointComparison(
@@ -321,6 +316,17 @@ def _failed(results: Iterable[dict[str, Any]], side: str) -> list[FailedRun]:
         for row in results
         if row.get("status") != "completed"
     ]
+
+
+def _throughput_samples(
+    runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, Any]]
+) -> tuple[list[float], list[float]]:
+    """One throughput per run when each side has two runs or more (independent repeats),
+    else every window of the runs, pooled (windows of one run are not independent: the
+    interval and test are then optimistic)."""
+    if len(runs_a) >= 2 and len(runs_b) >= 2:
+        return run_throughputs(runs_a), run_throughputs(runs_b)
+    return _windows(runs_a), _windows(runs_b)
 
 
 def _windows(runs: Iterable[dict[str, Any]]) -> list[float]:

@@ -13,9 +13,10 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-EVENTS_SCHEMA = 2
-"""Version of the records; bump it when a record changes meaning. 2: typed records, a role on
-``start``, optional per-step times; 1 had the same fields, all required."""
+EVENTS_SCHEMA = 3
+"""Version of the records; bump it when a record changes meaning. 3: a window's load counters,
+the interleaved ``probe`` window, ``synchronizes`` on ``environment``; 2: typed records, a role
+on ``start``, optional per-step times; 1 had the same fields, all required."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +59,11 @@ class Environment(Record):
     packages: dict[str, str] = field(default_factory=dict)
     """Versions of numpy and the frameworks, from the worker's own site-packages."""
     framework: dict[str, Any] = field(default_factory=dict)
+    synchronizes: bool | None = None
+    """Whether the engine's steps synchronize gradients (False: a single process; its exposed
+    communication is 0 by definition). ``None``: not said (events schema < 3)."""
+    allocator: str | None = None
+    """The memory allocator really mapped in the process (``runtime.allocator``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +83,8 @@ class Window(Record):
 
     event = "window"
     kind: str = "measure"
-    """``measure`` or ``nosync`` (steps without gradient synchronization)."""
+    """``measure``; or the exposed-communication probe, whose steps alternate: ``probe``
+    (synchronized steps) and ``nosync`` (the same steps without gradient synchronization)."""
     index: int = 0
     epoch: int | None = None
     steps: int = 0
@@ -94,6 +101,19 @@ class Window(Record):
     loss_nonfinite: bool = False
     bytes_sent: float | None = None
     """Bytes this process sent for gradient synchronization in the window, if counted."""
+    epoch_steps: int | None = None
+    """Steps of the whole epoch this window belongs to (epoch mode: the first epoch's window
+    lacks the warm-up steps)."""
+    minor_faults: int | None = None
+    """Minor page faults of this process during the window."""
+    machine_busy_s: float | None = None
+    """CPU seconds the whole machine was busy during the window (first training rank only)."""
+    machine_steal_s: float | None = None
+    """CPU seconds stolen by the hypervisor during the window (first training rank only)."""
+    run_cpu_s: float | None = None
+    """CPU seconds used by the run's own processes during the window (first training rank)."""
+    machine_cores: int | None = None
+    """CPUs the machine counters sum over."""
 
 
 @dataclass(frozen=True, kw_only=True)

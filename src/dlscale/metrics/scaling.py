@@ -1,13 +1,29 @@
-"""Speedup and parallel efficiency against the 1-worker point of the same configuration.
+"""Speedup and parallel efficiency of a point against its 1-worker baseline, with intervals.
 
-speedup(N) = throughput(N) / throughput(1) and efficiency(N) = speedup(N) / N, where the
-1-worker point is of the same framework and has every setting equal except the backend, its
-options and the worker count (and run labels). The framework's reference backend
-(torch-single: no wrapper) is preferred as that point, so that a distributed wrapper's own cost
-shows as efficiency < 1 at one worker; otherwise the same backend with the same options at one
-worker. A baseline is never taken from another framework: TensorFlow's speedup is over
-TensorFlow. Weak scaling keeps the per-worker batch, strong scaling the global batch:
-both are ``batch_size`` in the config, so the same key serves both.
+speedup(N) = throughput(N) / throughput(baseline) and efficiency(N) = speedup(N) / N, taken
+over points (runs combined, :mod:`dlscale.metrics.points`), each with a 95% interval by
+Fieller's theorem on the two points' samples (:func:`dlscale.metrics.stats.ratio_ci95`).
+
+**The baseline rule** (deterministic; docs/metrics.md): a point's baseline is the 1-worker point
+that has
+
+1. the same framework (TensorFlow's speedup is over TensorFlow),
+2. every setting equal except the backend, its options, the worker count and run labels, and
+3. the same per-worker resources: the threads each process really got (the result's
+   ``threads_per_worker``, whether set or defaulted) and the device kind,
+
+and among those the framework's reference backend (torch-single: no wrapper, so a distributed
+wrapper's own cost shows as efficiency < 1 at one worker), else the same backend with the same
+options. Where no 1-worker point has the same threads (results of dlscale before the study-wide
+thread budget), the one with the most threads is taken by the same preference and the row says
+so (``baseline_threads_differ``; tables: "baseline threads differ"). The baseline is named in
+every row (``baseline``). Weak scaling keeps the per-worker
+batch, strong scaling the global batch: both are ``batch_size`` in the config.
+
+**The whole-machine reference** answers another question: how the point compares with the
+same machine used as one worker with every core. It is the 1-worker reference-backend point
+with the same settings and the most threads per worker, when that is more than the point's
+baseline has (``machine_speedup``, ``machine_baseline``).
 """
 
 from __future__ import annotations
@@ -17,69 +33,138 @@ from typing import Any
 
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.metrics.points import combine, samples, window_throughputs
+from dlscale.metrics.stats import ratio_ci95
 
-_NOT_IN_BASELINE_KEY = ("backend", "workers", *NOT_MATCHED_KEYS)
+Row = dict[str, Any]
+_NOT_IN_BASELINE_KEY = ("backend", "workers", "threads_per_worker", *NOT_MATCHED_KEYS)
+SCALING_KEYS = (
+    "speedup",
+    "speedup_ci95",
+    "efficiency",
+    "efficiency_ci95",
+    "baseline",
+    "baseline_run_ids",
+    "machine_speedup",
+    "machine_speedup_ci95",
+    "machine_baseline",
+    "baseline_threads_differ",
+    "tta_speedup",
+    "statistical_efficiency",
+)
+"""What :func:`add_scaling` adds to a row (``None`` where it does not apply)."""
 
 
-def baseline_key(row: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """What a run and its 1-worker baseline share: the framework and every key except the
-    backend, its options, the worker count and run labels."""
+def threads(row: Row) -> Any:
+    """The threads each process of the run really had (set, or the launcher's default)."""
+    return row.get("threads_per_worker") or row["config"].get("threads_per_worker")
+
+
+def baseline_key(row: Row) -> tuple[tuple[str, Any], ...]:
+    """What a point and its 1-worker baseline share: the framework, every key except the
+    backend, its options, the worker count and run labels, and the threads per worker."""
+    return (*machine_key(row), ("threads", threads(row)))
+
+
+def machine_key(row: Row) -> tuple[tuple[str, Any], ...]:
+    """:func:`baseline_key` without the threads: the points of the same work on any share of
+    the machine."""
     backend_options = set((row.get("config_options") or {}).get("backend", {}))
     skip = {*_NOT_IN_BASELINE_KEY, *backend_options}
     key = sorted((k, v) for k, v in row["config"].items() if k not in skip)
     return (("framework", row.get("framework")), *key)
 
 
-def _backend_options(row: dict[str, Any]) -> dict[str, Any]:
-    return dict((row.get("config_options") or {}).get("backend", {}))
-
-
-def add_scaling(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Return rows (dicts with ``config`` and ``metrics``) with speedup fields filled in."""
-    candidates: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
-    for row in results:
-        cfg = row["config"]
-        if (
-            row["status"] == "completed"
-            and cfg["workers"] == 1
-            and (row["metrics"].get("throughput_img_s"))
-        ):
-            candidates[baseline_key(row)].append(row)
-    for row in results:
-        row["speedup"] = row["efficiency"] = row["baseline_run_id"] = None
-        row["tta_speedup"] = row["statistical_efficiency"] = None
-        metrics = row["metrics"]
-        if row["status"] != "completed" or not metrics.get("throughput_img_s"):
+def add_scaling(results: list[Row], *, per: str = "point") -> list[Row]:
+    """Points (``per="point"``: runs combined) or runs (``per="run"``: each run with its
+    point's statistics) with the scaling fields of :data:`SCALING_KEYS` filled in."""
+    points = combine(results)
+    candidates: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
+    machines: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
+    for point in points:
+        if _usable(point) and point["config"]["workers"] == 1:
+            candidates[baseline_key(point)].append(point)
+            if _is_reference(point):
+                machines[machine_key(point)].append(point)
+    for point in points:
+        point.update(dict.fromkeys(SCALING_KEYS))
+        if not _usable(point):
             continue
-        base = _pick_baseline(candidates.get(baseline_key(row), []), row)
-        if base is None:
-            continue
-        base_metrics = base["metrics"]
-        speedup = metrics["throughput_img_s"] / base_metrics["throughput_img_s"]
-        row["speedup"] = speedup
-        row["efficiency"] = speedup / row["config"]["workers"]
-        row["baseline_run_id"] = base["run_id"]
-        if metrics.get("time_to_accuracy_s") and base_metrics.get("time_to_accuracy_s"):
-            row["tta_speedup"] = base_metrics["time_to_accuracy_s"] / metrics["time_to_accuracy_s"]
-        if metrics.get("epochs_to_accuracy") and base_metrics.get("epochs_to_accuracy"):
-            row["statistical_efficiency"] = (
-                base_metrics["epochs_to_accuracy"] / metrics["epochs_to_accuracy"]
-            )
-    return results
+        base = _pick_baseline(candidates.get(baseline_key(point), []), point)
+        if base is None:  # none with the same threads: the most threads, marked as such
+            others = [c for k, cs in candidates.items() if k[:-1] == machine_key(point) for c in cs]
+            base = _pick_baseline(sorted(others, key=lambda p: -(threads(p) or 0)), point)
+            if base is not None:
+                point["baseline_threads_differ"] = True
+        if base is not None:
+            _fill(point, base)
+        machine = max(
+            machines.get(machine_key(point), []), key=lambda p: threads(p) or 0, default=None
+        )
+        if machine is not None and (threads(machine) or 0) > (threads(base or point) or 0):
+            ratio, interval = _ratio(point, machine)
+            point["machine_speedup"], point["machine_speedup_ci95"] = ratio, interval
+            point["machine_baseline"] = describe(machine)
+    if per == "point":
+        return points
+    runs: list[Row] = []
+    for point in points:
+        shared = {k: point[k] for k in (*SCALING_KEYS, "runs", "run_ids", "interval")}
+        runs.extend({**run, **shared} for run in point.get("run_rows") or [point])
+    return runs
 
 
-def _pick_baseline(options: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] | None:
+def describe(point: Row) -> str:
+    """How tables name a baseline: backend, workers and threads per worker."""
+    cfg = point["config"]
+    return f"{cfg['backend']} x{cfg['workers']}, {threads(point)} thr"
+
+
+def _usable(point: Row) -> bool:
+    return point["status"] == "completed" and bool(point["metrics"].get("throughput_img_s"))
+
+
+def _fill(point: Row, base: Row) -> None:
+    workers = point["config"]["workers"]
+    if base is point:  # its own baseline: exactly 1 by definition
+        ratio, interval = 1.0, None
+    else:
+        ratio, interval = _ratio(point, base)
+    point["speedup"], point["speedup_ci95"] = ratio, interval
+    point["efficiency"] = ratio / workers
+    point["efficiency_ci95"] = None if interval is None else [v / workers for v in interval]
+    point["baseline"] = describe(base)
+    point["baseline_run_ids"] = list(base["run_ids"])
+    metrics, base_metrics = point["metrics"], base["metrics"]
+    if metrics.get("time_to_accuracy_s") and base_metrics.get("time_to_accuracy_s"):
+        point["tta_speedup"] = base_metrics["time_to_accuracy_s"] / metrics["time_to_accuracy_s"]
+    if metrics.get("epochs_to_accuracy") and base_metrics.get("epochs_to_accuracy"):
+        point["statistical_efficiency"] = (
+            base_metrics["epochs_to_accuracy"] / metrics["epochs_to_accuracy"]
+        )
+
+
+def _ratio(point: Row, base: Row) -> tuple[float, list[float] | None]:
+    """Throughput ratio of two points and its Fieller interval, over runs when both have two
+    or more, else over the windows of each (the interval of a single run's windows)."""
+    runs_point, runs_base = point.get("run_rows") or [point], base.get("run_rows") or [base]
+    mine, kind_mine = samples(runs_point)
+    theirs, kind_theirs = samples(runs_base)
+    if kind_mine != kind_theirs:  # one side has a single run: windows against windows
+        mine, theirs = window_throughputs(runs_point), window_throughputs(runs_base)
+    ratio, interval = ratio_ci95(mine, theirs)
+    ratio = point["metrics"]["throughput_img_s"] / base["metrics"]["throughput_img_s"]
+    return ratio, None if interval is None else list(interval)
+
+
+def _pick_baseline(options: list[Row], point: Row) -> Row | None:
+    options = [o for o in options if _is_reference(o) or _same_strategy(o, point)]
     if not options:
         return None
-    options = [o for o in options if _is_reference(o) or _same_strategy(o, row)]
-    if not options:
-        return None
-    same_repeat = [o for o in options if o["config"]["repeat_id"] == row["config"]["repeat_id"]]
-    options = same_repeat or options
     return min(options, key=lambda option: 0 if _is_reference(option) else 1)
 
 
-def _is_reference(row: dict[str, Any]) -> bool:
+def _is_reference(row: Row) -> bool:
     """Stored with the result (a reader may not have the backend's plug-in loaded); results
     written before it was stored ask the registry."""
     if row.get("reference") is not None:
@@ -88,7 +173,11 @@ def _is_reference(row: dict[str, Any]) -> bool:
     return backend in BACKENDS and BACKENDS.get(backend).reference
 
 
-def _same_strategy(option: dict[str, Any], row: dict[str, Any]) -> bool:
+def _same_strategy(option: Row, row: Row) -> bool:
     return option["config"]["backend"] == row["config"]["backend"] and _backend_options(
         option
     ) == _backend_options(row)
+
+
+def _backend_options(row: Row) -> dict[str, Any]:
+    return dict((row.get("config_options") or {}).get("backend", {}))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Row = dict[str, Any]
-Show = Literal["always", "varying", "on_request", "exports"]
+Show = Literal["always", "varying", "present", "on_request", "exports"]
 
 
 def _plain(value: Any, row: Row) -> str:
@@ -36,7 +36,8 @@ class Column:
     """Right-aligned in tables for people."""
     show: Show = "always"
     """In tables for people: always; only when it differs between rows ("varying", else it goes to
-    the caption); only when asked for ("on_request"); or never ("exports": Markdown/CSV only)."""
+    the caption); only when some row has a value ("present"); only when asked for
+    ("on_request"); or never ("exports": Markdown/CSV only)."""
     definition: str = ""
     """Its unit and meaning, for the LEGEND; "" when the label says it all."""
     term: str = ""
@@ -73,9 +74,55 @@ def _percent(digits: int) -> Callable[[Any, Row], str]:
     return lambda value, row: f"{value * 100:.{digits}f}%"
 
 
+def _interval(key: str, spec: str, scale: float = 1.0, unit: str = "") -> Callable[[Any, Row], str]:
+    """A value with its interval from ``row[key]`` (low, high) in brackets, when it has one."""
+
+    def text(value: Any, row: Row) -> str:
+        interval = row.get(key)
+        shown = format(value * scale, spec) + unit
+        if not interval:
+            return shown
+        low, high = (format(v * scale, spec) for v in interval)
+        return f"{shown} [{low}, {high}]"
+
+    return text
+
+
 def _speedup(value: Any, row: Row) -> str:
-    own_baseline = row.get("baseline_run_id") == row.get("run_id")
-    return f"{value:.2f}x" + ("*" if own_baseline else "")
+    own_baseline = row.get("baseline_run_ids") == row.get("run_ids")
+    return _interval("speedup_ci95", ".2f", unit="x")(value, row) + ("*" if own_baseline else "")
+
+
+def _ci(value: Any, row: Row) -> str:
+    """The throughput interval's half-width; ``w``: over the windows of a single run."""
+    return format(value, ".1f") + ("w" if row.get("interval") == "windows" else "")
+
+
+def _comm(value: Any, row: Row) -> str:
+    metrics = row.get("metrics") or {}
+    half = metrics.get("exposed_comm_ci95")
+    text = f"{value * 100:.0f}%"
+    if half is not None:
+        text += f" ±{half * 100:.0f}"
+    if metrics.get("exposed_comm_significant") is False and value != 0:
+        text += " n.s."
+    return text
+
+
+def _notes(row: Row) -> str | None:
+    metrics = row.get("metrics") or {}
+    notes = []
+    if metrics.get("noisy"):
+        notes.append(f"loaded {metrics.get('outside_load_max', 0) * 100:.0f}%")
+    if row.get("oversubscribed"):
+        notes.append("oversubscribed")
+    if row.get("baseline_threads_differ"):
+        notes.append("baseline threads differ")
+    return ", ".join(notes) or None
+
+
+def _bound(key: str, index: int) -> Callable[[Row], Any]:
+    return lambda row: row[key][index] if row.get(key) else None
 
 
 def _status(value: Any, row: Row) -> str:
@@ -98,16 +145,28 @@ COLUMNS: tuple[Column, ...] = (
         _fixed(".1f"),
         ".1f",
         numeric=True,
-        definition="images per second over all workers, mean of the measurement windows",
+        definition="images per second over all workers, mean over the point's runs",
     ),
     Column(
         "throughput_ci95_img_s",
         "±95%",
         _metric("throughput_ci95_img_s"),
-        _fixed(".1f"),
+        _ci,
         ".1f",
         numeric=True,
-        definition="half-width of its 95% confidence interval (Student t over windows)",
+        definition="half-width of its 95% confidence interval, Student t over runs "
+        "(w: over the windows of a single run, which are not independent)",
+    ),
+    Column(
+        "runs",
+        "runs",
+        _field("runs"),
+        numeric=True,
+        show="varying",
+        definition="independent runs of the point",
+    ),
+    Column(
+        "threads_per_worker", "thr/w", _field("threads_per_worker"), numeric=True, show="varying"
     ),
     Column(
         "step_time_p50_ms",
@@ -125,25 +184,67 @@ COLUMNS: tuple[Column, ...] = (
         _speedup,
         ".3f",
         numeric=True,
-        definition="img/s over the 1-worker baseline (*: that baseline is this row)",
+        definition="img/s over the baseline, [95% interval] (Fieller; *: the baseline is this row)",
+    ),
+    Column(
+        "speedup_ci95_low", "speedup low", _bound("speedup_ci95", 0), machine=".3f", show="exports"
+    ),
+    Column(
+        "speedup_ci95_high",
+        "speedup high",
+        _bound("speedup_ci95", 1),
+        machine=".3f",
+        show="exports",
     ),
     Column(
         "efficiency",
         "eff.",
         _field("efficiency"),
-        _percent(0),
+        _interval("efficiency_ci95", ".0f", 100, unit="%"),
         ".3f",
         numeric=True,
-        definition="speedup / workers",
+        definition="speedup / workers, in percent",
+    ),
+    Column(
+        "efficiency_ci95_low",
+        "eff. low",
+        _bound("efficiency_ci95", 0),
+        machine=".3f",
+        show="exports",
+    ),
+    Column(
+        "efficiency_ci95_high",
+        "eff. high",
+        _bound("efficiency_ci95", 1),
+        machine=".3f",
+        show="exports",
+    ),
+    Column(
+        "baseline",
+        "baseline",
+        _field("baseline"),
+        show="varying",
+        definition="the 1-worker point with the same threads per worker that speedup is over",
+    ),
+    Column(
+        "machine_speedup",
+        "vs 1×all",
+        _field("machine_speedup"),
+        _interval("machine_speedup_ci95", ".2f", unit="x"),
+        ".3f",
+        numeric=True,
+        show="present",
+        definition="img/s over the same machine used as 1 worker with every core",
     ),
     Column(
         "exposed_comm_fraction",
         "comm",
         _metric("exposed_comm_fraction"),
-        _percent(0),
+        _comm,
         ".3f",
         numeric=True,
-        definition="exposed communication, the share of a step not hidden behind computation",
+        definition="exposed communication, the share of a step not hidden behind computation "
+        "±95% (n.s.: not distinguishable from 0)",
     ),
     Column(
         "eval_accuracy",
@@ -164,6 +265,15 @@ COLUMNS: tuple[Column, ...] = (
         definition="seconds to the target accuracy",
         term="TTA",
     ),
+    Column(
+        "notes",
+        "notes",
+        _notes,
+        show="present",
+        definition="loaded: other processes used that share of the machine in a window "
+        "(docs/metrics.md, noise guard); oversubscribed: threads exceed the cores; "
+        "baseline threads differ: no 1-worker point had the same threads per worker",
+    ),
     Column("status", "status", _field("status"), _status),
     Column("run_id", "run_id", _field("run_id"), show="on_request"),
 )
@@ -181,6 +291,8 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
     caption: list[str] = []
     for column in COLUMNS:
         if column.show == "exports" or (column.show == "on_request" and not run_ids):
+            continue
+        if column.show == "present" and all(column.value(row) is None for row in rows):
             continue
         if column.show == "varying" and len({column.text(row) for row in rows}) <= 1:
             if rows:

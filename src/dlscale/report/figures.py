@@ -126,22 +126,26 @@ def throughput(rows: list[Row]) -> Figure | None:
         x_label="workers",
         y_label="images/s (all workers)",
         series=series,
-        note="Bands: 95% confidence interval over measurement windows. Dashed: the 1-worker "
-        "baseline times the number of workers.",
+        note="Bands: 95% confidence interval over runs (over windows for a point with a "
+        "single run). Dashed: the 1-worker baseline times the number of workers.",
     )
 
 
-def _lines(rows: list[Row], value: Any) -> list[Series]:
-    """One line per series of ``value(row)`` against workers, where the value exists."""
+def _lines(rows: list[Row], value: Any, interval: str | None = None) -> list[Series]:
+    """One line per series of ``value(row)`` against workers, where the value exists, with
+    the band ``row[interval]`` (low, high) where the row has one."""
     series = []
     for name, group in by_series(rows).items():
         pts = [r for r in group if value(r) is not None]
         if pts:
+            bands = [r.get(interval) if interval else None for r in pts]
             series.append(
                 Series(
                     name=name,
                     x=[r["config"]["workers"] for r in pts],
                     y=[value(r) for r in pts],
+                    low=[b[0] if b else None for b in bands] if interval else None,
+                    high=[b[1] if b else None for b in bands] if interval else None,
                     group=name,
                 )
             )
@@ -149,7 +153,7 @@ def _lines(rows: list[Row], value: Any) -> list[Series]:
 
 
 def speedup(rows: list[Row]) -> Figure | None:
-    series = _lines(rows, lambda r: r.get("speedup"))
+    series = _lines(rows, lambda r: r.get("speedup"), "speedup_ci95")
     if not series:
         return None
     most = max(max(s.x) for s in series)
@@ -160,12 +164,13 @@ def speedup(rows: list[Row]) -> Figure | None:
         x_label="workers",
         y_label="speedup over 1 worker",
         series=series,
-        note="Throughput over the 1-worker baseline (the plain model when measured).",
+        note="Throughput over the 1-worker baseline with the same threads per worker (the "
+        "plain model when measured); bands: 95% interval (Fieller, over runs).",
     )
 
 
 def efficiency(rows: list[Row]) -> Figure | None:
-    series = _lines(rows, lambda r: r.get("efficiency"))
+    series = _lines(rows, lambda r: r.get("efficiency"), "efficiency_ci95")
     if not series:
         return None
     return Figure(
@@ -175,7 +180,8 @@ def efficiency(rows: list[Row]) -> Figure | None:
         y_label="efficiency",
         series=series,
         y_percent=True,
-        note="Speedup divided by the number of workers; 100% is linear scaling.",
+        note="Speedup divided by the number of workers; 100% is linear scaling. Bands: 95% "
+        "interval.",
     )
 
 

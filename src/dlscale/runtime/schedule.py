@@ -10,8 +10,13 @@ owns *when* and *how* steps are timed, so every backend is measured the same way
   held-out data;
 * each step's time covers fetching the batch (input time) and the forward, backward and
   update; an engine that can only run whole windows (Keras ``fit``) is timed per window;
-* after everything else, the no-sync probe: the same steps without gradient synchronization,
-  where the engine can skip it, to measure exposed communication;
+* around each window, the noise guard's counters (:mod:`dlscale.runtime.load`): the process's
+  page faults, and on the first training rank the machine's busy and stolen CPU time and the
+  run's own; read outside the timed interval;
+* after everything else, the exposed-communication probe, where the engine can skip gradient
+  synchronization: synchronized and unsynchronized steps alternate (ABBA pairs), so that both
+  see the same machine, and each kind's step times go to their own window (``probe``,
+  ``nosync``);
 * records go to this process's events file (:mod:`dlscale.metrics.records`); the parent takes
   the maximum over ranks (:mod:`dlscale.metrics.aggregate`).
 """
@@ -29,6 +34,9 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from dlscale.metrics.records import Environment, Eval, Window
+from dlscale.runtime.allocator import loaded_allocator
+from dlscale.runtime.load import LoadSample, machine_cores, sample
+from dlscale.runtime.watchdog import local_parent
 
 if TYPE_CHECKING:
     from dlscale.runtime.context import WorkerContext
@@ -46,6 +54,9 @@ class Engine:
 
     times_steps = True
     """False: the engine runs whole windows (:meth:`train_window`); no per-step times."""
+    synchronizes = True
+    """False: the steps synchronize nothing (one process, no wrapper); exposed communication
+    is then 0 by definition, and no probe runs."""
     steps_per_epoch: int = 1
     has_eval: bool = False
 
@@ -91,8 +102,8 @@ class Engine:
         return {}
 
 
-def worker_environment(framework: dict[str, Any]) -> Environment:
-    """The process's own interpreter and package versions (never the parent's)."""
+def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) -> Environment:
+    """The process's own interpreter, package versions and allocator (never the parent's)."""
     packages = {}
     for name in PACKAGES:
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -102,6 +113,8 @@ def worker_environment(framework: dict[str, Any]) -> Environment:
         python_version=platform.python_version(),
         packages=packages,
         framework=framework,
+        synchronizes=synchronizes,
+        allocator=loaded_allocator(),
     )
 
 
@@ -109,7 +122,9 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
     """Warm-up, measured windows or epochs, evaluation and the no-sync probe, in that order."""
     cfg = ctx.config
     if ctx.rank == ctx.layout.training_ranks[0]:
-        ctx.events.write(worker_environment(engine.framework_facts()))
+        ctx.events.write(
+            worker_environment(engine.framework_facts(), synchronizes=engine.synchronizes)
+        )
     timer = _WindowTimer(ctx, engine)
     started = time.perf_counter()
     if cfg.epochs is None:
@@ -127,19 +142,20 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
                 warm = min(cfg.warmup_steps, steps - 1)
                 timer.untimed(batches, warm)
                 steps -= warm
-            timer.window(batches, steps, kind="measure", index=epoch, epoch=epoch)
+            timer.window(
+                batches,
+                steps,
+                kind="measure",
+                index=epoch,
+                epoch=epoch,
+                epoch_steps=engine.steps_per_epoch,
+            )
             if engine.has_eval:
                 _evaluate(ctx, engine, epoch=epoch + 1, started=started)
     if cfg.save_params and ctx.rank == ctx.layout.training_ranks[0]:
         engine.save_params()
-    no_sync = engine.no_sync()
-    if no_sync is not None and cfg.comm_probe_steps > 0:
-        # Same work without gradient synchronization, after every measured step (the replicas
-        # may drift apart here, which no longer matters). Its first step is a warm-up.
-        batches = _cycle(engine)
-        with no_sync:
-            timer.untimed(batches, 1)
-            timer.window(batches, cfg.comm_probe_steps, kind="nosync", index=0)
+    if engine.synchronizes and cfg.comm_probe_steps > 0 and engine.no_sync() is not None:
+        timer.probe(_cycle(engine), cfg.comm_probe_steps)
     engine.finish()
 
 
@@ -147,6 +163,10 @@ class _WindowTimer:
     def __init__(self, ctx: WorkerContext, engine: Engine) -> None:
         self.ctx, self.engine = ctx, engine
         self.batch = ctx.config.batch_per_worker * ctx.process.replicas
+        # The machine's counters are read by one rank (the first training rank): they are the
+        # machine's, not the process's; every rank counts its own page faults.
+        first = ctx.rank == ctx.layout.training_ranks[0]
+        self.root = local_parent() if first else None
 
     def untimed(self, batches: Iterator[Any], steps: int) -> None:
         if steps > 0:
@@ -159,6 +179,7 @@ class _WindowTimer:
         data_ms: list[float] | None = None
         engine.sync()
         engine.take_bytes_sent()  # reset: count only this window's traffic
+        before = sample(self.root)
         window_start = clock()
         if engine.times_steps:
             step_ms, data_ms, losses = [], [], []
@@ -176,6 +197,7 @@ class _WindowTimer:
             losses = engine.train_window(batches, steps)
             engine.sync()
         duration = clock() - window_start
+        after = sample(self.root)
         loss_sum: float | None = engine.loss_total(losses) if losses else 0.0
         finite = loss_sum is not None and math.isfinite(loss_sum)
         if not finite:
@@ -191,9 +213,65 @@ class _WindowTimer:
                 loss_count=len(losses),
                 loss_nonfinite=not finite,
                 bytes_sent=engine.take_bytes_sent(),
+                **_load_fields(before, after),
                 **fields,
             )
         )
+
+    def probe(self, batches: Iterator[Any], pairs: int) -> None:
+        """``pairs`` synchronized and ``pairs`` unsynchronized steps, alternating in ABBA
+        order (sync, no-sync, no-sync, sync, ...), after a warm-up step of each kind. The
+        replicas may drift apart here, which no longer matters: training is over."""
+        engine, clock = self.engine, time.perf_counter
+        times: dict[bool, list[float]] = {True: [], False: []}
+        losses: dict[bool, list[Any]] = {True: [], False: []}
+        order = [True, False]  # synchronized first
+        for pair in range(pairs + 1):
+            for synced in order if pair % 2 == 0 else order[::-1]:
+                batch = next(batches)
+                engine.sync()
+                start = clock()
+                with contextlib.nullcontext() if synced else _no_sync(engine):
+                    loss = engine.step(batch)
+                    engine.sync()
+                if pair:  # pair 0 warms both kinds up
+                    times[synced].append((clock() - start) * 1e3)
+                    losses[synced].append(loss)
+        for synced, kind in ((True, "probe"), (False, "nosync")):
+            self.ctx.events.write(
+                Window(
+                    kind=kind,
+                    index=0,
+                    steps=pairs,
+                    samples=pairs * self.batch,
+                    duration_s=sum(times[synced]) / 1e3,
+                    step_ms=times[synced],
+                    loss_sum=None,
+                    loss_count=0,
+                )
+            )
+
+
+def _no_sync(engine: Engine) -> contextlib.AbstractContextManager[Any]:
+    context = engine.no_sync()
+    assert context is not None  # probe() runs only for engines that have one
+    return context
+
+
+def _load_fields(before: LoadSample, after: LoadSample) -> dict[str, Any]:
+    """A window's load counters from the samples around it (``None`` where not read)."""
+    fields: dict[str, Any] = {"minor_faults": after.minor_faults - before.minor_faults}
+    if (
+        before.busy_s is not None
+        and after.busy_s is not None
+        and before.run_s is not None
+        and after.run_s is not None
+    ):
+        fields["machine_busy_s"] = after.busy_s - before.busy_s
+        fields["machine_steal_s"] = (after.steal_s or 0.0) - (before.steal_s or 0.0)
+        fields["run_cpu_s"] = after.run_s - before.run_s
+        fields["machine_cores"] = machine_cores()
+    return fields
 
 
 def _cycle(engine: Engine) -> Iterator[Any]:

@@ -74,18 +74,27 @@ def parent_alive(pid: int, start: int | None) -> bool:
     return is_alive(pid, start)
 
 
-def start_watchdog(environ: Mapping[str, str] | None = None) -> threading.Thread | None:
-    """Watch the parent named in ``environ`` (the process's environment by default) and kill
-    this process's group once it is gone; ``None`` (no watchdog) when no parent is named, or
-    one whose pid means another process here (another host, another pid namespace)."""
+def local_parent(environ: Mapping[str, str] | None = None) -> int | None:
+    """The pid of the dlscale process named in ``environ`` (the process's environment by
+    default); ``None`` when none is named, or one whose pid means another process here
+    (another host, another pid namespace)."""
     environ = os.environ if environ is None else environ
     try:
         pid = int(environ.get(PARENT_PID_ENV, ""))
     except ValueError:
         return None
-    if pid <= 0 or not hasattr(os, "killpg"):
+    if pid <= 0 or environ.get(PARENT_SCOPE_ENV) != pid_scope():
         return None
-    if environ.get(PARENT_SCOPE_ENV) != pid_scope():
+    return pid
+
+
+def start_watchdog(environ: Mapping[str, str] | None = None) -> threading.Thread | None:
+    """Watch the parent named in ``environ`` (the process's environment by default) and kill
+    this process's group once it is gone; ``None`` (no watchdog) when no parent is named, or
+    one whose pid means another process here (another host, another pid namespace)."""
+    environ = os.environ if environ is None else environ
+    pid = local_parent(environ)
+    if pid is None or not hasattr(os, "killpg"):
         return None
     start_text = environ.get(PARENT_START_ENV, "")
     start = int(start_text) if start_text.isdigit() else None

@@ -5,7 +5,8 @@ grouped by plug-in kind (``{"backend": {...}, "dataset": {...}, "launcher": {...
 (tables, figures, scaling, compare) see one flat mapping per run, core keys and options side by
 side, plus ``config_options`` with the grouping, so they can tell a backend's settings from the
 rest. Schema 3 renamed the windows of one run from ``repeats`` to ``windows`` (``repeats`` are
-independent runs now). Schema 1 (before plug-in options) stored every key flat; its plug-in keys are regrouped
+independent runs now). Schema 1 (before plug-in options) stored every key flat; its plug-in
+keys are regrouped
 here by what the backend and data set declare today.
 """
 

@@ -285,27 +285,39 @@ def _stale(lock: Path) -> bool:
     return not is_alive(pid, start if isinstance(start, int) else None)  # gone, zombie, reused
 
 
-def load_results(path: Path | str = DEFAULT_ROOT) -> pd.DataFrame:
-    """All runs in a results directory as a pandas DataFrame, one row per run.
+def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.DataFrame:
+    """All results in a results directory as a pandas DataFrame.
 
-    Columns: run_id, status, error, the resolved config keys, every metric of
-    docs/metrics.md (``None``/NaN where it does not apply), speedup, efficiency and
-    baseline_run_id (against the 1-worker point of the same configuration), and
-    environment columns (hostname, cpu_model, torch_version, dlscale_version, git_commit).
+    ``per="run"`` (default): one row per run, with its own metrics and its point's scaling;
+    ``per="point"``: one row per point, its runs combined (docs/metrics.md, "Runs and
+    points"): the throughput is the mean over runs and ``throughput_ci95_img_s`` its interval
+    over runs (``interval`` says ``runs``, or ``windows`` for a point with one run).
+
+    Columns: run_id (a point's: its first run's), status, error, the resolved config keys,
+    every metric of docs/metrics.md (``None``/NaN where it does not apply), runs, run_ids,
+    interval, speedup with speedup_ci95_low/high, efficiency with efficiency_ci95_low/high,
+    baseline and baseline_run_ids (the 1-worker point with the same threads per worker),
+    machine_speedup (over the whole machine as one worker, when measured), threads_per_worker,
+    oversubscribed, and environment columns (hostname, cpu_model, torch_version,
+    dlscale_version, git_commit).
     """
     import pandas as pd
 
     from dlscale.metrics.scaling import add_scaling
     from dlscale.plugins import load_plugins
 
+    if per not in ("run", "point"):
+        raise ValueError(f"per must be 'run' or 'point', got {per!r}")
     load_plugins()  # a plug-in's stored options and reference flags read like the built-ins
 
-    rows = add_scaling(RunStore(path).results())
+    rows = add_scaling(RunStore(path).results(), per=per)
     return pd.DataFrame([flatten(row) for row in rows])
 
 
 def flatten(row: dict[str, Any]) -> dict[str, Any]:
     """One flat record of a result: config keys, scalar metrics, scaling and environment."""
+    from dlscale.metrics.scaling import SCALING_KEYS
+
     config = row["config"]
     metrics = row.get("metrics") or {}
     env = row.get("environment") or {}
@@ -318,14 +330,16 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
     flat.update(config)
     flat["batch_size_per_worker"] = row.get("batch_size_per_worker")
     flat["global_batch_size"] = row.get("global_batch_size")
+    flat["threads_per_worker"] = row.get("threads_per_worker") or config.get("threads_per_worker")
+    flat["oversubscribed"] = row.get("oversubscribed")
     flat.update({k: v for k, v in metrics.items() if not isinstance(v, list | dict)})
-    for key in (
-        "speedup",
-        "efficiency",
-        "baseline_run_id",
-        "tta_speedup",
-        "statistical_efficiency",
-    ):
+    for key in SCALING_KEYS:
+        value = row.get(key)
+        if key.endswith("_ci95"):
+            flat[f"{key}_low"], flat[f"{key}_high"] = value if value else (None, None)
+        else:
+            flat[key] = value
+    for key in ("runs", "run_ids", "interval"):
         flat[key] = row.get(key)
     for key in ("hostname", "cpu_model", "torch_version", "dlscale_version", "git_commit"):
         flat[key] = env.get(key)

@@ -143,6 +143,7 @@ class ToyEngine(Engine):
         self.version = 0
         self.syncing = True
         self.sent = 0
+        self.synchronizes = server  # toy-single synchronizes nothing
         if server:
             self.sock = _connect(os.environ["TOY_SERVER"])
             _send(self.sock, HELLO, ctx.process.index)

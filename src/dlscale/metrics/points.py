@@ -1,0 +1,166 @@
+"""Runs of the same point, combined: the statistics that hold from one run to the next.
+
+A *point* is a configuration (every config key but the run labels and operational keys, see
+:data:`~dlscale.config.run_config.NOT_MATCHED_KEYS`) within a study; its *runs* are independent
+launches (``repeat_id``, ``dlscale run --repeats``). Windows inside one run share the processes, the
+warm caches and the allocator's state, so they are not independent repeats: a point's interval
+is taken over its runs' throughputs, and only a point with a single run falls back to its
+windows (``interval`` says which). Definitions: docs/metrics.md ("Runs and points").
+
+A point row has the shape of a run row (``config``, ``metrics``, ``status``, ``run_id``...),
+so tables, figures and exports read both; its ``metrics`` are the runs' combined.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.metrics.stats import mean_ci95
+
+Row = dict[str, Any]
+PointKey = tuple[tuple[str, Any], ...]
+
+MEAN_OVER_RUNS = (
+    "step_time_p50_ms",
+    "step_time_p95_ms",
+    "input_time_p50_ms",
+    "step_time_nosync_p50_ms",
+    "epoch_time_s",
+    "final_train_loss",
+    "eval_accuracy",
+    "time_to_accuracy_s",
+    "epochs_to_accuracy",
+    "page_faults_per_step",
+    "bytes_sent_per_step_model",
+    "bytes_sent_per_step_counted",
+    "gradient_bytes",
+    "staleness_mean",
+)
+"""Metrics a point reports as the mean over its runs (those that have them)."""
+
+
+def point_key(config: dict[str, Any]) -> PointKey:
+    """What makes two runs the same point: every config key but the run labels."""
+    return tuple(sorted((k, v) for k, v in config.items() if k not in NOT_MATCHED_KEYS))
+
+
+def run_throughputs(runs: Sequence[Row]) -> list[float]:
+    return [float(r["metrics"]["throughput_img_s"]) for r in runs]
+
+
+def window_throughputs(runs: Sequence[Row]) -> list[float]:
+    """Every window of every run, pooled (the finer view inside runs)."""
+    return [
+        float(w)
+        for r in runs
+        for w in (r["metrics"].get("throughput_windows_img_s") or [])
+        if w is not None
+    ]
+
+
+def samples(runs: Sequence[Row]) -> tuple[list[float], str]:
+    """The throughput samples a point's statistics use, and their kind: one per run when it
+    has two runs or more (``runs``), else its windows (``windows``)."""
+    if len(runs) >= 2:
+        return run_throughputs(runs), "runs"
+    return window_throughputs(runs) or run_throughputs(runs), "windows"
+
+
+def combine(results: Sequence[Row]) -> list[Row]:
+    """One row per point from its completed runs, and every run that did not complete as its
+    own row (never hidden); in the order the points' first runs appear."""
+    groups: dict[tuple[Any, Any, PointKey], list[Row]] = defaultdict(list)
+    order: list[tuple[str, Any]] = []
+    for row in results:
+        if row["status"] == "completed" and row["metrics"].get("throughput_img_s"):
+            key = (row.get("study"), row.get("framework"), point_key(row["config"]))
+            if key not in groups:
+                order.append(("point", key))
+            groups[key].append(row)
+        else:
+            order.append(("run", row))
+    return [_point(groups[item]) if kind == "point" else _single(item) for kind, item in order]
+
+
+def _single(row: Row) -> Row:
+    return {**row, "runs": 1, "run_ids": [row["run_id"]], "interval": None}
+
+
+def _point(runs: list[Row]) -> Row:
+    runs = sorted(runs, key=lambda r: (r["config"].get("repeat_id", 0), r.get("started_at") or 0))
+    first = runs[0]
+    values, kind = samples(runs)
+    mean, half = mean_ci95(values)
+    if kind == "runs":  # the point estimate is the mean of the runs' throughputs
+        mean = float(np.mean(values))
+    metrics: dict[str, Any] = {
+        **first["metrics"],  # histories and per-rank figures: the first run's
+        "throughput_img_s": mean,
+        "throughput_ci95_img_s": half,
+        "throughput_runs_img_s": run_throughputs(runs),
+        "throughput_windows_img_s": window_throughputs(runs),
+        "throughput_cv": _cv(run_throughputs(runs)),
+    }
+    for key in MEAN_OVER_RUNS:
+        present = [r["metrics"][key] for r in runs if r["metrics"].get(key) is not None]
+        metrics[key] = float(np.mean(present)) if present else None
+    metrics.update(_exposed(runs))
+    metrics.update(_noise(runs))
+    last = runs[-1]
+    return {
+        **first,
+        "metrics": metrics,
+        "runs": len(runs),
+        "run_ids": [r["run_id"] for r in runs],
+        "run_rows": runs,
+        "interval": kind,
+        "oversubscribed": any(r.get("oversubscribed") for r in runs),
+        "finished_at": last.get("finished_at"),
+    }
+
+
+def _cv(values: list[float]) -> float | None:
+    """Coefficient of variation of the runs' throughputs (sample standard deviation / mean)."""
+    if len(values) < 2:
+        return None
+    return float(np.std(values, ddof=1) / np.mean(values))
+
+
+def _exposed(runs: list[Row]) -> dict[str, Any]:
+    """Exposed communication over runs (Student t over the runs' fractions), or the single
+    run's own interval over its probe pairs."""
+    values = [r["metrics"].get("exposed_comm_fraction") for r in runs]
+    present = [v for v in values if v is not None]
+    if not present:
+        return {"exposed_comm_fraction": None}
+    if len(present) == 1:
+        (only,) = [r for r in runs if r["metrics"].get("exposed_comm_fraction") is not None]
+        return {
+            k: only["metrics"].get(k)
+            for k in ("exposed_comm_fraction", "exposed_comm_ci95", "exposed_comm_significant")
+        }
+    mean, half = mean_ci95(present)
+    if all(v == 0 for v in present):  # 0 by definition (nothing synchronized)
+        return {"exposed_comm_fraction": 0.0, "exposed_comm_significant": False}
+    return {
+        "exposed_comm_fraction": mean,
+        "exposed_comm_ci95": half,
+        "exposed_comm_significant": half is not None and abs(mean) > half,
+    }
+
+
+def _noise(runs: list[Row]) -> dict[str, Any]:
+    loads = [r["metrics"].get("outside_load_max") for r in runs]
+    steals = [r["metrics"].get("steal_max") for r in runs]
+    return {
+        "outside_load_max": max((v for v in loads if v is not None), default=None),
+        "steal_max": max((v for v in steals if v is not None), default=None),
+        "windows_loaded": sum(r["metrics"].get("windows_loaded") or 0 for r in runs),
+        "noisy": any(r["metrics"].get("noisy") for r in runs),
+        "runs_noisy": sum(1 for r in runs if r["metrics"].get("noisy")),
+    }

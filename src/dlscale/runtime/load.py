@@ -1,0 +1,97 @@
+"""The machine's load around a measurement window: the noise guard's raw numbers.
+
+A window's throughput is only the engine's if nothing else competed for the machine. Linux
+says how busy every CPU was (``/proc/stat``: user, nice, system, irq and softirq time, and the
+time a hypervisor gave the virtual CPU to another guest, *steal*) and how much CPU each
+process used (``/proc/<pid>/stat`` fields 14 and 15, utime and stime, every thread included).
+The run's own CPU time is that of the dlscale parent and every process below it; the rest of
+the machine's busy time is *outside load*. Definitions and the threshold: docs/metrics.md
+("Noise guard"). Page faults are the process's own (``getrusage``), read by every rank.
+
+Without /proc (not Linux) or without the parent's pid (a worker not started by dlscale),
+the machine figures are ``None``; the page faults are still counted.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlscale.runtime.procfs import HAS_PROC, stat_fields
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    minor_faults: int
+    """This process's minor page faults so far."""
+    busy_s: float | None = None
+    """CPU seconds every CPU of the machine spent busy (not idle, not waiting for I/O, not
+    stolen) since boot."""
+    steal_s: float | None = None
+    """CPU seconds the hypervisor ran something else on this machine's virtual CPUs."""
+    run_s: float | None = None
+    """CPU seconds used by the run: the dlscale parent and every process below it."""
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """``(busy_s, steal_s)`` summed over every CPU since boot, from the ``cpu`` line."""
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq) * _TICK_S, steal * _TICK_S
+
+
+def tree_cpu(root: int) -> float | None:
+    """CPU seconds (user + system, every thread) of ``root`` and all its descendants that are
+    running now; ``None`` if ``root`` is not running."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = stat_fields(int(entry.name))
+        if fields is None or len(fields) < 13:
+            continue
+        try:
+            parents[int(entry.name)] = int(fields[1])
+            times[int(entry.name)] = (int(fields[11]) + int(fields[12])) * _TICK_S
+        except ValueError:
+            continue
+    if root not in times:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def sample(root: int | None) -> LoadSample:
+    """The counters now: own page faults always; the machine's and the run's CPU time when
+    ``root`` (the dlscale parent's pid) is given and /proc exists."""
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    if root is None or not HAS_PROC:
+        return LoadSample(minor_faults=faults)
+    machine = machine_cpu()
+    run = tree_cpu(root)
+    if machine is None or run is None:
+        return LoadSample(minor_faults=faults)
+    return LoadSample(minor_faults=faults, busy_s=machine[0], steal_s=machine[1], run_s=run)
+
+
+def machine_cores() -> int:
+    """CPUs /proc/stat sums over (all of the machine's, not only this process's affinity)."""
+    return os.cpu_count() or 1

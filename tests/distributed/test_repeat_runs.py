@@ -1,0 +1,91 @@
+"""Independent runs of real worker processes: interleaved rounds, the stopping rule, the noise
+guard's counters and exposed communication at one worker."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlscale.config import RunConfig
+from dlscale.metrics.stats import ratio_ci95
+from dlscale.runner import run_point
+from dlscale.store import RunStore
+
+pytestmark = pytest.mark.dist
+
+TINY = ["--model", "tiny", "--steps", "2", "--windows", "2", "--warmup-steps", "1"]
+
+
+def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_path: Path, cli):
+    results = tmp_path / "res"
+    run = cli(
+        "run",
+        "--backend",
+        "torch-single,torch-ddp",
+        "--workers",
+        "1",
+        *TINY,
+        "--repeats",
+        "2",
+        "--target-ci",
+        "0.001",  # unreachable: the rule runs until max_repeats
+        "--max-repeats",
+        "3",
+        "--set",
+        "machine_reference=false",
+        "--json",
+        "--results",
+        str(results),
+    )
+    assert run.returncode == 0, run.stderr
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    runs = [r for r in lines if r["kind"] == "run"]
+    # rounds 0 and 2 in study order, round 1 reversed: the baseline is not always first
+    assert [(r["backend"], r["repeat_id"]) for r in runs] == [
+        ("torch-single", 0),
+        ("torch-ddp", 0),
+        ("torch-ddp", 1),
+        ("torch-single", 1),
+        ("torch-single", 2),
+        ("torch-ddp", 2),
+    ]
+    assert len({r["run_id"] for r in runs}) == 6  # each run its own directory and processes
+    points = [r for r in lines if r["kind"] == "point"]
+    assert [(p["backend"], p["runs"], p["interval"]) for p in points] == [
+        ("torch-single", 3, "runs"),
+        ("torch-ddp", 3, "runs"),
+    ]
+    single, ddp = points
+    mean = sum(single["throughput_runs_img_s"]) / 3
+    assert single["throughput_img_s"] == pytest.approx(mean)
+    assert ddp["baseline_run_ids"] == single["run_ids"]
+    # recomputed from the runs' throughputs (Fieller over runs; None when the baseline's runs
+    # scatter too much for a bounded interval)
+    _, interval = ratio_ci95(ddp["throughput_runs_img_s"], single["throughput_runs_img_s"])
+    assert ddp["speedup_ci95"] == (None if interval is None else pytest.approx(list(interval)))
+    assert ddp["speedup"] == pytest.approx(ddp["throughput_img_s"] / single["throughput_img_s"])
+    assert "after 3 runs (max_repeats)" in run.stderr.splitlines()[-1]
+    stored = json.loads((results / runs[0]["run_id"] / "result.json").read_text())
+    metrics = stored["metrics"]
+    assert metrics["page_faults_per_step"] is not None and metrics["page_faults_per_step"] >= 0
+    assert metrics["outside_load_max"] is not None  # the machine's counters were read
+    assert stored["environment"]["worker"]["synchronizes"] is False
+
+
+def test_a_one_worker_run_reads_exposed_communication_within_noise_of_zero(tmp_path: Path):
+    """DDP at one worker synchronizes with nobody: the probe's pairs must not show a cost."""
+    cfg = RunConfig.make(
+        backend="torch-ddp",
+        model="resnet20",
+        batch_size=16,
+        workers=1,
+        steps=1,
+        windows=1,
+        warmup_steps=1,
+        comm_probe_steps=8,
+    )
+    outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
+    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    metrics = outcome.result["metrics"]
+    fraction, half = metrics["exposed_comm_fraction"], metrics["exposed_comm_ci95"]
+    assert half is not None and abs(fraction) <= max(half, 0.05), (fraction, half)
