@@ -4,10 +4,13 @@ Each round starts one fresh process per data path (the order flips every round) 
 several ``--allocators``, per memory allocator. A process does what a torch-single worker does:
 the data set's loader (``cifar10`` reads the official binary files, ``synthetic`` draws one
 batch), the torch adapter, ``build_model`` and SGD with the run's seed, ``--warmup`` steps, then
-``--steps`` measured steps. Per path it reports the median step time, images per second, the
-minor page faults and the system CPU time of a step (``getrusage``: what the kernel did for the
-step, e.g. zero-filling pages the allocator gave back), and the form of the batches (dtype,
-shape, contiguity, channels_last, mean and standard deviation).
+``--steps`` measured steps. Per path it reports images per second, the median CPU time of a
+step (user + system over every thread: less sensitive than wall time to other processes on a
+shared machine, and with ``--threads 1`` free of idle threads spinning), the median minor page
+faults and the mean system CPU time of a step (``getrusage``: what the kernel did for the step,
+e.g. zero-filling pages the allocator gave back), and the form of the batches (dtype, shape,
+contiguity, channels_last, mean and standard deviation). The ratios, real over synthetic, are
+taken within each round for throughput and for 1 / CPU time.
 
 The allocator is set as the ``allocator`` key sets it (:func:`dlscale.runtime.allocator.
 allocator_env`): ``system`` leaves glibc's dynamic mmap and trim thresholds to the history of
@@ -88,12 +91,13 @@ def child(path: str, args: argparse.Namespace) -> None:
     step(first)
     for _ in range(args.warmup - 1):
         step(next(batches))
-    times, faults, system = [], [], []
+    times, cpu, faults, system = [], [], [], []
     for _ in range(args.steps):
         before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         step(next(batches))
         elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
         times.append(elapsed)
+        cpu.append(_cpu(after) - _cpu(before))
         faults.append(after.ru_minflt - before.ru_minflt)
         system.append(after.ru_stime - before.ru_stime)
     print(
@@ -102,6 +106,7 @@ def child(path: str, args: argparse.Namespace) -> None:
                 "path": path,
                 "img_s": 64 * len(times) / sum(times),
                 "step_ms": 1000 * statistics.median(times),
+                "cpu_ms": 1000 * statistics.median(cpu),
                 "faults_per_step": statistics.median(faults),
                 "faults_per_step_max": max(faults),
                 "sys_ms_per_step": 1000 * statistics.mean(system),
@@ -109,6 +114,10 @@ def child(path: str, args: argparse.Namespace) -> None:
             }
         )
     )
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_child(path: str, allocator: str, args: argparse.Namespace) -> dict:
@@ -134,6 +143,14 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
         *("--steps", str(args.steps), "--warmup", str(args.warmup)),
         *("--threads", str(args.threads)),
     ]
+
+
+def _line(result: dict) -> str:
+    return (
+        f"{result['img_s']:7.1f} img/s  step {result['step_ms']:7.1f} ms  "
+        f"cpu {result['cpu_ms']:7.1f} ms  faults/step {result['faults_per_step']:8.0f}  "
+        f"sys {result['sys_ms_per_step']:6.1f} ms/step"
+    )
 
 
 def main() -> int:
@@ -164,34 +181,28 @@ def main() -> int:
         f"{args.steps} measured steps, {args.rounds} rounds, allocators {', '.join(allocators)}"
     )
     runs: dict[tuple[str, str], list[dict]] = {(a, p): [] for a in allocators for p in PATHS}
-    ratios: dict[str, list[float]] = {a: [] for a in allocators}
     for round_index in range(args.rounds):
         order = [(a, p) for a in allocators for p in PATHS]
         for allocator, path in order[:: -1 if round_index % 2 else 1]:
             result = run_child(path, allocator, args)
             runs[allocator, path].append(result)
-            print(
-                f"round {round_index} {allocator:12} {path:9} {result['img_s']:7.1f} img/s  "
-                f"step {result['step_ms']:7.1f} ms  faults/step {result['faults_per_step']:8.0f}"
-                f"  sys {result['sys_ms_per_step']:6.1f} ms/step",
-                flush=True,
-            )
-        for allocator in allocators:
-            real, synthetic = (runs[allocator, p][-1]["img_s"] for p in PATHS)
-            ratios[allocator].append(real / synthetic)
+            print(f"round {round_index} {allocator:12} {path:9} {_line(result)}", flush=True)
     print()
     for (allocator, path), results in runs.items():
-        print(
-            f"{allocator:12} {path:9} median {statistics.median(r['img_s'] for r in results):7.1f}"
-            f" img/s  faults/step {statistics.median(r['faults_per_step'] for r in results):8.0f}"
-            f"  sys {statistics.median(r['sys_ms_per_step'] for r in results):6.1f} ms/step  "
-            f"batches {results[0]['form']}"
-        )
-    for allocator, values in ratios.items():
-        rounds = ", ".join(f"{v:.3f}" for v in values)
-        print(
-            f"{allocator:12} cifar10 / synthetic: median {statistics.median(values):.3f} ({rounds})"
-        )
+        numbers = [key for key, value in results[0].items() if isinstance(value, int | float)]
+        median = {key: statistics.median(r[key] for r in results) for key in numbers}
+        print(f"{allocator:12} {path:9} median {_line(median)}  batches {results[0]['form']}")
+    for allocator in allocators:
+        real, synthetic = runs[allocator, "cifar10"], runs[allocator, "synthetic"]
+        for what, ratios in (
+            ("img/s", [r["img_s"] / s["img_s"] for r, s in zip(real, synthetic, strict=True)]),
+            ("1/cpu", [s["cpu_ms"] / r["cpu_ms"] for r, s in zip(real, synthetic, strict=True)]),
+        ):
+            rounds = ", ".join(f"{v:.3f}" for v in ratios)
+            print(
+                f"{allocator:12} cifar10 / synthetic ({what}): "
+                f"median {statistics.median(ratios):.3f} ({rounds})"
+            )
     return 0
 
 

@@ -12,6 +12,10 @@ have() {  # known to the loader's cache, or in a library directory
 if have libjemalloc.so.2 && have libtcmalloc_minimal.so.4; then
     exit 0
 fi
+if ! command -v apt-get >/dev/null; then
+    echo "no apt-get here: install jemalloc (libjemalloc.so.2) and gperftools' tcmalloc (libtcmalloc_minimal.so.4) with this system's package manager" >&2
+    exit 1
+fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || { echo "install libjemalloc2 and libtcmalloc-minimal4 (Debian) as root" >&2; exit 1; }

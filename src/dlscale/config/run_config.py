@@ -105,7 +105,7 @@ class RunConfig:
         metadata=_doc("rank 0 saves the trained parameters (final_params.*)", kind=OPERATIONAL),
     )
     allocator: str = field(
-        default="system",
+        default="glibc-tuned",
         metadata=_doc(
             "memory allocator of the workers: system (glibc as is), glibc-tuned (fixed mmap and "
             "trim thresholds), jemalloc or tcmalloc (preloaded; docs/benchmarks.md)"
