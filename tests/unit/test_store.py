@@ -258,6 +258,8 @@ def test_results_of_schema_1_read_into_the_current_shape():
     assert "bucket_mb" not in single["config"]  # torch-single never had it
     assert "ps_mode" not in ddp["config"] and "mode" not in ddp["config"]
     assert ddp["config"]["threads_per_worker"] is None  # a core key, read as before
+    assert ddp["config"]["allocator"] == "system"  # written before the key: glibc as is
+    assert ddp["config"]["windows"] == 3  # schema 3 renamed a run's repeats
     from dlscale.metrics.scaling import add_scaling
 
     scaled = {r["run_id"]: r for r in add_scaling(rows)}

@@ -160,8 +160,10 @@ def read_view(document: dict[str, Any], schema: int) -> dict[str, Any]:
         document.setdefault("framework", _framework(config.get("backend")))
     else:
         grouped = config.pop("options", None) or {}
-    if schema < 3 and "repeats" in config:  # schema 3 renamed a run's windows
-        config.setdefault("windows", config.pop("repeats"))
+    if schema < 3:
+        if "repeats" in config:  # schema 3 renamed a run's windows
+            config.setdefault("windows", config.pop("repeats"))
+        config.setdefault("allocator", "system")  # before the key: glibc as is
     defaults = {k: v for k, v in config_defaults().items() if k != "options"}
     flat = {**defaults, **config}
     for group in grouped.values():
