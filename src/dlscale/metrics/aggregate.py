@@ -40,6 +40,7 @@ def aggregate(
     clean = [w for w in every if not w["loaded"]]
     measure = clean or every
     out["windows"] = len(measure)
+    out["windows_recorded"] = len(every)
     if measure:
         per_window = [w["samples"] / w["duration_s"] for w in measure]
         out["throughput_img_s"], out["throughput_ci95_img_s"] = mean_ci95(per_window)
@@ -107,6 +108,7 @@ METRIC_KEYS = (
     "outside_load_max",
     "steal_max",
     "windows_loaded",
+    "windows_recorded",
     "noisy",
     "epoch_time_s",
     "final_train_loss",
