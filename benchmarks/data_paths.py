@@ -17,13 +17,19 @@ allocator_env`): ``system`` leaves glibc's dynamic mmap and trim thresholds to t
 the process, which the loader is part of; ``glibc-tuned`` fixes them. Findings and numbers:
 docs/benchmarks.md ("Real data against synthetic data").
 
+``--paired`` runs both paths in one process instead, their steps alternated (A B B A), and
+gives the throughput ratio over pairs of steps: the machine's drift between processes, larger
+than the effect sought, cancels within a pair.
+
 Usage: python benchmarks/data_paths.py [--rounds 3] [--allocators system,glibc-tuned]
            [--steps 12] [--warmup 3] [--model resnet44] [--data-dir DIR]
+           [--paths cifar10,synthetic,...] [--paired]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -34,11 +40,16 @@ import tempfile
 import time
 from pathlib import Path
 
-PATHS = ("cifar10", "synthetic")
+PATHS = ("cifar10", "synthetic", "cifar10-fixed", "synthetic-copy", "synthetic-pool")
+"""The two data paths, and variants that take them apart: ``cifar10-fixed`` feeds the first
+CIFAR-10 batch at every step (as synthetic data does), ``synthetic-copy`` feeds the synthetic
+batch from memory torch allocated (numpy's is aligned differently), ``synthetic-pool`` cycles
+through 8 different random batches (values like synthetic data, a new batch every step)."""
 
 
-def child(path: str, args: argparse.Namespace) -> None:
-    """One data path in this process; prints one JSON line."""
+def trainer(path: str, args: argparse.Namespace):
+    """A torch-single worker's model, optimizer and batches for one of :data:`PATHS`: the
+    ``step`` function, the batch iterator and the form of the first batch."""
     import torch
     import torch.nn.functional as F
 
@@ -49,16 +60,17 @@ def child(path: str, args: argparse.Namespace) -> None:
     from dlscale.models import MODELS
 
     torch.set_num_threads(args.threads)
+    dataset = path.split("-")[0]
     cfg = RunConfig.make(
         model=args.model,
-        dataset=path,
-        data_dir=args.data_dir if path == "cifar10" else None,
+        dataset=dataset,
+        data_dir=args.data_dir if dataset == "cifar10" else None,
         batch_size=64,
         workers=1,
     )
     spec = MODELS.get(cfg.model)
     data = to_torch(
-        DATASETS.get(path).load(
+        DATASETS.get(dataset).load(
             cfg,
             shard=0,
             shards=1,
@@ -69,16 +81,17 @@ def child(path: str, args: argparse.Namespace) -> None:
     )
     model = build_model(cfg)
     optimizer = sgd(model.parameters(), cfg)
+    batches = _variant(
+        path, itertools.chain.from_iterable(map(data.train_batches, itertools.count()))
+    )
 
-    def step(batch: tuple[torch.Tensor, torch.Tensor]) -> None:  # TorchEngine.step, eager
-        x, y = batch
+    def step() -> None:  # TorchEngine.step, eager, with the batch taken inside the step
+        x, y = next(batches)
         model.zero_grad(set_to_none=True)
         F.cross_entropy(model(x.to(memory_format=torch.contiguous_format)), y).backward()
         optimizer.step()
 
-    batches = data.train_batches(0)
-    first = next(batches)
-    images = first[0]
+    images, labels = next(_variant(path, data.train_batches(0)))
     form = {
         "dtype": str(images.dtype).removeprefix("torch."),
         "shape": list(images.shape),
@@ -86,15 +99,20 @@ def child(path: str, args: argparse.Namespace) -> None:
         "channels_last": images.is_contiguous(memory_format=torch.channels_last),
         "mean": round(float(images.mean()), 3),
         "std": round(float(images.std()), 3),
-        "labels": str(first[1].dtype).removeprefix("torch."),
+        "labels": str(labels.dtype).removeprefix("torch."),
     }
-    step(first)
-    for _ in range(args.warmup - 1):
-        step(next(batches))
+    return step, form
+
+
+def child(path: str, args: argparse.Namespace) -> None:
+    """One data path in this process; prints one JSON line."""
+    step, form = trainer(path, args)
+    for _ in range(args.warmup):
+        step()
     times, cpu, faults, system = [], [], [], []
     for _ in range(args.steps):
         before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        step(next(batches))
+        step()
         elapsed, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
         times.append(elapsed)
         cpu.append(_cpu(after) - _cpu(before))
@@ -114,6 +132,48 @@ def child(path: str, args: argparse.Namespace) -> None:
             }
         )
     )
+
+
+def paired(args: argparse.Namespace) -> None:
+    """Both data paths in one process, their steps alternated A B B A: the machine's drift from
+    one process (or minute) to the next, several times the effect sought, falls on both sides
+    of every pair. Prints each pair's ratio of step times, synthetic over cifar10 (= the
+    throughput ratio cifar10 / synthetic), with the mean and its 95% interval over pairs."""
+    from dlscale.metrics.stats import mean_ci95
+
+    steps = {path: trainer(path, args)[0] for path in ("cifar10", "synthetic")}
+    for _ in range(args.warmup):
+        for step in steps.values():
+            step()
+    ratios, faults = [], {path: 0 for path in steps}
+    for pair in range(args.steps):
+        order = ("cifar10", "synthetic") if pair % 2 == 0 else ("synthetic", "cifar10")
+        took = {}
+        for path in order:
+            before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            steps[path]()
+            took[path] = time.perf_counter() - start
+            faults[path] += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before.ru_minflt
+        ratios.append(took["synthetic"] / took["cifar10"])
+    mean, half = mean_ci95(ratios)
+    per_step = {path: count / args.steps for path, count in faults.items()}
+    print(json.dumps({"ratio": mean, "half": half, "pairs": len(ratios), "faults": per_step}))
+
+
+def _variant(path: str, batches):
+    """The batches of one of :data:`PATHS`."""
+    import torch
+
+    if path in ("cifar10", "synthetic"):
+        return batches
+    x, y = next(batches)
+    if path == "cifar10-fixed":
+        return itertools.repeat((x, y))
+    if path == "synthetic-copy":
+        return itertools.repeat((x.clone(), y.clone()))
+    generator = torch.Generator().manual_seed(0)
+    pool = [(torch.randn(x.shape, generator=generator), y) for _ in range(8)]
+    return itertools.cycle(pool)
 
 
 def _cpu(usage: resource.struct_rusage) -> float:
@@ -157,17 +217,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--allocators", default="system,glibc-tuned")
+    parser.add_argument("--paths", default="cifar10,synthetic", help=f"of {', '.join(PATHS)}")
     parser.add_argument("--model", default="resnet44")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--data-dir", type=Path, default=None, help="CIFAR-10 binary files")
-    parser.add_argument("--child", choices=PATHS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--paired", action="store_true", help="both paths in one process, steps alternated"
+    )
+    parser.add_argument("--child", choices=(*PATHS, "paired"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.warmup < 1 or args.steps < 1:
         parser.error("--warmup and --steps must be at least 1")
     if args.child:
-        child(args.child, args)
+        paired(args) if args.child == "paired" else child(args.child, args)
         return 0
     if args.data_dir is None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -176,33 +240,52 @@ def main() -> int:
         args.data_dir = Path(tempfile.mkdtemp(prefix="dlscale-data-paths-")) / "cifar10"
         _write_cifar10(args.data_dir)
     allocators = [a for a in args.allocators.split(",") if a]
+    if args.paired:
+        print(f"# {args.model}, batch 64, {args.threads} threads, {args.steps} pairs of steps")
+        for allocator in allocators:
+            r = run_child("paired", allocator, args)
+            print(
+                f"{allocator:12} paired steps in one process: cifar10 / synthetic throughput "
+                f"{r['ratio']:.3f} [{r['ratio'] - r['half']:.3f}, {r['ratio'] + r['half']:.3f}] "
+                f"(95% over {r['pairs']} pairs); page faults per step: cifar10 "
+                f"{r['faults']['cifar10']:.0f}, synthetic {r['faults']['synthetic']:.0f}"
+            )
+        return 0
+    paths = [p for p in args.paths.split(",") if p]
+    if "synthetic" not in paths or not set(paths) <= set(PATHS):
+        parser.error(f"--paths: synthetic and any of {', '.join(PATHS)}")
     print(
         f"# {args.model}, batch 64, {args.threads} threads, {args.warmup} warm-up + "
         f"{args.steps} measured steps, {args.rounds} rounds, allocators {', '.join(allocators)}"
     )
-    runs: dict[tuple[str, str], list[dict]] = {(a, p): [] for a in allocators for p in PATHS}
+    runs: dict[tuple[str, str], list[dict]] = {(a, p): [] for a in allocators for p in paths}
     for round_index in range(args.rounds):
-        order = [(a, p) for a in allocators for p in PATHS]
+        order = [(a, p) for a in allocators for p in paths]
         for allocator, path in order[:: -1 if round_index % 2 else 1]:
             result = run_child(path, allocator, args)
             runs[allocator, path].append(result)
-            print(f"round {round_index} {allocator:12} {path:9} {_line(result)}", flush=True)
+            print(f"round {round_index} {allocator:12} {path:14} {_line(result)}", flush=True)
     print()
     for (allocator, path), results in runs.items():
         numbers = [key for key, value in results[0].items() if isinstance(value, int | float)]
         median = {key: statistics.median(r[key] for r in results) for key in numbers}
-        print(f"{allocator:12} {path:9} median {_line(median)}  batches {results[0]['form']}")
+        print(f"{allocator:12} {path:14} median {_line(median)}  batches {results[0]['form']}")
     for allocator in allocators:
-        real, synthetic = runs[allocator, "cifar10"], runs[allocator, "synthetic"]
-        for what, ratios in (
-            ("img/s", [r["img_s"] / s["img_s"] for r, s in zip(real, synthetic, strict=True)]),
-            ("1/cpu", [s["cpu_ms"] / r["cpu_ms"] for r, s in zip(real, synthetic, strict=True)]),
-        ):
-            rounds = ", ".join(f"{v:.3f}" for v in ratios)
-            print(
-                f"{allocator:12} cifar10 / synthetic ({what}): "
-                f"median {statistics.median(ratios):.3f} ({rounds})"
-            )
+        synthetic = runs[allocator, "synthetic"]
+        for path in (p for p in paths if p != "synthetic"):
+            other = runs[allocator, path]
+            for what, ratios in (
+                ("img/s", [r["img_s"] / s["img_s"] for r, s in zip(other, synthetic, strict=True)]),
+                (
+                    "1/cpu",
+                    [s["cpu_ms"] / r["cpu_ms"] for r, s in zip(other, synthetic, strict=True)],
+                ),
+            ):
+                rounds = ", ".join(f"{v:.3f}" for v in ratios)
+                print(
+                    f"{allocator:12} {path} / synthetic ({what}): "
+                    f"median {statistics.median(ratios):.3f} ({rounds})"
+                )
     return 0
 
 

@@ -187,4 +187,3 @@ def test_stopping_dlscale_stops_its_workers(tmp_path: Path):
     assert proc.returncode == 130
     assert not alive(pids[0]) and not alive(pids[1])
     assert not list(results.glob("*/lock"))  # the point can be rerun
-
