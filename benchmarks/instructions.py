@@ -1,4 +1,5 @@
-"""dlscale's cost per training step in user-space instructions, counted by ``perf stat``.
+"""dlscale's cost per training step in user-space instructions, counted by ``perf stat`` (or,
+where the machine has no hardware counters, by valgrind).
 
 Wall time on a shared machine scatters by several percent; the number of instructions a
 process executes in user space does not (the kernel's work, e.g. for page faults, which varies
@@ -19,12 +20,21 @@ imports, the model's construction, the per-window bookkeeping) cancels in
 The bare loop and dlscale compute the same steps from the same weights and batch, which the
 equal sums of their losses show (printed). Everything is measured ``--repeats`` times.
 
+``--counter valgrind`` counts with valgrind's cachegrind instead (``--cache-sim=no``: the
+instructions executed, ``Ir``, with no cache model), in software: exact and repeatable without
+a PMU, about 20 to 50 times slower, and only ``instructions:u`` (no cycles). Valgrind shows
+the program its own CPU, without AVX-512, so oneDNN picks AVX2 kernels and the bare step
+counts more instructions than on the real CPU; the overhead is then a fraction of a larger
+step, and the absolute instructions dlscale adds per step are the figure to carry over.
+``--counter auto`` (default) takes perf where it can count, else valgrind where installed.
+
 Usage: python benchmarks/instructions.py [--n1 4] [--n2 12] [--repeats 2] [--model resnet44]
+           [--counter auto|perf|valgrind]
 Prints the per-step counts of both, each repeat's overhead (dlscale / bare - 1) and the mean;
-exits 1 if the mean instruction overhead exceeds --max-overhead (0.5%). Where perf is missing
-or cannot count (no PMU, perf_event_paranoid), it says so in one line, prints NOT MEASURED and
-exits 0: no verdict, not a pass. Exit 2: a run failed, or the repeats disagree by more than
-the target (no verdict).
+exits 1 if the mean instruction overhead exceeds --max-overhead (0.5%). Where neither counter
+can count (perf: no PMU, perf_event_paranoid; valgrind not installed), it says so in one line,
+prints NOT MEASURED and exits 0: no verdict, not a pass. Exit 2: a run failed, or the repeats
+disagree by more than the target (no verdict).
 """
 
 from __future__ import annotations
@@ -46,7 +56,9 @@ GATED = "instructions:u"
 """The event the overhead target applies to; cycles are printed, not gated (they depend on
 the machine's state: caches, frequency, other tenants)."""
 PARANOID = Path("/proc/sys/kernel/perf_event_paranoid")
-INSTALL = "scripts/install-perf.sh (Debian: apt-get install linux-perf; Ubuntu: linux-tools)"
+INSTALL = "scripts/install-counters.sh (Debian: apt-get install linux-perf; Ubuntu: linux-tools)"
+VALGRIND_INSTALL = "scripts/install-counters.sh, or apt-get install valgrind"
+VALGRIND_TIMEOUT_S = 7200
 RUN_TIMEOUT_S = 1800
 LOSS_RTOL = 1e-9
 
@@ -138,10 +150,62 @@ def _event_name(field: str) -> str:
     return field
 
 
+class Perf:
+    """``perf stat`` of the hardware counters."""
+
+    name = "perf"
+    suffix = "perf.csv"
+
+    def __init__(self, perf: str, events: tuple[str, ...]) -> None:
+        self.perf, self.events = perf, events
+
+    def argv(self, out: Path) -> list[str]:
+        return [self.perf, "stat", "-x,", "-e", ",".join(self.events), "-o", str(out), "--"]
+
+    def parse(self, text: str) -> dict[str, float]:
+        return parse_perf_csv(text, self.events)
+
+
+class Valgrind:
+    """valgrind's cachegrind without its cache model: the user-space instructions executed."""
+
+    name = "valgrind"
+    suffix = "cachegrind.out"
+    events = (GATED,)
+
+    def __init__(self, valgrind: str) -> None:
+        self.valgrind = valgrind
+
+    def argv(self, out: Path) -> list[str]:
+        return [
+            self.valgrind,
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--branch-sim=no",
+            f"--cachegrind-out-file={out}",
+        ]
+
+    def parse(self, text: str) -> dict[str, float]:
+        return parse_cachegrind(text)
+
+
+def parse_cachegrind(text: str) -> dict[str, float]:
+    """The instructions (``Ir``) of a cachegrind output file's ``events:`` and ``summary:``."""
+    names = values = None
+    for line in text.splitlines():
+        if line.startswith("events:"):
+            names = line.split()[1:]
+        elif line.startswith("summary:"):
+            values = line.split()[1:]
+    if not names or not values or "Ir" not in names:
+        raise NotMeasurable("cachegrind wrote no Ir summary")
+    return {GATED: float(values[names.index("Ir")])}
+
+
 class Bench:
-    def __init__(self, args: argparse.Namespace, perf: str, work: Path) -> None:
-        self.args, self.perf, self.work = args, perf, work
-        self.events: tuple[str, ...] = tuple(args.events.split(","))
+    def __init__(self, args: argparse.Namespace, counter: Perf | Valgrind, work: Path) -> None:
+        self.args, self.counter, self.work = args, counter, work
+        self.events: tuple[str, ...] = counter.events
         self.env = {
             **os.environ,
             "OMP_NUM_THREADS": "1",
@@ -151,18 +215,15 @@ class Bench:
         self.runs = 0
         self._pinned: list[str] | None = None
 
-    def _perf_argv(self, out: Path) -> list[str]:
-        return [self.perf, "stat", "-x,", "-e", ",".join(self.events), "-o", str(out), "--"]
-
     def _out(self, tag: str) -> Path:
         self.runs += 1
-        return self.work / f"{self.runs:02d}-{tag}.perf.csv"
+        return self.work / f"{self.runs:02d}-{tag}.{self.counter.suffix}"
 
     def bare(self, steps: int) -> Count:
         a = self.args
         out = self._out(f"bare-{steps}")
         cmd = [
-            *self._perf_argv(out),
+            *self.counter.argv(out),
             sys.executable,
             str(HERE / "bare_loop.py"),
             "--dlscale-data",
@@ -185,11 +246,12 @@ class Bench:
         a = self.args
         out = self._out(f"dlscale-{steps}")
         wrapper = self.work / f"python-{self.runs:02d}.sh"
-        perf_cmd = " ".join(_sh_quote(part) for part in self._perf_argv(out))
+        counter_cmd = " ".join(_sh_quote(part) for part in self.counter.argv(out))
         wrapper.write_text(
             "#!/bin/sh\n"
-            "# The dlscale worker's interpreter, counted by perf (benchmarks/instructions.py).\n"
-            f'exec {perf_cmd} {_sh_quote(sys.executable)} "$@"\n'
+            f"# The dlscale worker's interpreter, counted by {self.counter.name} "
+            "(benchmarks/instructions.py).\n"
+            f'exec {counter_cmd} {_sh_quote(sys.executable)} "$@"\n'
         )
         wrapper.chmod(0o755)
         results = self.work / f"results-{self.runs:02d}"
@@ -225,6 +287,10 @@ class Bench:
             *("--set", "momentum=0.9", "--set", "weight_decay=0.0005"),
             *("--set", "threads_per_worker=1", "--set", "comm_probe_steps=0"),
             *("--set", f"python={wrapper}"),
+            *(
+                "--set",
+                f"timeout_s={VALGRIND_TIMEOUT_S if self.counter.name == 'valgrind' else 900}",
+            ),
             *self._pins(),
         ]
         done = self._run(cmd, f"dlscale, {steps} steps")
@@ -258,12 +324,11 @@ class Bench:
         return done.stdout.splitlines()
 
     def _run(self, cmd: list[str], what: str) -> subprocess.CompletedProcess[str]:
+        limit = VALGRIND_TIMEOUT_S if self.counter.name == "valgrind" else RUN_TIMEOUT_S
         try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, env=self.env, timeout=RUN_TIMEOUT_S
-            )
+            done = subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=limit)
         except subprocess.TimeoutExpired:
-            raise Failed(f"{what}: no end after {RUN_TIMEOUT_S} s") from None
+            raise Failed(f"{what}: no end after {limit} s") from None
         if done.returncode != 0 or not done.stdout.strip():
             raise Failed(
                 f"{what} failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-2000:]}"
@@ -272,9 +337,9 @@ class Bench:
 
     def _counts(self, out: Path, what: str) -> dict[str, float]:
         if not out.is_file():
-            raise Failed(f"{what}: perf wrote no counts to {out}")
+            raise Failed(f"{what}: {self.counter.name} wrote no counts to {out}")
         try:
-            return parse_perf_csv(out.read_text(), self.events)
+            return self.counter.parse(out.read_text())
         except NotMeasurable as error:
             raise Failed(f"{what}: {error} ({out})") from None
 
@@ -325,29 +390,36 @@ def main() -> int:
         help="perf events, comma-separated; the target applies to instructions:u only",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument(
+        "--counter",
+        choices=("auto", "perf", "valgrind"),
+        default="auto",
+        help="perf (hardware counters), valgrind (cachegrind, in software) or auto: perf "
+        "where it can count, else valgrind",
+    )
     args = parser.parse_args()
     if not 0 < args.n1 < args.n2:
         parser.error("need 0 < --n1 < --n2")
-    events = tuple(args.events.split(","))
-    perf = shutil.which("perf")
-    problem = perf_problem(perf, events)
-    if problem is not None:
-        print(f"perf cannot count {','.join(events)} here: {problem}")
+    counter, problem = choose_counter(args.counter, tuple(args.events.split(",")))
+    if counter is None:
+        print(f"no instruction counter here: {problem}")
         print(
             "NOT MEASURED: no instruction counts on this machine, so no verdict on dlscale's "
             "overhead (this is not a pass)"
         )
         return 0
-    assert perf is not None
+    if problem:
+        print(f"# {problem}")
+    events = counter.events
     work = Path(tempfile.mkdtemp(prefix="instr-"))
     steps = args.n2 - args.n1
     print(
         f"# {args.model}, batch {args.batch}, 1 thread, {args.warmup} warm-up steps; per step = "
-        f"(count({args.n2} steps) - count({args.n1} steps)) / {steps}; perf {','.join(events)}; "
-        f"runs in {work}",
+        f"(count({args.n2} steps) - count({args.n1} steps)) / {steps}; {counter.name} "
+        f"{','.join(events)}; runs in {work}",
         flush=True,
     )
-    bench = Bench(args, perf, work)
+    bench = Bench(args, counter, work)
     per_step: dict[str, dict[str, list[float]]] = {
         kind: {event: [] for event in events} for kind in ("bare", "dlscale")
     }
@@ -369,6 +441,27 @@ def main() -> int:
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return _summary(args, per_step, events)
+
+
+def choose_counter(
+    wanted: str, events: tuple[str, ...]
+) -> tuple[Perf | Valgrind | None, str | None]:
+    """The counter to use and, when perf was passed over or nothing can count, why."""
+    perf = shutil.which("perf")
+    why = None
+    if wanted in ("auto", "perf"):
+        why = perf_problem(perf, events)
+        if why is None:
+            assert perf is not None
+            return Perf(perf, events), None
+        why = f"perf cannot count {','.join(events)} here: {why}"
+        if wanted == "perf":
+            return None, why
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        lack = f"valgrind is not installed ({VALGRIND_INSTALL})"
+        return None, f"{why}; {lack}" if why else lack
+    return Valgrind(valgrind), (f"{why}; counting with valgrind instead" if why else None)
 
 
 def _print_repeat(

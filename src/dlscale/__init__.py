@@ -13,11 +13,12 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def load_results(path: Any = "dlscale-results") -> pd.DataFrame:
-    """All runs of a results directory as a pandas DataFrame (see dlscale.store)."""
+def load_results(path: Any = "dlscale-results", *, per: str = "run") -> pd.DataFrame:
+    """A results directory as a pandas DataFrame: one row per run (``per="run"``) or per
+    point, its runs combined (``per="point"``); see :func:`dlscale.store.results.load_results`."""
     from dlscale.store.results import load_results as _load
 
-    return _load(path)
+    return _load(path, per=per)
 
 
 __all__ = ["__version__", "load_results"]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import dlscale
 from dlscale.config import RunConfig
 from dlscale.metrics.stats import ratio_ci95
 from dlscale.runner import run_point
@@ -65,6 +66,11 @@ def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_pat
     assert ddp["speedup_ci95"] == (None if interval is None else pytest.approx(list(interval)))
     assert ddp["speedup"] == pytest.approx(ddp["throughput_img_s"] / single["throughput_img_s"])
     assert "after 3 runs (max_repeats)" in run.stderr.splitlines()[-1]
+    # the public loader gives the same points, and the runs behind them
+    frame = dlscale.load_results(results, per="point").set_index("backend")
+    assert list(frame.loc["torch-single", "run_ids"]) == single["run_ids"]
+    assert frame.loc["torch-ddp", "speedup"] == pytest.approx(ddp["speedup"])
+    assert len(dlscale.load_results(results)) == 6
     stored = json.loads((results / runs[0]["run_id"] / "result.json").read_text())
     metrics = stored["metrics"]
     assert metrics["page_faults_per_step"] is not None and metrics["page_faults_per_step"] >= 0

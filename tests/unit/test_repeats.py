@@ -12,6 +12,7 @@ from dlscale.metrics.points import combine
 from dlscale.metrics.records import from_dict
 from dlscale.metrics.scaling import add_scaling
 from dlscale.metrics.stats import mean_ci95, ratio_ci95
+from dlscale.report.columns import _notes
 
 
 def typed(per_rank):
@@ -153,6 +154,36 @@ def test_speedup_interval_over_runs_and_baseline_with_the_same_threads():
     per_run = {r["run_id"]: r for r in add_scaling(rows, per="run")}
     assert per_run["two-1"]["speedup"] == pytest.approx(2.0)
     assert per_run["two-1"]["metrics"]["throughput_img_s"] == 210.0
+
+
+def test_a_run_loaded_in_every_window_is_left_out_while_a_clean_run_remains():
+    """The noise guard one level up: hypervisor steal halved whole runs on this machine."""
+
+    def noisy(row, loaded):
+        row["metrics"].update(windows_recorded=2, windows_loaded=loaded, noisy=loaded > 0)
+        row["metrics"].update(outside_load_max=0.01, steal_max=0.4 if loaded else 0.0)
+        return row
+
+    rows = [
+        noisy(run("a0", "torch-single", 1, [100.0, 102.0], repeat=0), 0),
+        noisy(run("a1", "torch-single", 1, [50.0, 52.0], repeat=1), 2),  # stolen throughout
+        noisy(run("a2", "torch-single", 1, [104.0, 106.0], repeat=2), 1),  # one clean window
+        noisy(run("b0", "torch-ddp", 2, [90.0, 92.0], repeat=0), 2),
+        noisy(run("b1", "torch-ddp", 2, [60.0, 62.0], repeat=1), 2),
+    ]
+    points = {p["config"]["backend"]: p for p in add_scaling(rows)}
+    single, ddp = points["torch-single"], points["torch-ddp"]
+    assert single["run_ids"] == ["a0", "a2"] and single["runs_left_out"] == ["a1"]
+    assert single["runs"] == 2 and single["metrics"]["throughput_img_s"] == pytest.approx(103.0)
+    assert single["metrics"]["runs_loaded"] == 1 and single["metrics"]["noisy"] is True
+    # every run loaded throughout: all kept (nothing cleaner to measure)
+    assert ddp["run_ids"] == ["b0", "b1"] and ddp["runs_left_out"] == []
+    assert ddp["speedup"] == pytest.approx(76.0 / 103.0)
+    # per run: every run is still listed, the left-out one says so through its point
+    per_run = {r["run_id"]: r for r in add_scaling(rows, per="run")}
+    assert set(per_run) == {"a0", "a1", "a2", "b0", "b1"}
+    assert per_run["a1"]["runs_left_out"] == ["a1"]
+    assert "steal 40%" in _notes(single) and "1 loaded run(s) left out" in _notes(single)
 
 
 # --- the noise guard, page faults, exposed communication, epochs -----------------------------

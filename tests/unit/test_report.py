@@ -114,8 +114,10 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "comm: exposed communication, the share of a step not hidden behind computation ±95% "
         "(n.s.: not distinguishable from 0); "
         "acc.: evaluation accuracy; TTA: seconds to the target accuracy; "
-        "notes: loaded: other processes used that share of the machine in a window "
-        "(docs/metrics.md, noise guard); oversubscribed: threads exceed the cores; "
+        "notes: loaded: other processes used that share of the machine in a window, "
+        "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
+        "guard); loaded runs left out: runs loaded in every window, not in the point's "
+        "figures; oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker. "
         "Definitions: docs/metrics.md."
     )

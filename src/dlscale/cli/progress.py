@@ -61,6 +61,7 @@ def json_record(row: dict[str, Any], kind: str = "run") -> dict[str, Any]:
     record.update({key: metrics.get(key) for key in JSON_KEYS})
     if kind == "point":
         record["run_ids"] = row.get("run_ids")
+        record["runs_left_out"] = row.get("runs_left_out")
         record["runs"] = row.get("runs")
         record["interval"] = row.get("interval")
         record["throughput_runs_img_s"] = metrics.get("throughput_runs_img_s")
@@ -178,7 +179,11 @@ def _over_budget(plan: Repeats, started: float) -> bool:
 def _wide_points(store: RunStore, run_ids: dict[int, list[str]], target: float) -> list[int]:
     """Points whose throughput interval over runs is still wider than ``target`` percent of
     the mean (a point that never completed is not run again: its failure will not heal)."""
-    points = {id_: p for p in add_scaling(store.results()) for id_ in p["run_ids"]}
+    points = {
+        id_: p
+        for p in add_scaling(store.results())
+        for id_ in [*p["run_ids"], *p.get("runs_left_out", [])]
+    }
     wide = []
     for index, ids in run_ids.items():
         point = next((points[i] for i in ids if i in points), None)

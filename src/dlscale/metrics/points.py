@@ -88,11 +88,25 @@ def combine(results: Sequence[Row]) -> list[Row]:
 
 
 def _single(row: Row) -> Row:
-    return {**row, "runs": 1, "run_ids": [row["run_id"]], "interval": None}
+    return {**row, "runs": 1, "run_ids": [row["run_id"]], "runs_left_out": [], "interval": None}
 
 
-def _point(runs: list[Row]) -> Row:
-    runs = sorted(runs, key=lambda r: (r["config"].get("repeat_id", 0), r.get("started_at") or 0))
+def loaded_throughout(run: Row) -> bool:
+    """Every window the run recorded was over the noise guard's limits (docs/metrics.md).
+    Runs stored before ``windows_recorded`` existed are never counted as such."""
+    metrics = run["metrics"]
+    recorded = metrics.get("windows_recorded")
+    return bool(recorded) and (metrics.get("windows_loaded") or 0) >= recorded
+
+
+def _point(every_run: list[Row]) -> Row:
+    every_run = sorted(
+        every_run, key=lambda r: (r["config"].get("repeat_id", 0), r.get("started_at") or 0)
+    )
+    # The noise guard, one level up: runs loaded in every window are left out while a run
+    # with a clean window remains.
+    runs = [r for r in every_run if not loaded_throughout(r)] or every_run
+    left_out = [r["run_id"] for r in every_run if r not in runs]
     first = runs[0]
     values, kind = samples(runs)
     mean, half = mean_ci95(values)
@@ -110,14 +124,16 @@ def _point(runs: list[Row]) -> Row:
         present = [r["metrics"][key] for r in runs if r["metrics"].get(key) is not None]
         metrics[key] = float(np.mean(present)) if present else None
     metrics.update(_exposed(runs))
-    metrics.update(_noise(runs))
+    metrics.update(_noise(every_run))
     last = runs[-1]
     return {
         **first,
         "metrics": metrics,
         "runs": len(runs),
         "run_ids": [r["run_id"] for r in runs],
-        "run_rows": runs,
+        "runs_left_out": left_out,
+        "run_rows": runs,  # the runs the point's figures use
+        "all_run_rows": every_run,
         "interval": kind,
         "oversubscribed": any(r.get("oversubscribed") for r in runs),
         "finished_at": last.get("finished_at"),
@@ -163,4 +179,5 @@ def _noise(runs: list[Row]) -> dict[str, Any]:
         "windows_loaded": sum(r["metrics"].get("windows_loaded") or 0 for r in runs),
         "noisy": any(r["metrics"].get("noisy") for r in runs),
         "runs_noisy": sum(1 for r in runs if r["metrics"].get("noisy")),
+        "runs_loaded": sum(1 for r in runs if loaded_throughout(r)),
     }

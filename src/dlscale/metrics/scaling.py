@@ -109,8 +109,11 @@ def add_scaling(results: list[Row], *, per: str = "point") -> list[Row]:
         return points
     runs: list[Row] = []
     for point in points:
-        shared = {k: point[k] for k in (*SCALING_KEYS, "runs", "run_ids", "interval")}
-        runs.extend({**run, **shared} for run in point.get("run_rows") or [point])
+        shared = {
+            k: point.get(k) for k in (*SCALING_KEYS, "runs", "run_ids", "runs_left_out", "interval")
+        }
+        every = point.get("all_run_rows") or point.get("run_rows") or [point]
+        runs.extend({**run, **shared} for run in every)
     return runs
 
 

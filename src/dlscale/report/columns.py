@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dlscale.metrics.aggregate import OUTSIDE_LOAD_LIMIT, STEAL_LIMIT
+
 Row = dict[str, Any]
 Show = Literal["always", "varying", "present", "on_request", "exports"]
 
@@ -113,7 +115,13 @@ def _notes(row: Row) -> str | None:
     metrics = row.get("metrics") or {}
     notes = []
     if metrics.get("noisy"):
-        notes.append(f"loaded {metrics.get('outside_load_max', 0) * 100:.0f}%")
+        load, steal = metrics.get("outside_load_max") or 0, metrics.get("steal_max") or 0
+        if load > OUTSIDE_LOAD_LIMIT or steal <= STEAL_LIMIT:
+            notes.append(f"loaded {load * 100:.0f}%")
+        if steal > STEAL_LIMIT:
+            notes.append(f"steal {steal * 100:.0f}%")
+    if row.get("runs_left_out"):
+        notes.append(f"{len(row['runs_left_out'])} loaded run(s) left out")
     if row.get("oversubscribed"):
         notes.append("oversubscribed")
     if row.get("baseline_threads_differ"):
@@ -270,8 +278,10 @@ COLUMNS: tuple[Column, ...] = (
         "notes",
         _notes,
         show="present",
-        definition="loaded: other processes used that share of the machine in a window "
-        "(docs/metrics.md, noise guard); oversubscribed: threads exceed the cores; "
+        definition="loaded: other processes used that share of the machine in a window, "
+        "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
+        "guard); loaded runs left out: runs loaded in every window, not in the point's "
+        "figures; oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker",
     ),
     Column("status", "status", _field("status"), _status),

@@ -295,6 +295,7 @@ def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.Dat
 
     Columns: run_id (a point's: its first run's), status, error, the resolved config keys,
     every metric of docs/metrics.md (``None``/NaN where it does not apply), runs, run_ids,
+    runs_left_out (runs loaded in every window, not in the point's figures),
     interval, speedup with speedup_ci95_low/high, efficiency with efficiency_ci95_low/high,
     baseline and baseline_run_ids (the 1-worker point with the same threads per worker),
     machine_speedup (over the whole machine as one worker, when measured), threads_per_worker,
@@ -339,7 +340,7 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
             flat[f"{key}_low"], flat[f"{key}_high"] = value if value else (None, None)
         else:
             flat[key] = value
-    for key in ("runs", "run_ids", "interval"):
+    for key in ("runs", "run_ids", "runs_left_out", "interval"):
         flat[key] = row.get(key)
     for key in ("hostname", "cpu_model", "torch_version", "dlscale_version", "git_commit"):
         flat[key] = env.get(key)

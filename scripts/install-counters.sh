@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the instruction counters of benchmarks/instructions.py from Debian packages:
+# linux-perf (hardware counters) and valgrind (counts in software where there are none).
+# Idempotent: installs only what is missing. perf counts instructions only where the kernel
+# drives the CPU's counters (bare metal, or a virtual machine with a virtual PMU) and
+# /proc/sys/kernel/perf_event_paranoid allows it (<= 2 for a user's own processes, or root).
+set -euo pipefail
+missing=()
+command -v perf >/dev/null || missing+=(linux-perf)
+command -v valgrind >/dev/null || missing+=(valgrind)
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "install ${missing[*]} (Debian) as root" >&2; exit 1; }
+    sudo=sudo
+fi
+echo "installing ${missing[*]} (Debian packages) for benchmarks/instructions.py"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
