@@ -52,18 +52,25 @@ def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_pat
     ]
     assert len({r["run_id"] for r in runs}) == 6  # each run its own directory and processes
     points = [r for r in lines if r["kind"] == "point"]
-    assert [(p["backend"], p["runs"], p["interval"]) for p in points] == [
-        ("torch-single", 3, "runs"),
-        ("torch-ddp", 3, "runs"),
+    # 3 runs a point; on a busy machine the noise guard may leave out runs loaded in every
+    # window (docs/metrics.md), which the point names
+    assert [(p["backend"], p["runs"] + len(p["runs_left_out"])) for p in points] == [
+        ("torch-single", 3),
+        ("torch-ddp", 3),
     ]
+    for point in points:
+        assert point["interval"] == ("runs" if point["runs"] >= 2 else "windows")
+        assert len(point["throughput_runs_img_s"]) == point["runs"]
     single, ddp = points
-    mean = sum(single["throughput_runs_img_s"]) / 3
-    assert single["throughput_img_s"] == pytest.approx(mean)
+    mean = sum(single["throughput_runs_img_s"]) / single["runs"]
+    if single["runs"] >= 2:
+        assert single["throughput_img_s"] == pytest.approx(mean)
     assert ddp["baseline_run_ids"] == single["run_ids"]
     # recomputed from the runs' throughputs (Fieller over runs; None when the baseline's runs
     # scatter too much for a bounded interval)
-    _, interval = ratio_ci95(ddp["throughput_runs_img_s"], single["throughput_runs_img_s"])
-    assert ddp["speedup_ci95"] == (None if interval is None else pytest.approx(list(interval)))
+    if single["runs"] >= 2 and ddp["runs"] >= 2:
+        _, interval = ratio_ci95(ddp["throughput_runs_img_s"], single["throughput_runs_img_s"])
+        assert ddp["speedup_ci95"] == (None if interval is None else pytest.approx(list(interval)))
     assert ddp["speedup"] == pytest.approx(ddp["throughput_img_s"] / single["throughput_img_s"])
     assert "after 3 runs (max_repeats)" in run.stderr.splitlines()[-1]
     # the public loader gives the same points, and the runs behind them
