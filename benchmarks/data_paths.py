@@ -49,7 +49,7 @@ through 8 different random batches (values like synthetic data, a new batch ever
 
 def trainer(path: str, args: argparse.Namespace):
     """A torch-single worker's model, optimizer and batches for one of :data:`PATHS`: the
-    ``step`` function, the batch iterator and the form of the first batch."""
+    ``step`` function (taking its batch) and the form of the first batch."""
     import torch
     import torch.nn.functional as F
 
@@ -84,6 +84,8 @@ def trainer(path: str, args: argparse.Namespace):
     batches = _variant(
         path, itertools.chain.from_iterable(map(data.train_batches, itertools.count()))
     )
+    first = next(batches)  # its form is printed; it is still the first batch trained on
+    batches = itertools.chain([first], batches)
 
     def step() -> None:  # TorchEngine.step, eager, with the batch taken inside the step
         x, y = next(batches)
@@ -91,7 +93,7 @@ def trainer(path: str, args: argparse.Namespace):
         F.cross_entropy(model(x.to(memory_format=torch.contiguous_format)), y).backward()
         optimizer.step()
 
-    images, labels = next(_variant(path, data.train_batches(0)))
+    images, labels = first
     form = {
         "dtype": str(images.dtype).removeprefix("torch."),
         "shape": list(images.shape),
@@ -137,8 +139,9 @@ def child(path: str, args: argparse.Namespace) -> None:
 def paired(args: argparse.Namespace) -> None:
     """Both data paths in one process, their steps alternated A B B A: the machine's drift from
     one process (or minute) to the next, several times the effect sought, falls on both sides
-    of every pair. Prints each pair's ratio of step times, synthetic over cifar10 (= the
-    throughput ratio cifar10 / synthetic), with the mean and its 95% interval over pairs."""
+    of every pair. Prints one JSON line: the mean over pairs of the ratio of step times,
+    synthetic over cifar10 (= the throughput ratio cifar10 / synthetic), its 95% interval and
+    the page faults per step of each path."""
     from dlscale.metrics.stats import mean_ci95
 
     steps = {path: trainer(path, args)[0] for path in ("cifar10", "synthetic")}

@@ -12,15 +12,5 @@ have() {  # known to the loader's cache, or in a library directory
 if have libjemalloc.so.2 && have libtcmalloc_minimal.so.4; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null; then
-    echo "no apt-get here: install jemalloc (libjemalloc.so.2) and gperftools' tcmalloc (libtcmalloc_minimal.so.4) with this system's package manager" >&2
-    exit 1
-fi
-sudo=""
-if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || { echo "install libjemalloc2 and libtcmalloc-minimal4 (Debian) as root" >&2; exit 1; }
-    sudo=sudo
-fi
-echo "installing libjemalloc2 + libtcmalloc-minimal4 (Debian packages) for the allocator key"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libjemalloc2 libtcmalloc-minimal4 >/dev/null
+"$(dirname "$0")"/apt-install.sh "the allocator key (jemalloc: libjemalloc.so.2, tcmalloc: libtcmalloc_minimal.so.4)" \
+    libjemalloc2 libtcmalloc-minimal4

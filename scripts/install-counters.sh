@@ -11,11 +11,4 @@ command -v valgrind >/dev/null || missing+=(valgrind)
 if [ ${#missing[@]} -eq 0 ]; then
     exit 0
 fi
-sudo=""
-if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || { echo "install ${missing[*]} (Debian) as root" >&2; exit 1; }
-    sudo=sudo
-fi
-echo "installing ${missing[*]} (Debian packages) for benchmarks/instructions.py"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+"$(dirname "$0")"/apt-install.sh "benchmarks/instructions.py" "${missing[@]}"

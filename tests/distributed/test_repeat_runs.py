@@ -63,8 +63,7 @@ def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_pat
         assert len(point["throughput_runs_img_s"]) == point["runs"]
     single, ddp = points
     mean = sum(single["throughput_runs_img_s"]) / single["runs"]
-    if single["runs"] >= 2:
-        assert single["throughput_img_s"] == pytest.approx(mean)
+    assert single["throughput_img_s"] == pytest.approx(mean)  # one run: its own
     assert ddp["baseline_run_ids"] == single["run_ids"]
     # recomputed from the runs' throughputs (Fieller over runs; None when the baseline's runs
     # scatter too much for a bounded interval)
@@ -93,18 +92,18 @@ def test_a_one_worker_run_reads_exposed_communication_within_noise_of_zero(tmp_p
     allowed; a biased probe (the old one, after evaluation, read 0 to 8% every time) fails all
     three, an unbiased one fails all three about once in 8,000.
     """
+    cfg = RunConfig.make(
+        backend="torch-ddp",
+        model="resnet20",
+        batch_size=16,
+        workers=1,
+        steps=1,
+        windows=1,
+        warmup_steps=1,
+        comm_probe_steps=8,
+    )
     seen = []
     for attempt in range(3):
-        cfg = RunConfig.make(
-            backend="torch-ddp",
-            model="resnet20",
-            batch_size=16,
-            workers=1,
-            steps=1,
-            windows=1,
-            warmup_steps=1,
-            comm_probe_steps=8,
-        )
         store = RunStore(tmp_path / str(attempt))
         outcome = run_point(cfg, store, force=False, command=["test"], study="t")
         assert outcome.state == "completed", outcome.result and outcome.result["error"]

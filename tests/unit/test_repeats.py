@@ -12,7 +12,7 @@ from dlscale.metrics.points import combine
 from dlscale.metrics.records import from_dict
 from dlscale.metrics.scaling import add_scaling
 from dlscale.metrics.stats import mean_ci95, ratio_ci95
-from dlscale.report.columns import _notes
+from dlscale.report.columns import COLUMNS
 
 
 def typed(per_rank):
@@ -183,7 +183,8 @@ def test_a_run_loaded_in_every_window_is_left_out_while_a_clean_run_remains():
     per_run = {r["run_id"]: r for r in add_scaling(rows, per="run")}
     assert set(per_run) == {"a0", "a1", "a2", "b0", "b1"}
     assert per_run["a1"]["runs_left_out"] == ["a1"]
-    assert "steal 40%" in _notes(single) and "1 loaded run(s) left out" in _notes(single)
+    notes = next(c for c in COLUMNS if c.name == "notes").text(single)
+    assert notes == "steal 40%, 1 loaded run(s) left out"
 
 
 # --- the noise guard, page faults, exposed communication, epochs -----------------------------

@@ -170,7 +170,7 @@ class TorchEngine(Engine):
         self.optimizer = strategy.make_optimizer(self.model, cfg)
         # Listed once: Module.zero_grad walks every module at every step (ResNet-44: 134
         # modules, about 200 us a step more than clearing this list; docs/benchmarks.md).
-        self.parameters = list(self.model.parameters())
+        self.params = list(self.model.parameters())
         first = ctx.rank == ctx.layout.training_ranks[0]  # what aggregate reads the facts from
         if first and (facts := strategy.describe(self.model, cfg)):
             ctx.events.write(
@@ -192,8 +192,8 @@ class TorchEngine(Engine):
 
     def step(self, batch: Any) -> torch.Tensor:
         x, y = batch
-        for parameter in self.parameters:
-            parameter.grad = None
+        for param in self.params:
+            param.grad = None
         with self.autocast:
             loss = F.cross_entropy(self.forward(x.to(memory_format=self.memory_format)), y)
         loss.backward()

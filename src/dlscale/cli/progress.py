@@ -180,9 +180,7 @@ def _wide_points(store: RunStore, run_ids: dict[int, list[str]], target: float) 
     """Points whose throughput interval over runs is still wider than ``target`` percent of
     the mean (a point that never completed is not run again: its failure will not heal)."""
     points = {
-        id_: p
-        for p in add_scaling(store.results())
-        for id_ in [*p["run_ids"], *p.get("runs_left_out", [])]
+        id_: p for p in add_scaling(store.results()) for id_ in [*p["run_ids"], *p["runs_left_out"]]
     }
     wide = []
     for index, ids in run_ids.items():
@@ -270,11 +268,16 @@ def _run_one(
             print(json.dumps(json_record(row)), flush=True)
 
 
+def _every_run_id(point: dict[str, Any]) -> set[str]:
+    return {*point["run_ids"], *point["runs_left_out"]}
+
+
 def _study_points(store: RunStore, finished: list[str]) -> list[dict[str, Any]]:
     """The points (runs combined) that hold a run this study finished, in study order."""
     order = {run_id: i for i, run_id in enumerate(finished)}
-    points = [p for p in add_scaling(store.results()) if order.keys() & set(p["run_ids"])]
-    points.sort(key=lambda p: min(order[i] for i in p["run_ids"] if i in order))
+    # a point's runs include those the noise guard left out: they fix its place too
+    points = [p for p in add_scaling(store.results()) if order.keys() & _every_run_id(p)]
+    points.sort(key=lambda p: min(order[i] for i in _every_run_id(p) if i in order))
     return points
 
 

@@ -105,8 +105,9 @@ def _point(every_run: list[Row]) -> Row:
     )
     # The noise guard, one level up: runs loaded in every window are left out while a run
     # with a clean window remains.
-    runs = [r for r in every_run if not loaded_throughout(r)] or every_run
-    left_out = [r["run_id"] for r in every_run if r not in runs]
+    clean = [r for r in every_run if not loaded_throughout(r)]
+    runs = clean or every_run
+    left_out = [r["run_id"] for r in every_run if loaded_throughout(r)] if clean else []
     first = runs[0]
     values, kind = samples(runs)
     mean, half = mean_ci95(values)

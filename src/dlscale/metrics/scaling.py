@@ -110,9 +110,9 @@ def add_scaling(results: list[Row], *, per: str = "point") -> list[Row]:
     runs: list[Row] = []
     for point in points:
         shared = {
-            k: point.get(k) for k in (*SCALING_KEYS, "runs", "run_ids", "runs_left_out", "interval")
+            k: point[k] for k in (*SCALING_KEYS, "runs", "run_ids", "runs_left_out", "interval")
         }
-        every = point.get("all_run_rows") or point.get("run_rows") or [point]
+        every = point.get("all_run_rows") or [point]  # a run that did not complete: itself
         runs.extend({**run, **shared} for run in every)
     return runs
 

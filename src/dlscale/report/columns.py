@@ -114,12 +114,11 @@ def _comm(value: Any, row: Row) -> str:
 def _notes(row: Row) -> str | None:
     metrics = row.get("metrics") or {}
     notes = []
-    if metrics.get("noisy"):
+    if metrics.get("noisy"):  # name what was over its limit: other processes, the hypervisor
         load, steal = metrics.get("outside_load_max") or 0, metrics.get("steal_max") or 0
-        if load > OUTSIDE_LOAD_LIMIT or steal <= STEAL_LIMIT:
-            notes.append(f"loaded {load * 100:.0f}%")
-        if steal > STEAL_LIMIT:
-            notes.append(f"steal {steal * 100:.0f}%")
+        over = [f"loaded {load * 100:.0f}%"] if load > OUTSIDE_LOAD_LIMIT else []
+        over += [f"steal {steal * 100:.0f}%"] if steal > STEAL_LIMIT else []
+        notes.extend(over or [f"loaded {load * 100:.0f}%"])
     if row.get("runs_left_out"):
         notes.append(f"{len(row['runs_left_out'])} loaded run(s) left out")
     if row.get("oversubscribed"):
