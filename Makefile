@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # CPU torch pinned here: an unpinned torch pulls several GB of CUDA wheels.
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint typecheck check bench clean allocators
+.PHONY: demo test lint typecheck check bench clean allocators horovod
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,8 @@ demo: $(VENV)/.installed-run
 test: $(VENV)/.installed-test
 	scripts/install-browser.sh
 	scripts/install-allocators.sh
+	scripts/install-openmpi.sh
+	scripts/build-horovod.sh $(VENV)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
@@ -35,6 +37,12 @@ test: $(VENV)/.installed-test
 # Debian's jemalloc and tcmalloc for the allocator key (allocator = jemalloc | tcmalloc).
 allocators:
 	scripts/install-allocators.sh
+
+# Horovod 0.28.1 built from source against this environment's PyTorch, with Gloo and (OpenMPI
+# installed first) MPI; the wheel is cached in ~/.cache/dlscale/wheels (DLSCALE_WHEEL_CACHE).
+horovod: $(VENV)/.installed-run
+	scripts/install-openmpi.sh
+	scripts/build-horovod.sh $(VENV)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks

@@ -7,6 +7,11 @@ round, and the ratio of the two is taken within each round (the machine's drift 
            (both under allocator glibc-tuned: CIFAR10_PAIR_ALLOCATOR)
   ring     2-worker torch-ring             / 2-worker torch-ddp        recorded
   ps       2-worker torch-ps (sync)        / 2-worker torch-ddp        recorded
+  hvd1     1-worker horovod-torch          / bare Horovod script       target >= 0.97
+  hvd2     2-worker horovod-torch          / bare Horovod script       target >= 0.97
+           (both under horovodrun --gloo; benchmarks/bare_horovod.py; `make horovod` first)
+  hvd-ddp  2-worker horovod-torch          / 2-worker torch-ddp        recorded
+  hvd-ring 2-worker horovod-torch          / 2-worker torch-ring       recorded
 
 Usage: python benchmarks/run_all.py [--rounds 3] [--model resnet44] [--only harness,ddp]
 Prints each round's throughputs and the median ratio; exits 1 if a median misses its target.
@@ -32,6 +37,10 @@ TARGETS: dict[str, float | None] = {
     "cifar10": 0.95,
     "ring": None,
     "ps": None,
+    "hvd1": 0.97,
+    "hvd2": 0.97,
+    "hvd-ddp": None,
+    "hvd-ring": None,
 }
 """None: no target; the ratio is recorded and explained in docs/benchmarks.md."""
 CIFAR10_PAIR_ALLOCATOR = "glibc-tuned"
@@ -75,44 +84,32 @@ def dlscale(results: Path, *args: str) -> float:
     return float(record["throughput_img_s"])
 
 
-def bare_loop(model: str, threads: int) -> float:
+def bare(launch: list[str], script: str, model: str, threads: int) -> float:
+    """A bare reference script under its launcher (none, torchrun, horovodrun)."""
     return _json_line(
         [
-            sys.executable,
-            str(HERE / "bare_loop.py"),
-            "--model",
-            model,
-            "--threads",
-            str(threads),
-            "--steps",
-            str(STEPS * WINDOWS),
-            "--warmup",
-            str(WARMUP),
+            *launch,
+            str(HERE / script),
+            *("--model", model, "--threads", str(threads)),
+            *("--steps", str(STEPS * WINDOWS), "--warmup", str(WARMUP)),
         ],
         env={"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)},
     )["throughput_img_s"]
 
 
+def bare_loop(model: str, threads: int) -> float:
+    return bare([sys.executable], "bare_loop.py", model, threads)
+
+
 def bare_ddp(model: str, workers: int, threads: int) -> float:
-    return _json_line(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={workers}",
-            str(HERE / "bare_ddp.py"),
-            "--model",
-            model,
-            "--threads",
-            str(threads),
-            "--steps",
-            str(STEPS * WINDOWS),
-            "--warmup",
-            str(WARMUP),
-        ],
-        env={"OMP_NUM_THREADS": str(threads)},
-    )["throughput_img_s"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return bare([*torchrun, f"--nproc-per-node={workers}"], "bare_ddp.py", model, threads)
+
+
+def bare_horovod(model: str, workers: int, threads: int) -> float:
+    horovodrun = str(Path(sys.executable).parent / "horovodrun")
+    launch = [horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", "--gloo"]
+    return bare([*launch, sys.executable], "bare_horovod.py", model, threads)
 
 
 def main() -> int:
@@ -125,6 +122,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dlscale-bench-"))
     results = work / "results"
     cifar_dir = work / "cifar10"
+
+    def horovod(workers: int) -> tuple[str, ...]:
+        return (
+            *("--backend", "horovod-torch", "--launcher", "horovodrun"),
+            *("--model", args.model, "--workers", str(workers)),
+        )
+
     pairs: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
         "harness": (
             lambda: dlscale(
@@ -152,6 +156,25 @@ def main() -> int:
             ),
             lambda: dlscale(
                 results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
+            ),
+        ),
+        **{
+            f"hvd{n}": (
+                lambda n=n: dlscale(results, *horovod(n)),
+                lambda n=n: bare_horovod(args.model, n, max(1, cores // n)),
+            )
+            for n in (1, 2)
+        },
+        "hvd-ddp": (
+            lambda: dlscale(results, *horovod(2)),
+            lambda: dlscale(
+                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
+            ),
+        ),
+        "hvd-ring": (
+            lambda: dlscale(results, *horovod(2)),
+            lambda: dlscale(
+                results, "--backend", "torch-ring", "--model", args.model, "--workers", "2"
             ),
         ),
         "cifar10": (

@@ -1,7 +1,8 @@
 """Checks made before anything is launched, so that bad input costs one line, not a run.
 
 * the results directory can be created and written;
-* the workers' interpreter exists and runs;
+* the workers' interpreter exists and runs, and imports the backend's framework and the
+  modules it requires (``BackendSpec.requires``; the message names the install command);
 * ``--device cuda``: the backend's framework sees a CUDA device under that interpreter;
 * ``allocator = jemalloc`` or ``tcmalloc``: its library is installed (the message names the
   Debian package and ``scripts/install-allocators.sh``);
@@ -15,9 +16,11 @@ Each failure is a :class:`UserError` naming the key and the fix (exit 2, before 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,7 +51,11 @@ def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool =
         if ("python", python) not in checked:
             check_interpreter(python)
             checked.add(("python", python))
-        probe = BACKENDS.get(config.backend).device_probe
+        backend = BACKENDS.get(config.backend)
+        if (python, config.backend) not in checked:
+            check_requirements(python, config.backend)
+            checked.add((python, config.backend))
+        probe = backend.device_probe
         if config.device == "cuda" and probe and (python, probe) not in checked:
             check_cuda(python, probe)
             checked.add((python, probe))
@@ -87,6 +94,39 @@ def check_interpreter(python: str) -> None:
         raise UserError(
             f"python = {python!r}: no such interpreter; set the python key to an existing "
             "interpreter (e.g. a venv's bin/python)"
+        )
+
+
+def missing_modules(python: str, modules: tuple[str, ...]) -> list[str]:
+    """The modules of ``modules`` the interpreter cannot import (found, not imported)."""
+    if python == sys.executable:
+        return [m for m in modules if importlib.util.find_spec(m) is None]
+    code = (
+        "import importlib.util, sys; "
+        "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+    )
+    try:
+        done = subprocess.run(
+            [python, "-c", code, *modules],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return list(modules)
+    return done.stdout.split() if done.returncode == 0 else list(modules)
+
+
+def check_requirements(python: str, backend_name: str) -> None:
+    """The backend's framework and the modules it requires import under the workers'
+    interpreter; else one line with the command that installs them."""
+    backend = BACKENDS.get(backend_name)
+    missing = missing_modules(python, (backend.framework, *backend.requires))
+    if missing:
+        fix = f": {backend.install}" if backend.install else ""
+        raise UserError(
+            f"{backend_name} needs {', '.join(missing)}, which {python} cannot import; "
+            f"install it{fix}"
         )
 
 

@@ -50,8 +50,22 @@ def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
         {"backend": "torch-ddp"},
         {"backend": "torch-ring"},
         {"backend": "torch-ring", "bucket_mb": 0.001},
+        # Horovod (tests/distributed/test_horovod.py): Gloo under the local launcher and under
+        # horovodrun, MPI under mpirun, and gradients accumulated over 2 micro-batches of 4
+        {"backend": "horovod-torch"},
+        {"backend": "horovod-torch", "launcher": "horovodrun"},
+        {"backend": "horovod-torch", "launcher": "mpirun"},
+        {"backend": "horovod-torch", "backward_passes_per_step": 2, "fusion_mb": 0.001},
     ],
-    ids=["ddp", "ring", "ring-small-buckets"],
+    ids=[
+        "ddp",
+        "ring",
+        "ring-small-buckets",
+        "horovod-local",
+        "horovodrun",
+        "horovod-mpirun",
+        "horovod-bpps2-small-fusion",
+    ],
 )
 def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, reference, extra):
     params = _final_params(

@@ -21,7 +21,8 @@ def test_defaults_are_valid_and_derived_values():
         ({"model": "resnet45"}, "unknown model 'resnet45'; choose one of: alexnet"),
         (
             {"backend": "nope"},
-            "unknown backend 'nope'; choose one of: torch-ddp, torch-ps, torch-ring, torch-single",
+            "unknown backend 'nope'; choose one of: horovod-torch, torch-ddp, torch-ps, "
+            "torch-ring, torch-single",
         ),
         ({"dataset": "imagenet"}, "unknown dataset 'imagenet'; choose one of: cifar10"),
         ({"workers": 0}, "workers must be an integer >= 1, got 0"),

@@ -121,3 +121,25 @@ def test_a_diverged_model_in_epoch_mode_is_recorded_not_crashed(tmp_path: Path):
     assert [e["loss_sum"] for e in evals] == [None, None] and evals[0]["correct"] == 3
     assert all(w["loss_nonfinite"] and w["loss_sum"] is None for w in windows)
     json.dumps(records, allow_nan=False)  # nothing NaN was stored
+
+
+def test_a_backend_whose_modules_are_missing_is_refused_with_its_install_command(tmp_path):
+    """Checked under the workers' interpreter: here a venv without torch or horovod."""
+    import subprocess
+    import sys
+
+    from dlscale.errors import UserError
+    from dlscale.preflight import check_requirements, missing_modules
+
+    assert missing_modules(sys.executable, ("json", "no_such_module_xyz")) == ["no_such_module_xyz"]
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = str(bare / "bin" / "python")
+    assert missing_modules(python, ("json", "torch")) == ["torch"]
+    with pytest.raises(UserError) as caught:
+        check_requirements(python, "horovod-torch")
+    assert str(caught.value) == (
+        f"horovod-torch needs torch, horovod, which {python} cannot import; "
+        "install it: make horovod"
+    )
+    check_requirements(sys.executable, "torch-ddp")  # present: no error

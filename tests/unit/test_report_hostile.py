@@ -267,3 +267,34 @@ def test_compare_json_is_unchanged_by_markup(tmp_path: Path):
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["baseline"] == str(a)
+
+
+def test_trace_links_are_escaped_and_never_leave_the_run_directory():
+    """A result's trace names are data: a path is not linked, a name is quoted and escaped."""
+    from dlscale.report.html import traces
+
+    row = {
+        "run_id": "r1",
+        "config": {"backend": "horovod-torch", "workers": 2},
+        "metrics": {
+            "traces": [
+                "horovod-timeline.json",
+                '"><img src=x onerror=alert(1)>.json',
+                "<script>.json",
+                "../../etc/passwd",
+                "..",
+                7,
+            ]
+        },
+    }
+    section = traces([row], "../res")
+    page = _Page()
+    page.feed(section)
+    hrefs = [attrs["href"] for tag, attrs in page.tags if tag == "a"]
+    assert hrefs == [
+        "../res/r1/horovod-timeline.json",
+        "../res/r1/%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E.json",
+        "../res/r1/%3Cscript%3E.json",
+    ]
+    assert "<script>" not in section and "<img" not in section and "passwd" not in section
+    assert traces([{**row, "metrics": {}}], "x") == ""

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dlscale.backends.horovod_declare import HOROVOD_OPTIONS, horovod_cluster_env
 from dlscale.backends.torch_cluster import torch_cluster_env
 from dlscale.backends.torch_options import (
     DDP_OPTIONS,
@@ -71,6 +72,13 @@ class BackendSpec:
     """Each process's variables from the layout and the allocated addresses (pure)."""
     ports: int = 0
     """Ports the launcher reserves for a run (``Addresses.ports``)."""
+    requires: tuple[str, ...] = ()
+    """Modules the workers import beyond the framework (e.g. ``horovod``): checked under the
+    workers' interpreter before launch, and by ``dlscale ls backends``."""
+    installed: str | None = None
+    """``module:function(python) -> str`` saying what ``dlscale ls backends`` shows in its
+    installed column (e.g. what a build was built with); ``None``: whether the framework and
+    ``requires`` can be imported."""
     device_probe: str | None = None
     """``module:function`` run under the workers' interpreter before launch, returning the
     number of CUDA devices the framework sees (so ``--device cuda`` without a GPU is refused
@@ -139,6 +147,23 @@ BACKENDS.register(
         options=TORCH_LOOP_OPTIONS + PS_OPTIONS,
         roles=ps_roles,
         cluster_env=torch_cluster_env,
+        ports=1,
+        device_probe=_TORCH_PROBE,
+    ),
+)
+BACKENDS.register(
+    "horovod-torch",
+    BackendSpec(
+        name="horovod-torch",
+        description="Horovod DistributedOptimizer on PyTorch (Gloo, or MPI under mpirun)",
+        framework="torch",
+        worker="dlscale.backends.torch_horovod:run",
+        measures_exposed_comm=True,
+        install="make horovod",
+        requires=("horovod",),
+        installed="dlscale.backends.horovod_declare:horovod_build",
+        options=TORCH_LOOP_OPTIONS + HOROVOD_OPTIONS,
+        cluster_env=horovod_cluster_env,
         ports=1,
         device_probe=_TORCH_PROBE,
     ),

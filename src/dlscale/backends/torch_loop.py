@@ -10,7 +10,7 @@ measured the same way. Data comes from the neutral data sets through the torch a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +25,9 @@ from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import Engine, run_schedule
 from dlscale.runtime.torch_env import torch_environment
+
+LossOf = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""The training loss of a batch (inputs, labels), with the engine's precision and layout."""
 
 
 class TorchStrategy:
@@ -45,6 +48,13 @@ class TorchStrategy:
     ) -> torch.optim.Optimizer | None:
         """The worker's optimizer; ``None`` when another rank applies updates (servers)."""
         return sgd(model.parameters(), cfg)
+
+    def backward(self, loss_of: LossOf, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one step's batch; the loss, detached. Horovod's
+        ``backward_passes_per_step`` runs it as several micro-batches."""
+        loss = loss_of(x, y)
+        loss.backward()
+        return loss.detach()
 
     def update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         """After backward: synchronize gradients (if needed) and update the parameters."""
@@ -177,6 +187,7 @@ class TorchEngine(Engine):
                 Strategy(
                     gradient_bytes=gradient_bytes(self.model),
                     bytes_sent_per_step_model=facts.pop("bytes_sent_per_step_model", None),
+                    traces=facts.pop("traces", []),
                     facts=facts,
                 )
             )
@@ -194,11 +205,13 @@ class TorchEngine(Engine):
         x, y = batch
         for param in self.params:
             param.grad = None
-        with self.autocast:
-            loss = F.cross_entropy(self.forward(x.to(memory_format=self.memory_format)), y)
-        loss.backward()
+        loss = self.strategy.backward(self._loss, x, y)
         self.strategy.update(self.model, self.optimizer)
-        return loss.detach()
+        return loss
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self.autocast:
+            return F.cross_entropy(self.forward(x.to(memory_format=self.memory_format)), y)
 
     def sync(self) -> None:
         if self.device.type == "cuda":

@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from dlscale.cli.tables import cell, console
 from dlscale.errors import UserError
 from dlscale.options import Option
+
+if TYPE_CHECKING:
+    from dlscale.backends import BackendSpec
 
 WHAT = ("models", "backends", "datasets", "launchers", "runs")
 
@@ -101,7 +105,7 @@ def _backends() -> Table:
             table,
             name,
             spec.framework,
-            _installed(spec.framework, spec.python, spec.install),
+            _installed(spec),
             str(spec.max_workers or "any"),
             ",".join(spec.devices),
             _options(spec.options),
@@ -115,15 +119,22 @@ def _add(table: Table, *cells: str) -> None:
     table.add_row(*map(cell, cells))
 
 
-def _installed(framework: str, python: str | None, install: str) -> str:
-    """Whether the workers' interpreter can import the framework, else how to install it."""
-    if python is None:
-        found = importlib.util.find_spec(framework) is not None
+def _installed(spec: BackendSpec) -> str:
+    """What the backend declares about its install, else whether the workers' interpreter can
+    import the framework and the modules it requires, else how to install them."""
+    if spec.installed is not None:
+        from dlscale.registry import load_object
+
+        return str(load_object(spec.installed)(spec.python))
+    if spec.python is None:
+        found = all(
+            importlib.util.find_spec(m) is not None for m in (spec.framework, *spec.requires)
+        )
     else:
-        found = Path(python).exists()  # a framework in its own environment (e.g. MXNet)
+        found = Path(spec.python).exists()  # a framework in its own environment (e.g. MXNet)
     if found:
         return "yes"
-    return f"no: {install}" if install else "no"
+    return f"no: {spec.install}" if spec.install else "no"
 
 
 def _options(options: tuple[Option, ...]) -> str:

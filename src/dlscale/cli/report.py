@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from dlscale.errors import UserError
@@ -45,7 +46,10 @@ def main(args: argparse.Namespace) -> int:
             f"no readable runs in {args.results} (none, or every one skipped above); "
             "run `dlscale run` first"
         )
-    page, plots = build_html(rows, title=args.title, source=str(args.results))
+    href = os.path.relpath(Path(args.results).absolute(), args.out.absolute().parent)
+    page, plots = build_html(
+        rows, title=args.title, source=str(args.results), results_href=Path(href).as_posix()
+    )
     _write(args.out, page)
     print(
         f"report: {args.out} ({len(rows)} runs, {plots} plots, "

@@ -23,6 +23,10 @@ class LauncherSpec:
     """The launcher's own settings (study keys), validated like a backend's."""
     same_machine: bool = False
     """Every process runs on this machine: the resource guard compares a point with it."""
+    provides: tuple[str, ...] = ()
+    """Runtimes the launcher's tool sets up for its ranks itself (``horovod``: Horovod's
+    rendezvous and HOROVOD_* variables; ``mpi``: an MPI world), which a backend's cluster hook
+    then leaves to it."""
 
     def create(self) -> Any:
         return load_object(self.implementation)()
@@ -36,5 +40,25 @@ LAUNCHERS.register(
         description="N processes on this machine (cores split between them)",
         implementation="dlscale.launchers.local:LocalLauncher",
         same_machine=True,
+    ),
+)
+LAUNCHERS.register(
+    "horovodrun",
+    LauncherSpec(
+        name="horovodrun",
+        description="Horovod's horovodrun with its Gloo rendezvous, all ranks on this machine",
+        implementation="dlscale.launchers.horovodrun:HorovodrunLauncher",
+        same_machine=True,
+        provides=("horovod",),
+    ),
+)
+LAUNCHERS.register(
+    "mpirun",
+    LauncherSpec(
+        name="mpirun",
+        description="OpenMPI's mpirun, all ranks on this machine (scripts/install-openmpi.sh)",
+        implementation="dlscale.launchers.mpirun:MpirunLauncher",
+        same_machine=True,
+        provides=("mpi",),
     ),
 )

@@ -49,6 +49,15 @@ class OnThisMachine:
     threads: int
     warnings: list[str]
 
+    def plan(self, entries: list[PlanEntry]) -> LaunchPlan:
+        return LaunchPlan(
+            entries=tuple(entries),
+            layout=self.layout,
+            addresses=self.addresses,
+            threads_per_worker=self.threads,
+            warnings=tuple(self.warnings),
+        )
+
 
 def on_this_machine(
     config: RunConfig, *, ports: tuple[int, ...] | None = None, cores: int | None = None
@@ -97,10 +106,4 @@ class LocalLauncher(Launcher):
                     stderr=spec_path.parent / f"rank{rank}.stderr",
                 )
             )
-        return LaunchPlan(
-            entries=tuple(entries),
-            layout=layout,
-            addresses=addresses,
-            threads_per_worker=here.threads,
-            warnings=tuple(here.warnings),
-        )
+        return here.plan(entries)

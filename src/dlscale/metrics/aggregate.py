@@ -308,6 +308,7 @@ def _bytes(per_rank: dict[int, Events], measure: list[dict[str, Any]]) -> dict[s
     if strategy is not None:
         out["bytes_sent_per_step_model"] = strategy.bytes_sent_per_step_model
         out["gradient_bytes"] = strategy.gradient_bytes
+        out["traces"] = list(strategy.traces)
     counted = [w for w in measure if w["bytes_sent"] is not None]
     if counted and per_rank:
         total = sum(w["bytes_sent"] for w in counted)

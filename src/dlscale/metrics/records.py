@@ -75,6 +75,9 @@ class Strategy(Record):
     bytes_sent_per_step_model: float | None = None
     """Bytes one worker sends per step, by the strategy's model (e.g. 2(N-1)/N x payload)."""
     facts: dict[str, Any] = field(default_factory=dict)
+    traces: list[str] = field(default_factory=list)
+    """Files the engine writes into the run's directory in Chrome's trace format (Horovod's
+    timeline): the report links them."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,6 +6,7 @@ import datetime
 import html
 from collections import defaultdict
 from typing import Any
+from urllib.parse import quote
 
 from dlscale.report.columns import Column, human_layout
 from dlscale.report.figures import Row, study_figures, study_slugs
@@ -110,8 +111,33 @@ def _failures(rows: list[Row]) -> str:
     )
 
 
-def build_html(rows: list[Row], *, title: str, source: str) -> tuple[str, int]:
-    """The report page and the number of plots in it."""
+def traces(rows: list[Row], results_href: str) -> str:
+    """Links to the trace files runs left in their directories (Horovod's timeline), which
+    open in Perfetto (ui.perfetto.dev) or chrome://tracing; ``results_href``: the results
+    directory relative to the page. A name that is not a plain file name is not linked."""
+    items = []
+    for row in rows:
+        for name in row["metrics"].get("traces") or []:
+            if not isinstance(name, str) or name in ("", ".", "..") or "/" in name:
+                continue
+            href = "/".join(quote(part) for part in (results_href, row["run_id"], name))
+            items.append(
+                f"<li><code>{_e(row['run_id'])}</code> {_e(row['config']['backend'])} x"
+                f'{_e(row["config"]["workers"])}: <a href="{_e(href)}">{_e(name)}</a></li>'
+            )
+    if not items:
+        return ""
+    return (
+        '<h3>Traces</h3><p class="note">Chrome trace files: open them in '
+        "https://ui.perfetto.dev or chrome://tracing.</p><ul>" + "".join(items) + "</ul>"
+    )
+
+
+def build_html(
+    rows: list[Row], *, title: str, source: str, results_href: str = "dlscale-results"
+) -> tuple[str, int]:
+    """The report page and the number of plots in it; ``results_href`` is the results
+    directory relative to where the page is written (for links to files in runs)."""
     import plotly.io as pio
     import plotly.offline
 
@@ -132,6 +158,7 @@ def build_html(rows: list[Row], *, title: str, source: str) -> tuple[str, int]:
         )
         parts.append(runs_table(study_rows))
         parts.append(_failures(study_rows))
+        parts.append(traces(study_rows, results_href))
         for figure in study_figures(study_rows):
             div = pio.to_html(
                 to_plotly(figure),

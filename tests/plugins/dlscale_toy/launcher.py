@@ -39,13 +39,7 @@ class ToyLauncher(Launcher):
             stdout=spec_path.parent / "launcher.stdout",
             stderr=spec_path.parent / "launcher.stderr",
         )
-        return LaunchPlan(
-            entries=(entry,),
-            layout=layout,
-            addresses=here.addresses,
-            threads_per_worker=here.threads,
-            warnings=tuple(here.warnings),
-        )
+        return here.plan([entry])
 
     def blame(self, entry: PlanEntry) -> int | None:
         try:

@@ -1,0 +1,127 @@
+"""What the horovod-* backends declare: options, cluster variables, how the build is reported.
+
+Pure (no Horovod or framework import): the parent reads it to plan a run and to list backends.
+
+Who starts Horovod's world depends on the launcher (``LauncherSpec.provides``):
+
+* ``horovodrun`` (provides ``horovod``) starts its own Gloo rendezvous server and gives every
+  rank its HOROVOD_* variables: nothing is added here;
+* ``mpirun`` (provides ``mpi``) starts an MPI world: Horovod's MPI controller and MPI
+  operations (Horovod must have been built with MPI: ``make horovod`` after OpenMPI);
+* any other launcher (``local``): the Gloo controller, with the rendezvous server started by
+  rank 0 inside its own process on the run's reserved port (Horovod's own
+  ``RendezvousServer``, given the same host plan horovodrun would give it), and each rank's
+  HOROVOD_* variables set as horovodrun sets them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dlscale.layout import Addresses, Process, ProcessLayout
+from dlscale.options import Option
+
+if TYPE_CHECKING:
+    from dlscale.config.run_config import RunConfig
+
+INSTALL = "make horovod"
+BUILD_RECORD = "horovod-build.json"
+"""Written into the virtual environment by scripts/build-horovod.sh: what was built."""
+RENDEZVOUS_ENV = "DLSCALE_HOROVOD_RENDEZVOUS"
+"""Set for rank 0 when it must start the Gloo rendezvous server itself."""
+
+HOROVOD_OPTIONS = (
+    Option(
+        name="compression",
+        type="str",
+        default="none",
+        choices=("none", "fp16"),
+        help="Horovod gradient compression (hvd.Compression)",
+    ),
+    Option(
+        name="fusion_mb",
+        type="float",
+        default=64.0,
+        minimum=0.0,
+        help="tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD; 0 turns fusion off)",
+    ),
+    Option(
+        name="cycle_ms",
+        type="float",
+        default=1.0,
+        minimum=0.0,
+        exclusive_minimum=True,
+        help="background thread cycle time in ms (HOROVOD_CYCLE_TIME)",
+    ),
+    Option(
+        name="backward_passes_per_step",
+        type="int",
+        default=1,
+        minimum=1,
+        help="k: each step's batch runs as k micro-batches, gradients all-reduced once",
+    ),
+    Option(
+        name="horovod_timeline",
+        type="bool",
+        default=False,
+        help="record Horovod's timeline (Chrome trace) into the run's directory",
+    ),
+)
+
+
+def horovod_cluster_env(
+    process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
+) -> dict[str, str]:
+    """Each rank's Horovod variables, unless the launcher's tool sets up Horovod or MPI."""
+    from dlscale.launchers import LAUNCHERS
+
+    provides = LAUNCHERS.get(config.launcher).provides
+    if "horovod" in provides:
+        return {}
+    if "mpi" in provides:
+        return {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
+    host = addresses.hosts[process.rank]
+    hosts = list(dict.fromkeys(addresses.hosts))
+    local = [p.rank for p in layout.processes if addresses.hosts[p.rank] == host]
+    env = {
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": addresses.hosts[0],
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(addresses.ports[0]),
+        "HOROVOD_HOSTNAME": host,
+        "HOROVOD_RANK": str(process.rank),
+        "HOROVOD_SIZE": str(layout.size),
+        "HOROVOD_LOCAL_RANK": str(local.index(process.rank)),
+        "HOROVOD_LOCAL_SIZE": str(len(local)),
+        "HOROVOD_CROSS_RANK": str(hosts.index(host)),
+        "HOROVOD_CROSS_SIZE": str(len(hosts)),
+    }
+    if host.startswith("127."):
+        env["HOROVOD_GLOO_IFACE"] = "lo"
+    if process.rank == 0:
+        env[RENDEZVOUS_ENV] = ",".join(f"{h}:{local_size(addresses, h)}" for h in hosts)
+    return env
+
+
+def local_size(addresses: Addresses, host: str) -> int:
+    return sum(1 for h in addresses.hosts if h == host)
+
+
+def horovod_build(python: str | None) -> str:
+    """What ``dlscale ls backends`` says: the build's frameworks, controllers and GPU
+    operations from the record scripts/build-horovod.sh left, or how to install it."""
+    if python is None and importlib.util.find_spec("horovod") is None:
+        return f"no: {INSTALL}"
+    prefix = Path(sys.prefix) if python is None else Path(python).absolute().parent.parent
+    try:
+        record = json.loads((prefix / BUILD_RECORD).read_text())
+        return (
+            f"yes: horovod {record['horovod']} built for {record['frameworks']}; "
+            f"controllers {record['controllers']}; GPU operations {record['gpu_operations']}"
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no: {INSTALL}"

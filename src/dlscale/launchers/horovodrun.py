@@ -1,0 +1,37 @@
+"""``--launcher horovodrun``: Horovod's own launcher with its Gloo rendezvous.
+
+horovodrun starts a rendezvous server, gives every rank its HOROVOD_* variables and starts the
+ranks (``-H localhost:N``: all on this machine); when one exits non-zero it stops the others
+and names it. It is run from the workers' environment (the ``horovodrun`` beside their
+interpreter), where ``make horovod`` installed it. Other backends run under it too: their
+processes find their ranks in HOROVOD_RANK.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from dlscale.launchers.one_command import OneCommandLauncher
+
+START_TIMEOUT_S = 120
+"""How long horovodrun waits for every rank to register (its default is 30 s: too short for
+many interpreters importing torch on 2 cores)."""
+
+
+class HorovodrunLauncher(OneCommandLauncher):
+    rank_vars = "HOROVOD_RANK,HOROVOD_LOCAL_RANK,HOROVOD_SIZE"
+    failed_rank = (re.compile(r"failure of process (\d+)", re.IGNORECASE),)
+
+    def tool(self, size: int, python: str, env: dict[str, str]) -> tuple[str, ...]:
+        return (
+            str(Path(shutil.which(python) or python).parent / "horovodrun"),
+            "-np",
+            str(size),
+            "-H",
+            f"localhost:{size}",
+            "--gloo",
+            "--start-timeout",
+            str(START_TIMEOUT_S),
+        )

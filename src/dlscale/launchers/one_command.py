@@ -1,0 +1,59 @@
+"""What launchers that start every rank from one command share (horovodrun, mpirun).
+
+The tool's command wraps the worker's (``python -m dlscale.worker spec.json``); every rank runs
+on this machine, the tool names ranks its own way (``rank_vars``), and when a rank fails the
+tool prints which one, which :meth:`OneCommandLauncher.blame` reads from its output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from abc import abstractmethod
+from pathlib import Path
+
+from dlscale.config.run_config import RunConfig
+from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env
+from dlscale.launchers.local import on_this_machine
+
+
+class OneCommandLauncher(Launcher):
+    rank_vars: str
+    """``RANK_VAR,LOCAL_VAR,SIZE_VAR`` as the tool sets them."""
+    failed_rank: tuple[re.Pattern[str], ...]
+    """Where the tool's output names the first rank that failed (group 1), in order of trust."""
+
+    @abstractmethod
+    def tool(self, size: int, python: str, env: dict[str, str]) -> tuple[str, ...]:
+        """The tool's command up to (not including) the worker's."""
+
+    def plan(
+        self,
+        config: RunConfig,
+        spec_path: Path,
+        python: str,
+        *,
+        ports: tuple[int, ...] | None = None,
+        cores: int | None = None,
+    ) -> LaunchPlan:
+        here = on_this_machine(config, ports=ports, cores=cores)
+        env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": self.rank_vars}
+        worker = (python, "-m", "dlscale.worker", str(spec_path))
+        entry = PlanEntry(
+            ranks=range(here.layout.size),
+            argv=(*self.tool(here.layout.size, python, env), *worker),
+            env=env,
+            stdout=spec_path.parent / "launcher.stdout",
+            stderr=spec_path.parent / "launcher.stderr",
+        )
+        return here.plan([entry])
+
+    def blame(self, entry: PlanEntry) -> int | None:
+        text = ""
+        for path in (entry.stderr, entry.stdout):
+            with contextlib.suppress(OSError):
+                text += path.read_text(errors="replace")
+        for pattern in self.failed_rank:
+            if found := pattern.search(text):
+                return int(found.group(1))
+        return None

@@ -1,0 +1,120 @@
+"""The real Horovod (built by `make horovod`, which `make test` runs) on 2 processes: under
+horovodrun (Gloo), mpirun (MPI) and the local launcher (Gloo, rank 0 serving the rendezvous).
+Equivalence with torch-ddp and torch-single is in test_equivalence.py."""
+
+import importlib.util
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from dlscale.metrics.events import read_events
+from dlscale.store import RunStore
+from tests.distributed.processes import alive, kill_all, start_long_run, wait_for_pids
+
+pytestmark = pytest.mark.dist
+
+TINY = ("--model", "tiny", "--steps", "3", "--windows", "2", "--warmup-steps", "1")
+TINY += ("--repeats", "1")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def horovod_installed():
+    assert importlib.util.find_spec("horovod"), "Horovod is not installed here: run make horovod"
+
+
+def test_horovodrun_run_records_metrics_bytes_and_the_timeline(tmp_path: Path, cli):
+    results = tmp_path / "res"
+    run = cli(
+        "run",
+        "--backend",
+        "horovod-torch",
+        "--launcher",
+        "horovodrun",
+        "--workers",
+        "2",
+        *TINY,
+        "--set",
+        "compression=fp16",
+        "--set",
+        "horovod_timeline=true",
+        "--set",
+        "machine_reference=false",
+        "--json",
+        "--results",
+        str(results),
+    )
+    assert run.returncode == 0, run.stderr
+    (result,) = RunStore(results).results()
+    assert result["status"] == "completed"
+    m = result["metrics"]
+    assert m["exposed_comm_ci95"] is not None and m["step_time_nosync_p50_ms"] > 0
+    # fp16 halves the payload; counted bytes follow the model: 2(N-1)/N x gradient bytes / 2
+    assert m["bytes_sent_per_step_model"] == round(m["gradient_bytes"] / 2)
+    assert m["bytes_sent_per_step_counted"] == pytest.approx(m["bytes_sent_per_step_model"])
+    assert m["traces"] == ["horovod-timeline.json"]
+    run_dir = results / result["run_id"]
+    timeline = (run_dir / "horovod-timeline.json").read_text()
+    assert '"ph"' in timeline and "ALLREDUCE" in timeline  # Chrome trace events of all-reduces
+    strategy = next(
+        e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
+    )
+    assert strategy["facts"]["horovod_controller"] == "gloo"
+    assert strategy["facts"]["horovod_version"] == "0.28.1"
+    # the report links the timeline, relative to the page
+    page = tmp_path / "out" / "report.html"
+    report = cli("report", "--results", str(results), "--out", str(page))
+    assert report.returncode == 0, report.stderr
+    assert f'href="../res/{result["run_id"]}/horovod-timeline.json"' in page.read_text()
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun", "mpirun", "local"])
+def test_a_killed_rank_fails_the_run_names_it_and_leaves_nothing_running(tmp_path: Path, launcher):
+    proc = start_long_run(tmp_path, 120, "horovod-torch", extra=("--launcher", launcher))
+    pids: dict[int, int] = {}
+    try:
+        pids = wait_for_pids(tmp_path, proc=proc)
+        time.sleep(1.0)
+        os.kill(pids[1], signal.SIGKILL)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 1, err
+        record = json.loads(out.strip().splitlines()[-1])
+        assert record["status"] == "failed"
+        assert "rank 1" in record["error"], record["error"]
+        assert "Traceback" not in err
+        (result,) = RunStore(tmp_path).results()
+        assert result["failure"]["failed_rank"] == 1
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids.values() if alive(p)]
+        assert not _tool_processes(tmp_path), "the launcher's tool outlived the run"
+    finally:
+        kill_all(pids.values(), proc)
+
+
+def _tool_processes(results: Path) -> list[int]:
+    """Processes whose command line names this run's spec (horovodrun, mpirun, orted...)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(results) in cmdline and state != "Z":
+            found.append(int(proc.name))
+    return found
+
+
+def test_ls_backends_says_what_horovod_was_built_with(cli):
+    """The build record of scripts/build-horovod.sh, read without importing Horovod."""
+    listing = cli("ls", "backends")
+    assert listing.returncode == 0
+    text = " ".join(listing.stdout.split())
+    assert "horovod 0.28.1 built for torch" in text and "gloo,mpi" in text
