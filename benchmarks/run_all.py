@@ -56,7 +56,9 @@ def _json_line(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if out.returncode != 0:
         sys.exit(f"benchmark command failed: {' '.join(cmd)}\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    # the last line holding a JSON object; horovodrun prefixes each line with "[rank]<stdout>:"
+    last = [line for line in out.stdout.splitlines() if "{" in line][-1]
+    return json.loads(last[last.index("{") :])
 
 
 def dlscale(results: Path, *args: str) -> float:
@@ -68,6 +70,9 @@ def dlscale(results: Path, *args: str) -> float:
             "run",
             "--json",
             "--force",
+            # one run against one run of the reference (a study's default is 3 runs, and a
+            # whole-machine reference point)
+            *("--repeats", "1", "--set", "machine_reference=false"),
             "--results",
             str(results),
             "--steps",

@@ -3,6 +3,8 @@
 * the results directory can be created and written;
 * the workers' interpreter exists and runs, and imports the backend's framework and the
   modules it requires (``BackendSpec.requires``; the message names the install command);
+* the launcher's tool is installed (``Launcher.check``: horovodrun beside that interpreter,
+  mpirun on the PATH);
 * ``--device cuda``: the backend's framework sees a CUDA device under that interpreter;
 * ``allocator = jemalloc`` or ``tcmalloc``: its library is installed (the message names the
   Debian package and ``scripts/install-allocators.sh``);
@@ -45,16 +47,19 @@ PROBE_TIMEOUT_S = 120.0
 def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool = True) -> None:
     """Every check; the results directory is created last, once nothing was refused."""
     check_results_dir(results, create=False)
-    checked: set[tuple[str, str]] = set()
+    checked: set[tuple[str, ...]] = set()
     for config in points:
         python = interpreter(config)
         if ("python", python) not in checked:
             check_interpreter(python)
             checked.add(("python", python))
         backend = BACKENDS.get(config.backend)
-        if (python, config.backend) not in checked:
+        if ("launcher", python, config.launcher) not in checked:
+            LAUNCHERS.get(config.launcher).create().check(python)
+            checked.add(("launcher", python, config.launcher))
+        if ("backend", python, config.backend) not in checked:
             check_requirements(python, config.backend)
-            checked.add((python, config.backend))
+            checked.add(("backend", python, config.backend))
         probe = backend.device_probe
         if config.device == "cuda" and probe and (python, probe) not in checked:
             check_cuda(python, probe)

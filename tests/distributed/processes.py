@@ -128,3 +128,19 @@ def kill_all(pids: Iterable[int], *procs: subprocess.Popen) -> None:
             proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
+
+
+def processes_naming(path: Path) -> list[int]:
+    """Live processes whose command line names ``path`` (a run's ranks, and the tools that
+    started them: horovodrun, mpirun and their helpers)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in cmdline and alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found

@@ -13,7 +13,15 @@ import pytest
 
 from dlscale.metrics.events import read_events
 from dlscale.store import RunStore
-from tests.distributed.processes import alive, kill_all, start_long_run, wait_for_pids
+from tests.distributed.processes import (
+    alive,
+    kill_all,
+    parent_pid,
+    processes_naming,
+    start_long_run,
+    wait_for_pids,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.dist
 
@@ -91,25 +99,9 @@ def test_a_killed_rank_fails_the_run_names_it_and_leaves_nothing_running(tmp_pat
         while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not [p for p in pids.values() if alive(p)]
-        assert not _tool_processes(tmp_path), "the launcher's tool outlived the run"
+        assert not processes_naming(tmp_path), "the launcher's tool outlived the run"
     finally:
         kill_all(pids.values(), proc)
-
-
-def _tool_processes(results: Path) -> list[int]:
-    """Processes whose command line names this run's spec (horovodrun, mpirun, orted...)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if str(results) in cmdline and state != "Z":
-            found.append(int(proc.name))
-    return found
 
 
 def test_ls_backends_says_what_horovod_was_built_with(cli):
@@ -118,3 +110,22 @@ def test_ls_backends_says_what_horovod_was_built_with(cli):
     assert listing.returncode == 0
     text = " ".join(listing.stdout.split())
     assert "horovod 0.28.1 built for torch" in text and "gloo,mpi" in text
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
+def test_kill_9_of_dlscale_leaves_no_rank_and_no_tool_behind(tmp_path: Path, launcher):
+    """The ranks are the tool's descendants, not dlscale's: their watchdogs end them, and the
+    tool (dlscale's child) ends with them."""
+    proc = start_long_run(tmp_path, 600, "horovod-torch", extra=("--launcher", launcher))
+    pids: dict[int, int] = {}
+    tools: list[int] = []
+    try:
+        pids = wait_for_pids(tmp_path, proc=proc)
+        tools = [p for p in processes_naming(tmp_path) if p not in pids.values()]
+        assert proc.pid not in {parent_pid(p) for p in pids.values()}  # started by the tool
+        proc.kill()
+        left = wait_gone([*pids.values(), *tools], 10.0)
+        assert not left, f"{left} outlived their dlscale (ranks {pids}, tools {tools})"
+        assert not processes_naming(tmp_path)
+    finally:
+        kill_all([*pids.values(), *tools], proc)

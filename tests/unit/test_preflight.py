@@ -143,3 +143,10 @@ def test_a_backend_whose_modules_are_missing_is_refused_with_its_install_command
         "install it: make horovod"
     )
     check_requirements(sys.executable, "torch-ddp")  # present: no error
+    # the launcher's tool: horovodrun is looked for beside the workers' interpreter
+    from dlscale.launchers.horovodrun import HorovodrunLauncher
+
+    with pytest.raises(
+        UserError, match=r"needs .*bare/bin/horovodrun, which is not installed: make"
+    ):
+        HorovodrunLauncher().check(python)

@@ -262,3 +262,26 @@ def test_report_without_results_is_a_clear_error(tmp_path: Path, cli):
     result = cli("report", "--results", str(tmp_path / "none"))
     assert result.returncode == 2
     assert "no results directory" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_settings_that_differ_between_rows_of_one_backend_get_a_column():
+    """Two horovod-torch rows differing only in compression must be told apart in the table."""
+
+    def row(backend: str, **options):
+        return {
+            "run_id": f"{backend}-{options}",
+            "status": "completed",
+            "config": {"backend": backend, "model": "tiny", "workers": 2, **options},
+            "metrics": {},
+        }
+
+    rows = [
+        row("torch-single"),
+        row("horovod-torch", compression="none", fusion_mb=64.0),
+        row("horovod-torch", compression="fp16", fusion_mb=64.0),
+    ]
+    shown, _ = human_layout(rows)
+    assert [c.label for c in shown][:2] == ["backend", "settings"]
+    assert [shown[1].text(r) for r in rows] == ["-", "compression=none", "compression=fp16"]
+    same, _ = human_layout(rows[:2])
+    assert "settings" not in [c.label for c in same]

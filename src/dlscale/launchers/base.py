@@ -73,6 +73,11 @@ class Launcher(ABC):
     def plan(self, config: RunConfig, spec_path: Path, python: str) -> LaunchPlan:
         """Commands and environments for every rank; pure (no process is started)."""
 
+    def check(self, python: str) -> None:
+        """Before launch: raise :class:`~dlscale.errors.UserError` naming what is missing
+        (the tool, and the command that installs it); by default nothing is needed."""
+        return None
+
     def blame(self, entry: PlanEntry) -> int | None:
         """The rank a failed one-command entry reports as the cause (mpirun and horovodrun
         print it); ``None``: unknown, and the watcher reads the per-rank events instead."""

@@ -22,6 +22,7 @@ many interpreters importing torch on 2 cores)."""
 
 class HorovodrunLauncher(OneCommandLauncher):
     rank_vars = "HOROVOD_RANK,HOROVOD_LOCAL_RANK,HOROVOD_SIZE"
+    install = "make horovod (it installs horovodrun beside the workers' interpreter)"
     failed_rank = (re.compile(r"failure of process (\d+)", re.IGNORECASE),)
 
     def tool(self, size: int, python: str, env: dict[str, str]) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from dlscale.launchers.one_command import OneCommandLauncher
 
 class MpirunLauncher(OneCommandLauncher):
     rank_vars = "OMPI_COMM_WORLD_RANK,OMPI_COMM_WORLD_LOCAL_RANK,OMPI_COMM_WORLD_SIZE"
+    install = "scripts/install-openmpi.sh (Debian's openmpi-bin)"
     failed_rank = (
         re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]"),  # a rank exited non-zero
         re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal"),

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 from abc import abstractmethod
 from pathlib import Path
 
 from dlscale.config.run_config import RunConfig
+from dlscale.errors import UserError
 from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env
 from dlscale.launchers.local import on_this_machine
 
@@ -23,9 +25,17 @@ class OneCommandLauncher(Launcher):
     failed_rank: tuple[re.Pattern[str], ...]
     """Where the tool's output names the first rank that failed (group 1), in order of trust."""
 
+    install: str
+    """How to install the tool, for the message when it is missing."""
+
     @abstractmethod
     def tool(self, size: int, python: str, env: dict[str, str]) -> tuple[str, ...]:
         """The tool's command up to (not including) the worker's."""
+
+    def check(self, python: str) -> None:
+        program = self.tool(1, python, {})[0]
+        if shutil.which(program) is None:
+            raise UserError(f"--launcher needs {program}, which is not installed: {self.install}")
 
     def plan(
         self,

@@ -298,7 +298,7 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
     that are the same in every row."""
     shown: list[Column] = []
     caption: list[str] = []
-    for column in COLUMNS:
+    for column in (*COLUMNS[:2], *_settings_column(rows), *COLUMNS[2:]):
         if column.show == "exports" or (column.show == "on_request" and not run_ids):
             continue
         if column.show == "present" and all(column.value(row) is None for row in rows):
@@ -309,3 +309,22 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
             continue
         shown.append(column)
     return shown, caption
+
+
+_SHOWN_ELSEWHERE = {c.name for c in COLUMNS} | {"batch_size"}
+
+
+def _settings_column(rows: Sequence[Row]) -> list[Column]:
+    """The other settings that differ between the rows (``compression=fp16``, ``ps_mode``...),
+    so that two rows of one backend can be told apart; none when nothing else differs."""
+    from dlscale.report.figures import varying_keys
+
+    keys = [k for k in varying_keys(list(rows)) if k not in _SHOWN_ELSEWHERE]
+    if not keys:
+        return []
+
+    def value(row: Row) -> str | None:
+        config = row.get("config") or {}
+        return ", ".join(f"{k}={config[k]}" for k in keys if k in config) or None
+
+    return [Column("settings", "settings", value)]
