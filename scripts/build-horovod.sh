@@ -80,8 +80,9 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     mkdir -p "$cache"
     cp "$work"/dist/horovod-*.whl "$cache/"
 fi
+# Horovod's own dependencies first, so that pip's check of the wheel finds them
+"$py" -m pip install --disable-pip-version-check -q cloudpickle psutil pyyaml packaging "cffi>=1.4.0"
 "$py" -m pip install --disable-pip-version-check -q --force-reinstall --no-deps "$cache"/horovod-*.whl
-"$py" -m pip install --disable-pip-version-check -q cloudpickle psutil pyyaml packaging
 echo "$key" > "$venv/.horovod-key"
 # what was built, for `dlscale ls backends` (read without importing horovod)
 frameworks=$(echo "${torch_v:+torch }${tf_v:+tensorflow }${mx_v:+mxnet}" | xargs | tr ' ' ,)
