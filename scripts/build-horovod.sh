@@ -48,9 +48,10 @@ command -v mpicxx >/dev/null && controllers=gloo-mpi
 gpu=${HOROVOD_GPU_OPERATIONS:-}
 key="horovod-$HOROVOD_VERSION-$pyver${torch_v:+-torch$torch_v}${tf_v:+-tf$tf_v}${mx_v:+-mxnet$mx_v}-$controllers${gpu:+-$(echo "$gpu" | tr 'A-Z' 'a-z')}"
 cache="$cache_root/$key"
+deps=(cloudpickle psutil pyyaml packaging "cffi>=1.4.0")  # Horovod's own requirements
 
-installed=$(version_of horovod)
-if [ "$installed" = "$HOROVOD_VERSION" ] && [ -f "$venv/.horovod-key" ] && [ "$(cat "$venv/.horovod-key")" = "$key" ]; then
+record="$venv/horovod-build.json"  # what was built, for `dlscale ls backends` too
+if [ "$(version_of horovod)" = "$HOROVOD_VERSION" ] && grep -qF "\"key\": \"$key\"" "$record" 2>/dev/null; then
     echo "horovod $HOROVOD_VERSION already built for this environment ($key)"
     exit 0
 fi
@@ -59,7 +60,7 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     echo "building horovod $HOROVOD_VERSION ($key): a few minutes on 2 cores, once"
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    "$py" -m pip install --disable-pip-version-check -q 'cmake<4' wheel setuptools cloudpickle psutil pyyaml packaging
+    "$py" -m pip install --disable-pip-version-check -q 'cmake<4' wheel setuptools "${deps[@]}"
     "$py" -m pip download --disable-pip-version-check -q --no-deps --no-binary :all: \
         -d "$work" "horovod==$HOROVOD_VERSION"
     tar -xzf "$work"/horovod-$HOROVOD_VERSION.tar.gz -C "$work"
@@ -77,15 +78,14 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     # the venv's cmake (<4) first
     (cd "$src" && env PATH="$(dirname "$py"):$PATH" MAKEFLAGS="-j$(nproc)" "${flags[@]}" \
         "$py" -m pip wheel --disable-pip-version-check -q --no-build-isolation --no-deps -w "$work/dist" .)
-    mkdir -p "$cache"
-    cp "$work"/dist/horovod-*.whl "$cache/"
+    mkdir -p "$cache_root"
+    # whole or not at all: an interrupted copy must not look like a cached build
+    mv "$work/dist" "$cache_root/.$key.$$" && mv -T "$cache_root/.$key.$$" "$cache"
 fi
-# Horovod's own dependencies first, so that pip's check of the wheel finds them
-"$py" -m pip install --disable-pip-version-check -q cloudpickle psutil pyyaml packaging "cffi>=1.4.0"
+# its requirements first, so that pip's check of the wheel finds them
+"$py" -m pip install --disable-pip-version-check -q "${deps[@]}"
 "$py" -m pip install --disable-pip-version-check -q --force-reinstall --no-deps "$cache"/horovod-*.whl
-echo "$key" > "$venv/.horovod-key"
-# what was built, for `dlscale ls backends` (read without importing horovod)
 frameworks=$(echo "${torch_v:+torch }${tf_v:+tensorflow }${mx_v:+mxnet}" | xargs | tr ' ' ,)
 printf '{"horovod": "%s", "key": "%s", "frameworks": "%s", "controllers": "%s", "gpu_operations": "%s"}\n' \
-    "$HOROVOD_VERSION" "$key" "$frameworks" "${controllers//-/,}" "${gpu:-none}" > "$venv/horovod-build.json"
+    "$HOROVOD_VERSION" "$key" "$frameworks" "${controllers//-/,}" "${gpu:-none}" > "$record"
 echo "horovod $HOROVOD_VERSION installed from $cache"

@@ -112,6 +112,10 @@ class Addresses:
     ports: tuple[int, ...]
     """Ports the launcher reserved for this run (``BackendSpec.ports`` of them)."""
 
+    def same_host(self, rank: int) -> list[int]:
+        """The ranks on ``rank``'s host, in rank order (its local rank is its index here)."""
+        return [r for r, host in enumerate(self.hosts) if host == self.hosts[rank]]
+
     def to_dict(self) -> dict[str, Any]:
         return {"hosts": list(self.hosts), "ports": list(self.ports)}
 

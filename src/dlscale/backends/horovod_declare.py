@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,8 +86,9 @@ def horovod_cluster_env(
     if "mpi" in provides:
         return {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
     host = addresses.hosts[process.rank]
-    hosts = list(dict.fromkeys(addresses.hosts))
-    local = [p.rank for p in layout.processes if addresses.hosts[p.rank] == host]
+    slots = Counter(addresses.hosts)  # processes per host, hosts in rank order
+    hosts = list(slots)
+    local = addresses.same_host(process.rank)
     env = {
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
@@ -102,13 +104,9 @@ def horovod_cluster_env(
     }
     if host.startswith("127."):
         env["HOROVOD_GLOO_IFACE"] = "lo"
-    if process.rank == 0:
-        env[RENDEZVOUS_ENV] = ",".join(f"{h}:{local_size(addresses, h)}" for h in hosts)
+    if process.rank == 0:  # horovodrun's host plan, host:slots
+        env[RENDEZVOUS_ENV] = ",".join(f"{h}:{n}" for h, n in slots.items())
     return env
-
-
-def local_size(addresses: Addresses, host: str) -> int:
-    return sum(1 for h in addresses.hosts if h == host)
 
 
 def horovod_build(python: str | None) -> str:

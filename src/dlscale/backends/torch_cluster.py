@@ -14,8 +14,7 @@ def torch_cluster_env(
     process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
 ) -> dict[str, str]:
     """RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address (rank 0's host, first port)."""
-    host = addresses.hosts[process.rank]
-    local = [p.rank for p in layout.processes if addresses.hosts[p.rank] == host]
+    local = addresses.same_host(process.rank)
     return {
         "RANK": str(process.rank),
         "WORLD_SIZE": str(layout.size),

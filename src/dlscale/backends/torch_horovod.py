@@ -33,7 +33,13 @@ import torch
 
 from dlscale.backends.horovod_declare import RENDEZVOUS_ENV
 from dlscale.backends.ring_allreduce import ring_bytes_mean
-from dlscale.backends.torch_loop import TorchStrategy, gradient_bytes, run_training, sgd
+from dlscale.backends.torch_loop import (
+    LossOf,
+    TorchStrategy,
+    gradient_bytes,
+    run_training,
+    sgd,
+)
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.runtime.context import WorkerContext
@@ -49,6 +55,8 @@ class HorovodStrategy(TorchStrategy):
         self.world = 1
         self.micro_batches = 1
         self._scale = 1.0
+        self._step_payload = 0.0
+        """Bytes handed to the all-reduce per synchronized step (after compression)."""
         self._payload = 0.0
         self._sync = True
         self._optimizer: Any = None
@@ -71,16 +79,17 @@ class HorovodStrategy(TorchStrategy):
             self._rendezvous = start_rendezvous(plan, int(os.environ["HOROVOD_SIZE"]))
         import horovod.torch as hvd
 
+        # before init, which fails without a word of why when the controller is not built
+        if os.environ.get("HOROVOD_CONTROLLER") == "mpi" and not hvd.mpi_built():
+            raise UserError(
+                "this Horovod was built without MPI, which --launcher mpirun needs: "
+                "scripts/install-openmpi.sh, then make horovod (rebuilds it with MPI)"
+            )
         hvd.init()
         if hvd.size() != ctx.processes or hvd.rank() != ctx.rank:
             raise RuntimeError(
                 f"horovod says rank {hvd.rank()} of {hvd.size()}, dlscale rank {ctx.rank} of "
                 f"{ctx.processes}: the launcher and the layout disagree"
-            )
-        if os.environ.get("HOROVOD_CONTROLLER") == "mpi" and not hvd.mpi_built():
-            raise UserError(
-                "this Horovod was built without MPI, which --launcher mpirun needs: "
-                "scripts/install-openmpi.sh, then make horovod (rebuilds it with MPI)"
             )
         self.world = hvd.size()
 
@@ -88,6 +97,7 @@ class HorovodStrategy(TorchStrategy):
         import horovod.torch as hvd
 
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        self._step_payload = gradient_bytes(model) * self._scale
         compression = hvd.Compression.fp16 if self._scale < 1 else hvd.Compression.none
         self._optimizer = hvd.DistributedOptimizer(
             sgd(model.parameters(), cfg),
@@ -98,7 +108,7 @@ class HorovodStrategy(TorchStrategy):
         hvd.broadcast_optimizer_state(self._optimizer, root_rank=0)
         return self._optimizer
 
-    def backward(self, loss_of: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def backward(self, loss_of: LossOf, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.micro_batches == 1:
             return super().backward(loss_of, x, y)
         total = torch.zeros((), device=x.device)
@@ -112,7 +122,7 @@ class HorovodStrategy(TorchStrategy):
         assert optimizer is not None
         if self._sync:
             optimizer.step()
-            self._payload += gradient_bytes(model) * self._scale
+            self._payload += self._step_payload
             return
         with optimizer.skip_synchronize():  # type: ignore[attr-defined]
             optimizer.step()
@@ -147,7 +157,7 @@ class HorovodStrategy(TorchStrategy):
         controller = "mpi" if hvd.mpi_enabled() else "gloo"
         return {
             "bytes_sent_per_step_model": round(
-                ring_bytes_mean(round(gradient_bytes(model) * self._scale), self.world)
+                ring_bytes_mean(round(self._step_payload), self.world)
             ),
             "algorithm": f"Horovod all-reduce ({controller}), modelled as a ring: "
             "2(N-1)/N x payload",

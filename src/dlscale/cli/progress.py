@@ -179,9 +179,7 @@ def _over_budget(plan: Repeats, started: float) -> bool:
 def _wide_points(store: RunStore, run_ids: dict[int, list[str]], target: float) -> list[int]:
     """Points whose throughput interval over runs is still wider than ``target`` percent of
     the mean (a point that never completed is not run again: its failure will not heal)."""
-    points = {
-        id_: p for p in add_scaling(store.results()) for id_ in [*p["run_ids"], *p["runs_left_out"]]
-    }
+    points = {id_: p for p in add_scaling(store.results()) for id_ in _every_run_id(p)}
     wide = []
     for index, ids in run_ids.items():
         point = next((points[i] for i in ids if i in points), None)
@@ -269,6 +267,7 @@ def _run_one(
 
 
 def _every_run_id(point: dict[str, Any]) -> set[str]:
+    """The point's runs, those the noise guard left out included."""
     return {*point["run_ids"], *point["runs_left_out"]}
 
 
