@@ -162,7 +162,8 @@ COLUMNS: tuple[Column, ...] = (
         ".1f",
         numeric=True,
         definition="half-width of its 95% confidence interval, Student t over runs "
-        "(w: over the windows of a single run, which are not independent)",
+        "(w: over the windows of a single run, which are not independent; -: one run with "
+        "one clean window, too few samples)",
     ),
     Column(
         "runs",
@@ -191,7 +192,8 @@ COLUMNS: tuple[Column, ...] = (
         _speedup,
         ".3f",
         numeric=True,
-        definition="img/s over the baseline, [95% interval] (Fieller; *: the baseline is this row)",
+        definition="img/s over the baseline, [95% interval] (Fieller; none when either side "
+        "has too few samples; *: the baseline is this row)",
     ),
     Column(
         "speedup_ci95_low", "speedup low", _bound("speedup_ci95", 0), machine=".3f", show="exports"
