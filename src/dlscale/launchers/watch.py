@@ -146,8 +146,12 @@ def _failed_rank(
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return rank, f"{what} was killed by {name}"
-    return rank, f"{what} exited with code {code}"
+        why = f"{what} was killed by {name}"
+    else:
+        why = f"{what} exited with code {code}"
+    if rank not in without_end:
+        why += " after recording the end of its run"
+    return rank, why
 
 
 def hung_rank(ranks: list[int], layout: ProcessLayout, run_dir: Path) -> tuple[int, str]:
