@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # CPU torch pinned here: an unpinned torch pulls several GB of CUDA wheels.
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint typecheck check bench clean allocators horovod
+.PHONY: demo test lint typecheck check bench clean allocators horovod tensorflow
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ demo: $(VENV)/.installed-run
 	$(BIN)/dlscale run
 	$(BIN)/dlscale report
 
-test: $(VENV)/.installed-test
+$(VENV)/.installed-tensorflow: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) -e '.[torch,tensorflow]'
+	touch $@
+
+test: $(VENV)/.installed-test $(VENV)/.installed-tensorflow
 	scripts/install-browser.sh
 	scripts/install-allocators.sh
 	scripts/install-openmpi.sh
@@ -43,6 +47,11 @@ allocators:
 horovod: $(VENV)/.installed-run
 	scripts/install-openmpi.sh
 	scripts/build-horovod.sh $(VENV)
+
+# TensorFlow 2.21 and tf-keras in this environment, beside PyTorch (docs/architecture.md says
+# why one environment). A Horovod built before is rebuilt to gain its TensorFlow binding.
+tensorflow: $(VENV)/.installed-tensorflow
+	if [ -e $(VENV)/horovod-build.json ]; then scripts/build-horovod.sh $(VENV); fi
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks

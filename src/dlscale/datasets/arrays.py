@@ -344,13 +344,13 @@ def resize(images: np.ndarray, size: int) -> np.ndarray:
     if height == width == size:
         return images
     antialias = size < min(height, width)
-    rows = _interpolation_matrix(height, size, antialias)
-    cols = _interpolation_matrix(width, size, antialias)
+    rows = interpolation_matrix(height, size, antialias)
+    cols = interpolation_matrix(width, size, antialias)
     return (rows @ images) @ cols.T
 
 
 @functools.lru_cache(maxsize=16)
-def _interpolation_matrix(size_in: int, size_out: int, antialias: bool) -> np.ndarray:
+def interpolation_matrix(size_in: int, size_out: int, antialias: bool) -> np.ndarray:
     """``(size_out, size_in)`` float32 weights of torch's bilinear kernels
     (``align_corners=False``)."""
     f32 = np.float32

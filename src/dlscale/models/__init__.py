@@ -44,6 +44,7 @@ def register_builder(model: str, framework: str, reference: str) -> None:
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
+_KERAS = "dlscale.models.keras_models"
 
 for _depth in (20, 32, 44, 56, 110):
     MODELS.register(
@@ -51,7 +52,10 @@ for _depth in (20, 32, 44, 56, 110):
         ModelSpec(
             name=f"resnet{_depth}",
             description=f"CIFAR ResNet-{_depth} (He et al. 2016, 6n+2 layers, option-A shortcuts)",
-            builders={"torch": f"dlscale.models.resnet_cifar:resnet{_depth}"},
+            builders={
+                "torch": f"dlscale.models.resnet_cifar:resnet{_depth}",
+                "tensorflow": f"{_KERAS}:resnet{_depth}",
+            },
             input_size=32,
             default_classes=10,
             has_batchnorm=True,
@@ -62,7 +66,10 @@ MODELS.register(
     ModelSpec(
         name="resnet50",
         description="ResNet-50 (He et al. 2016, bottleneck blocks, ImageNet)",
-        builders={"torch": "dlscale.models.resnet_imagenet:resnet50"},
+        builders={
+            "torch": "dlscale.models.resnet_imagenet:resnet50",
+            "tensorflow": f"{_KERAS}:resnet50",
+        },
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
@@ -73,7 +80,7 @@ MODELS.register(
     ModelSpec(
         name="alexnet",
         description="AlexNet (Krizhevsky 2014 one-tower variant, ImageNet)",
-        builders={"torch": "dlscale.models.alexnet:alexnet"},
+        builders={"torch": "dlscale.models.alexnet:alexnet", "tensorflow": f"{_KERAS}:alexnet"},
         input_size=224,
         default_classes=1000,
         has_batchnorm=False,
@@ -84,7 +91,10 @@ MODELS.register(
     ModelSpec(
         name="googlenet",
         description="GoogLeNet / Inception v1 (Szegedy et al. 2015, BatchNorm, no aux heads)",
-        builders={"torch": "dlscale.models.googlenet:googlenet"},
+        builders={
+            "torch": "dlscale.models.googlenet:googlenet",
+            "tensorflow": f"{_KERAS}:googlenet",
+        },
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
@@ -95,7 +105,7 @@ MODELS.register(
     ModelSpec(
         name="tiny",
         description="Tiny CNN for tests (2 conv + 1 linear, no BatchNorm)",
-        builders={"torch": "dlscale.models.tiny:tiny"},
+        builders={"torch": "dlscale.models.tiny:tiny", "tensorflow": f"{_KERAS}:tiny"},
         input_size=32,
         default_classes=10,
         has_batchnorm=False,

@@ -1,0 +1,147 @@
+"""The TensorFlow view of a numpy data set: tf.data pipelines giving the numpy reference's batches.
+
+:func:`to_tf` wraps a :class:`~dlscale.datasets.arrays.NumpyDataset`. The stored uint8 images
+become one constant; each epoch, the numpy plan (sample indices, crop offsets, flips: the same
+shards and order as every other engine for a given seed) becomes a ``tf.data.Dataset`` of steps,
+and a ``map`` (parallel, deterministic, prefetched with AUTOTUNE) gathers, crops, flips,
+normalizes and resizes each batch with TensorFlow ops: the resize multiplies by the numpy
+reference's own interpolation matrices, so every engine interpolates with PyTorch's weights.
+Batches come out NHWC (TensorFlow's CPU convolutions want channels last) and equal
+:meth:`ArrayDataset.train_batches` transposed (up to float rounding).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dlscale.datasets.arrays import (
+    ArrayDataset,
+    NumpyDataset,
+    SyntheticArrays,
+    interpolation_matrix,
+)
+from dlscale.runtime.tf_env import import_tensorflow
+
+tf = import_tensorflow()
+
+
+class TFDataset:
+    """One process's view of a data set as tf.data pipelines of ``(images NHWC float32,
+    labels int64)``: ``train_batches(epoch)`` has exactly ``steps_per_epoch`` elements,
+    ``eval_batches()`` this process's part of the held-out set (none without one)."""
+
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    """``(C, H, W)``, as the numpy data set says it (the batches are NHWC)."""
+    steps_per_epoch: int
+
+    def train_batches(self, epoch: int) -> Any:
+        raise NotImplementedError
+
+    def eval_batches(self) -> Any:
+        return None
+
+
+def to_tf(data: NumpyDataset) -> TFDataset:
+    """``data`` as tf.data pipelines."""
+    if isinstance(data, ArrayDataset):
+        return TFArrays(data)
+    if isinstance(data, SyntheticArrays):
+        return TFSynthetic(data)
+    raise TypeError(f"no TensorFlow adapter for {type(data).__name__}")
+
+
+class TFArrays(TFDataset):
+    """An :class:`ArrayDataset` held whole as one constant, transformed per batch."""
+
+    def __init__(self, data: ArrayDataset) -> None:
+        self.data = data
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self.steps_per_epoch = data.steps_per_epoch
+        transform = data.transform
+        channels, height, width = data.x_train.shape[1:]
+        mean, std = transform.channel_stats(channels)
+        self._mean = tf.constant(mean.reshape(1, channels, 1, 1))
+        self._std = tf.constant(std.reshape(1, channels, 1, 1))
+        self._scale = np.float32(transform.scale)
+        self._pad, self._channels = transform.pad, transform.channels
+        self._rows = self._cols = None
+        if (height, width) != (transform.size, transform.size):
+            antialias = transform.size < min(height, width)
+            self._rows = tf.constant(interpolation_matrix(height, transform.size, antialias))
+            self._cols = tf.constant(interpolation_matrix(width, transform.size, antialias))
+        self._x_train = tf.constant(data.x_train)
+        self._y_train = tf.constant(data.y_train)
+        self._x_test, self._y_test = data.x_test, data.y_test
+
+    def train_batches(self, epoch: int) -> Any:
+        plan = self.data.train_plan(epoch)
+        steps = plan.indices.shape[0]
+        if plan.top is None or plan.left is None or plan.flip is None:
+            zeros = np.zeros_like(plan.indices)
+            top, left, flip = zeros, zeros, zeros.astype(bool)
+            augment = False
+        else:
+            top, left, flip, augment = plan.top, plan.left, plan.flip, True
+        pipeline = tf.data.Dataset.from_tensor_slices((plan.indices, top, left, flip))
+
+        def step(indices: Any, top: Any, left: Any, flip: Any) -> tuple[Any, Any]:
+            images = tf.gather(self._x_train, indices)
+            if augment:
+                images = _crop_flip(images, top, left, flip, self._pad)
+            return self._inputs(images), tf.gather(self._y_train, indices)
+
+        mapped = pipeline.map(step, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return mapped.take(steps).prefetch(tf.data.AUTOTUNE)
+
+    def eval_batches(self) -> Any:
+        start, stop = self.data.eval_range()
+        if start >= stop:
+            return None
+        size = self.data.batch * self.data.replicas
+        pipeline = tf.data.Dataset.from_tensor_slices(
+            (self._x_test[start:stop], self._y_test[start:stop])
+        ).batch(size)
+        return pipeline.map(lambda x, y: (self._inputs(x), y)).prefetch(tf.data.AUTOTUNE)
+
+    def _inputs(self, images: Any) -> Any:
+        """Steps 2-5 of the :class:`~dlscale.datasets.arrays.Transform` on uint8 NCHW, out
+        NHWC."""
+        x = (tf.cast(images, tf.float32) * self._scale - self._mean) / self._std
+        if self._rows is not None:
+            # einsum, not tf.matmul of the (S, H) matrix by (B, 1, H, W): that broadcast
+            # segfaulted inside tf.data's graph on TensorFlow 2.21's CPU build (seen here).
+            x = tf.einsum("sh,bchw,tw->bcst", self._rows, x, self._cols)
+        if x.shape[1] != self._channels:
+            x = tf.repeat(x, self._channels, axis=1)
+        return tf.transpose(x, (0, 2, 3, 1))
+
+
+def _crop_flip(images: Any, top: Any, left: Any, flip: Any, pad: int) -> Any:
+    """:func:`dlscale.datasets.arrays.crop_flip` in TensorFlow ops, on uint8 NCHW."""
+    height, width = images.shape[2], images.shape[3]
+    padded = tf.pad(images, [[0, 0], [0, 0], [pad, pad], [pad, pad]])
+    rows = tf.cast(top, tf.int32)[:, None] + tf.range(height)  # (B, H)
+    cols = tf.cast(left, tf.int32)[:, None] + tf.range(width)  # (B, W)
+    cols = tf.where(flip[:, None], tf.reverse(cols, axis=[1]), cols)
+    picked = tf.gather(padded, rows, axis=2, batch_dims=1)  # (B, C, H, W + 2 pad)
+    return tf.gather(picked, cols, axis=3, batch_dims=1)
+
+
+class TFSynthetic(TFDataset):
+    """The fixed batch of :class:`SyntheticArrays`, one constant, fed at every step."""
+
+    def __init__(self, data: SyntheticArrays) -> None:
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self.steps_per_epoch = data.steps_per_epoch
+        self._batch = (
+            tf.constant(np.ascontiguousarray(data.images.transpose(0, 2, 3, 1))),
+            tf.constant(data.labels),
+        )
+
+    def train_batches(self, epoch: int) -> Any:
+        return tf.data.Dataset.from_tensors(self._batch).repeat(self.steps_per_epoch)
