@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from dlscale.metrics.scaling import add_scaling
+from dlscale.store.results import RunStore
 from tests.unit.test_report_hostile import HOSTILE
 
 pytestmark = pytest.mark.e2e
@@ -42,6 +44,9 @@ def test_report_draws_every_plot_without_errors(tmp_path: Path, cli, browser):
     out = tmp_path / "report.html"
     result = cli("report", "--results", str(DATA / "results"), "--out", str(out))
     assert result.returncode == 0, result.stderr
+    runs = len(RunStore(DATA / "results").results())
+    points = len(add_scaling(RunStore(DATA / "results").results()))
+    assert f"({points} points of {runs} runs, 13 plots," in result.stdout, result.stdout
     browser.get(out.as_uri())
     from selenium.webdriver.support.ui import WebDriverWait
 

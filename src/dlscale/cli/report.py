@@ -40,7 +40,8 @@ def main(args: argparse.Namespace) -> int:
     from dlscale.report.tables import to_csv, to_markdown
     from dlscale.store.results import RunStore
 
-    rows = add_scaling(RunStore(args.results).results())
+    runs = RunStore(args.results).results()
+    rows = add_scaling(runs)
     if not rows:
         raise UserError(
             f"no readable runs in {args.results} (none, or every one skipped above); "
@@ -52,7 +53,7 @@ def main(args: argparse.Namespace) -> int:
     )
     _write(args.out, page)
     print(
-        f"report: {args.out} ({len(rows)} runs, {plots} plots, "
+        f"report: {args.out} ({len(rows)} points of {len(runs)} runs, {plots} plots, "
         f"{args.out.stat().st_size / 1e6:.1f} MB; opens offline in any browser)"
     )
     if args.markdown:
