@@ -149,13 +149,13 @@ def test_keras_twin_matches_its_pytorch_model(name: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["resnet44", "resnet110", "tiny", "alexnet"])
+@pytest.mark.parametrize("name", MODELS.names())
 def test_keras_twin_has_the_registry_models_parameter_count(name: str) -> None:
-    """At each model's default classes and native size (the builders the runs use)."""
+    """Every registered model, built through the registry's ``tensorflow`` builder (what the
+    runs call) at its default classes and native size."""
     spec = MODELS.get(name)
-    torch_model = spec.build(spec.default_classes)
-    trainable = sum(p.numel() for p in torch_model.parameters())
-    keras_model = getattr(km, name)(spec.default_classes)
+    trainable = sum(p.numel() for p in spec.build(spec.default_classes).parameters())
+    keras_model = spec.build(spec.default_classes, "tensorflow")
     assert sum(int(np.prod(w.shape)) for w in keras_model.trainable_weights) == trainable
 
 

@@ -219,6 +219,22 @@ def test_points_table_shows_titles_captions_and_cells_literally(tmp_path: Path):
     assert "model m[/x]" in text and "b[bold]:smile:" in text
 
 
+def test_settings_column_shows_user_paths_literally(tmp_path: Path):
+    """A setting that differs between rows (here a data directory, text a user typed) reaches
+    the settings column of the terminal table and of the HTML page as data, not markup."""
+    rows = _rows(hostile_results(tmp_path, ("s",)))
+    paths = ("dir[/x] [bold]b :smile:", "<img src=x onerror=alert(1)>")
+    for i, row in enumerate(rows):
+        row["config"]["data_dir"] = paths[i % 2]
+    text = _text(points_table(rows, title="t"))
+    # the cell wraps at its spaces; each piece is there as typed
+    assert "data_dir=dir[/x]" in text and "[bold]b :smile:" in text and "onerror=alert(1)>" in text
+    page, _ = build_html(rows, title="t", source="s")
+    body = page.split("<body", 1)[1]
+    assert "<img" not in body
+    assert "data_dir=&lt;img src=x onerror=alert(1)&gt;" in body
+
+
 @pytest.mark.e2e
 def test_ls_runs_with_markup_in_the_results_path(tmp_path: Path):
     results = tmp_path / "dir[/x]" / "[bold]r"

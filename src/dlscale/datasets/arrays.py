@@ -29,6 +29,10 @@ from dlscale.errors import DataError
 ArrayBatch = tuple[np.ndarray, np.ndarray]
 """Images float32 ``(B, C, S, S)`` and labels int64 ``(B,)``."""
 
+PREPARE_CHUNK = 4096
+"""Images per batch when an engine's adapter transforms a whole stored set once (a data set
+without augmentation): bounds the temporary memory."""
+
 PERMUTATION_STRIDE = 1_000_003
 """The epoch's permutation is drawn from ``default_rng(seed * PERMUTATION_STRIDE + epoch)``."""
 

@@ -4,19 +4,23 @@
 become one constant; each epoch, the numpy plan (sample indices, crop offsets, flips: the same
 shards and order as every other engine for a given seed) becomes a ``tf.data.Dataset`` of steps,
 and a ``map`` (parallel, deterministic, prefetched with AUTOTUNE) gathers, crops, flips,
-normalizes and resizes each batch with TensorFlow ops: the resize multiplies by the numpy
-reference's own interpolation matrices, so every engine interpolates with PyTorch's weights.
+normalizes and resizes each batch with TensorFlow ops (a data set without augmentation is
+transformed once, when wrapped, as the torch adapter does: neither engine pays more per step).
+The resize multiplies by the numpy reference's own interpolation matrices, so every engine
+interpolates with PyTorch's weights.
 Batches come out NHWC (TensorFlow's CPU convolutions want channels last) and equal
 :meth:`ArrayDataset.train_batches` transposed (up to float rounding).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from dlscale.datasets.arrays import (
+    PREPARE_CHUNK,
     ArrayDataset,
     NumpyDataset,
     SyntheticArrays,
@@ -54,7 +58,9 @@ def to_tf(data: NumpyDataset) -> TFDataset:
 
 
 class TFArrays(TFDataset):
-    """An :class:`ArrayDataset` held whole as one constant, transformed per batch."""
+    """An :class:`ArrayDataset` held whole as one constant: uint8, transformed per batch after
+    the crop when training augments; else transformed once here (float32, the stored channels;
+    the repeat to the input channels stays per batch)."""
 
     def __init__(self, data: ArrayDataset) -> None:
         self.data = data
@@ -73,29 +79,26 @@ class TFArrays(TFDataset):
             antialias = transform.size < min(height, width)
             self._rows = tf.constant(interpolation_matrix(height, transform.size, antialias))
             self._cols = tf.constant(interpolation_matrix(width, transform.size, antialias))
-        self._x_train = tf.constant(data.x_train)
-        self._y_train = tf.constant(data.y_train)
-        self._x_test, self._y_test = data.x_test, data.y_test
+        self._prepared = not transform.augments
+        x_train, x_test = data.x_train, data.x_test
+        if self._prepared:
+            x_train, x_test = self._prepare_all(x_train), self._prepare_all(x_test)
+        self._x_train, self._x_test = tf.constant(x_train), tf.constant(x_test)
+        self._y_train, self._y_test = tf.constant(data.y_train), tf.constant(data.y_test)
 
     def train_batches(self, epoch: int) -> Any:
         plan = self.data.train_plan(epoch)
-        steps = plan.indices.shape[0]
+        batch: Callable[..., tuple[Any, Any]]
         if plan.top is None or plan.left is None or plan.flip is None:
-            zeros = np.zeros_like(plan.indices)
-            top, left, flip = zeros, zeros, zeros.astype(bool)
-            augment = False
+            steps = tf.data.Dataset.from_tensor_slices(plan.indices)
+            batch = self._gather
         else:
-            top, left, flip, augment = plan.top, plan.left, plan.flip, True
-        pipeline = tf.data.Dataset.from_tensor_slices((plan.indices, top, left, flip))
-
-        def step(indices: Any, top: Any, left: Any, flip: Any) -> tuple[Any, Any]:
-            images = tf.gather(self._x_train, indices)
-            if augment:
-                images = _crop_flip(images, top, left, flip, self._pad)
-            return self._inputs(images), tf.gather(self._y_train, indices)
-
-        mapped = pipeline.map(step, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        return mapped.take(steps).prefetch(tf.data.AUTOTUNE)
+            steps = tf.data.Dataset.from_tensor_slices(
+                (plan.indices, plan.top, plan.left, plan.flip)
+            )
+            batch = self._gather_crop_flip
+        mapped = steps.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return mapped.prefetch(tf.data.AUTOTUNE)
 
     def eval_batches(self) -> Any:
         start, stop = self.data.eval_range()
@@ -107,14 +110,37 @@ class TFArrays(TFDataset):
         ).batch(size)
         return pipeline.map(lambda x, y: (self._inputs(x), y)).prefetch(tf.data.AUTOTUNE)
 
+    def _gather(self, indices: Any) -> tuple[Any, Any]:
+        return self._inputs(tf.gather(self._x_train, indices)), tf.gather(self._y_train, indices)
+
+    def _gather_crop_flip(self, indices: Any, top: Any, left: Any, flip: Any) -> tuple[Any, Any]:
+        images = _crop_flip(tf.gather(self._x_train, indices), top, left, flip, self._pad)
+        return self._inputs(images), tf.gather(self._y_train, indices)
+
     def _inputs(self, images: Any) -> Any:
-        """Steps 2-5 of the :class:`~dlscale.datasets.arrays.Transform` on uint8 NCHW, out
-        NHWC."""
+        """Model inputs, NHWC, from stored images (or prepared ones)."""
+        return self._finish(images if self._prepared else self._prepare(images))
+
+    def _prepare(self, images: Any) -> Any:
+        """Steps 2-4 of the :class:`~dlscale.datasets.arrays.Transform`: uint8 NCHW to
+        float32 NCHW at the input size, the stored channels."""
         x = (tf.cast(images, tf.float32) * self._scale - self._mean) / self._std
         if self._rows is not None:
             # einsum, not tf.matmul of the (S, H) matrix by (B, 1, H, W): that broadcast
             # segfaulted inside tf.data's graph on TensorFlow 2.21's CPU build (seen here).
             x = tf.einsum("sh,bchw,tw->bcst", self._rows, x, self._cols)
+        return x
+
+    def _prepare_all(self, images: np.ndarray) -> np.ndarray:
+        """:meth:`_prepare` of a whole stored set, in chunks."""
+        chunks = [
+            self._prepare(images[i : i + PREPARE_CHUNK]).numpy()
+            for i in range(0, len(images), PREPARE_CHUNK)
+        ]
+        return np.concatenate(chunks) if chunks else self._prepare(images).numpy()
+
+    def _finish(self, x: Any) -> Any:
+        """Step 5 (a single channel repeated) and NCHW to NHWC."""
         if x.shape[1] != self._channels:
             x = tf.repeat(x, self._channels, axis=1)
         return tf.transpose(x, (0, 2, 3, 1))

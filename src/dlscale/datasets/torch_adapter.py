@@ -16,7 +16,13 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
-from dlscale.datasets.arrays import ArrayDataset, NumpyDataset, SyntheticArrays, Transform
+from dlscale.datasets.arrays import (
+    PREPARE_CHUNK,
+    ArrayDataset,
+    NumpyDataset,
+    SyntheticArrays,
+    Transform,
+)
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -137,7 +143,7 @@ class TorchSynthetic(TorchDataset):
 class DeviceTransform:
     """Steps 2-5 of a :class:`Transform` on uint8 batches on one device (no crop or flip)."""
 
-    CHUNK = 4096
+    CHUNK = PREPARE_CHUNK
     """Images per batch of :meth:`prepare_all` (bounds its temporary memory)."""
 
     def __init__(self, transform: Transform, channels: int, device: torch.device) -> None:
