@@ -49,9 +49,12 @@ horovod: $(VENV)/.installed-run
 	scripts/build-horovod.sh $(VENV)
 
 # TensorFlow 2.21 and tf-keras in this environment, beside PyTorch (docs/architecture.md says
-# why one environment). A Horovod built before is rebuilt to gain its TensorFlow binding.
+# why one environment), and Horovod built with its TensorFlow binding too (horovod-tf,
+# horovod-keras; studies/frameworks-cpu.toml compares them): about 20 minutes the first time,
+# seconds once the wheel is cached.
 tensorflow: $(VENV)/.installed-tensorflow
-	if [ -e $(VENV)/horovod-build.json ]; then scripts/build-horovod.sh $(VENV); fi
+	scripts/install-openmpi.sh
+	scripts/build-horovod.sh $(VENV)
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks

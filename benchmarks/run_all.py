@@ -12,6 +12,9 @@ round, and the ratio of the two is taken within each round (the machine's drift 
            (both under horovodrun --gloo; benchmarks/bare_horovod.py; `make horovod` first)
   hvd-ddp  2-worker horovod-torch          / 2-worker torch-ddp        recorded
   hvd-ring 2-worker horovod-torch          / 2-worker torch-ring       recorded
+  tf1      1-worker dlscale (tf-single)    / bare TensorFlow loop       target >= 0.97
+           (benchmarks/bare_tf.py; `make tensorflow` first)
+  tf-torch 1-worker tf-single              / 1-worker torch-single      recorded
 
 Usage: python benchmarks/run_all.py [--rounds 3] [--model resnet44] [--only harness,ddp]
 Prints each round's throughputs and the median ratio; exits 1 if a median misses its target.
@@ -41,6 +44,8 @@ TARGETS: dict[str, float | None] = {
     "hvd2": 0.97,
     "hvd-ddp": None,
     "hvd-ring": None,
+    "tf1": 0.97,
+    "tf-torch": None,
 }
 """None: no target; the ratio is recorded and explained in docs/benchmarks.md."""
 CIFAR10_PAIR_ALLOCATOR = "glibc-tuned"
@@ -104,6 +109,10 @@ def bare(launch: list[str], script: str, model: str, threads: int) -> float:
 
 def bare_loop(model: str, threads: int) -> float:
     return bare([sys.executable], "bare_loop.py", model, threads)
+
+
+def bare_tf(model: str, threads: int) -> float:
+    return bare([sys.executable], "bare_tf.py", model, threads)
 
 
 def bare_ddp(model: str, workers: int, threads: int) -> float:
@@ -180,6 +189,20 @@ def main() -> int:
             lambda: dlscale(results, *horovod(2)),
             lambda: dlscale(
                 results, "--backend", "torch-ring", "--model", args.model, "--workers", "2"
+            ),
+        ),
+        "tf1": (
+            lambda: dlscale(
+                results, "--backend", "tf-single", "--model", args.model, "--workers", "1"
+            ),
+            lambda: bare_tf(args.model, cores),
+        ),
+        "tf-torch": (
+            lambda: dlscale(
+                results, "--backend", "tf-single", "--model", args.model, "--workers", "1"
+            ),
+            lambda: dlscale(
+                results, "--backend", "torch-single", "--model", args.model, "--workers", "1"
             ),
         ),
         "cifar10": (

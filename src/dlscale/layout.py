@@ -110,7 +110,7 @@ class Addresses:
     hosts: tuple[str, ...]
     """Host of each rank."""
     ports: tuple[int, ...]
-    """Ports the launcher reserved for this run (``BackendSpec.ports`` of them)."""
+    """Ports the launcher reserved for this run (``BackendSpec.port_count`` of them)."""
 
     def same_host(self, rank: int) -> list[int]:
         """The ranks on ``rank``'s host, in rank order (its local rank is its index here)."""

@@ -88,7 +88,12 @@ def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, refer
     assert moved > 1e-3
 
 
-def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli):
+@pytest.mark.parametrize(
+    "backend",
+    [("torch-ps", "--set", "ps_mode=async"), ("tf-ps",)],  # TF2's parameter server is async
+    ids=["torch-ps", "tf-ps"],
+)
+def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli, backend):
     import json
 
     result = cli(
@@ -98,9 +103,7 @@ def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli):
         "--set",
         "machine_reference=false",
         "--backend",
-        "torch-ps",
-        "--set",
-        "ps_mode=async",
+        *backend,
         "--model",
         "tiny",
         "--dataset",
@@ -123,3 +126,6 @@ def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli):
     (record,) = [r for r in map(json.loads, result.stdout.splitlines()) if r["kind"] == "point"]
     assert record["eval_accuracy"] >= 0.8, record
     assert record["time_to_accuracy_s"] > 0
+    (stored,) = RunStore(tmp_path).results()
+    # every replica's images counted (tf-ps: by the coordinator): 2 workers x 16 a step
+    assert stored["metrics"]["measured_images"] == stored["metrics"]["measured_steps"] * 32

@@ -122,7 +122,7 @@ def test_a_killed_server_fails_the_run_and_stops_the_workers(tmp_path):
     assert proc.returncode == 1
     record = json.loads(out.strip().splitlines()[-1])
     assert record["status"] == "failed"
-    assert "rank 2 was killed by SIGKILL" in record["error"]
+    assert "rank 2 was killed by SIGKILL (role server)" in record["error"]
     assert "Traceback" not in err
     assert not any(alive(pid) for pid in pids.values())
     (result,) = RunStore(tmp_path).results()

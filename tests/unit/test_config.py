@@ -21,7 +21,8 @@ def test_defaults_are_valid_and_derived_values():
         ({"model": "resnet45"}, "unknown model 'resnet45'; choose one of: alexnet"),
         (
             {"backend": "nope"},
-            "unknown backend 'nope'; choose one of: horovod-torch, torch-ddp, torch-ps, "
+            "unknown backend 'nope'; choose one of: horovod-keras, horovod-tf, horovod-torch, "
+            "keras-fit, tf-mirrored, tf-mwms, tf-ps, tf-single, torch-ddp, torch-ps, "
             "torch-ring, torch-single",
         ),
         ({"dataset": "imagenet"}, "unknown dataset 'imagenet'; choose one of: cifar10"),

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 
+from dlscale.backends.tf_sgd import TorchSGD
 from dlscale.models import MODELS
 from dlscale.models import keras_models as km
 from dlscale.models.keras_transfer import load_torch_weights, torch_state
@@ -100,8 +101,9 @@ def _torch_losses(model: torch.nn.Module, batches) -> list[float]:
 
 
 def _keras_losses(model, batches) -> list[float]:
-    """PyTorch's SGD written out: g + wd w, v = m v + g, w -= lr v."""
-    velocity = [tf.zeros_like(w) for w in model.trainable_weights]
+    """The TensorFlow engines' step: mean loss, gradient, PyTorch's SGD rule as a Keras optimizer
+    (dlscale.backends.tf_sgd.TorchSGD: g + wd w, v = m v + g, w -= lr v)."""
+    optimizer = TorchSGD(learning_rate=LR, momentum=MOMENTUM, l2=WEIGHT_DECAY)
     losses = []
     for x, y in batches:
         with tf.GradientTape() as tape:
@@ -110,9 +112,7 @@ def _keras_losses(model, batches) -> list[float]:
                 tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
             )
         grads = tape.gradient(loss, model.trainable_weights)
-        for i, (w, g) in enumerate(zip(model.trainable_weights, grads, strict=True)):
-            velocity[i] = MOMENTUM * velocity[i] + g + WEIGHT_DECAY * w
-            w.assign_sub(LR * velocity[i])
+        optimizer.apply_gradients(zip(grads, model.trainable_weights, strict=True))
         losses.append(float(loss))
     return losses
 

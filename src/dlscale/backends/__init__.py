@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from dlscale.backends import tf_declare as tfd
 from dlscale.backends.horovod_declare import HOROVOD_OPTIONS, horovod_cluster_env
 from dlscale.backends.torch_cluster import torch_cluster_env
 from dlscale.backends.torch_options import (
@@ -70,8 +71,9 @@ class BackendSpec:
     """The processes a run needs, in rank order (pure; must import no framework)."""
     cluster_env: ClusterEnv = no_cluster_env
     """Each process's variables from the layout and the allocated addresses (pure)."""
-    ports: int = 0
-    """Ports the launcher reserves for a run (``Addresses.ports``)."""
+    ports: int | Callable[[RunConfig], int] = 0
+    """Ports the launcher reserves for a run (``Addresses.ports``): a number, or a function of
+    the config (TensorFlow: a gRPC server in every process)."""
     requires: tuple[str, ...] = ()
     """Modules the workers import beyond the framework (e.g. ``horovod``): checked under the
     workers' interpreter before launch, and by ``dlscale ls backends``."""
@@ -83,6 +85,10 @@ class BackendSpec:
     """``module:function`` run under the workers' interpreter before launch, returning the
     number of CUDA devices the framework sees (so ``--device cuda`` without a GPU is refused
     before anything starts); ``None``: not checked."""
+
+    def port_count(self, config: RunConfig) -> int:
+        """How many ports a run of ``config`` needs."""
+        return self.ports(config) if callable(self.ports) else self.ports
 
 
 BACKENDS: Registry[BackendSpec] = Registry("backend")
@@ -168,3 +174,85 @@ BACKENDS.register(
         device_probe=_TORCH_PROBE,
     ),
 )
+
+_TF: dict[str, Any] = {
+    "framework": "tensorflow",
+    "install": tfd.INSTALL,
+    "requires": tfd.TF_REQUIRES,
+    "device_probe": tfd.DEVICE_PROBE,
+}
+_HOROVOD_TF: dict[str, Any] = {
+    **_TF,
+    "install": "make tensorflow",
+    "requires": (*tfd.TF_REQUIRES, "horovod"),
+    "installed": "dlscale.backends.horovod_declare:horovod_tensorflow_build",
+    "cluster_env": horovod_cluster_env,
+    "ports": 1,
+}
+for _spec in (
+    BackendSpec(
+        name="tf-single",
+        description="TensorFlow custom training loop, one process (the TensorFlow baseline)",
+        worker="dlscale.backends.tf_strategies:run_single",
+        max_workers=1,
+        reference=True,
+        options=tfd.TF_LOOP_OPTIONS,
+        **_TF,
+    ),
+    BackendSpec(
+        name="tf-mirrored",
+        description="TensorFlow MirroredStrategy: every replica in one process (logical CPU "
+        "devices on a CPU)",
+        worker="dlscale.backends.tf_strategies:run_mirrored",
+        measures_exposed_comm=True,
+        options=tfd.TF_LOOP_OPTIONS,
+        roles=tfd.mirrored_roles,
+        **_TF,
+    ),
+    BackendSpec(
+        name="tf-mwms",
+        description="TensorFlow MultiWorkerMirroredStrategy: collective all-reduce, custom loop",
+        worker="dlscale.backends.tf_strategies:run_mwms",
+        measures_exposed_comm=True,
+        options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS,
+        cluster_env=tfd.tf_config_env,
+        ports=tfd.one_port_per_process,
+        **_TF,
+    ),
+    BackendSpec(
+        name="tf-ps",
+        description="TensorFlow ParameterServerStrategy: a coordinator, num_ps ps tasks, "
+        "asynchronous workers",
+        worker="dlscale.backends.tf_ps:run",
+        options=tfd.TF_LOOP_OPTIONS + tfd.PS_OPTIONS,
+        roles=tfd.ps_roles,
+        cluster_env=tfd.tf_config_env,
+        ports=tfd.one_port_per_process,
+        **_TF,
+    ),
+    BackendSpec(
+        name="keras-fit",
+        description="Keras model.fit under MultiWorkerMirroredStrategy (legacy Keras 2)",
+        worker="dlscale.backends.keras_fit:run_mwms",
+        options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS + tfd.FIT_OPTIONS,
+        cluster_env=tfd.tf_config_env,
+        ports=tfd.one_port_per_process,
+        **_TF,
+    ),
+    BackendSpec(
+        name="horovod-tf",
+        description="Horovod DistributedGradientTape on TensorFlow, custom loop",
+        worker="dlscale.backends.tf_strategies:run_horovod",
+        measures_exposed_comm=True,
+        options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS,
+        **_HOROVOD_TF,
+    ),
+    BackendSpec(
+        name="horovod-keras",
+        description="Horovod DistributedOptimizer with Keras model.fit (legacy Keras 2)",
+        worker="dlscale.backends.keras_fit:run_horovod",
+        options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,
+        **_HOROVOD_TF,
+    ),
+):
+    BACKENDS.register(_spec.name, _spec)

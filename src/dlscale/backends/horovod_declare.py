@@ -123,3 +123,12 @@ def horovod_build(python: str | None) -> str:
         )
     except (OSError, ValueError, KeyError, TypeError):
         return f"no: {INSTALL}"
+
+
+def horovod_tensorflow_build(python: str | None) -> str:
+    """:func:`horovod_build` for the TensorFlow binding: a build made before TensorFlow was
+    installed has none."""
+    built = horovod_build(python)
+    if built.startswith("yes") and "tensorflow" not in built.split(";")[0]:
+        return "no: this Horovod has no TensorFlow binding; make tensorflow rebuilds it"
+    return built if built.startswith("yes") else "no: make tensorflow"

@@ -39,6 +39,8 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from dlscale.backends.comm_bytes import ring_bytes_mean
+
 __all__ = [
     "COMPRESSIONS",
     "Fusion",
@@ -84,13 +86,6 @@ def ring_bytes_per_rank(nbytes: int, world: int, *, rank: int = 0, itemsize: int
     chunks = ring_chunk_sizes(nbytes // itemsize, world)
     kept = chunks[(rank + 1) % world] + chunks[(rank + 2) % world]
     return (2 * sum(chunks) - kept) * itemsize
-
-
-def ring_bytes_mean(nbytes: int, world: int) -> float:
-    """Bytes per rank averaged over the ranks: exactly 2(N-1)/N × ``nbytes``, the sum of
-    :func:`ring_bytes_per_rank` over all ranks divided by N (an int when it divides)."""
-    total = 2 * (world - 1) * nbytes
-    return total // world if total % world == 0 else total / world
 
 
 def ring_allreduce_(

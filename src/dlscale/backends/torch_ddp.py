@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from dlscale.backends.ring_allreduce import ring_bytes_mean
+from dlscale.backends.comm_bytes import ring_bytes_mean
 from dlscale.backends.torch_loop import (
     TorchStrategy,
     gradient_bytes,

@@ -25,14 +25,13 @@ Gloo's or MPI's wire traffic.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from dlscale.backends.horovod_declare import RENDEZVOUS_ENV
-from dlscale.backends.ring_allreduce import ring_bytes_mean
+from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.backends.horovod_session import HorovodSession
 from dlscale.backends.torch_loop import (
     LossOf,
     TorchStrategy,
@@ -44,8 +43,6 @@ from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.runtime.context import WorkerContext
 
-TIMELINE = "horovod-timeline.json"
-"""Horovod's timeline of a run (Chrome trace format), in the run's directory."""
 NEVER = 1 << 30
 """A countdown the hooks do not reach within a probe."""
 
@@ -60,7 +57,7 @@ class HorovodStrategy(TorchStrategy):
         self._payload = 0.0
         self._sync = True
         self._optimizer: Any = None
-        self._rendezvous: Any = None
+        self._session = HorovodSession()
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         cfg = ctx.config
@@ -71,26 +68,7 @@ class HorovodStrategy(TorchStrategy):
                 f"per worker ({cfg.batch_per_worker}); choose a divisor of it"
             )
         self._scale = 0.5 if cfg.option("compression") == "fp16" else 1.0
-        if cfg.option("horovod_timeline"):
-            os.environ["HOROVOD_TIMELINE"] = str(ctx.run_dir / TIMELINE)
-        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(cfg.option("fusion_mb") * 2**20))
-        os.environ["HOROVOD_CYCLE_TIME"] = str(cfg.option("cycle_ms"))
-        if plan := os.environ.get(RENDEZVOUS_ENV):
-            self._rendezvous = start_rendezvous(plan, int(os.environ["HOROVOD_SIZE"]))
-        import horovod.torch as hvd
-
-        # before init, which fails without a word of why when the controller is not built
-        if os.environ.get("HOROVOD_CONTROLLER") == "mpi" and not hvd.mpi_built():
-            raise UserError(
-                "this Horovod was built without MPI, which --launcher mpirun needs: "
-                "scripts/install-openmpi.sh, then make horovod (rebuilds it with MPI)"
-            )
-        hvd.init()
-        if hvd.size() != ctx.processes or hvd.rank() != ctx.rank:
-            raise RuntimeError(
-                f"horovod says rank {hvd.rank()} of {hvd.size()}, dlscale rank {ctx.rank} of "
-                f"{ctx.processes}: the launcher and the layout disagree"
-            )
+        hvd = self._session.start(ctx, "horovod.torch")
         self.world = hvd.size()
 
     def make_optimizer(self, model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
@@ -151,26 +129,14 @@ class HorovodStrategy(TorchStrategy):
         return sent
 
     def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        import horovod
-        import horovod.torch as hvd
-
-        controller = "mpi" if hvd.mpi_enabled() else "gloo"
+        facts = self._session.facts(cfg)
         return {
             "bytes_sent_per_step_model": round(
                 ring_bytes_mean(round(self._step_payload), self.world)
             ),
-            "algorithm": f"Horovod all-reduce ({controller}), modelled as a ring: "
-            "2(N-1)/N x payload",
-            "horovod_version": horovod.__version__,
-            "horovod_controller": controller,
-            "horovod_built": {
-                "gloo": hvd.gloo_built(),
-                "mpi": hvd.mpi_built(),
-                "nccl": bool(hvd.nccl_built()),
-            },
-            "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
-            "cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
-            "traces": [TIMELINE] if cfg.option("horovod_timeline") else [],
+            "algorithm": f"Horovod all-reduce ({facts['horovod_controller']}), modelled as a "
+            "ring: 2(N-1)/N x payload",
+            **facts,
         }
 
     def finish(self) -> None:
@@ -180,32 +146,7 @@ class HorovodStrategy(TorchStrategy):
         hvd.join()
 
     def teardown(self) -> None:
-        import horovod.torch as hvd
-
-        if hvd.is_initialized():
-            hvd.shutdown()
-        if self._rendezvous is not None:
-            self._rendezvous.shutdown()
-            self._rendezvous.server_close()
-
-
-def start_rendezvous(plan: str, size: int) -> Any:
-    """Horovod's Gloo rendezvous server (the HTTP key-value store horovodrun serves) in a thread
-    of this process: rank 0's under a launcher other than horovodrun, on the address and port
-    every rank was given, with the host plan horovodrun would make (``host:slots,...``).
-    (``RendezvousServer.start()`` picks its own port, which the other ranks could not know.)"""
-    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
-    from horovod.runner.util.threads import in_thread
-
-    address = (
-        os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
-        int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
-    )
-    server = RendezvousHTTPServer(address, RendezvousHandler, 0)
-    server.init(get_host_assignments(parse_hosts(plan), size))
-    in_thread(target=server.serve_forever)
-    return server
+        self._session.shutdown()
 
 
 def run(ctx: WorkerContext) -> None:

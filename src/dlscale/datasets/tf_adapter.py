@@ -14,7 +14,8 @@ Batches come out NHWC (TensorFlow's CPU convolutions want channels last) and equ
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from dlscale.datasets.arrays import (
     ArrayDataset,
     NumpyDataset,
     SyntheticArrays,
+    TrainPlan,
     interpolation_matrix,
 )
 from dlscale.runtime.tf_env import import_tensorflow
@@ -40,8 +42,19 @@ class TFDataset:
     input_shape: tuple[int, int, int]
     """``(C, H, W)``, as the numpy data set says it (the batches are NHWC)."""
     steps_per_epoch: int
+    same_every_epoch = False
+    """Every epoch gives the same batches (synthetic data): a long run repeats one epoch."""
 
-    def train_batches(self, epoch: int) -> Any:
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        """The epoch's batches of this process; ``part = (replica, batch)``: only that
+        replica's ``batch`` images of each step (``replica`` an int or a scalar tensor, such as
+        a parameter-server worker's index)."""
+        raise NotImplementedError
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        """Every batch from step ``start`` of ``epoch`` on, epoch after epoch with no end (for a
+        consumer that reads across epochs, such as one Keras ``fit`` call). In this process
+        only: the plans come from Python as they are reached."""
         raise NotImplementedError
 
     def eval_batches(self) -> Any:
@@ -86,17 +99,40 @@ class TFArrays(TFDataset):
         self._x_train, self._x_test = tf.constant(x_train), tf.constant(x_test)
         self._y_train, self._y_test = tf.constant(data.y_train), tf.constant(data.y_test)
 
-    def train_batches(self, epoch: int) -> Any:
-        plan = self.data.train_plan(epoch)
-        batch: Callable[..., tuple[Any, Any]]
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        columns = self._columns(self.data.train_plan(epoch))
+        steps = tf.data.Dataset.from_tensor_slices(columns)
+        if part is not None:  # the replica's columns of the plan, before any image work
+            steps = steps.map(lambda *cols: _part(cols, part))
+        return self._batches(steps, len(columns))
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        def rows() -> Iterator[tuple[np.ndarray, ...]]:
+            for e in itertools.count(epoch):
+                columns = self._columns(self.data.train_plan(e))
+                for step in range(start if e == epoch else 0, self.steps_per_epoch):
+                    yield tuple(column[step] for column in columns)
+
+        width = self.data.batch * self.data.replicas
+        kinds = [tf.int64, tf.int64, tf.int64, tf.bool][: 1 if self._prepared else 4]
+        spec = tuple(tf.TensorSpec((width,), kind) for kind in kinds)
+        return self._batches(tf.data.Dataset.from_generator(rows, output_signature=spec), len(spec))
+
+    def _columns(self, plan: TrainPlan) -> tuple[np.ndarray, ...]:
+        """A plan's arrays, one row a step: indices, then crop offsets and flips if it augments."""
         if plan.top is None or plan.left is None or plan.flip is None:
-            steps = tf.data.Dataset.from_tensor_slices(plan.indices)
-            batch = self._gather
-        else:
-            steps = tf.data.Dataset.from_tensor_slices(
-                (plan.indices, plan.top, plan.left, plan.flip)
-            )
-            batch = self._gather_crop_flip
+            return (plan.indices.astype(np.int64),)
+        return (
+            plan.indices.astype(np.int64),
+            plan.top.astype(np.int64),
+            plan.left.astype(np.int64),
+            plan.flip.astype(bool),
+        )
+
+    def _batches(self, steps: Any, columns: int) -> Any:
+        batch: Callable[..., tuple[Any, Any]] = (
+            self._gather if columns == 1 else self._gather_crop_flip
+        )
         mapped = steps.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return mapped.prefetch(tf.data.AUTOTUNE)
 
@@ -146,6 +182,13 @@ class TFArrays(TFDataset):
         return tf.transpose(x, (0, 2, 3, 1))
 
 
+def _part(columns: tuple[Any, ...], part: tuple[Any, int]) -> tuple[Any, ...]:
+    """One replica's slice of each step's columns (a step's batch is its replicas' batches in
+    replica order)."""
+    replica, size = part
+    return tuple(column[replica * size : (replica + 1) * size] for column in columns)
+
+
 def _crop_flip(images: Any, top: Any, left: Any, flip: Any, pad: int) -> Any:
     """:func:`dlscale.datasets.arrays.crop_flip` in TensorFlow ops, on uint8 NCHW."""
     height, width = images.shape[2], images.shape[3]
@@ -160,6 +203,8 @@ def _crop_flip(images: Any, top: Any, left: Any, flip: Any, pad: int) -> Any:
 class TFSynthetic(TFDataset):
     """The fixed batch of :class:`SyntheticArrays`, one constant, fed at every step."""
 
+    same_every_epoch = True
+
     def __init__(self, data: SyntheticArrays) -> None:
         self.num_classes = data.num_classes
         self.input_shape = data.input_shape
@@ -169,5 +214,9 @@ class TFSynthetic(TFDataset):
             tf.constant(data.labels),
         )
 
-    def train_batches(self, epoch: int) -> Any:
-        return tf.data.Dataset.from_tensors(self._batch).repeat(self.steps_per_epoch)
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        batch = self._batch if part is None else _part(self._batch, part)
+        return tf.data.Dataset.from_tensors(batch).repeat(self.steps_per_epoch)
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        return tf.data.Dataset.from_tensors(self._batch).repeat()

@@ -68,7 +68,9 @@ def on_this_machine(
     )
     addresses = Addresses(
         hosts=(LOOPBACK,) * layout.size,
-        ports=ports if ports is not None else free_ports(BACKENDS.get(config.backend).ports),
+        ports=ports
+        if ports is not None
+        else free_ports(BACKENDS.get(config.backend).port_count(config)),
     )
     return OnThisMachine(layout, addresses, threads, warnings)
 

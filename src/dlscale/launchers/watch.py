@@ -149,6 +149,9 @@ def _failed_rank(
         why = f"{what} was killed by {name}"
     else:
         why = f"{what} exited with code {code}"
+    role = next((e.get("role") for e in events[rank] if e.get("event") == "start"), None)
+    if role not in (None, "worker", "?"):  # a server, a ps task, a chief: say which
+        why += f" (role {role})"
     if rank not in without_end:
         why += " after recording the end of its run"
     return rank, why

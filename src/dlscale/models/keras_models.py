@@ -197,24 +197,24 @@ def cifar_resnet(depth: int, num_classes: int, input_size: int = 32) -> Any:
     return keras.Model(inputs, layers.Dense(num_classes, name="fc")(x), name=f"resnet{depth}")
 
 
-def resnet20(num_classes: int) -> Any:
-    return cifar_resnet(20, num_classes)
+def resnet20(num_classes: int, input_size: int = 32) -> Any:
+    return cifar_resnet(20, num_classes, input_size)
 
 
-def resnet32(num_classes: int) -> Any:
-    return cifar_resnet(32, num_classes)
+def resnet32(num_classes: int, input_size: int = 32) -> Any:
+    return cifar_resnet(32, num_classes, input_size)
 
 
-def resnet44(num_classes: int) -> Any:
-    return cifar_resnet(44, num_classes)
+def resnet44(num_classes: int, input_size: int = 32) -> Any:
+    return cifar_resnet(44, num_classes, input_size)
 
 
-def resnet56(num_classes: int) -> Any:
-    return cifar_resnet(56, num_classes)
+def resnet56(num_classes: int, input_size: int = 32) -> Any:
+    return cifar_resnet(56, num_classes, input_size)
 
 
-def resnet110(num_classes: int) -> Any:
-    return cifar_resnet(110, num_classes)
+def resnet110(num_classes: int, input_size: int = 32) -> Any:
+    return cifar_resnet(110, num_classes, input_size)
 
 
 # -- ResNet-50 ----------------------------------------------------------------------------------

@@ -64,3 +64,30 @@ def load_torch_weights(keras_model: Any, state: dict[str, np.ndarray]) -> None:
     left = sorted(set(state) - used)
     if left:
         raise ValueError(f"PyTorch tensors with no Keras layer: {', '.join(left[:5])}")
+
+
+def keras_state(keras_model: Any, *, parameters_only: bool = False) -> dict[str, np.ndarray]:
+    """The inverse of :func:`load_torch_weights`: the Keras twin's weights under the PyTorch
+    state-dict keys and layouts, so a TensorFlow run's parameters compare with a PyTorch run's.
+    ``parameters_only``: the trainable weights alone (PyTorch's ``named_parameters``), which
+    also leaves BatchNorm's sync-on-read statistics unread (reading them outside a replica is
+    an all-reduce under MultiWorkerMirroredStrategy)."""
+    state: dict[str, np.ndarray] = {}
+    for layer in keras_model.layers:
+        variables = layer.trainable_weights if parameters_only else layer.weights
+        if not variables:
+            continue
+        weights = [np.asarray(v.numpy()) for v in variables]
+        kind, name = type(layer).__name__, layer.name
+        if kind == "Conv2D":
+            state[f"{name}.weight"] = weights[0].transpose(3, 2, 0, 1)
+            if layer.use_bias:
+                state[f"{name}.bias"] = weights[1]
+        elif kind == "Dense":
+            state[f"{name}.weight"], state[f"{name}.bias"] = weights[0].T, weights[1]
+        elif kind == "BatchNormalization":
+            names = ("weight", "bias", "running_mean", "running_var")
+            state.update({f"{name}.{k}": w for k, w in zip(names, weights, strict=False)})
+        else:
+            raise ValueError(f"Keras layer {name} ({kind}) has weights the transfer does not know")
+    return state

@@ -40,3 +40,31 @@ def import_tensorflow() -> Any:
             "TensorFlow code before anything uses tf.keras"
         )
     return tf
+
+
+def gpu_device_count() -> int:
+    """GPUs TensorFlow sees (the CUDA probe run before launch)."""
+    return len(import_tensorflow().config.list_physical_devices("GPU"))
+
+
+def set_threads(intra: int, inter: int) -> None:
+    """TensorFlow's thread pools, before its first op: ``intra`` threads inside one op (as
+    ``torch.set_num_threads``), ``inter`` ops at once."""
+    tf = import_tensorflow()
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+
+
+def tensorflow_environment() -> dict[str, Any]:
+    """What TensorFlow says about itself and its devices (the run's framework facts)."""
+    tf = import_tensorflow()
+    import tf_keras
+
+    return {
+        "tensorflow": tf.__version__,
+        "keras": tf_keras.__version__,
+        "built_with_cuda": tf.test.is_built_with_cuda(),
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+        "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+    }

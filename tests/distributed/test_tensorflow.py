@@ -1,0 +1,160 @@
+"""The TensorFlow and Keras backends on real processes (TensorFlow and Horovod's TensorFlow
+binding are installed by `make test`): every backend trains 2 workers and ends where PyTorch
+ends, a killed ps task fails its run and leaves nothing behind (async tf-ps learns:
+test_equivalence.py).
+
+Like for like, proven on the engines themselves: from the PyTorch twin's initial weights
+(``weights = "torch"``, the default) on the same shards in the same order, N TensorFlow workers
+with batch b end with the parameters that torch-single reaches with batch N*b (the reason is in
+test_equivalence.py; the model has no BatchNorm). tf-ps is asynchronous, so only its 1-worker
+run is sequential SGD and held to this.
+"""
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dlscale.config import RunConfig
+from dlscale.metrics.events import read_events
+from dlscale.runner import run_point
+from dlscale.store import RunStore
+from tests.distributed.processes import (
+    alive,
+    kill_all,
+    processes_naming,
+    start_long_run,
+    wait_for_pids,
+)
+
+pytestmark = pytest.mark.dist
+COMMON = dict(
+    model="tiny",
+    dataset="digits",
+    steps=3,
+    windows=1,
+    warmup_steps=1,
+    comm_probe_steps=1,
+    save_params=True,
+    lr=0.05,
+)
+
+
+def _final_params(config: RunConfig, store: RunStore) -> tuple[dict[str, np.ndarray], Path]:
+    outcome = run_point(config, store, force=False, command=["t"], study="tensorflow")
+    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    run_dir = store.run_dir(outcome.run_id)
+    if (run_dir / "final_params.npz").exists():
+        with np.load(run_dir / "final_params.npz") as saved:
+            return dict(saved), run_dir
+    state = torch.load(run_dir / "final_params.pt")
+    return {name: value.numpy() for name, value in state.items()}, run_dir
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, np.ndarray]:
+    store = RunStore(tmp_path_factory.mktemp("ref"))
+    params, _ = _final_params(
+        RunConfig.make(backend="torch-single", workers=1, batch_size=16, **COMMON), store
+    )
+    start, _ = _final_params(
+        RunConfig.make(
+            backend="torch-single",
+            workers=1,
+            batch_size=16,
+            **{**COMMON, "steps": 1, "warmup_steps": 0},
+        ),
+        store,
+    )
+    # training moved the weights: the comparisons below are not of two untouched models
+    assert max(float(np.abs(params[n] - start[n]).max()) for n in params) > 1e-3
+    return params
+
+
+CASES = {
+    "tf-single": ("tf-single", 1, {}),
+    "tf-ps-1-worker": ("tf-ps", 1, {}),
+    "tf-mirrored": ("tf-mirrored", 2, {}),
+    "tf-mwms": ("tf-mwms", 2, {}),
+    "tf-mwms-ring": ("tf-mwms", 2, {"collective": "ring"}),
+    "keras-fit": ("keras-fit", 2, {}),
+    "horovod-tf": ("horovod-tf", 2, {}),
+    "horovod-keras": ("horovod-keras", 2, {}),
+    "horovod-tf-horovodrun": ("horovod-tf", 2, {"launcher": "horovodrun"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference, case):
+    backend, workers, extra = CASES[case]
+    config = RunConfig.make(
+        backend=backend, workers=workers, batch_size=16 // workers, **COMMON, **extra
+    )
+    params, run_dir = _final_params(config, RunStore(tmp_path))
+    assert params.keys() == reference.keys()
+    for name, value in params.items():
+        np.testing.assert_allclose(value, reference[name], rtol=1e-4, atol=2e-5, err_msg=name)
+    (result,) = RunStore(tmp_path).results()
+    metrics = result["metrics"]
+    assert result["environment"]["packages"]["tensorflow"] == "2.21.0"
+    assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
+    strategy = next(
+        e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
+    )
+    assert strategy["facts"]["weights"] == "torch"
+    if workers == 2 and backend != "tf-mirrored":  # a ring of 2: each sends the payload once
+        assert metrics["bytes_sent_per_step_model"] == metrics["gradient_bytes"]
+    if backend in ("tf-mirrored", "tf-mwms", "horovod-tf"):  # the custom loops time steps
+        assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
+    else:  # fit and the coordinator time whole windows: nothing per step, no probe
+        assert metrics["step_time_nosync_p50_ms"] is None or backend == "tf-single"
+
+
+def test_keras_initial_weights_are_another_start(tmp_path: Path, reference):
+    """weights=keras starts from Keras' initializers: the run is valid but not PyTorch's."""
+    params, _ = _final_params(
+        RunConfig.make(backend="tf-single", workers=1, batch_size=16, weights="keras", **COMMON),
+        RunStore(tmp_path),
+    )
+    assert max(float(np.abs(params[n] - reference[n]).max()) for n in params) > 1e-2
+
+
+def test_a_killed_ps_task_fails_the_run_and_leaves_nothing_running(tmp_path: Path):
+    """Ranks: chief 0, workers 1-2, ps 3. The ps task never exits by itself; killed, it ends
+    the run as failed, named, and the launcher stops the chief and the workers."""
+    proc = start_long_run(tmp_path, 300, "tf-ps")
+    pids: dict[int, int] = {}
+    try:
+        pids = wait_for_pids(tmp_path, ranks=4, proc=proc)
+        time.sleep(2.0)
+        os.kill(pids[3], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, err
+        record = json.loads(out.strip().splitlines()[-1])
+        assert record["status"] == "failed"
+        assert "rank 3 was killed by SIGKILL (role ps)" in record["error"], record["error"]
+        assert "Traceback" not in err
+        (result,) = RunStore(tmp_path).results()
+        assert result["failure"]["failed_rank"] == 3
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids.values() if alive(p)]
+        assert not processes_naming(tmp_path)
+    finally:
+        kill_all(pids.values(), proc)
+
+
+def test_ls_backends_lists_every_tensorflow_backend_as_installed(cli):
+    listing = cli("ls", "backends")
+    assert listing.returncode == 0, listing.stderr
+    rows = {line.split("│")[1].strip(): line for line in listing.stdout.splitlines() if "│" in line}
+    for name in ("tf-single", "tf-mirrored", "tf-mwms", "tf-ps", "keras-fit"):
+        assert "yes" in rows[name], rows.get(name)
+    for name in ("horovod-tf", "horovod-keras"):
+        assert "built for torch,tensorflow" in " ".join(rows[name].split())
