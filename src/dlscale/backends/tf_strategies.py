@@ -25,6 +25,7 @@ from typing import Any
 from dlscale.backends.comm_bytes import ring_bytes_mean
 from dlscale.backends.horovod_session import HorovodSession
 from dlscale.backends.tf_loop import TFStrategy, run_training
+from dlscale.errors import UserError
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.tf_env import import_tensorflow, set_threads
 
@@ -40,7 +41,13 @@ class Mirrored(TFStrategy):
         # one inter-op thread per replica, so the replicas' ops run side by side
         set_threads(max(1, ctx.threads // replicas), replicas)
         if ctx.config.device == "cuda":
-            return tf.distribute.MirroredStrategy()
+            gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
+            if len(gpus) < replicas:
+                raise UserError(
+                    f"tf-mirrored with {replicas} workers needs {replicas} GPUs; TensorFlow sees "
+                    f"{len(gpus)}: use --workers {len(gpus) or 1} or --device cpu"
+                )
+            return tf.distribute.MirroredStrategy(devices=gpus[:replicas])
         (cpu,) = tf.config.list_physical_devices("CPU")
         logical = tf.config.LogicalDeviceConfiguration
         tf.config.set_logical_device_configuration(cpu, [logical() for _ in range(replicas)])
