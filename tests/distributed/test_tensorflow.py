@@ -31,18 +31,9 @@ from tests.distributed.processes import (
     start_long_run,
     wait_for_pids,
 )
+from tests.distributed.test_equivalence import COMMON  # the same points as the torch proof
 
 pytestmark = pytest.mark.dist
-COMMON = dict(
-    model="tiny",
-    dataset="digits",
-    steps=3,
-    windows=1,
-    warmup_steps=1,
-    comm_probe_steps=1,
-    save_params=True,
-    lr=0.05,
-)
 
 
 def _final_params(config: RunConfig, store: RunStore) -> tuple[dict[str, np.ndarray], Path]:
