@@ -37,7 +37,7 @@ from dlscale.backends.tf_loop import (
     save_keras_params,
     trainable_bytes,
 )
-from dlscale.backends.tf_sgd import TorchSGD
+from dlscale.backends.tf_sgd import torch_sgd
 from dlscale.backends.tf_strategies import MultiWorker
 from dlscale.metrics.records import Strategy
 from dlscale.runtime.context import WorkerContext
@@ -57,9 +57,7 @@ class FitEngine(Engine):
         self.steps_per_epoch = self.data.steps_per_epoch
         with dist.scope():
             self.model = build_keras_model(cfg)
-            optimizer = TorchSGD(
-                learning_rate=cfg.effective_lr, momentum=cfg.momentum, l2=cfg.weight_decay
-            )
+            optimizer = torch_sgd(cfg)
             if horovod is not None:
                 fp16 = cfg.option("compression") == "fp16"
                 compression = horovod.Compression.fp16 if fp16 else horovod.Compression.none
@@ -71,7 +69,7 @@ class FitEngine(Engine):
             )
         self._eval_step = make_eval_step(self.model)
         self._callbacks: list[Any] = []
-        gradient = trainable_bytes(self.model)
+        gradient = self._gradient_bytes = trainable_bytes(self.model)
         replicas = dist.num_replicas_in_sync if horovod is None else horovod.size()
         scale = 0.5 if horovod is not None and cfg.option("compression") == "fp16" else 1.0
         self._step_payload = ring_bytes_mean(round(gradient * scale), replicas)
@@ -83,7 +81,7 @@ class FitEngine(Engine):
         if self.ctx.rank == self.ctx.layout.training_ranks[0]:
             self.ctx.events.write(
                 Strategy(
-                    gradient_bytes=trainable_bytes(self.model),
+                    gradient_bytes=self._gradient_bytes,
                     bytes_sent_per_step_model=self._step_payload,
                     traces=facts.pop("traces", []),
                     facts={
@@ -114,9 +112,6 @@ class FitEngine(Engine):
         )
         self._payload += steps * self._step_payload
         return [history.history["loss"][-1]] * steps
-
-    def loss_total(self, losses: list[Any]) -> float:
-        return float(sum(losses))
 
     def take_bytes_sent(self) -> float | None:
         sent, self._payload = self._payload, 0.0

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.backends.tf_sgd import TorchSGD
+from dlscale.backends.tf_sgd import torch_sgd
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.datasets.tf_adapter import TFDataset, to_tf
@@ -180,9 +180,7 @@ class TFEngine(Engine):
         self.local_replicas = ctx.process.replicas
         with dist.scope():
             self.model = build_keras_model(cfg)
-            self.optimizer = TorchSGD(
-                learning_rate=cfg.effective_lr, momentum=cfg.momentum, l2=cfg.weight_decay
-            )
+            self.optimizer = torch_sgd(cfg)
             self.optimizer.build(self.model.trainable_variables)
         self._steps = {sync: self._make_step(sync) for sync in (True, False)}
         self._eval_step = make_eval_step(self.model)
@@ -255,11 +253,10 @@ class TFEngine(Engine):
         return self._last
 
     def sync(self) -> None:
+        """Wait for the last step (its loss is its last output); once per step, not per call."""
         if self._last is not None:
             self._last.numpy()
-
-    def loss_total(self, losses: list[Any]) -> float:
-        return float(sum(float(loss) for loss in losses))
+            self._last = None
 
     def evaluate(self) -> tuple[int, int, float]:
         in_replica = self.dist if self.strategy.evaluates_in_replica else None

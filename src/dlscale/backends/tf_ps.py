@@ -42,7 +42,7 @@ from dlscale.backends.tf_loop import (
     save_keras_params,
     trainable_bytes,
 )
-from dlscale.backends.tf_sgd import TorchSGD
+from dlscale.backends.tf_sgd import torch_sgd
 from dlscale.metrics.records import Strategy
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import Engine, run_schedule
@@ -94,9 +94,7 @@ class PSEngine(Engine):
         self.steps_per_epoch = self.data.steps_per_epoch
         with self.dist.scope():
             self.model = build_keras_model(cfg)
-            self.optimizer = TorchSGD(
-                learning_rate=cfg.effective_lr, momentum=cfg.momentum, l2=cfg.weight_decay
-            )
+            self.optimizer = torch_sgd(cfg)
             self.optimizer.build(self.model.trainable_variables)
             # the steps' losses summed where the variables live: nothing to collect per step
             self._losses = tf.Variable(0.0, dtype=tf.float64, trainable=False)
@@ -177,9 +175,6 @@ class PSEngine(Engine):
         self.coordinator.join()
         mean = float(self._losses.numpy()) / (steps * self.workers)
         return [mean] * steps  # each step's mean loss, as the window's mean stands for it
-
-    def loss_total(self, losses: list[Any]) -> float:
-        return float(sum(losses))
 
     def evaluate(self) -> tuple[int, int, float]:
         return evaluate_model(self.data, self._eval_step)

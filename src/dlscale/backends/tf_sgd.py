@@ -65,3 +65,8 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
             l2=self.l2,
         )
         return config
+
+
+def torch_sgd(cfg: Any) -> TorchSGD:
+    """The optimizer of every TensorFlow backend, from the run's config (as ``torch_loop.sgd``)."""
+    return TorchSGD(learning_rate=cfg.effective_lr, momentum=cfg.momentum, l2=cfg.weight_decay)
