@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # CPU torch pinned here: an unpinned torch pulls several GB of CUDA wheels.
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint typecheck check bench clean allocators horovod tensorflow
+.PHONY: demo test lint typecheck check bench clean allocators horovod tensorflow mxnet
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,8 @@ test: $(VENV)/.installed-test $(VENV)/.installed-tensorflow
 	scripts/install-allocators.sh
 	scripts/install-openmpi.sh
 	scripts/build-horovod.sh $(VENV)
+	scripts/install-mxnet.sh
+	scripts/build-horovod.sh .venv-mxnet mxnet
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
@@ -56,6 +58,13 @@ tensorflow: $(VENV)/.installed-tensorflow
 	scripts/install-openmpi.sh
 	scripts/build-horovod.sh $(VENV)
 
+# MXNet 1.9.1 in its own environment (.venv-mxnet: numpy 1.23.5, which MXNet needs), and Horovod
+# built there with its MXNet binding (horovod-mxnet): a few minutes the first time.
+mxnet: $(VENV)/.installed-run
+	scripts/install-mxnet.sh
+	scripts/install-openmpi.sh
+	scripts/build-horovod.sh .venv-mxnet mxnet
+
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
@@ -67,4 +76,4 @@ bench: $(VENV)/.installed-run
 	$(BIN)/python benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) dlscale-results
+	rm -rf $(VENV) .venv-mxnet dlscale-results

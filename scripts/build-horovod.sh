@@ -3,10 +3,13 @@
 # environment, against the frameworks installed there, and caches the wheel outside the
 # checkout so that the next install takes seconds.
 #
-#   scripts/build-horovod.sh [VENV]        (default .venv; `make horovod` calls it)
+#   scripts/build-horovod.sh [VENV [FRAMEWORKS]]   (default .venv; `make horovod` calls it)
 #
 # What it builds: the Gloo controller always; MPI when OpenMPI's compiler wrapper (mpicxx) is
-# installed; the PyTorch, TensorFlow and MXNet bindings of the frameworks found in VENV.
+# installed; the PyTorch, TensorFlow and MXNet bindings of the frameworks found in VENV, or of
+# those of them named in FRAMEWORKS (comma-separated: torch,tensorflow,mxnet). The MXNet
+# environment holds torch too (for the PyTorch twin's initial weights) but gets the MXNet
+# binding only: `make mxnet` passes `mxnet`.
 # CPU operations only (HOROVOD_CPU_OPERATIONS=gloo): a machine may have nvcc and no GPU
 # (this one has), and Horovod's GPU operations need NCCL and a GPU to build and test against;
 # set HOROVOD_GPU_OPERATIONS=NCCL yourself on a GPU machine (the cache key then says nccl).
@@ -41,7 +44,12 @@ pyver=$("$py" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1
 torch_v=$(version_of torch)
 tf_v=$(version_of tensorflow)
 mx_v=$(version_of mxnet)
-[ -n "$torch_v$tf_v$mx_v" ] || { echo "build-horovod: none of torch, tensorflow, mxnet is installed in $venv" >&2; exit 2; }
+if [ -n "${2:-}" ]; then  # only the bindings asked for
+    case ",$2," in *,torch,*) ;; *) torch_v= ;; esac
+    case ",$2," in *,tensorflow,*) ;; *) tf_v= ;; esac
+    case ",$2," in *,mxnet,*) ;; *) mx_v= ;; esac
+fi
+[ -n "$torch_v$tf_v$mx_v" ] || { echo "build-horovod: none of ${2:-torch,tensorflow,mxnet} is installed in $venv" >&2; exit 2; }
 
 controllers=gloo
 command -v mpicxx >/dev/null && controllers=gloo-mpi
@@ -65,8 +73,10 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
         -d "$work" "horovod==$HOROVOD_VERSION"
     tar -xzf "$work"/horovod-$HOROVOD_VERSION.tar.gz -C "$work"
     src="$work/horovod-$HOROVOD_VERSION"
-    sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
-        "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
+    if [ -n "$torch_v$tf_v" ]; then  # PyTorch and TensorFlow need C++17; MXNet 1.9 builds as shipped
+        sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
+            "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
+    fi
     if [ -n "$tf_v" ]; then
         sed -i '/xla_mpi_ops.cc/d' "$src/horovod/tensorflow/CMakeLists.txt"
     fi

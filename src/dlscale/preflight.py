@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dlscale.backends import BACKENDS
+from dlscale.backends import BACKENDS, BackendSpec
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.launchers import LAUNCHERS
@@ -51,7 +51,7 @@ def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool =
     for config in points:
         python = interpreter(config)
         if ("python", python) not in checked:
-            check_interpreter(python)
+            check_interpreter(python, BACKENDS.get(config.backend), given=config.python)
             checked.add(("python", python))
         backend = BACKENDS.get(config.backend)
         if ("launcher", python, config.launcher) not in checked:
@@ -93,13 +93,21 @@ def check_results_dir(results: Path, *, create: bool = True) -> None:
             ) from None
 
 
-def check_interpreter(python: str) -> None:
+def check_interpreter(python: str, backend: BackendSpec, *, given: str | None = None) -> None:
+    """The workers' interpreter exists: the study's ``python`` key (``given``), else the
+    backend's own environment (named with its install command), else the parent's."""
     found = shutil.which(python)
-    if found is None or not os.access(found, os.X_OK):
+    if found is not None and os.access(found, os.X_OK):
+        return
+    if given is None and backend.python is not None:
         raise UserError(
-            f"python = {python!r}: no such interpreter; set the python key to an existing "
-            "interpreter (e.g. a venv's bin/python)"
+            f"backend {backend.name} runs in its own environment, and {python} is not there: "
+            f"{backend.install} creates it (or set the python key to another interpreter)"
         )
+    raise UserError(
+        f"python = {python!r}: no such interpreter; set the python key to an existing "
+        "interpreter (e.g. a venv's bin/python)"
+    )
 
 
 def missing_modules(python: str, modules: tuple[str, ...]) -> list[str]:

@@ -144,3 +144,34 @@ def processes_naming(path: Path) -> list[int]:
         if str(path) in cmdline and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
+
+
+def kill_rank_and_check_the_run_fails(
+    results: Path, backend: str, *, ranks: int, rank: int, role: str, settle_s: float = 2.0
+) -> None:
+    """Start a long 2-worker run of ``backend`` (``ranks`` processes), ``kill -9`` rank
+    ``rank`` once every rank runs, and check what a user must see: the run failed, the dead
+    rank named with its role, no traceback, the failure stored, and no process of the run left
+    (the launcher stopped every other one)."""
+    import json
+
+    from dlscale.store import RunStore
+
+    proc = start_long_run(results, 300, backend)
+    pids: dict[int, int] = {}
+    try:
+        pids = wait_for_pids(results, ranks=ranks, proc=proc)
+        time.sleep(settle_s)
+        os.kill(pids[rank], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, err
+        record = json.loads(out.strip().splitlines()[-1])
+        assert record["status"] == "failed"
+        assert f"rank {rank} was killed by SIGKILL (role {role})" in record["error"], record
+        assert "Traceback" not in err
+        (result,) = RunStore(results).results()
+        assert result["failure"]["failed_rank"] == rank
+        assert not wait_gone(pids.values(), 10.0)
+        assert not processes_naming(results)
+    finally:
+        kill_all(pids.values(), proc)

@@ -90,8 +90,12 @@ def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, refer
 
 @pytest.mark.parametrize(
     "backend",
-    [("torch-ps", "--set", "ps_mode=async"), ("tf-ps",)],  # TF2's parameter server is async
-    ids=["torch-ps", "tf-ps"],
+    [  # TF2's parameter server is async
+        ("torch-ps", "--set", "ps_mode=async"),
+        ("tf-ps",),
+        ("mxnet-kv", "--set", "kvstore=dist_async"),
+    ],
+    ids=["torch-ps", "tf-ps", "mxnet-kv"],
 )
 def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli, backend):
     import json

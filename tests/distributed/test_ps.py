@@ -1,9 +1,5 @@
 """torch-ps: sharding, sync equivalence, async staleness, and a server that dies."""
 
-import json
-import os
-import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +10,7 @@ from dlscale.config import RunConfig
 from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
-from tests.distributed.processes import alive, start_long_run, wait_for_pids
+from tests.distributed.processes import kill_rank_and_check_the_run_fails
 
 pytestmark = pytest.mark.dist
 
@@ -110,20 +106,6 @@ def test_async_ps_records_staleness(tmp_path):
 
 
 def test_a_killed_server_fails_the_run_and_stops_the_workers(tmp_path):
-    proc = start_long_run(tmp_path, timeout_s=120, backend="torch-ps")
-    try:
-        pids = wait_for_pids(tmp_path, ranks=3)
-        time.sleep(1.0)
-        os.kill(pids[2], signal.SIGKILL)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1
-    record = json.loads(out.strip().splitlines()[-1])
-    assert record["status"] == "failed"
-    assert "rank 2 was killed by SIGKILL (role server)" in record["error"]
-    assert "Traceback" not in err
-    assert not any(alive(pid) for pid in pids.values())
-    (result,) = RunStore(tmp_path).results()
-    assert result["failure"]["failed_rank"] == 2
+    kill_rank_and_check_the_run_fails(
+        tmp_path, "torch-ps", ranks=3, rank=2, role="server", settle_s=1.0
+    )

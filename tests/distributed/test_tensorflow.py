@@ -10,10 +10,6 @@ test_equivalence.py; the model has no BatchNorm). tf-ps is asynchronous, so only
 run is sequential SGD and held to this.
 """
 
-import json
-import os
-import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,13 +20,7 @@ from dlscale.config import RunConfig
 from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
-from tests.distributed.processes import (
-    alive,
-    kill_all,
-    processes_naming,
-    start_long_run,
-    wait_for_pids,
-)
+from tests.distributed.processes import kill_rank_and_check_the_run_fails
 from tests.distributed.test_equivalence import COMMON  # the same points as the torch proof
 
 pytestmark = pytest.mark.dist
@@ -67,6 +57,22 @@ def reference(tmp_path_factory) -> dict[str, np.ndarray]:
     return params
 
 
+def run_and_compare(
+    tmp_path: Path, reference: dict[str, np.ndarray], backend: str, workers: int, extra: dict
+) -> tuple[dict, Path]:
+    """Run ``backend`` with ``workers`` at batch 16/workers and check that it ends at the
+    reference's parameters; its stored result and run directory."""
+    config = RunConfig.make(
+        backend=backend, workers=workers, batch_size=16 // workers, **COMMON, **extra
+    )
+    params, run_dir = _final_params(config, RunStore(tmp_path))
+    assert params.keys() == reference.keys()
+    for name, value in params.items():
+        np.testing.assert_allclose(value, reference[name], rtol=1e-4, atol=2e-5, err_msg=name)
+    (result,) = RunStore(tmp_path).results()
+    return result, run_dir
+
+
 CASES = {
     "tf-single": ("tf-single", 1, {}),
     "tf-ps-1-worker": ("tf-ps", 1, {}),
@@ -83,14 +89,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference, case):
     backend, workers, extra = CASES[case]
-    config = RunConfig.make(
-        backend=backend, workers=workers, batch_size=16 // workers, **COMMON, **extra
-    )
-    params, run_dir = _final_params(config, RunStore(tmp_path))
-    assert params.keys() == reference.keys()
-    for name, value in params.items():
-        np.testing.assert_allclose(value, reference[name], rtol=1e-4, atol=2e-5, err_msg=name)
-    (result,) = RunStore(tmp_path).results()
+    result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
     metrics = result["metrics"]
     assert result["environment"]["packages"]["tensorflow"] == "2.21.0"
     assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
@@ -118,27 +117,7 @@ def test_keras_initial_weights_are_another_start(tmp_path: Path, reference):
 def test_a_killed_ps_task_fails_the_run_and_leaves_nothing_running(tmp_path: Path):
     """Ranks: chief 0, workers 1-2, ps 3. The ps task never exits by itself; killed, it ends
     the run as failed, named, and the launcher stops the chief and the workers."""
-    proc = start_long_run(tmp_path, 300, "tf-ps")
-    pids: dict[int, int] = {}
-    try:
-        pids = wait_for_pids(tmp_path, ranks=4, proc=proc)
-        time.sleep(2.0)
-        os.kill(pids[3], signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 1, err
-        record = json.loads(out.strip().splitlines()[-1])
-        assert record["status"] == "failed"
-        assert "rank 3 was killed by SIGKILL (role ps)" in record["error"], record["error"]
-        assert "Traceback" not in err
-        (result,) = RunStore(tmp_path).results()
-        assert result["failure"]["failed_rank"] == 3
-        deadline = time.monotonic() + 10
-        while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not [p for p in pids.values() if alive(p)]
-        assert not processes_naming(tmp_path)
-    finally:
-        kill_all(pids.values(), proc)
+    kill_rank_and_check_the_run_fails(tmp_path, "tf-ps", ranks=4, rank=3, role="ps")
 
 
 def test_ls_backends_lists_every_tensorflow_backend_as_installed(cli):

@@ -21,9 +21,9 @@ def test_defaults_are_valid_and_derived_values():
         ({"model": "resnet45"}, "unknown model 'resnet45'; choose one of: alexnet"),
         (
             {"backend": "nope"},
-            "unknown backend 'nope'; choose one of: horovod-keras, horovod-tf, horovod-torch, "
-            "keras-fit, tf-mirrored, tf-mwms, tf-ps, tf-single, torch-ddp, torch-ps, "
-            "torch-ring, torch-single",
+            "unknown backend 'nope'; choose one of: horovod-keras, horovod-mxnet, horovod-tf, "
+            "horovod-torch, keras-fit, mxnet-kv, mxnet-single, tf-mirrored, tf-mwms, tf-ps, "
+            "tf-single, torch-ddp, torch-ps, torch-ring, torch-single",
         ),
         ({"dataset": "imagenet"}, "unknown dataset 'imagenet'; choose one of: cifar10"),
         ({"workers": 0}, "workers must be an integer >= 1, got 0"),
@@ -166,4 +166,37 @@ def test_a_grid_over_backends_with_one_backends_option():
         ("torch-ddp", "powersgd"),
         ("torch-ring", "none"),
     ]
-    assert len(study.skipped) == 2  # torch-single and torch-ring cannot run powersgd
+    # torch-ring declares compression but has no powersgd: said; torch-single has no
+    # compression at all: the axis does not apply to it (one point, nothing to say)
+    (note,) = study.skipped
+    assert note.startswith("torch-ring") and "powersgd" in note
+
+
+def test_an_option_axis_spans_only_the_backends_that_declare_it():
+    study = expand(
+        {
+            "backend": ["torch-ddp", "torch-ps", "mxnet-kv"],
+            "ps_mode": ["sync", "async"],
+            "kvstore": ["dist_sync", "dist_async"],
+            "model": "tiny",
+        }
+    )
+    points = [(p.backend, p.options.get("ps_mode"), p.options.get("kvstore")) for p in study.points]
+    assert points == [
+        ("torch-ddp", None, None),
+        ("torch-ps", "sync", None),
+        ("torch-ps", "async", None),
+        ("mxnet-kv", None, "dist_sync"),
+        ("mxnet-kv", None, "dist_async"),
+    ]
+    assert study.skipped == ()
+
+
+def test_an_option_value_no_plugin_accepts_is_an_error_not_a_skip():
+    with pytest.raises(UserError) as info:
+        expand({"backend": ["torch-single", "torch-ddp"], "compression": "zip", "model": "tiny"})
+    assert "no plug-in accepts compression = 'zip'" in str(info.value)
+    assert "backend torch-ddp accepts compression = none, fp16, bf16, powersgd" in str(info.value)
+    # a value some plug-in takes is a point to skip where it does not apply
+    study = expand({"backend": ["torch-ddp", "torch-ring"], "compression": "powersgd"})
+    assert [p.backend for p in study.points] == ["torch-ddp"] and len(study.skipped) == 1

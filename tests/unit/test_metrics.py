@@ -186,3 +186,25 @@ def test_same_backend_with_other_options_is_not_a_baseline():
     assert rows[1]["speedup"] is None
     rows = add_scaling([with_options("big1", 1, 50.0, 25.0), with_options("big2", 2, 90.0, 25.0)])
     assert rows[1]["baseline_run_ids"] == ["big1"]
+
+
+def test_among_reference_runs_the_one_with_the_points_options_is_the_baseline():
+    def mx_row(run_id, backend, workers, throughput, mkldnn, reference):
+        r = row(run_id, backend, workers, throughput, weights="torch", mkldnn=mkldnn)
+        r["framework"], r["reference"] = "mxnet", reference
+        r["config_options"] = {"backend": {"weights": "torch", "mkldnn": mkldnn}}
+        return r
+
+    for order in (1, -1):  # whichever comes first
+        rows = add_scaling(
+            [
+                mx_row("on", "mxnet-single", 1, 100.0, True, True),
+                mx_row("off", "mxnet-single", 1, 60.0, False, True),
+                mx_row("hvd2", "horovod-mxnet", 2, 108.0, False, False),
+                mx_row("kv2", "mxnet-kv", 2, 180.0, True, False),
+            ][::order]
+        )
+        by_id = {r["run_id"]: r for r in rows}
+        assert by_id["hvd2"]["baseline_run_ids"] == ["off"]
+        assert by_id["hvd2"]["speedup"] == pytest.approx(1.8)
+        assert by_id["kv2"]["baseline_run_ids"] == ["on"]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlscale.backends import mxnet_declare as mxd
 from dlscale.backends import tf_declare as tfd
 from dlscale.backends.horovod_declare import HOROVOD_OPTIONS, horovod_cluster_env
 from dlscale.backends.torch_cluster import torch_cluster_env
@@ -253,6 +254,49 @@ for _spec in (
         worker="dlscale.backends.keras_fit:run_horovod",
         options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,
         **_HOROVOD_TF,
+    ),
+):
+    BACKENDS.register(_spec.name, _spec)
+
+_MX: dict[str, Any] = {
+    "framework": "mxnet",
+    "python": mxd.mxnet_python(),
+    "install": mxd.INSTALL,
+    "devices": ("cpu",),  # the mxnet 1.9.1 wheel is CPU-only (CUDA builds were other wheels)
+    "installed": "dlscale.backends.mxnet_declare:mxnet_installed",
+}
+for _spec in (
+    BackendSpec(
+        name="mxnet-single",
+        description="MXNet Gluon training loop, one process (the MXNet baseline)",
+        worker="dlscale.backends.mxnet_loop:run_single",
+        max_workers=1,
+        reference=True,
+        options=mxd.MX_LOOP_OPTIONS,
+        **_MX,
+    ),
+    BackendSpec(
+        name="mxnet-kv",
+        description="MXNet Gluon Trainer on a kvstore: local, or ps-lite's parameter server "
+        "(dist_sync, dist_async, dist_device_sync)",
+        worker="dlscale.backends.mxnet_kv:run",
+        measures_exposed_comm=True,
+        options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,
+        roles=mxd.kv_roles,
+        cluster_env=mxd.dmlc_env,
+        ports=mxd.kv_ports,
+        **_MX,
+    ),
+    BackendSpec(
+        name="horovod-mxnet",
+        description="Horovod DistributedTrainer on MXNet Gluon (MKLDNN off)",
+        worker="dlscale.backends.mxnet_loop:run_horovod",
+        measures_exposed_comm=True,
+        options=mxd.HOROVOD_MX_OPTIONS,
+        cluster_env=horovod_cluster_env,
+        ports=1,
+        requires=("horovod",),
+        **{**_MX, "installed": "dlscale.backends.mxnet_declare:horovod_mxnet_build"},
     ),
 ):
     BACKENDS.register(_spec.name, _spec)

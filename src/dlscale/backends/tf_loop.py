@@ -19,7 +19,6 @@ step's loss (the step's function returns once every op it ran has finished on th
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,17 +29,14 @@ from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.datasets.tf_adapter import TFDataset, to_tf
 from dlscale.metrics.records import Strategy
-from dlscale.models import MODELS
+from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.models.keras_transfer import keras_state, load_torch_weights, torch_state
 from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.schedule import Engine, run_schedule
+from dlscale.runtime.schedule import ModelledSyncEngine, run_schedule
 from dlscale.runtime.tf_env import import_tensorflow, set_threads, tensorflow_environment
 
 tf = import_tensorflow()
-
-PARAMS_FILE = "final_params.npz"
-"""Trained parameters of a TensorFlow run, under PyTorch's state-dict keys and layouts."""
 
 
 class TFStrategy:
@@ -168,7 +164,7 @@ def run_training(ctx: WorkerContext, strategy: TFStrategy) -> None:
         strategy.teardown()
 
 
-class TFEngine(Engine):
+class TFEngine(ModelledSyncEngine):
     """One TensorFlow training process: model, optimizer and data under a strategy."""
 
     def __init__(self, ctx: WorkerContext, strategy: TFStrategy, dist: Any) -> None:
@@ -184,11 +180,9 @@ class TFEngine(Engine):
             self.optimizer.build(self.model.trainable_variables)
         self._steps = {sync: self._make_step(sync) for sync in (True, False)}
         self._eval_step = make_eval_step(self.model)
-        self._sync = True
         self._last: Any = None
         gradient = trainable_bytes(self.model)
         self._step_payload = strategy.payload_bytes(gradient, dist.num_replicas_in_sync)
-        self._payload = 0.0
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts = strategy.describe(ctx)
             ctx.events.write(
@@ -248,8 +242,8 @@ class TFEngine(Engine):
 
     def step(self, batch: Any) -> Any:
         self._last = self._steps[self._sync](batch)
-        if self._sync and self._step_payload is not None:
-            self._payload += self._step_payload
+        if self._sync:
+            self.count_synced_step()
         return self._last
 
     def sync(self) -> None:
@@ -261,23 +255,6 @@ class TFEngine(Engine):
     def evaluate(self) -> tuple[int, int, float]:
         in_replica = self.dist if self.strategy.evaluates_in_replica else None
         return evaluate_model(self.data, self._eval_step, in_replica)
-
-    def no_sync(self) -> contextlib.AbstractContextManager[Any] | None:
-        return self._unsynced() if self.synchronizes else None
-
-    @contextlib.contextmanager
-    def _unsynced(self) -> Iterator[None]:
-        self._sync = False
-        try:
-            yield
-        finally:
-            self._sync = True
-
-    def take_bytes_sent(self) -> float | None:
-        if self._step_payload is None:
-            return None
-        sent, self._payload = self._payload, 0.0
-        return sent
 
     def save_params(self) -> None:
         save_keras_params(self.model, self.ctx)

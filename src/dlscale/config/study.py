@@ -325,20 +325,79 @@ def _sorted(points: Any) -> tuple[RunConfig, ...]:
 def _expand(settings: dict[str, Any]) -> Study:
     keys = [k for k in settings if k not in STUDY_ONLY_KEYS]
     axes = [settings[k] if isinstance(settings[k], list) else [settings[k]] for k in keys]
+    for key, axis in zip(keys, axes, strict=True):
+        _check_accepted(key, axis)
     points: list[RunConfig] = []
     skipped: list[str] = []
     is_grid = any(len(axis) > 1 for axis in axes)
+    spanned = _declared_in_grid(dict(zip(keys, axes, strict=True))) if is_grid else set()
     for combo in itertools.product(*axes):
         values = dict(zip(keys, combo, strict=True))
+        # an option axis spans the points whose plug-ins declare it, where some do
+        values = _declared_only(values, spanned)
         try:
-            points.append(RunConfig.make(**values))
+            point = RunConfig.make(**values)
         except UnsupportedPoint as reason:
             if not is_grid:
                 raise
-            skipped.append(f"{_describe(values)}: {reason}")
+            note = f"{_describe(values)}: {reason}"
+            if note not in skipped:
+                skipped.append(note)
+            continue
+        if point not in points:  # the same point from an axis that does not apply to it
+            points.append(point)
     if not points:
         raise UserError("the study has no point that can run: " + "; ".join(skipped))
     return Study(name="", description="", points=_sorted(points), skipped=tuple(skipped))
+
+
+def _check_accepted(key: str, values: list[Any]) -> None:
+    """A plug-in option's value that no declarer accepts is a mistake, not a point to skip
+    (a grid skips a value only where another plug-in of the study would take it)."""
+    declarations = declared_options().get(key) if key not in core_keys() else None
+    if not declarations:
+        return
+    for value in values:
+        accepted = []
+        for owner, option in declarations:
+            parsed = option.parse(value)
+            if option.choices is None or parsed in option.choices:
+                break
+            accepted.append(f"{owner} accepts {key} = {', '.join(map(str, option.choices))}")
+        else:
+            raise UserError(f"no plug-in accepts {key} = {value!r}: " + "; ".join(accepted))
+
+
+def _plugin_options(backend: str, dataset: str, launcher: str) -> set[str]:
+    """The options a point with these plug-ins accepts."""
+    from dlscale.datasets import DATASETS
+    from dlscale.launchers import LAUNCHERS
+
+    plugins = (BACKENDS.get(backend), DATASETS.get(dataset), LAUNCHERS.get(launcher))
+    return {option.name for plugin in plugins for option in plugin.options}
+
+
+def _declared_in_grid(axes: dict[str, list[Any]]) -> set[str]:
+    """The options some point of the grid's plug-ins declares."""
+    plugins = [
+        axes.get(kind, [getattr(RunConfig, kind)]) for kind in ("backend", "dataset", "launcher")
+    ]
+    return {name for combo in itertools.product(*plugins) for name in _plugin_options(*combo)}
+
+
+def _declared_only(values: dict[str, Any], spanned: set[str]) -> dict[str, Any]:
+    """``values`` less the grid's options (``spanned``: declared by some point's plug-ins)
+    that this point's plug-ins do not declare: in a grid over backends, ``ps_mode = ["sync",
+    "async"]`` makes two torch-ps points and leaves torch-ddp's one point alone. A key that no
+    point of the grid declares stays, and is refused (a mistake, not an axis)."""
+    if not spanned:
+        return values
+    declared = _plugin_options(
+        values.get("backend", RunConfig.backend),
+        values.get("dataset", RunConfig.dataset),
+        values.get("launcher", RunConfig.launcher),
+    )
+    return {k: v for k, v in values.items() if k not in spanned or k in declared}
 
 
 def _describe(values: dict[str, Any]) -> str:

@@ -13,12 +13,14 @@ that has
    ``threads_per_worker``, whether set or defaulted) and the device kind,
 
 and among those the framework's reference backend (torch-single: no wrapper, so a distributed
-wrapper's own cost shows as efficiency < 1 at one worker), else the same backend with the same
-options. Where no 1-worker point has the same threads (results of dlscale before the study-wide
-thread budget), the one with the most threads is taken by the same preference and the row says
-so (``baseline_threads_differ``; tables: "baseline threads differ"). The baseline is named in
-every row (``baseline``). Weak scaling keeps the per-worker
-batch, strong scaling the global batch: both are ``batch_size`` in the config.
+wrapper's own cost shows as efficiency < 1 at one worker), the one whose options agree with the
+point's where both declare them (horovod-mxnet, MKLDNN off, is over mxnet-single with
+``mkldnn = false`` where the study has both), else the same backend with the same options.
+Where no 1-worker point has the same threads (results of dlscale before the study-wide thread
+budget), the one with the most threads is taken by the same preference and the row says so
+(``baseline_threads_differ``; tables: "baseline threads differ"). The baseline is named in
+every row (``baseline``). Weak scaling keeps the per-worker batch, strong scaling the global
+batch: both are ``batch_size`` in the config.
 
 **The whole-machine reference** answers another question: how the point compares with the
 same machine used as one worker with every core. It is the 1-worker reference-backend point
@@ -164,7 +166,15 @@ def _pick_baseline(options: list[Row], point: Row) -> Row | None:
     options = [o for o in options if _is_reference(o) or _same_strategy(o, point)]
     if not options:
         return None
-    return min(options, key=lambda option: 0 if _is_reference(option) else 1)
+    mine = _backend_options(point)
+
+    def differing(option: Row) -> int:
+        """Options the candidate shares with the point but sets otherwise (a reference run
+        with mkldnn=false is horovod-mxnet's baseline, not one with mkldnn=true)."""
+        theirs = _backend_options(option)
+        return sum(1 for key in mine.keys() & theirs.keys() if mine[key] != theirs[key])
+
+    return min(options, key=lambda option: (0 if _is_reference(option) else 1, differing(option)))
 
 
 def _is_reference(row: Row) -> bool:

@@ -44,7 +44,11 @@ def register_builder(model: str, framework: str, reference: str) -> None:
 
 
 MODELS: Registry[ModelSpec] = Registry("model")
+PARAMS_FILE = "final_params.npz"
+"""A run's trained parameters as numpy arrays under PyTorch's state-dict keys and layouts
+(TensorFlow and MXNet runs; torch runs save ``final_params.pt``)."""
 _KERAS = "dlscale.models.keras_models"
+_GLUON = "dlscale.models.gluon_models"
 
 for _depth in (20, 32, 44, 56, 110):
     MODELS.register(
@@ -55,6 +59,7 @@ for _depth in (20, 32, 44, 56, 110):
             builders={
                 "torch": f"dlscale.models.resnet_cifar:resnet{_depth}",
                 "tensorflow": f"{_KERAS}:resnet{_depth}",
+                "mxnet": f"{_GLUON}:resnet{_depth}",
             },
             input_size=32,
             default_classes=10,
@@ -69,6 +74,7 @@ MODELS.register(
         builders={
             "torch": "dlscale.models.resnet_imagenet:resnet50",
             "tensorflow": f"{_KERAS}:resnet50",
+            "mxnet": f"{_GLUON}:resnet50",
         },
         input_size=224,
         default_classes=1000,
@@ -80,7 +86,11 @@ MODELS.register(
     ModelSpec(
         name="alexnet",
         description="AlexNet (Krizhevsky 2014 one-tower variant, ImageNet)",
-        builders={"torch": "dlscale.models.alexnet:alexnet", "tensorflow": f"{_KERAS}:alexnet"},
+        builders={
+            "torch": "dlscale.models.alexnet:alexnet",
+            "tensorflow": f"{_KERAS}:alexnet",
+            "mxnet": f"{_GLUON}:alexnet",
+        },
         input_size=224,
         default_classes=1000,
         has_batchnorm=False,
@@ -94,6 +104,7 @@ MODELS.register(
         builders={
             "torch": "dlscale.models.googlenet:googlenet",
             "tensorflow": f"{_KERAS}:googlenet",
+            "mxnet": f"{_GLUON}:googlenet",
         },
         input_size=224,
         default_classes=1000,
@@ -105,7 +116,11 @@ MODELS.register(
     ModelSpec(
         name="tiny",
         description="Tiny CNN for tests (2 conv + 1 linear, no BatchNorm)",
-        builders={"torch": "dlscale.models.tiny:tiny", "tensorflow": f"{_KERAS}:tiny"},
+        builders={
+            "torch": "dlscale.models.tiny:tiny",
+            "tensorflow": f"{_KERAS}:tiny",
+            "mxnet": f"{_GLUON}:tiny",
+        },
         input_size=32,
         default_classes=10,
         has_batchnorm=False,

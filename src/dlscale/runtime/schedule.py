@@ -102,6 +102,38 @@ class Engine:
         return {}
 
 
+class ModelledSyncEngine(Engine):
+    """An engine whose steps skip synchronization while :meth:`no_sync` holds (the flag
+    ``_sync``) and whose bytes are the algorithm's model per synchronized step
+    (``_step_payload``, ``None``: not modelled). TensorFlow's and MXNet's engines are."""
+
+    _sync = True
+    _step_payload: float | None = None
+    _payload = 0.0
+
+    def count_synced_step(self) -> None:
+        """Add one synchronized step's modelled bytes."""
+        if self._step_payload is not None:
+            self._payload += self._step_payload
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any] | None:
+        return self._unsynced() if self.synchronizes else None
+
+    @contextlib.contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        self._sync = False
+        try:
+            yield
+        finally:
+            self._sync = True
+
+    def take_bytes_sent(self) -> float | None:
+        if self._step_payload is None:
+            return None
+        sent, self._payload = self._payload, 0.0
+        return sent
+
+
 def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) -> Environment:
     """The process's own interpreter, package versions and allocator (never the parent's)."""
     packages = {}

@@ -1,0 +1,158 @@
+"""The MXNet backends on real processes, in MXNet's own environment (`make test` runs
+`make mxnet`'s steps: .venv-mxnet with numpy 1.23.5 and mxnet 1.9.1, Horovod built there):
+every backend ends where PyTorch ends, asynchronous ps-lite records its staleness, a killed
+server or scheduler fails the run and leaves no ps-lite process behind (dist_async learning to
+a target: test_equivalence.py).
+
+Like for like, as test_tensorflow.py: from the PyTorch twin's initial weights on the same
+shards in the same order, N MXNet workers at batch b end with the parameters torch-single
+reaches at batch N*b (the model has no BatchNorm). dist_async with one worker is sequential SGD
+through a real scheduler and server, so it is held to the same standard.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlscale.config import RunConfig
+from dlscale.metrics.events import read_events
+from dlscale.store import RunStore
+from tests.distributed.processes import kill_rank_and_check_the_run_fails
+from tests.distributed.test_equivalence import COMMON
+from tests.distributed.test_tensorflow import (  # noqa: F401 (reference: a fixture)
+    _final_params,
+    reference,
+    run_and_compare,
+)
+
+pytestmark = pytest.mark.dist
+
+CASES = {
+    "mxnet-single": ("mxnet-single", 1, {}),
+    "mxnet-kv-local": ("mxnet-kv", 1, {"kvstore": "local"}),
+    "mxnet-kv-dist_sync": ("mxnet-kv", 2, {}),
+    "mxnet-kv-dist_device_sync-2-servers": (
+        "mxnet-kv",
+        2,
+        {"kvstore": "dist_device_sync", "num_servers": 2},
+    ),
+    "mxnet-kv-dist_async-1-worker": ("mxnet-kv", 1, {"kvstore": "dist_async"}),
+    "horovod-mxnet": ("horovod-mxnet", 2, {}),
+    "horovod-mxnet-horovodrun": ("horovod-mxnet", 2, {"launcher": "horovodrun"}),
+    "horovod-mxnet-mpirun": ("horovod-mxnet", 2, {"launcher": "mpirun"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_mxnet_workers_end_where_pytorch_ends(tmp_path: Path, reference, case):  # noqa: F811
+    backend, workers, extra = CASES[case]
+    result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
+    metrics = result["metrics"]
+    packages = result["environment"]["packages"]
+    assert packages["mxnet"] == "1.9.1" and packages["numpy"] == "1.23.5"  # its own venv
+    assert result["environment"]["worker"]["python"].endswith(".venv-mxnet/bin/python")
+    assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
+    strategy = next(
+        e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
+    )
+    assert strategy["facts"]["weights"] == "torch"
+    synchronizes = backend != "mxnet-single" and extra.get("kvstore") != "local"
+    if synchronizes:
+        assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
+    else:
+        assert metrics["step_time_nosync_p50_ms"] is None
+    if backend == "mxnet-kv" and synchronizes:  # a push and a pull of every gradient
+        assert metrics["bytes_sent_per_step_model"] == 2 * metrics["gradient_bytes"]
+        servers = [
+            e
+            for rank in range(workers + 1, workers + 1 + extra.get("num_servers", 1))
+            for e in read_events(run_dir / f"events.rank{rank}.jsonl")
+            if e["event"] == "server"
+        ]
+        assert len(servers) == extra.get("num_servers", 1)  # every server ended and reported
+    if backend == "horovod-mxnet":  # a ring of 2: each sends the payload once
+        assert metrics["bytes_sent_per_step_model"] == metrics["gradient_bytes"]
+        assert result["environment"]["mkldnn_enabled"] is False
+
+
+def test_horovod_fp16_compression_halves_the_payload_and_stays_close(
+    tmp_path: Path,
+    reference,  # noqa: F811
+):
+    """fp16 all-reduce rounds the gradients (to ~1e-3 relative), so the run is close to
+    PyTorch's, not equal; the bytes on the wire are half."""
+    config = RunConfig.make(
+        backend="horovod-mxnet", workers=2, batch_size=8, compression="fp16", **COMMON
+    )
+    params, _ = _final_params(config, RunStore(tmp_path))
+    for name, value in params.items():
+        np.testing.assert_allclose(value, reference[name], rtol=1e-2, atol=1e-3, err_msg=name)
+    (result,) = RunStore(tmp_path).results()
+    m = result["metrics"]
+    assert m["bytes_sent_per_step_model"] == m["gradient_bytes"] / 2
+
+
+def test_gluon_initial_weights_are_another_start(tmp_path: Path, reference):  # noqa: F811
+    params, _ = _final_params(
+        RunConfig.make(backend="mxnet-single", workers=1, batch_size=16, weights="gluon", **COMMON),
+        RunStore(tmp_path),
+    )
+    assert max(float(np.abs(params[n] - reference[n]).max()) for n in params) > 1e-2
+
+
+def test_dist_async_records_the_staleness_of_every_push(tmp_path: Path):
+    """2 asynchronous workers: the server's version counter sees every push once; a push
+    computed from parameters that another worker has updated since is stale."""
+    config = RunConfig.make(
+        backend="mxnet-kv", workers=2, batch_size=8, kvstore="dist_async", **COMMON
+    )
+    _, run_dir = _final_params(config, RunStore(tmp_path))
+    (result,) = RunStore(tmp_path).results()
+    m = result["metrics"]
+    # per worker: warm-up 1 + measured 3 + the probe's synchronized steps (a warm-up pair,
+    # then 1 pair: 1 + 1); its unsynchronized steps push nothing
+    pushes = 2 * (1 + 3 + 2)
+    assert sum(m["staleness_histogram"].values()) == pushes, m["staleness_histogram"]
+    assert m["staleness_max"] >= 0
+    (server,) = [e for e in read_events(run_dir / "events.rank3.jsonl") if e["event"] == "server"]
+    assert server["counters"]["async_pushes"] == pushes
+
+
+@pytest.mark.parametrize("victim", ["server", "scheduler"])
+def test_a_killed_ps_lite_process_fails_the_run_and_leaves_nothing_running(
+    tmp_path: Path, victim: str
+):
+    """Ranks: workers 0-1, scheduler 2, server 3. Killed, either ends the run as failed, named,
+    and the launcher stops every other process."""
+    rank = {"scheduler": 2, "server": 3}[victim]
+    kill_rank_and_check_the_run_fails(
+        tmp_path, "mxnet-kv", ranks=4, rank=rank, role=victim, settle_s=3.0
+    )
+
+
+def test_ls_backends_lists_the_mxnet_backends_as_installed(cli):
+    listing = cli("ls", "backends")
+    assert listing.returncode == 0, listing.stderr
+    rows = {line.split("│")[1].strip(): line for line in listing.stdout.splitlines() if "│" in line}
+    for name in ("mxnet-single", "mxnet-kv"):
+        assert "yes: .venv-mxnet" in rows[name], rows.get(name)
+    assert "built for mxnet" in " ".join(rows["horovod-mxnet"].split())
+
+
+def test_a_missing_mxnet_environment_is_one_line_naming_make_mxnet(tmp_path: Path, cli):
+    result = cli(
+        "run",
+        "--backend",
+        "mxnet-single",
+        "--model",
+        "tiny",
+        "--steps",
+        "1",
+        "--results",
+        str(tmp_path),
+        env={"DLSCALE_MXNET_PYTHON": str(tmp_path / "nowhere" / "python")},
+    )
+    assert result.returncode == 2
+    assert "make mxnet" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
