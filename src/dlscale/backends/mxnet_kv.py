@@ -46,9 +46,8 @@ class KVStrategy(MXStrategy):
 
         self.mx = mx
         self.kv = mx.kv.create(self.kind)
-        trainable = [p for p in params.values() if p.grad_req != "null"]
-        if self.asynchronous:  # a key no parameter uses (Gluon's keys are 0..n-1)
-            self.counter_key = len(trainable)
+        if self.asynchronous:  # a key no parameter uses: Gluon's keys are the indices of every
+            self.counter_key = len(list(params.values()))  # BatchNorm statistics included
         optimizer = make_sgd(cfg, counter_key=self.counter_key)
         self.trainer_ = mx.gluon.Trainer(params, optimizer, kvstore=self.kv)
         return self.trainer_
