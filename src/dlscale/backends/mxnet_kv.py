@@ -35,7 +35,7 @@ class KVStrategy(MXStrategy):
         self.synchronizes = kind != "local"
         self.asynchronous = kind == "dist_async"
         self.kv: Any = None
-        self.trainer_: Any = None
+        self._trainer: Any = None
         self.counter_key: int | None = None
         self._read: Any = None
         self._version: Any = None
@@ -49,8 +49,8 @@ class KVStrategy(MXStrategy):
         if self.asynchronous:  # a key no parameter uses: Gluon's keys are the indices of every
             self.counter_key = len(list(params.values()))  # BatchNorm statistics included
         optimizer = make_sgd(cfg, counter_key=self.counter_key)
-        self.trainer_ = mx.gluon.Trainer(params, optimizer, kvstore=self.kv)
-        return self.trainer_
+        self._trainer = mx.gluon.Trainer(params, optimizer, kvstore=self.kv)
+        return self._trainer
 
     def samples_per_update(self, ctx: WorkerContext) -> int:
         if self.synchronizes and not self.asynchronous:  # the servers sum every worker's push
@@ -95,10 +95,10 @@ class KVStrategy(MXStrategy):
         the other processes are stopped by the launcher instead (a barrier would wait forever)."""
         if not completed or self.kv is None:
             return
-        if self.trainer_ is not None:
-            self.trainer_._kvstore = None
-            self.trainer_._kvstore_params["kvstore"] = None
-        self.kv = self.trainer_ = None
+        if self._trainer is not None:
+            self._trainer._kvstore = None
+            self._trainer._kvstore_params["kvstore"] = None
+        self.kv = self._trainer = None
         gc.collect()
 
 

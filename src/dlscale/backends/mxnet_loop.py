@@ -27,7 +27,6 @@ import numpy as np
 
 from dlscale.datasets import DATASETS
 from dlscale.datasets.arrays import NumpyDataset
-from dlscale.metrics.records import Strategy
 from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
@@ -150,24 +149,16 @@ class MXEngine(ModelledSyncEngine):
         self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
         self.samples = strategy.samples_per_update(ctx)
         trainable = [p for p in self.params.values() if p.grad_req != "null"]
-        gradient = sum(int(np.prod(p.shape)) * 4 for p in trainable)
-        self._step_payload = strategy.payload_bytes(gradient, ctx)
+        gradient = sum(int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in trainable)
+        facts = {
+            "trainer": type(self.trainer).__name__,
+            "optimizer": "mxnet SGD (sgd_mom_update)",
+            "weights": cfg.option("weights"),
+            "hybridized": True,
+        }
         if ctx.rank == ctx.layout.training_ranks[0]:
-            facts = strategy.describe(ctx)
-            ctx.events.write(
-                Strategy(
-                    gradient_bytes=gradient,
-                    bytes_sent_per_step_model=self._step_payload,
-                    traces=facts.pop("traces", []),
-                    facts={
-                        "trainer": type(self.trainer).__name__,
-                        "optimizer": "mxnet SGD (sgd_mom_update)",
-                        "weights": cfg.option("weights"),
-                        "hybridized": True,
-                        **facts,
-                    },
-                )
-            )
+            facts.update(strategy.describe(ctx))
+        self.declare_payload(ctx, gradient, strategy.payload_bytes(gradient, ctx), facts)
 
     def batches(self, epoch: int) -> Iterator[Any]:
         nd, cpu = self.mx.nd, self.mx.cpu()
@@ -194,16 +185,18 @@ class MXEngine(ModelledSyncEngine):
         return float(sum(float(loss.asscalar()) for loss in losses))
 
     def evaluate(self) -> tuple[int, int, float]:
+        """Sums kept as NDArrays and read once at the end (a read per batch would wait for
+        every batch before queuing the next)."""
         nd, cpu = self.mx.nd, self.mx.cpu()
-        correct = total = 0
-        loss_sum = 0.0
+        correct, loss_sum = nd.zeros((1,), dtype="int64"), nd.zeros((1,), dtype="float64")
+        total = 0
         for x, y in self.data.eval_batches():
             logits = self.net(nd.array(x, ctx=cpu))
             labels = nd.array(y, ctx=cpu, dtype="float32")
-            loss_sum += float(self.loss(logits, labels).astype("float64").sum().asscalar())
-            correct += int((logits.argmax(axis=1) == labels).sum().asscalar())
+            loss_sum += self.loss(logits, labels).astype("float64").sum()
+            correct += (logits.argmax(axis=1) == labels).astype("int64").sum()
             total += len(y)
-        return correct, total, loss_sum
+        return int(correct.asscalar()), total, float(loss_sum.asscalar())
 
     def save_params(self) -> None:
         """The trained parameters under PyTorch's keys (BatchNorm's statistics left out)."""

@@ -28,7 +28,6 @@ from dlscale.backends.tf_sgd import torch_sgd
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.datasets.tf_adapter import TFDataset, to_tf
-from dlscale.metrics.records import Strategy
 from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.models.keras_transfer import keras_state, load_torch_weights, torch_state
 from dlscale.registry import load_object
@@ -182,22 +181,15 @@ class TFEngine(ModelledSyncEngine):
         self._eval_step = make_eval_step(self.model)
         self._last: Any = None
         gradient = trainable_bytes(self.model)
-        self._step_payload = strategy.payload_bytes(gradient, dist.num_replicas_in_sync)
+        facts = {
+            "strategy": type(dist).__name__,
+            "replicas_in_sync": dist.num_replicas_in_sync,
+            "weights": cfg.option("weights"),
+        }
         if ctx.rank == ctx.layout.training_ranks[0]:
-            facts = strategy.describe(ctx)
-            ctx.events.write(
-                Strategy(
-                    gradient_bytes=gradient,
-                    bytes_sent_per_step_model=self._step_payload,
-                    traces=facts.pop("traces", []),
-                    facts={
-                        "strategy": type(dist).__name__,
-                        "replicas_in_sync": dist.num_replicas_in_sync,
-                        "weights": cfg.option("weights"),
-                        **facts,
-                    },
-                )
-            )
+            facts.update(strategy.describe(ctx))
+        payload = strategy.payload_bytes(gradient, dist.num_replicas_in_sync)
+        self.declare_payload(ctx, gradient, payload, facts)
 
     def _make_step(self, sync: bool) -> Any:
         dist, model, optimizer, strategy = self.dist, self.model, self.optimizer, self.strategy

@@ -111,6 +111,28 @@ class ModelledSyncEngine(Engine):
     _step_payload: float | None = None
     _payload = 0.0
 
+    def declare_payload(
+        self,
+        ctx: WorkerContext,
+        gradient_bytes: int,
+        step_payload: float | None,
+        facts: dict[str, Any],
+    ) -> None:
+        """Keep the modelled bytes of a synchronized step; the first training rank writes the
+        run's ``Strategy`` record (``facts``' ``traces`` become the record's trace files)."""
+        from dlscale.metrics.records import Strategy
+
+        self._step_payload = step_payload
+        if ctx.rank == ctx.layout.training_ranks[0]:
+            ctx.events.write(
+                Strategy(
+                    gradient_bytes=gradient_bytes,
+                    bytes_sent_per_step_model=step_payload,
+                    traces=facts.pop("traces", []),
+                    facts=facts,
+                )
+            )
+
     def count_synced_step(self) -> None:
         """Add one synchronized step's modelled bytes."""
         if self._step_payload is not None:
