@@ -89,15 +89,19 @@ def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, refer
 
 
 @pytest.mark.parametrize(
-    "backend",
+    ("backend", "lr"),
     [  # TF2's parameter server is async
-        ("torch-ps", "--set", "ps_mode=async"),
-        ("tf-ps",),
-        ("mxnet-kv", "--set", "kvstore=dist_async"),
+        (("torch-ps", "--set", "ps_mode=async"), "0.02"),
+        (("tf-ps",), "0.02"),
+        # ps-lite applies each key's push on its own, so a worker's pull mixes versions across
+        # keys (its counter shows ~3x as many staleness-2 pushes as torch-ps): at lr 0.02 with
+        # momentum 0.9, 2 of 10 runs here stalled below 0.8 (one at chance); 6 of 6 at 0.01
+        # reached 0.91-0.96
+        (("mxnet-kv", "--set", "kvstore=dist_async"), "0.01"),
     ],
     ids=["torch-ps", "tf-ps", "mxnet-kv"],
 )
-def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli, backend):
+def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli, backend, lr):
     import json
 
     result = cli(
@@ -119,7 +123,7 @@ def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli, b
         "--epochs",
         "6",
         "--lr",
-        "0.02",
+        lr,
         "--target-accuracy",
         "0.8",
         "--json",
