@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # CPU torch pinned here: an unpinned torch pulls several GB of CUDA wheels.
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint typecheck check bench clean allocators horovod tensorflow mxnet
+.PHONY: demo test lint typecheck check bench clean allocators horovod tensorflow mxnet slurm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,7 @@ test: $(VENV)/.installed-test $(VENV)/.installed-tensorflow
 	scripts/install-browser.sh
 	scripts/install-allocators.sh
 	scripts/install-openmpi.sh
+	scripts/install-slurm.sh
 	scripts/build-horovod.sh $(VENV)
 	scripts/install-mxnet.sh
 	scripts/build-horovod.sh .venv-mxnet mxnet
@@ -64,6 +65,11 @@ mxnet: $(VENV)/.installed-run
 	scripts/install-mxnet.sh
 	scripts/install-openmpi.sh
 	scripts/build-horovod.sh .venv-mxnet mxnet
+
+# A real Slurm from Debian (slurm-wlm, munge) for --launcher slurm; scripts/slurm-local.sh
+# start DIR runs a one-node cluster on this machine (the tests start and stop their own).
+slurm:
+	scripts/install-slurm.sh
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks

@@ -227,7 +227,8 @@ def _launch(
 def _oversubscribed(plan: LaunchPlan) -> bool | None:
     """Whether the run's processes times their threads exceed this machine's usable cores;
     ``None`` when its ranks are not all on this machine (the launcher knows the hosts)."""
-    if not all(host in ("127.0.0.1", "localhost") for host in plan.addresses.hosts):
+    hosts = plan.addresses.hosts
+    if not hosts or not all(host in ("127.0.0.1", "localhost") for host in hosts):
         return None
     return plan.threads_per_worker * plan.layout.size > usable_cores()
 

@@ -4,7 +4,8 @@ The spec file in and the per-rank events file out are the whole contract with th
 worker may run under any interpreter that can import dlscale (and its backend's framework). The
 process learns its rank from its launcher's variables, its role from the layout in the spec,
 and sets the variables its backend's cluster hook gives it (a one-command launcher such as
-mpirun cannot set different variables per rank).
+mpirun cannot set different variables per rank). A spec without hosts (Slurm placed the ranks)
+gets them from the launcher (``Launcher.hosts``: the step's node list).
 
 A worker started by dlscale (``DLSCALE_PARENT_PID`` set) first starts a watchdog thread
 (:mod:`dlscale.runtime.watchdog`): once the dlscale process that started it is gone, whatever
@@ -22,6 +23,7 @@ from pathlib import Path
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
+from dlscale.launchers import LAUNCHERS
 from dlscale.layout import Addresses
 from dlscale.metrics.events import EventWriter, events_path
 from dlscale.metrics.records import End, Error, Start
@@ -61,6 +63,9 @@ def main(argv: list[str]) -> int:
                 f"({', '.join(f'{p.role} {p.rank}' for p in layout.processes)})"
             )
         addresses = Addresses.from_dict(spec["cluster"])
+        if not addresses.hosts:  # placed by a scheduler: the launcher's tool says where
+            hosts = LAUNCHERS.get(config.launcher).create().hosts(layout.size)
+            addresses = Addresses(hosts=hosts, ports=addresses.ports)
         backend = BACKENDS.get(config.backend)
         os.environ.update(backend.cluster_env(process, layout, addresses, config))
         ctx = WorkerContext(

@@ -147,7 +147,15 @@ def processes_naming(path: Path) -> list[int]:
 
 
 def kill_rank_and_check_the_run_fails(
-    results: Path, backend: str, *, ranks: int, rank: int, role: str, settle_s: float = 2.0
+    results: Path,
+    backend: str,
+    *,
+    ranks: int,
+    rank: int,
+    role: str,
+    settle_s: float = 2.0,
+    extra: tuple[str, ...] = (),
+    reason: str | None = None,
 ) -> None:
     """Start a long 2-worker run of ``backend`` (``ranks`` processes), ``kill -9`` rank
     ``rank`` once every rank runs, and check what a user must see: the run failed, the dead
@@ -157,7 +165,7 @@ def kill_rank_and_check_the_run_fails(
 
     from dlscale.store import RunStore
 
-    proc = start_long_run(results, 300, backend)
+    proc = start_long_run(results, 300, backend, extra=extra)
     pids: dict[int, int] = {}
     try:
         pids = wait_for_pids(results, ranks=ranks, proc=proc)
@@ -167,7 +175,8 @@ def kill_rank_and_check_the_run_fails(
         assert proc.returncode == 1, err
         record = json.loads(out.strip().splitlines()[-1])
         assert record["status"] == "failed"
-        assert f"rank {rank} was killed by SIGKILL (role {role})" in record["error"], record
+        expected = reason or f"rank {rank} was killed by SIGKILL (role {role})"
+        assert expected in record["error"], record
         assert "Traceback" not in err
         (result,) = RunStore(results).results()
         assert result["failure"]["failed_rank"] == rank

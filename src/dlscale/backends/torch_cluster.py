@@ -13,7 +13,12 @@ if TYPE_CHECKING:
 def torch_cluster_env(
     process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
 ) -> dict[str, str]:
-    """RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address (rank 0's host, first port)."""
+    """RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address (rank 0's host, first port);
+    nothing under a launcher that sets these itself and keeps the store (torchrun)."""
+    from dlscale.launchers import LAUNCHERS
+
+    if "torch" in LAUNCHERS.get(config.launcher).provides:
+        return {}
     local = addresses.same_host(process.rank)
     return {
         "RANK": str(process.rank),

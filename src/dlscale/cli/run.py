@@ -227,13 +227,18 @@ def _dry_run(points: Any, results: Path, repeats: Repeats) -> int:
                 else (f"ranks {entry.ranks[0]}-{entry.ranks[-1]}")
             )
             print(f"# {ranks}")
-            if len(entry.ranks) > 1:  # one command: each rank sets its cluster variables
+            if not plan.addresses.hosts:
+                print("#   each rank sets its cluster variables once the scheduler placed it")
+            elif len(entry.ranks) > 1:  # one command: each rank sets its cluster variables
                 backend = BACKENDS.get(config.backend)
                 for rank in entry.ranks:
                     process = plan.layout.processes[rank]
                     cluster = backend.cluster_env(process, plan.layout, plan.addresses, config)
                     variables = " ".join(f"{k}={shlex.quote(v)}" for k, v in cluster.items())
                     print(f"#   rank {rank} ({process.role}) sets: {variables or '-'}")
-            print(f"{env} {shlex.join(entry.argv)}")
+            for path, text in entry.files.items():
+                print(f"# {path}:")
+                print("\n".join(f"#   {line}" for line in text.splitlines()))
+            print(f"{env} {shlex.join(entry.argv)}".lstrip())
     print(json.dumps({"points": len(points)}), file=sys.stderr)
     return 0

@@ -62,3 +62,48 @@ LAUNCHERS.register(
         provides=("mpi",),
     ),
 )
+LAUNCHERS.register(
+    "torchrun",
+    LauncherSpec(
+        name="torchrun",
+        description="PyTorch's torchrun (elastic agent): c10d rendezvous, nnodes agents here",
+        implementation="dlscale.launchers.torchrun:TorchrunLauncher",
+        same_machine=True,
+        provides=("torch",),
+        options=(
+            Option(
+                name="nnodes",
+                type="int",
+                default=1,
+                minimum=1,
+                help="torchrun agents (nodes), each starting processes / nnodes ranks",
+            ),
+        ),
+    ),
+)
+LAUNCHERS.register(
+    "slurm",
+    LauncherSpec(
+        name="slurm",
+        description="Slurm: srun inside an allocation, or sbatch a job and poll it",
+        implementation="dlscale.launchers.slurm:SlurmLauncher",
+        options=(
+            Option(
+                name="slurm_mode",
+                type="str",
+                default="auto",
+                choices=("auto", "srun", "sbatch"),
+                help="srun (a step of this allocation), sbatch (submit, poll), auto: srun "
+                "inside an allocation, else sbatch",
+            ),
+            Option(name="partition", type="str", default="", help="Slurm partition (-p)"),
+            Option(name="nodes", type="int", default=0, minimum=0, help="--nodes; 0: Slurm picks"),
+            Option(
+                name="slurm_args",
+                type="str",
+                default="",
+                help="more srun/sbatch options, e.g. '--account=proj --qos=short'",
+            ),
+        ),
+    ),
+)

@@ -13,6 +13,7 @@ watch loop (:mod:`dlscale.launchers.watch`) is the same for both.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ class PlanEntry:
     """Variables set for this command on top of the parent's environment."""
     stdout: Path
     stderr: Path
+    files: dict[Path, str] = field(default_factory=dict)
+    """Files the launcher writes before starting the command (a batch script), path -> text."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +70,16 @@ class Running(ABC):
     def stop(self, entries: list[int] | None = None) -> None:
         """Stop these entries (all when ``None``) and whatever they started; waits for them."""
 
+    def queued(self) -> bool:
+        """Whether the plan still waits for a scheduler to start it (the run's timeout counts
+        from the moment it runs)."""
+        return False
+
+    def describe(self, index: int) -> str | None:
+        """How entry ``index`` ended, in the launcher's words, when its exit code says too
+        little (a Slurm job's state); ``None``: the exit code says it."""
+        return None
+
 
 class Launcher(ABC):
     @abstractmethod
@@ -88,6 +101,20 @@ class Launcher(ABC):
         from dlscale.launchers.processes import start_processes
 
         return start_processes(plan)
+
+    def hosts(self, size: int) -> tuple[str, ...]:
+        """In a worker whose spec has no hosts (the scheduler placed the ranks): each rank's
+        host, from what the launcher's tool told this process."""
+        raise NotImplementedError(f"{type(self).__name__} plans every rank's host")
+
+
+def output_text(entry: PlanEntry) -> str:
+    """What an entry's command printed (stderr, then stdout), for a launcher's blame."""
+    text = ""
+    for path in (entry.stderr, entry.stdout):
+        with contextlib.suppress(OSError):
+            text += path.read_text(errors="replace")
+    return text
 
 
 def thread_budget(processes: int, threads: int | None, cores: int) -> tuple[int, list[str]]:

@@ -7,7 +7,6 @@ tool prints which one, which :meth:`OneCommandLauncher.blame` reads from its out
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shutil
 from abc import abstractmethod
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
-from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env
+from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
 from dlscale.launchers.local import on_this_machine
 
 
@@ -59,10 +58,7 @@ class OneCommandLauncher(Launcher):
         return here.plan([entry])
 
     def blame(self, entry: PlanEntry) -> int | None:
-        text = ""
-        for path in (entry.stderr, entry.stdout):
-            with contextlib.suppress(OSError):
-                text += path.read_text(errors="replace")
+        text = output_text(entry)
         for pattern in self.failed_rank:
             if found := pattern.search(text):
                 return int(found.group(1))

@@ -53,12 +53,16 @@ def watch(
                 index = min(bad, key=lambda i: (codes[i] >= 0, i))  # type: ignore[operator]
                 entry = plan.entries[index]
                 failed = _failed_rank(entry, codes[index], run_dir, blame(entry))
+                if (how := running.describe(index)) is not None:
+                    failed = (failed[0], f"{how}: {failed[1]}")
                 break
             live = [i for i, code in enumerate(codes) if code is None and i not in stopped]
             if not live:
                 break
             now = time.monotonic()
-            if now - started > timeout_s:
+            if running.queued():  # waiting for a scheduler: the timeout counts from the start
+                started = now
+            elif now - started > timeout_s:
                 ranks = [r for i in live for r in plan.entries[i].ranks]
                 try:
                     rank, why = hung_rank(ranks, plan.layout, run_dir)

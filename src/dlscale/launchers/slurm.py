@@ -1,0 +1,271 @@
+"""``--launcher slurm``: the ranks as the tasks of a Slurm job step (``srun``), started from
+inside an allocation or submitted as a batch job (``sbatch``) and polled.
+
+``slurm_mode``: ``srun`` runs ``srun --ntasks N ... python -m dlscale.worker spec.json`` and
+watches it like any local command (inside ``salloc``/an sbatch script it is a step of that
+allocation; elsewhere srun asks for one and waits for it); ``sbatch`` writes the batch script
+into the run's directory (kept there: ``job.sbatch``), submits it, and polls the job with
+``scontrol`` until it ends; ``auto`` (the default) is ``srun`` inside an allocation
+(``SLURM_JOB_ID`` set) and ``sbatch`` outside one. A job that fails, is cancelled, times out or
+loses its node is recorded as a failed run saying so; stopping dlscale (Ctrl-C, SIGTERM)
+cancels the job.
+
+Every rank takes its rank from SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS and its peers' hosts
+from the step's node list (:func:`slurm_hosts`, Slurm's block distribution), so backends that
+need every rank's address (TF_CONFIG, DMLC_*, Horovod's rendezvous) run across nodes too; the
+ports are reserved on the submitting machine. The run's directory must be on a file system the
+nodes share, and the workers' interpreter at the same path there. Each task gets
+``--cpus-per-task`` = ``threads_per_worker`` (1 unless set) and the job ``--time`` =
+``timeout_s`` rounded up to minutes; the run's timeout counts from the moment the job runs, not
+while it waits in the queue.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from dlscale.backends import BACKENDS
+from dlscale.config.run_config import RunConfig
+from dlscale.errors import UserError
+from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, Running, common_env
+from dlscale.launchers.local import free_ports
+from dlscale.layout import Addresses
+
+RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
+INSTALL = "install Slurm's client commands (Debian: scripts/install-slurm.sh)"
+POLL_S = 1.0
+"""How often a submitted job's state is asked for (scontrol is a call to slurmctld)."""
+STOP_WAIT_S = 30.0
+RUNNING_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
+    | {"SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED"}
+)
+QUEUED_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"})
+FAILED_CODES = {"TIMEOUT": 124, "OUT_OF_MEMORY": 137, "CANCELLED": 143}
+"""An exit code for a job that ended without one of its own (as a shell would report it)."""
+
+
+def slurm_mode(config: RunConfig, environ: dict[str, str] | None = None) -> str:
+    mode: str = config.option("slurm_mode")
+    if mode != "auto":
+        return mode
+    return "srun" if "SLURM_JOB_ID" in (os.environ if environ is None else environ) else "sbatch"
+
+
+def job_arguments(config: RunConfig, tasks: int, threads: int, name: str) -> tuple[str, ...]:
+    """The allocation's options, the same for srun and sbatch."""
+    args = [
+        f"--job-name={name}",
+        f"--ntasks={tasks}",
+        f"--cpus-per-task={threads}",
+        f"--time={math.ceil(config.timeout_s / 60)}",
+    ]
+    if config.option("partition"):
+        args.append(f"--partition={config.option('partition')}")
+    if config.option("nodes"):
+        args.append(f"--nodes={config.option('nodes')}")
+    try:
+        args += shlex.split(config.option("slurm_args"))
+    except ValueError as error:
+        raise UserError(f"slurm_args = {config.option('slurm_args')!r}: {error}") from None
+    for arg in args:  # a line break would end an #SBATCH line and start a command
+        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
+            raise UserError(
+                f"Slurm option {arg!r} holds a control character (a line break?); "
+                "give partition and slurm_args on one line"
+            )
+    return tuple(args)
+
+
+def batch_script(
+    args: tuple[str, ...], env: dict[str, str], worker: tuple[str, ...], out: Path, err: Path
+) -> str:
+    """The batch job: its allocation, the run's variables, one srun step of every rank."""
+    lines = ["#!/bin/bash", "# written by dlscale (--launcher slurm, slurm_mode = sbatch)"]
+    lines += [f"#SBATCH {arg}" for arg in args]
+    lines += [f"#SBATCH --output={out}", f"#SBATCH --error={err}"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
+    lines.append(shlex.join(("exec", "srun", "--kill-on-bad-exit=1", "--export=ALL", *worker)))
+    return "\n".join(lines) + "\n"
+
+
+class SlurmLauncher(Launcher):
+    def check(self, python: str) -> None:
+        for tool in ("srun", "sbatch", "scontrol", "scancel"):
+            if shutil.which(tool) is None:
+                raise UserError(f"--launcher slurm needs {tool}, which is not installed: {INSTALL}")
+
+    def plan(
+        self,
+        config: RunConfig,
+        spec_path: Path,
+        python: str,
+        *,
+        ports: tuple[int, ...] | None = None,
+        cores: int | None = None,
+    ) -> LaunchPlan:
+        layout = config.layout()
+        spec_path = spec_path.absolute()
+        run_dir = spec_path.parent
+        threads = config.threads_per_worker or 1
+        addresses = Addresses(
+            hosts=(),  # where Slurm places the tasks: each rank reads it (slurm_hosts)
+            ports=ports
+            if ports is not None
+            else free_ports(BACKENDS.get(config.backend).port_count(config)),
+        )
+        env = {**common_env(config, spec_path, threads), "DLSCALE_RANK_VARS": RANK_VARS}
+        args = job_arguments(config, layout.size, threads, f"dlscale-{run_dir.name}")
+        worker = (python, "-m", "dlscale.worker", str(spec_path))
+        if slurm_mode(config) == "srun":
+            entry = PlanEntry(
+                ranks=range(layout.size),
+                argv=("srun", *args, "--kill-on-bad-exit=1", "--export=ALL", *worker),
+                env=env,
+                stdout=run_dir / "launcher.stdout",
+                stderr=run_dir / "launcher.stderr",
+            )
+        else:
+            out, err = run_dir / "slurm.stdout", run_dir / "slurm.stderr"
+            script = run_dir / "job.sbatch"
+            entry = PlanEntry(
+                ranks=range(layout.size),
+                argv=("sbatch", "--parsable", str(script)),
+                env={},
+                stdout=out,
+                stderr=err,
+                files={script: batch_script(args, env, worker, out, err)},
+            )
+        return LaunchPlan(
+            entries=(entry,),
+            layout=layout,
+            addresses=addresses,
+            threads_per_worker=threads,
+        )
+
+    def start(self, plan: LaunchPlan) -> Running:
+        (entry,) = plan.entries
+        if entry.argv[0] != "sbatch":
+            return super().start(plan)
+        for path, text in entry.files.items():
+            path.write_text(text)
+        done = subprocess.run(entry.argv, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise UserError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}")
+        job = done.stdout.strip().split(";")[0]
+        (entry.stdout.parent / "slurm-job-id").write_text(job + "\n")
+        return SlurmJob(job)
+
+    def hosts(self, size: int) -> tuple[str, ...]:
+        return slurm_hosts(dict(os.environ), size)
+
+
+class SlurmJob(Running):
+    """A submitted batch job as one plan entry: its state from ``scontrol show job``."""
+
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self._state: tuple[str, str] = ("PENDING", "0:0")
+        self._asked = -math.inf
+        self.gone = False
+
+    def state(self) -> tuple[str, str]:
+        """(JobState, ExitCode), asked at most every :data:`POLL_S`."""
+        if time.monotonic() - self._asked >= POLL_S and self._state[0] in RUNNING_STATES:
+            self._asked = time.monotonic()
+            self._state = self._ask()
+        return self._state
+
+    def _ask(self) -> tuple[str, str]:
+        done = subprocess.run(
+            ["scontrol", "show", "job", "-o", self.job], capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != 0:
+            if "Invalid job id" in done.stderr:  # purged from slurmctld's memory (MinJobAge)
+                self.gone = True
+                return ("UNKNOWN", "1:0")
+            return self._state  # slurmctld busy or restarting: ask again later
+        fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+        return fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", "0:0")
+
+    def queued(self) -> bool:
+        return self.state()[0] in QUEUED_STATES
+
+    def poll(self) -> list[int | None]:
+        state, exit_code = self.state()
+        if state in RUNNING_STATES:
+            return [None]
+        if state == "COMPLETED":
+            return [0]
+        code, _, sig = exit_code.partition(":")
+        if code.isdigit() and int(code) > 0:
+            return [int(code)]
+        return [FAILED_CODES.get(state, 128 + int(sig) if sig.isdigit() and int(sig) else 1)]
+
+    def describe(self, index: int) -> str | None:
+        state, exit_code = self.state()
+        if self.gone:
+            return f"Slurm job {self.job} is no longer known to slurmctld (purged unseen)"
+        return f"Slurm job {self.job} ended {state} (ExitCode {exit_code})"
+
+    def stop(self, entries: list[int] | None = None) -> None:
+        if self.state()[0] not in RUNNING_STATES:
+            return
+        subprocess.run(["scancel", self.job], capture_output=True, timeout=60)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline and self._ask()[0] in RUNNING_STATES:
+            time.sleep(POLL_S / 2)
+        self._state = self._ask()
+
+
+def tasks_per_node(text: str) -> list[int]:
+    """SLURM_STEP_TASKS_PER_NODE (``2(x3),1``) as one count per node: [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in text.split(","):
+        found = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if found is None:
+            raise UserError(f"cannot read Slurm's tasks per node {text!r}")
+        counts += [int(found.group(1))] * int(found.group(2) or 1)
+    return counts
+
+
+def slurm_hosts(environ: dict[str, str], size: int) -> tuple[str, ...]:
+    """Each rank's host in a Slurm step: the step's nodes (``scontrol show hostnames``, as
+    addresses) filled in order, each with its count of tasks (block distribution)."""
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+    counts = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
+    if not nodelist or not counts:
+        raise UserError("not in a Slurm step: SLURM_STEP_NODELIST is not set")
+    done = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0:
+        raise UserError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
+    nodes = [_address(node) for node in done.stdout.split()]
+    return hosts_by_rank(nodes, tasks_per_node(counts), size)
+
+
+def _address(node: str) -> str:
+    """A node's IPv4 address, which every engine can bind and connect to (ps-lite's ZeroMQ
+    binds no host name); its name when it does not resolve."""
+    try:
+        return socket.gethostbyname(node)
+    except OSError:
+        return node
+
+
+def hosts_by_rank(nodes: list[str], counts: list[int], size: int) -> tuple[str, ...]:
+    hosts = tuple(node for node, count in zip(nodes, counts, strict=False) for _ in range(count))
+    if len(hosts) != size or len(nodes) != len(counts):
+        raise UserError(
+            f"Slurm placed {len(hosts)} tasks on {nodes} ({counts} each); the run has {size}"
+        )
+    return hosts

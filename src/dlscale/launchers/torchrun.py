@@ -1,0 +1,117 @@
+"""``--launcher torchrun``: PyTorch's elastic agent (``python -m torch.distributed.run``).
+
+One torchrun agent per node (``nnodes``), each starting ``nproc-per-node`` ranks of the run;
+here every agent runs on this machine, so ``nnodes = 2`` is two nodes' agents side by side, as
+a multi-node job would start them. ``nnodes = 1`` uses the c10d rendezvous on a loopback port
+(the elastic agent's own store); ``nnodes > 1`` uses the static rendezvous with each agent's
+``--node-rank``, so agent k starts ranks ``k*P .. k*P+P-1`` and a failed agent names its ranks
+(c10d would number the nodes in the order it sorts them, which the plan cannot know).
+
+torchrun gives every rank RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT and keeps
+the store torch.distributed's ``env://`` joins (``provides = ("torch",)``): the torch backends
+take their rendezvous from it; other backends find their rank in RANK and their peers on the
+loopback from the plan, as under the local launcher. The agent runs under the workers'
+interpreter, which must hold torch (the MXNet environment does).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from dlscale.backends import BACKENDS
+from dlscale.config.run_config import RunConfig
+from dlscale.errors import UserError
+from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
+from dlscale.launchers.local import LOOPBACK, free_ports, on_this_machine
+
+RANK_VARS = "RANK,LOCAL_RANK,WORLD_SIZE"
+FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
+"""A rank and its exit code in torchrun's summary of failed ranks."""
+
+
+class TorchrunLauncher(Launcher):
+    def blame(self, entry: PlanEntry) -> int | None:
+        failures = [(int(r), int(code)) for r, code in FAILURE.findall(output_text(entry))]
+        # torchrun's "root cause" is the earliest by the second, the lowest rank on a tie; a
+        # rank killed by a signal is the cause more often than its peers that then failed
+        killed = [rank for rank, code in failures if code < 0]
+        ranks = killed or [rank for rank, _ in failures]
+        return ranks[0] if ranks else None
+
+    def check(self, python: str) -> None:
+        from dlscale.preflight import missing_modules
+
+        if missing_modules(python, ("torch",)):
+            raise UserError(
+                f"--launcher torchrun runs torch.distributed.run under {python}, which cannot "
+                "import torch: install torch there (make demo does for .venv)"
+            )
+
+    def plan(
+        self,
+        config: RunConfig,
+        spec_path: Path,
+        python: str,
+        *,
+        ports: tuple[int, ...] | None = None,
+        cores: int | None = None,
+    ) -> LaunchPlan:
+        count = BACKENDS.get(config.backend).port_count(config)
+        ports = ports if ports is not None else free_ports(count + 1)
+        here = on_this_machine(config, ports=ports[:count], cores=cores)
+        nnodes = config.option("nnodes")
+        size = here.layout.size
+        per_node = math.ceil(size / nnodes)
+        if per_node * nnodes != size:
+            raise UserError(
+                f"torchrun with nnodes = {nnodes} cannot split the run's {size} processes "
+                f"({config.backend} x{config.workers}) evenly between its nodes; choose nnodes "
+                f"among the divisors of {size}"
+            )
+        endpoint = f"{LOOPBACK}:{ports[count]}"
+        env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": RANK_VARS}
+        rendezvous: tuple[str, ...]
+        if nnodes == 1:
+            rendezvous = (
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                endpoint,
+                "--rdzv-id",
+                spec_path.parent.name,
+            )
+        else:
+            rendezvous = ("--rdzv-backend", "static", "--master-addr", LOOPBACK)
+            rendezvous += ("--master-port", str(ports[count]))
+        entries = []
+        for node in range(nnodes):
+            node_args = () if nnodes == 1 else ("--node-rank", str(node))
+            entries.append(
+                PlanEntry(
+                    ranks=range(node * per_node, (node + 1) * per_node),
+                    argv=(
+                        python,
+                        "-m",
+                        "torch.distributed.run",
+                        "--nnodes",
+                        str(nnodes),
+                        "--nproc-per-node",
+                        str(per_node),
+                        *rendezvous,
+                        *node_args,
+                        "--max-restarts",
+                        "0",
+                        "--monitor-interval",
+                        "0.5",
+                        "-m",
+                        "dlscale.worker",
+                        str(spec_path),
+                    ),
+                    env=env,
+                    stdout=spec_path.parent / f"torchrun{node}.stdout",
+                    stderr=spec_path.parent / f"torchrun{node}.stderr",
+                )
+            )
+        return here.plan(entries)

@@ -1,0 +1,176 @@
+"""A real one-node Slurm (Debian's slurm-wlm and munge, installed by scripts/install-slurm.sh
+and started here by scripts/slurm-local.sh): a study submitted with sbatch and polled, one run
+through srun inside an allocation, a job cancelled from outside and one cancelled by stopping
+dlscale, each checked in Slurm's records and in the stored results."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlscale.store import RunStore
+from tests.distributed.processes import kill_all, processes_naming, start_long_run, wait_for_pids
+
+pytestmark = pytest.mark.dist
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = """
+name = "slurm-2"
+description = "torch-single at 1 worker against DDP at 2, through the launcher given"
+backend = ["torch-single", "torch-ddp"]
+workers = [1, 2]
+model = "tiny"
+dataset = "digits"
+steps = 4
+windows = 1
+warmup_steps = 1
+machine_reference = false
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory) -> dict[str, str]:
+    """SLURM_CONF of a one-node Slurm running for this module; stopped at its end."""
+    where = tmp_path_factory.mktemp("slurm")
+    script = ROOT / "scripts" / "slurm-local.sh"
+    started = subprocess.run(
+        [str(script), "start", str(where)], capture_output=True, text=True, timeout=120
+    )
+    assert started.returncode == 0, started.stderr
+    env = {"SLURM_CONF": str(where / "slurm.conf")}
+    try:
+        yield env
+    finally:
+        subprocess.run([str(script), "stop", str(where)], timeout=120)
+
+
+def _job_state(job: str, env: dict[str, str]) -> str:
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "-o", job],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout.split("JobState=")[1].split()[0]
+
+
+def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, cli, slurm):
+    study = tmp_path / "study.toml"
+    study.write_text(STUDY)
+    results = tmp_path / "res"
+    run = cli(
+        "run", str(study), "--launcher", "slurm", "--set", "slurm_mode=sbatch",
+        "--json", "--results", str(results), env=slurm,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    stored = RunStore(results).results()
+    assert sorted((r["config"]["backend"], r["config"]["workers"]) for r in stored) == [
+        ("torch-ddp", 1),
+        ("torch-ddp", 2),
+        ("torch-single", 1),
+    ]
+    for result in stored:
+        assert result["status"] == "completed", result["error"]
+        run_dir = results / result["run_id"]
+        script = (run_dir / "job.sbatch").read_text()  # kept beside the results
+        assert f"#SBATCH --ntasks={result['config']['workers']}" in script
+        job = (run_dir / "slurm-job-id").read_text().strip()
+        assert _job_state(job, slurm) == "COMPLETED"
+        assert result["metrics"]["measured_steps"] > 0
+    # the ranks took their ranks from Slurm: both ranks of the DDP point wrote their events
+    ddp = next(r for r in stored if r["config"]["workers"] == 2)
+    points = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "point"]
+    (two,) = [p for p in points if p["workers"] == 2]
+    assert two["speedup"] is not None  # over the torch-single point, as in a local study
+    assert sorted(p.name for p in (results / ddp["run_id"]).glob("events.rank*")) == [
+        "events.rank0.jsonl",
+        "events.rank1.jsonl",
+    ]
+    listing = cli("ls", "runs", "--results", str(results), env=slurm)
+    assert listing.returncode == 0 and listing.stdout.count(" ok ") == 3, listing.stdout
+
+
+def test_inside_an_allocation_the_run_is_an_srun_step(tmp_path: Path, slurm):
+    """salloc gives an allocation; dlscale in it (slurm_mode = auto) runs srun there."""
+    results = tmp_path / "res"
+    run = subprocess.run(
+        [
+            "salloc", "--ntasks=2", "--job-name=dlscale-test-salloc",
+            sys.executable, "-m", "dlscale", "run", "--backend", "torch-ddp", "--workers", "2",
+            "--model", "tiny", "--dataset", "digits", "--steps", "4", "--windows", "1",
+            "--repeats", "1", "--set", "machine_reference=false", "--launcher", "slurm",
+            "--json", "--results", str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **slurm},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (result,) = RunStore(results).results()
+    assert result["status"] == "completed", result["error"]
+    run_dir = results / result["run_id"]
+    assert not (run_dir / "job.sbatch").exists()  # a step of salloc's job, not a new job
+    assert (run_dir / "launcher.stderr").exists()  # srun's own output
+    spec = json.loads((run_dir / "spec.json").read_text())
+    assert spec["cluster"]["hosts"] == []  # the ranks learnt their hosts from the step
+
+
+def _wait_for_job(results: Path, proc: subprocess.Popen) -> str:
+    end = time.monotonic() + 90
+    while time.monotonic() < end:
+        found = list(results.glob("*/slurm-job-id"))
+        if found:
+            return found[0].read_text().strip()
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError("no job was submitted")
+
+
+@contextlib.contextmanager
+def _running_job(results: Path, env: dict[str, str]):
+    """A long 2-worker sbatch run, once its job runs and both ranks started: (dlscale, job)."""
+    proc = start_long_run(results, 300, extra=("--launcher", "slurm"), env=env)
+    pids: dict[int, int] = {}
+    try:
+        job = _wait_for_job(results, proc)
+        pids = wait_for_pids(results, ranks=2, proc=proc)
+        yield proc, job
+    finally:
+        kill_all(pids.values(), proc)
+
+
+def test_a_job_cancelled_from_outside_is_recorded_cancelled(tmp_path: Path, slurm):
+    env = {**os.environ, **slurm}
+    with _running_job(tmp_path, env) as (proc, job):
+        subprocess.run(["scancel", job], check=True, env=env)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 1, err
+        record = json.loads(out.strip().splitlines()[-1])
+        assert record["status"] == "failed"
+        assert f"Slurm job {job} ended CANCELLED" in record["error"], record
+        assert "Traceback" not in err
+        (result,) = RunStore(tmp_path).results()
+        assert result["status"] == "failed"
+        assert _job_state(job, slurm) == "CANCELLED"
+        assert not processes_naming(tmp_path)
+
+
+def test_stopping_dlscale_cancels_its_job(tmp_path: Path, slurm):
+    env = {**os.environ, **slurm}
+    with _running_job(tmp_path, env) as (proc, job):
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+        assert proc.returncode != 0
+        assert _job_state(job, slurm) == "CANCELLED"
+        end = time.monotonic() + 30
+        while processes_naming(tmp_path) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not processes_naming(tmp_path)
