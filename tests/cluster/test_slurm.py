@@ -6,6 +6,7 @@ dlscale, each checked in Slurm's records and in the stored results."""
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,15 +51,24 @@ def slurm(tmp_path_factory) -> dict[str, str]:
         subprocess.run([str(script), "stop", str(where)], timeout=120)
 
 
-def _job_state(job: str, env: dict[str, str]) -> str:
+def _show_job(job: str, env: dict[str, str]) -> str:
     shown = subprocess.run(
-        ["scontrol", "show", "job", "-o", job],
+        ["scontrol", "show", "job", job],
         capture_output=True,
         text=True,
         env={**os.environ, **env},
     )
     assert shown.returncode == 0, shown.stderr
-    return shown.stdout.split("JobState=")[1].split()[0]
+    return shown.stdout
+
+
+def _job_state(job: str, env: dict[str, str]) -> str:
+    return re.search(r"JobState=(\S+)", _show_job(job, env)).group(1)
+
+
+def _job_comment(job: str, env: dict[str, str]) -> str:
+    """The Comment field, which scontrol prints on a line of its own (spaces and all)."""
+    return re.search(r"Comment=(.*)", _show_job(job, env)).group(1).rstrip()
 
 
 def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, cli, slurm):
@@ -67,6 +77,7 @@ def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, 
     results = tmp_path / "res"
     run = cli(
         "run", str(study), "--launcher", "slurm", "--set", "slurm_mode=sbatch",
+        "--set", "slurm_args=--comment='dlscale test; a b'",
         "--json", "--results", str(results), env=slurm,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -83,6 +94,7 @@ def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, 
         assert f"#SBATCH --ntasks={result['config']['workers']}" in script
         job = (run_dir / "slurm-job-id").read_text().strip()
         assert _job_state(job, slurm) == "COMPLETED"
+        assert _job_comment(job, slurm) == "dlscale test; a b"  # one option, kept whole
         assert result["metrics"]["measured_steps"] > 0
     # the ranks took their ranks from Slurm: both ranks of the DDP point wrote their events
     ddp = next(r for r in stored if r["config"]["workers"] == 2)

@@ -100,9 +100,12 @@ def test_sbatch_plan_writes_a_batch_script_that_runs_one_srun_step():
     )
 
 
-def test_batch_script_quotes_what_it_exports():
-    script = batch_script((), {"A": "x; rm -rf / $(id)"}, ("/p y",), Path("/o"), Path("/e"))
+def test_batch_script_quotes_what_it_exports_and_every_option():
+    args = ("--comment=a b", "--ntasks=2")
+    script = batch_script(args, {"A": "x; rm -rf / $(id)"}, ("/p y",), Path("/o"), Path("/e"))
     assert "export A='x; rm -rf / $(id)'" in script
+    # sbatch splits an #SBATCH line at spaces unless quoted (tests/cluster checks a real one)
+    assert "#SBATCH '--comment=a b'" in script and "#SBATCH --ntasks=2" in script
     assert script.splitlines()[-1].endswith("'/p y'")
 
 

@@ -102,11 +102,14 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
 
 def test_legend_is_built_from_the_columns_and_unchanged():
     assert LEGEND == (
+        "batch/w: images each worker takes a step; "
         "img/s: images per second over all workers, mean over the point's runs; "
         "±95%: half-width of its 95% confidence interval, Student t over runs "
         "(w: over the windows of a single run, which are not independent; -: one run with "
         "one clean window, too few samples); "
         "runs: independent runs of the point; "
+        "thr/w: intra-op threads of each worker process (cores / processes unless "
+        "threads_per_worker is set); "
         "step ms: median synchronous step time (slowest rank); "
         "speedup: img/s over the baseline, [95% interval] (Fieller; none when either side "
         "has too few samples; *: the baseline is this row); "

@@ -97,15 +97,24 @@ class Launcher(ABC):
         return None
 
     def start(self, plan: LaunchPlan) -> Running:
-        """Start the plan's commands; by default each is a process on this machine."""
+        """Start the plan's commands (after writing their ``files``); by default each is a
+        process on this machine."""
         from dlscale.launchers.processes import start_processes
 
+        write_files(plan)
         return start_processes(plan)
 
     def hosts(self, size: int) -> tuple[str, ...]:
         """In a worker whose spec has no hosts (the scheduler placed the ranks): each rank's
         host, from what the launcher's tool told this process."""
         raise NotImplementedError(f"{type(self).__name__} plans every rank's host")
+
+
+def write_files(plan: LaunchPlan) -> None:
+    """Write every entry's ``files`` (a batch script) before its command starts."""
+    for entry in plan.entries:
+        for path, text in entry.files.items():
+            path.write_text(text)
 
 
 def output_text(entry: PlanEntry) -> str:

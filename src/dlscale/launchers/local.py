@@ -39,6 +39,16 @@ def free_ports(count: int) -> tuple[int, ...]:
     return tuple(ports)
 
 
+def reserved_ports(
+    config: RunConfig, ports: tuple[int, ...] | None = None, *, extra: int = 0
+) -> tuple[int, ...]:
+    """The ports a run of ``config`` needs (its backend's count, plus ``extra`` for the
+    launcher's own use, last): ``ports`` when a test gives them, else free ones here."""
+    if ports is not None:
+        return ports
+    return free_ports(BACKENDS.get(config.backend).port_count(config) + extra)
+
+
 @dataclass(frozen=True)
 class OnThisMachine:
     """What every launcher that runs all ranks on this machine starts from."""
@@ -66,12 +76,7 @@ def on_this_machine(
     threads, warnings = thread_budget(
         layout.size, config.threads_per_worker, cores or usable_cores()
     )
-    addresses = Addresses(
-        hosts=(LOOPBACK,) * layout.size,
-        ports=ports
-        if ports is not None
-        else free_ports(BACKENDS.get(config.backend).port_count(config)),
-    )
+    addresses = Addresses(hosts=(LOOPBACK,) * layout.size, ports=reserved_ports(config, ports))
     return OnThisMachine(layout, addresses, threads, warnings)
 
 

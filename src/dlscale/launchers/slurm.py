@@ -22,6 +22,7 @@ while it waits in the queue.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -32,11 +33,17 @@ import subprocess
 import time
 from pathlib import Path
 
-from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
-from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, Running, common_env
-from dlscale.launchers.local import free_ports
+from dlscale.launchers.base import (
+    Launcher,
+    LaunchPlan,
+    PlanEntry,
+    Running,
+    common_env,
+    write_files,
+)
+from dlscale.launchers.local import reserved_ports
 from dlscale.layout import Addresses
 
 RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
@@ -44,6 +51,8 @@ INSTALL = "install Slurm's client commands (Debian: scripts/install-slurm.sh)"
 POLL_S = 1.0
 """How often a submitted job's state is asked for (scontrol is a call to slurmctld)."""
 STOP_WAIT_S = 30.0
+ASK_TIMEOUT_S = 10.0
+"""The longest one scontrol/scancel call may hold the watch loop."""
 RUNNING_STATES = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
     | {"SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED"}
@@ -90,7 +99,7 @@ def batch_script(
 ) -> str:
     """The batch job: its allocation, the run's variables, one srun step of every rank."""
     lines = ["#!/bin/bash", "# written by dlscale (--launcher slurm, slurm_mode = sbatch)"]
-    lines += [f"#SBATCH {arg}" for arg in args]
+    lines += [f"#SBATCH {shlex.quote(arg)}" for arg in args]  # sbatch unquotes these lines
     lines += [f"#SBATCH --output={out}", f"#SBATCH --error={err}"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
     lines.append(shlex.join(("exec", "srun", "--kill-on-bad-exit=1", "--export=ALL", *worker)))
@@ -116,12 +125,8 @@ class SlurmLauncher(Launcher):
         spec_path = spec_path.absolute()
         run_dir = spec_path.parent
         threads = config.threads_per_worker or 1
-        addresses = Addresses(
-            hosts=(),  # where Slurm places the tasks: each rank reads it (slurm_hosts)
-            ports=ports
-            if ports is not None
-            else free_ports(BACKENDS.get(config.backend).port_count(config)),
-        )
+        # hosts: where Slurm places the tasks, which each rank reads (slurm_hosts)
+        addresses = Addresses(hosts=(), ports=reserved_ports(config, ports))
         env = {**common_env(config, spec_path, threads), "DLSCALE_RANK_VARS": RANK_VARS}
         args = job_arguments(config, layout.size, threads, f"dlscale-{run_dir.name}")
         worker = (python, "-m", "dlscale.worker", str(spec_path))
@@ -155,8 +160,7 @@ class SlurmLauncher(Launcher):
         (entry,) = plan.entries
         if entry.argv[0] != "sbatch":
             return super().start(plan)
-        for path, text in entry.files.items():
-            path.write_text(text)
+        write_files(plan)
         done = subprocess.run(entry.argv, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
             raise UserError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}")
@@ -185,9 +189,15 @@ class SlurmJob(Running):
         return self._state
 
     def _ask(self) -> tuple[str, str]:
-        done = subprocess.run(
-            ["scontrol", "show", "job", "-o", self.job], capture_output=True, text=True, timeout=60
-        )
+        try:
+            done = subprocess.run(
+                ["scontrol", "show", "job", "-o", self.job],
+                capture_output=True,
+                text=True,
+                timeout=ASK_TIMEOUT_S,
+            )
+        except (OSError, subprocess.SubprocessError):  # slurmctld slow or away: ask again later
+            return self._state
         if done.returncode != 0:
             if "Invalid job id" in done.stderr:  # purged from slurmctld's memory (MinJobAge)
                 self.gone = True
@@ -219,7 +229,8 @@ class SlurmJob(Running):
     def stop(self, entries: list[int] | None = None) -> None:
         if self.state()[0] not in RUNNING_STATES:
             return
-        subprocess.run(["scancel", self.job], capture_output=True, timeout=60)
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["scancel", self.job], capture_output=True, timeout=ASK_TIMEOUT_S)
         deadline = time.monotonic() + STOP_WAIT_S
         while time.monotonic() < deadline and self._ask()[0] in RUNNING_STATES:
             time.sleep(POLL_S / 2)

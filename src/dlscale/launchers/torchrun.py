@@ -16,15 +16,13 @@ interpreter, which must hold torch (the MXNet environment does).
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
-from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
-from dlscale.launchers.local import LOOPBACK, free_ports, on_this_machine
+from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
 
 RANK_VARS = "RANK,LOCAL_RANK,WORLD_SIZE"
 FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
@@ -58,19 +56,18 @@ class TorchrunLauncher(Launcher):
         ports: tuple[int, ...] | None = None,
         cores: int | None = None,
     ) -> LaunchPlan:
-        count = BACKENDS.get(config.backend).port_count(config)
-        ports = ports if ports is not None else free_ports(count + 1)
-        here = on_this_machine(config, ports=ports[:count], cores=cores)
+        ports = reserved_ports(config, ports, extra=1)  # the last: torchrun's rendezvous
+        here = on_this_machine(config, ports=ports[:-1], cores=cores)
         nnodes = config.option("nnodes")
         size = here.layout.size
-        per_node = math.ceil(size / nnodes)
-        if per_node * nnodes != size:
+        per_node, left = divmod(size, nnodes)
+        if left:
             raise UserError(
                 f"torchrun with nnodes = {nnodes} cannot split the run's {size} processes "
                 f"({config.backend} x{config.workers}) evenly between its nodes; choose nnodes "
                 f"among the divisors of {size}"
             )
-        endpoint = f"{LOOPBACK}:{ports[count]}"
+        endpoint = f"{LOOPBACK}:{ports[-1]}"
         env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": RANK_VARS}
         rendezvous: tuple[str, ...]
         if nnodes == 1:
@@ -84,7 +81,7 @@ class TorchrunLauncher(Launcher):
             )
         else:
             rendezvous = ("--rdzv-backend", "static", "--master-addr", LOOPBACK)
-            rendezvous += ("--master-port", str(ports[count]))
+            rendezvous += ("--master-port", str(ports[-1]))
         entries = []
         for node in range(nnodes):
             node_args = () if nnodes == 1 else ("--node-rank", str(node))

@@ -39,7 +39,8 @@ def watch(
     blame: Callable[[PlanEntry], int | None] = lambda entry: None,
 ) -> LaunchOutcome:
     try:
-        started = time.monotonic()
+        started = last = time.monotonic()
+        queued_s = 0.0  # waited for a scheduler: counts neither to the timeout nor the duration
         failed: tuple[int, str] | None = None
         stopped: set[int] = set()
         ended: set[int] = set()  # ranks seen to record their end (a rank ends once)
@@ -60,9 +61,10 @@ def watch(
             if not live:
                 break
             now = time.monotonic()
-            if running.queued():  # waiting for a scheduler: the timeout counts from the start
-                started = now
-            elif now - started > timeout_s:
+            if running.queued():
+                queued_s += now - last
+            last = now
+            if now - started - queued_s > timeout_s:
                 ranks = [r for i in live for r in plan.entries[i].ranks]
                 try:
                     rank, why = hung_rank(ranks, plan.layout, run_dir)
@@ -91,7 +93,7 @@ def watch(
         for i, entry in enumerate(plan.entries)
         for rank in entry.ranks
     }
-    duration = time.monotonic() - started
+    duration = time.monotonic() - started - queued_s
     if failed is None:
         return LaunchOutcome(ok=True, returncodes=returncodes, duration_s=duration)
     rank, reason = failed

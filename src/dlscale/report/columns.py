@@ -144,7 +144,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("scaling", "scaling", _setting("scaling"), show="varying"),
     Column("device", "device", _setting("device"), show="varying"),
     Column("workers", "workers", _setting("workers"), numeric=True),
-    Column("batch_size_per_worker", "batch/w", _field("batch_size_per_worker"), numeric=True),
+    Column(
+        "batch_size_per_worker",
+        "batch/w",
+        _field("batch_size_per_worker"),
+        numeric=True,
+        definition="images each worker takes a step",
+    ),
     Column(
         "throughput_img_s",
         "img/s",
@@ -174,7 +180,13 @@ COLUMNS: tuple[Column, ...] = (
         definition="independent runs of the point",
     ),
     Column(
-        "threads_per_worker", "thr/w", _field("threads_per_worker"), numeric=True, show="varying"
+        "threads_per_worker",
+        "thr/w",
+        _field("threads_per_worker"),
+        numeric=True,
+        show="varying",
+        definition="intra-op threads of each worker process (cores / processes unless "
+        "threads_per_worker is set)",
     ),
     Column(
         "step_time_p50_ms",
