@@ -33,6 +33,7 @@ test: $(VENV)/.installed-test $(VENV)/.installed-tensorflow
 	scripts/install-allocators.sh
 	scripts/install-openmpi.sh
 	scripts/install-slurm.sh
+	scripts/install-iproute2.sh
 	scripts/build-horovod.sh $(VENV)
 	scripts/install-mxnet.sh
 	scripts/build-horovod.sh .venv-mxnet mxnet
@@ -70,6 +71,7 @@ mxnet: $(VENV)/.installed-run
 # start DIR runs a one-node cluster on this machine (the tests start and stop their own).
 slurm:
 	scripts/install-slurm.sh
+	scripts/install-iproute2.sh
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks

@@ -9,6 +9,7 @@ which keys are valid.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,9 @@ class Option:
     """Smallest allowed value (numbers); ``None``: no bound."""
     exclusive_minimum: bool = False
     """``True``: the value must be strictly greater than ``minimum``."""
+    validate: Callable[[Any], None] | None = None
+    """Raises :class:`UserError` for a value of the right type in the wrong form (a string
+    with its own grammar); ``None``: any value of the type."""
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -72,6 +76,8 @@ class Option:
             if low:
                 sign = ">" if self.exclusive_minimum else ">="
                 raise UserError(f"{self.name} must be {sign} {self.minimum:g}, got {value!r}")
+        if self.validate is not None:
+            self.validate(value)
         if self.choices is not None and value not in self.choices:
             raise UnsupportedPoint(
                 f"{owner} accepts {self.name} = {', '.join(map(str, self.choices))}; got {value!r}"

@@ -4,7 +4,8 @@
 * the workers' interpreter exists and runs, and imports the backend's framework and the
   modules it requires (``BackendSpec.requires``; the message names the install command);
 * the launcher's tool is installed (``Launcher.check``: horovodrun beside that interpreter,
-  mpirun on the PATH);
+  mpirun on the PATH), and this machine can run the point's launcher options
+  (``Launcher.check_point``: an emulated network needs root, iproute2, netem for a latency);
 * ``--device cuda``: the backend's framework sees a CUDA device under that interpreter;
 * ``allocator = jemalloc`` or ``tcmalloc``: its library is installed (the message names the
   Debian package and ``scripts/install-allocators.sh``);
@@ -57,6 +58,7 @@ def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool =
         if ("launcher", python, config.launcher) not in checked:
             LAUNCHERS.get(config.launcher).create().check(python)
             checked.add(("launcher", python, config.launcher))
+        LAUNCHERS.get(config.launcher).create().check_point(config)
         if ("backend", python, config.backend) not in checked:
             check_requirements(python, config.backend)
             checked.add(("backend", python, config.backend))

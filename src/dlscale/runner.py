@@ -213,7 +213,7 @@ def _launch(
         "batch_size_per_worker": config.batch_per_worker,
         "global_batch_size": config.global_batch,
         "threads_per_worker": plan.threads_per_worker,
-        "oversubscribed": _oversubscribed(plan),
+        "oversubscribed": _oversubscribed(plan, LAUNCHERS.get(config.launcher).same_machine),
         "interpreter": interpreter(config),
         "warnings": list(plan.warnings),
         "metrics": metrics,
@@ -224,11 +224,14 @@ def _launch(
     }
 
 
-def _oversubscribed(plan: LaunchPlan) -> bool | None:
+def _oversubscribed(plan: LaunchPlan, same_machine: bool) -> bool | None:
     """Whether the run's processes times their threads exceed this machine's usable cores;
-    ``None`` when its ranks are not all on this machine (the launcher knows the hosts)."""
+    ``None`` when its ranks are not all on this machine (the launcher knows the hosts). The
+    ranks of a ``same_machine`` launcher are here even at other addresses (the namespaces of
+    an emulated network)."""
     hosts = plan.addresses.hosts
-    if not hosts or not all(host in ("127.0.0.1", "localhost") for host in hosts):
+    here = same_machine or all(host in ("127.0.0.1", "localhost") for host in hosts)
+    if not hosts or not here:
         return None
     return plan.threads_per_worker * plan.layout.size > usable_cores()
 

@@ -216,6 +216,9 @@ def _dry_run(points: Any, results: Path, repeats: Repeats) -> int:
         )
         for warning in plan.warnings:
             print(f"#   warning: {warning}")
+        for setup in plan.setups:
+            print("# made before the commands start, removed after:")
+            print("\n".join(f"#   {line}" for line in setup.describe()))
         if config is points[0] and repeats.repeats > 1:
             last = repeats.repeats - 1
             print(f"#   every point runs {repeats.repeats} times (repeat_id +0..+{last})")

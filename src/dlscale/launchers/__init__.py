@@ -32,6 +32,12 @@ class LauncherSpec:
         return load_object(self.implementation)()
 
 
+def _check_network(value: Any) -> None:
+    from dlscale.launchers.network import check_network
+
+    check_network(value)
+
+
 LAUNCHERS: Registry[LauncherSpec] = Registry("launcher")
 LAUNCHERS.register(
     "local",
@@ -77,6 +83,14 @@ LAUNCHERS.register(
                 default=1,
                 minimum=1,
                 help="torchrun agents (nodes), each starting processes / nnodes ranks",
+            ),
+            Option(
+                name="network",
+                type="str",
+                default="",
+                validate=_check_network,
+                help="emulate the nodes' network (root): each node in its own namespace, links "
+                "shaped by tc, e.g. 1gbit:100us, 10gbit, unshaped; empty: the loopback",
             ),
         ),
     ),

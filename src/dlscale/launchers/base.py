@@ -38,6 +38,23 @@ class PlanEntry:
     """Files the launcher writes before starting the command (a batch script), path -> text."""
 
 
+class Setup(ABC):
+    """Something on this machine a plan's commands need, made before they start and removed
+    once they are all stopped (an emulated network: :mod:`dlscale.launchers.network`)."""
+
+    @abstractmethod
+    def describe(self) -> list[str]:
+        """What making it does, one command or file per line (``--dry-run`` prints them)."""
+
+    @abstractmethod
+    def create(self) -> None:
+        """Make it; on failure leave nothing behind and raise."""
+
+    @abstractmethod
+    def remove(self) -> None:
+        """Remove it (keeping what it measured in the run's directory); safe to call twice."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
     entries: tuple[PlanEntry, ...]
@@ -45,6 +62,8 @@ class LaunchPlan:
     addresses: Addresses
     threads_per_worker: int
     warnings: tuple[str, ...] = ()
+    setups: tuple[Setup, ...] = ()
+    """Made before the entries start, removed after they stop (by the default ``start``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,18 +115,56 @@ class Launcher(ABC):
         print it); ``None``: unknown, and the watcher reads the per-rank events instead."""
         return None
 
+    def check_point(self, config: RunConfig) -> None:
+        """Before launch, for every point: raise :class:`~dlscale.errors.UserError` when this
+        machine cannot run the point's launcher options (an emulated network needs root)."""
+        return None
+
     def start(self, plan: LaunchPlan) -> Running:
-        """Start the plan's commands (after writing their ``files``); by default each is a
-        process on this machine."""
+        """Start the plan's commands (after writing their ``files`` and making its
+        ``setups``); by default each is a process on this machine."""
         from dlscale.launchers.processes import start_processes
 
         write_files(plan)
-        return start_processes(plan)
+        made: list[Setup] = []
+        try:
+            for setup in plan.setups:
+                made.append(setup)
+                setup.create()
+            running = start_processes(plan)
+        except BaseException:
+            for setup in reversed(made):
+                setup.remove()
+            raise
+        return WithSetups(running, made) if made else running
 
     def hosts(self, size: int) -> tuple[str, ...]:
         """In a worker whose spec has no hosts (the scheduler placed the ranks): each rank's
         host, from what the launcher's tool told this process."""
         raise NotImplementedError(f"{type(self).__name__} plans every rank's host")
+
+
+class WithSetups(Running):
+    """A started plan whose setups are removed once every command is stopped."""
+
+    def __init__(self, running: Running, setups: list[Setup]) -> None:
+        self.running = running
+        self.setups = setups
+
+    def poll(self) -> list[int | None]:
+        return self.running.poll()
+
+    def stop(self, entries: list[int] | None = None) -> None:
+        self.running.stop(entries)
+        if entries is None:
+            for setup in reversed(self.setups):
+                setup.remove()
+
+    def queued(self) -> bool:
+        return self.running.queued()
+
+    def describe(self, index: int) -> str | None:
+        return self.running.describe(index)
 
 
 def write_files(plan: LaunchPlan) -> None:

@@ -16,6 +16,8 @@ interpreter, which must hold torch (the MXNet environment does).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
 from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
+from dlscale.launchers.network import EmulatedNetwork, Link, address, interface_env
+from dlscale.layout import Addresses
 
 RANK_VARS = "RANK,LOCAL_RANK,WORLD_SIZE"
 FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
@@ -67,8 +71,17 @@ class TorchrunLauncher(Launcher):
                 f"({config.backend} x{config.workers}) evenly between its nodes; choose nnodes "
                 f"among the divisors of {size}"
             )
-        endpoint = f"{LOOPBACK}:{ports[-1]}"
+        network = self._network(config, spec_path, nnodes)
+        master = LOOPBACK
         env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": RANK_VARS}
+        if network is not None:  # every rank at its node's address in the namespaces
+            master = address(0)
+            hosts = tuple(address(rank // per_node) for rank in range(size))
+            here = dataclasses.replace(
+                here, addresses=Addresses(hosts=hosts, ports=here.addresses.ports)
+            )
+            env.update(interface_env())
+        endpoint = f"{master}:{ports[-1]}"
         rendezvous: tuple[str, ...]
         if nnodes == 1:
             rendezvous = (
@@ -80,7 +93,7 @@ class TorchrunLauncher(Launcher):
                 spec_path.parent.name,
             )
         else:
-            rendezvous = ("--rdzv-backend", "static", "--master-addr", LOOPBACK)
+            rendezvous = ("--rdzv-backend", "static", "--master-addr", master)
             rendezvous += ("--master-port", str(ports[-1]))
         entries = []
         for node in range(nnodes):
@@ -89,6 +102,7 @@ class TorchrunLauncher(Launcher):
                 PlanEntry(
                     ranks=range(node * per_node, (node + 1) * per_node),
                     argv=(
+                        *(network.exec_prefix(node) if network else ()),
                         python,
                         "-m",
                         "torch.distributed.run",
@@ -111,4 +125,31 @@ class TorchrunLauncher(Launcher):
                     stderr=spec_path.parent / f"torchrun{node}.stderr",
                 )
             )
-        return here.plan(entries)
+        plan = here.plan(entries)
+        return dataclasses.replace(plan, setups=(network,)) if network else plan
+
+    def check_point(self, config: RunConfig) -> None:
+        if config.option("network"):
+            from dlscale.launchers.network import check_can_emulate
+
+            check_can_emulate(Link.parse(config.option("network")))
+
+    @staticmethod
+    def _network(config: RunConfig, spec_path: Path, nnodes: int) -> EmulatedNetwork | None:
+        """The run's emulated network (``network`` set), its namespaces named after the run's
+        directory."""
+        text = config.option("network")
+        if not text:
+            return None
+        if nnodes < 2:
+            raise UserError(
+                f"network = {text!r} shapes the links between nodes, and this run has one: "
+                "set nnodes = 2 or more (each node in its own namespace)"
+            )
+        tag = hashlib.sha256(str(spec_path.parent.absolute()).encode()).hexdigest()[:10]
+        return EmulatedNetwork(
+            link=Link.parse(text),
+            nodes=nnodes,
+            name=f"dlscale-{tag}",
+            record=spec_path.parent / "network.json",
+        )
