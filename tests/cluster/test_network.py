@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.launchers.network import NETNS_ETC, OWNERS, Link, netem_available, namespaces
+from dlscale.launchers.network import NETNS_ETC, OWNERS, Link, namespaces, netem_available
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_all, processes_naming, start_long_run, wait_for_pids
 

@@ -3,12 +3,18 @@ rendezvous, two nodes' agents side by side, the same numbers as the local launch
 engines under it, and a killed rank."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from dlscale.metrics.events import read_events
 from dlscale.store import RunStore
-from tests.distributed.processes import kill_rank_and_check_the_run_fails
+from tests.distributed.processes import kill_all, kill_rank_and_check_the_run_fails
 
 pytestmark = pytest.mark.dist
 
@@ -86,3 +92,49 @@ def test_a_killed_rank_fails_the_run_named_by_torchrun(tmp_path: Path):
         extra=("--launcher", "torchrun"),
         reason="rank 1 (command of ranks [0, 1]) exited with code 1",
     )
+
+
+ELASTIC = ("--model", "tiny", "--dataset", "digits", "--steps", "40", "--windows", "4")
+ELASTIC += ("--warmup-steps", "2", "--repeats", "1", "--set", "machine_reference=false")
+ELASTIC += ("--backend", "torch-ddp", "--workers", "2", "--launcher", "torchrun", "--json")
+
+
+def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(tmp_path: Path, cli):
+    """torchrun restarts both ranks after a kill -9 of one; they resume after the last saved
+    window and finish with the uninterrupted run's losses to the bit (the data skipped, the
+    model and momentum restored); the result counts the restart and the seconds it cost."""
+    results = tmp_path / "elastic"
+    cmd = [sys.executable, "-m", "dlscale", "run", *ELASTIC, "--results", str(results)]
+    proc = subprocess.Popen(
+        [*cmd, "--set", "max_restarts=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    victim = None
+    try:
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline and proc.poll() is None:
+            events = [e for p in results.glob("*/events.rank1.jsonl") for e in read_events(p)]
+            if any(e["event"] == "window" for e in events):  # mid-run: window 0 is done
+                victim = next(e["pid"] for e in events if e["event"] == "start")
+                os.kill(victim, signal.SIGKILL)
+            time.sleep(0.05)
+        assert victim is not None, "rank 1 never recorded a window"
+        _, err = proc.communicate(timeout=300)
+    finally:
+        kill_all([victim] if victim else [], proc)
+    assert proc.returncode == 0, err
+    (stored,) = [json.loads(p.read_text()) for p in results.glob("*/result.json")]
+    assert stored["status"] == "completed", stored["error"]
+    metrics = stored["metrics"]
+    assert metrics["restarts"] == 1 and metrics["restart_lost_s"] > 0
+    assert metrics["windows"] == 4 and metrics["windows_recorded"] == 4
+    run_dir = results / stored["run_id"]
+    starts = [e for e in read_events(run_dir / "events.rank1.jsonl") if e["event"] == "start"]
+    assert len(starts) == 2 and starts[0]["pid"] == victim
+    (resume,) = [e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "resume"]
+    assert resume["restart"] == 1 and 1 <= resume["windows_done"] <= 3
+    assert not (run_dir / "checkpoint").exists()  # removed once the run completed
+    assert cli("run", *ELASTIC, "--results", str(tmp_path / "whole")).returncode == 0
+    (whole,) = [json.loads(p.read_text())["metrics"] for p in tmp_path.glob("whole/*/result.json")]
+    assert metrics["train_loss_by_window"] == whole["train_loss_by_window"]
+    assert metrics["final_train_loss"] == whole["final_train_loss"]

@@ -148,3 +148,30 @@ def test_a_missing_slurm_is_one_line_naming_the_install(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="needs srun, which is not installed: install Slurm"):
         SlurmLauncher().check("/py")
     assert os.environ["PATH"] == str(tmp_path)
+
+
+def test_torchrun_restarts_ask_the_ranks_for_checkpoints():
+    cfg = RunConfig.make(
+        backend="torch-ddp", workers=2, model="tiny", launcher="torchrun", max_restarts=2
+    )
+    (entry,) = TorchrunLauncher().plan(cfg, SPEC, "/py", ports=(29500, 29600), cores=8).entries
+    assert "--max-restarts 2" in " ".join(entry.argv)
+    assert entry.env["DLSCALE_CHECKPOINTS"] == "1"
+    assert entry.env["DLSCALE_RESTART_VAR"] == "TORCHELASTIC_RESTART_COUNT"
+    plain = RunConfig.make(backend="torch-ddp", workers=2, model="tiny", launcher="torchrun")
+    (entry,) = TorchrunLauncher().plan(plain, SPEC, "/py", ports=(29500, 29600), cores=8).entries
+    assert "--max-restarts 0" in " ".join(entry.argv) and "DLSCALE_CHECKPOINTS" not in entry.env
+
+
+def test_restarts_are_refused_across_agents_and_for_engines_that_cannot_resume():
+    across = RunConfig.make(
+        backend="torch-ddp", workers=2, launcher="torchrun", nnodes=2, max_restarts=1
+    )
+    with pytest.raises(UserError, match="max_restarts = 1 needs nnodes = 1"):
+        TorchrunLauncher().plan(across, SPEC, "/py", ports=(1, 2), cores=8)
+    ps = RunConfig.make(backend="torch-ps", workers=2, launcher="torchrun", max_restarts=1)
+    with pytest.raises(UserError, match="torch-ps cannot resume") as caught:
+        TorchrunLauncher().check_point(ps)
+    assert "torch-ddp" in str(caught.value) and "torch-ps," not in str(caught.value)
+    with pytest.raises(UserError, match="max_restarts must be >= 0"):
+        RunConfig.make(backend="torch-ddp", launcher="torchrun", max_restarts=-1)

@@ -66,6 +66,36 @@ def test_aggregate_drops_a_window_a_rank_did_not_finish():
     assert aggregate(typed(per_rank), target_accuracy=None)["windows"] == 1
 
 
+def test_a_restarted_run_keeps_each_windows_latest_record_and_counts_its_restarts():
+    """Attempt 1 recorded windows 0 and 1 and saved after window 0; attempt 2 resumed from
+    that state (1 window kept) and measured windows 1 and 2 again."""
+    start = {"event": "start", "pid": 1}
+    per_rank = {
+        r: [
+            start,
+            window(r, 0, 1.0, [10.0]),
+            window(r, 1, 4.0, [40.0]),  # its step was interrupted: measured again below
+            start,
+            *(
+                [{"event": "resume", "restart": 1, "windows_done": 1, "lost_s": 7.5}]
+                if r == 0
+                else []
+            ),
+            window(r, 1, 2.0, [20.0]),
+            window(r, 2, 2.0, [20.0]),
+        ]
+        for r in (0, 1)
+    }
+    m = aggregate(typed(per_rank), target_accuracy=None)
+    # 20 images a window over both ranks: 20/1.0, 20/2.0, 20/2.0 (the first attempt's window 1
+    # is replaced by the second's, not counted beside it)
+    assert m["throughput_windows_img_s"] == [20.0, 10.0, 10.0]
+    assert m["windows"] == 3 and m["windows_recorded"] == 3
+    assert m["restarts"] == 1 and m["restart_lost_s"] == 7.5
+    plain = aggregate(typed({0: per_rank[0][:3]}), target_accuracy=None)
+    assert plain["restarts"] == 0 and plain["restart_lost_s"] == 0.0
+
+
 def test_exposed_comm_and_time_to_accuracy():
     per_rank = {
         0: [

@@ -123,8 +123,9 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
         "guard); loaded runs left out: runs loaded in every window, not in the point's "
         "figures; oversubscribed: threads exceed the cores; "
-        "baseline threads differ: no 1-worker point had the same threads per worker. "
-        "Definitions: docs/metrics.md."
+        "baseline threads differ: no 1-worker point had the same threads per worker; "
+        "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
+        "seconds that cost. Definitions: docs/metrics.md."
     )
     assert all(c.definition for c in COLUMNS if c.label in ("img/s", "speedup", "TTA s"))
 

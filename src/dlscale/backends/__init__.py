@@ -82,6 +82,10 @@ class BackendSpec:
     """``module:function(python) -> str`` saying what ``dlscale ls backends`` shows in its
     installed column (e.g. what a build was built with); ``None``: whether the framework and
     ``requires`` can be imported."""
+    resumable: bool = False
+    """Its replicas hold one training state that its engine checkpoints and restores, so a run
+    whose ranks a launcher restarts resumes from the last saved window (``max_restarts``);
+    the engine says the same (``Engine.resumable``)."""
     device_probe: str | None = None
     """``module:function`` run under the workers' interpreter before launch, returning the
     number of CUDA devices the framework sees (so ``--device cuda`` without a GPU is refused
@@ -100,6 +104,7 @@ BACKENDS.register(
     "torch-single",
     BackendSpec(
         name="torch-single",
+        resumable=True,
         description="plain PyTorch model, one process, no wrapper (the 1-worker baseline)",
         framework="torch",
         worker="dlscale.backends.torch_single:run",
@@ -116,6 +121,7 @@ BACKENDS.register(
     "torch-ddp",
     BackendSpec(
         name="torch-ddp",
+        resumable=True,
         description="PyTorch DistributedDataParallel (gloo on CPU, NCCL on CUDA)",
         framework="torch",
         worker="dlscale.backends.torch_ddp:run",
@@ -131,6 +137,7 @@ BACKENDS.register(
     "torch-ring",
     BackendSpec(
         name="torch-ring",
+        resumable=True,
         description="explicit ring all-reduce on send/recv, tensor fusion (Horovod's algorithm)",
         framework="torch",
         worker="dlscale.backends.torch_ring:run",

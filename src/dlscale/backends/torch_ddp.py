@@ -39,6 +39,8 @@ _CAST_HOOKS = {
 
 
 class DDPStrategy(TorchStrategy):
+    resumable = True
+
     def __init__(self) -> None:
         self.world = 1
         self.cfg: RunConfig | None = None

@@ -10,8 +10,10 @@ measured the same way. Data comes from the neutral data sets through the torch a
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +38,9 @@ class TorchStrategy:
 
     synchronizes = True
     """Whether a step synchronizes gradients (False only for the plain local model)."""
+    resumable = False
+    """Whether every replica holds the same model and optimizer state, so one checkpoint
+    restores each of them (``Engine.resumable``; the backend declares it too)."""
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         """Join the process group, if the strategy has one."""
@@ -155,6 +160,7 @@ class TorchEngine(Engine):
         cfg = ctx.config
         self.ctx, self.strategy, self.device = ctx, strategy, device
         self.synchronizes = strategy.synchronizes
+        self.resumable = strategy.resumable
         model_spec = MODELS.get(cfg.model)
         dataset = DATASETS.get(cfg.dataset)
         self.data: TorchDataset = to_torch(
@@ -245,6 +251,20 @@ class TorchEngine(Engine):
         unwrapped = getattr(self.model, "module", self.model)
         state = {name: p.detach().cpu() for name, p in unwrapped.named_parameters()}
         torch.save(state, self.ctx.run_dir / "final_params.pt")
+
+    def checkpoint(self, path: Path) -> None:
+        unwrapped = getattr(self.model, "module", self.model)
+        optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
+        state = {"model": unwrapped.state_dict(), "optimizer": optimizer}
+        temporary = path.with_name(f".{path.name}.tmp")
+        torch.save(state, temporary)
+        os.replace(temporary, path)
+
+    def restore(self, path: Path) -> None:
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        getattr(self.model, "module", self.model).load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
 
     def finish(self) -> None:
         self.strategy.finish()

@@ -41,6 +41,8 @@ from dlscale.runtime.context import WorkerContext
 class RingStrategy(TorchStrategy):
     """Plain model; fused ring all-reduce of the gradients, then a local optimizer step."""
 
+    resumable = True
+
     def __init__(self) -> None:
         self.rank, self.world = 0, 1
         self.cfg: RunConfig | None = None

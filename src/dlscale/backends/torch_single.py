@@ -10,6 +10,7 @@ class LocalOnly(TorchStrategy):
     """The plain model: nothing is synchronized (exposed communication is 0 by definition)."""
 
     synchronizes = False
+    resumable = True
 
 
 def run(ctx: WorkerContext) -> None:

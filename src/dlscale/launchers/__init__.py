@@ -85,6 +85,14 @@ LAUNCHERS.register(
                 help="torchrun agents (nodes), each starting processes / nnodes ranks",
             ),
             Option(
+                name="max_restarts",
+                type="int",
+                default=0,
+                minimum=0,
+                help="restarts of failed ranks (torchrun --max-restarts); above 0 the ranks "
+                "checkpoint after every window and a restarted run resumes from the last",
+            ),
+            Option(
                 name="network",
                 type="str",
                 default="",

@@ -21,12 +21,14 @@ import hashlib
 import re
 from pathlib import Path
 
+from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
 from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
 from dlscale.launchers.network import EmulatedNetwork, Link, address, interface_env
 from dlscale.layout import Addresses
+from dlscale.runtime.checkpoint import ENABLED_ENV, RESTART_VAR_ENV
 
 RANK_VARS = "RANK,LOCAL_RANK,WORLD_SIZE"
 FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
@@ -74,6 +76,16 @@ class TorchrunLauncher(Launcher):
         network = self._network(config, spec_path, nnodes)
         master = LOOPBACK
         env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": RANK_VARS}
+        restarts = config.option("max_restarts")
+        if restarts and nnodes > 1:
+            raise UserError(
+                f"max_restarts = {restarts} needs nnodes = 1: restarting ranks across "
+                f"{nnodes} torchrun agents needs a new rendezvous round, which failed on this "
+                "torch (static: the agents wait for ever; c10d: a restarted rank met a peer of "
+                "the old round); one agent restarts all its ranks"
+            )
+        if restarts:  # the kernel checkpoints and a restarted rank resumes (runtime/checkpoint)
+            env.update({ENABLED_ENV: "1", RESTART_VAR_ENV: "TORCHELASTIC_RESTART_COUNT"})
         if network is not None:  # every rank at its node's address in the namespaces
             master = address(0)
             hosts = tuple(address(rank // per_node) for rank in range(size))
@@ -113,7 +125,7 @@ class TorchrunLauncher(Launcher):
                         *rendezvous,
                         *node_args,
                         "--max-restarts",
-                        "0",
+                        str(restarts),
                         "--monitor-interval",
                         "0.5",
                         "-m",
@@ -129,6 +141,13 @@ class TorchrunLauncher(Launcher):
         return dataclasses.replace(plan, setups=(network,)) if network else plan
 
     def check_point(self, config: RunConfig) -> None:
+        if config.option("max_restarts") and not BACKENDS.get(config.backend).resumable:
+            able = ", ".join(name for name, spec in BACKENDS if spec.resumable)
+            raise UserError(
+                f"max_restarts = {config.option('max_restarts')}: {config.backend} cannot resume "
+                f"from a checkpoint (its replicas do not share one state, or its engine does "
+                f"not save it); backends that can: {able}"
+            )
         if config.option("network"):
             from dlscale.launchers.network import check_can_emulate
 

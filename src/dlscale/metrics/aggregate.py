@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.metrics.records import Environment, Eval, Record, Staleness, Strategy, Window
+from dlscale.metrics.records import (
+    Environment,
+    Eval,
+    Record,
+    Resume,
+    Staleness,
+    Strategy,
+    Window,
+)
 from dlscale.metrics.stats import mean_ci95, percentile
 
 Events = list[Record]
@@ -31,6 +39,7 @@ def aggregate(
     rank trains.
     """
     train = set(all_ranks) if training_ranks is None else set(training_ranks)
+    all_ranks = {r: latest_attempt(e) for r, e in all_ranks.items()}
     per_rank = {r: all_ranks.get(r, []) for r in sorted(train)}
     others = {r: e for r, e in all_ranks.items() if r not in train}
     every = _windows(per_rank, "measure")
@@ -80,6 +89,7 @@ def aggregate(
         out.update(_exposed_comm(per_rank, all_ranks))
     out.update(_bytes(per_rank, measure))
     out.update(_staleness(others))
+    out.update(_restarts(per_rank))
     evals = _evals(per_rank)
     out["eval_history"] = evals
     if evals:
@@ -127,7 +137,31 @@ METRIC_KEYS = (
     "staleness_p50",
     "staleness_max",
     "staleness_histogram",
+    "restarts",
+    "restart_lost_s",
 )
+
+
+def latest_attempt(events: Events) -> Events:
+    """One rank's records with each window (kind and index) and each evaluation (epoch) taken
+    from its latest attempt: a restarted run measures again what its failed attempt recorded
+    after the last saved state (:mod:`dlscale.runtime.checkpoint`)."""
+    last: dict[tuple[Any, ...], int] = {}
+    for i, record in enumerate(events):
+        if isinstance(record, Window):
+            last[("window", record.kind, record.index)] = i
+        elif isinstance(record, Eval):
+            last[("eval", record.epoch)] = i
+    keep = set(last.values())
+    return [r for i, r in enumerate(events) if not isinstance(r, Window | Eval) or i in keep]
+
+
+def _restarts(per_rank: dict[int, Events]) -> dict[str, Any]:
+    """Restarts the first training rank resumed from, and the seconds they cost in all
+    (``Resume.lost_s``); 0 and 0.0 for a run that was never restarted."""
+    first = next(iter(per_rank.values()), [])
+    resumes = [r for r in first if isinstance(r, Resume)]
+    return {"restarts": len(resumes), "restart_lost_s": float(sum(r.lost_s for r in resumes))}
 
 
 def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:

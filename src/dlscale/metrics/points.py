@@ -126,6 +126,8 @@ def _point(every_run: list[Row]) -> Row:
         metrics[key] = float(np.mean(present)) if present else None
     metrics.update(_exposed(runs))
     metrics.update(_noise(every_run))
+    metrics["restarts"] = sum(r["metrics"].get("restarts") or 0 for r in runs)
+    metrics["restart_lost_s"] = sum(r["metrics"].get("restart_lost_s") or 0.0 for r in runs)
     last = runs[-1]
     return {
         **first,

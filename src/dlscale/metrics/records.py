@@ -150,6 +150,21 @@ class Server(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Resume(Record):
+    """A restarted process of the run resumed (:mod:`dlscale.runtime.checkpoint`)."""
+
+    event = "resume"
+    restart: int = 0
+    """The launcher's count of restarts (1: the first restart)."""
+    windows_done: int = 0
+    """Windows (epochs) kept from the saved state; this process measures the rest."""
+    lost_s: float = 0.0
+    """Seconds from the last state kept (its save, or the first start without one) to this
+    process's first new work: the failed attempt's work after it, the failure's detection,
+    the restart, this process's start-up and the restore."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Error(Record):
     event = "error"
     kind: str = ""
@@ -165,7 +180,7 @@ class End(Record):
 
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.event: cls
-    for cls in (Start, Environment, Strategy, Window, Eval, Staleness, Server, Error, End)
+    for cls in (Start, Environment, Strategy, Window, Eval, Staleness, Server, Resume, Error, End)
 }
 
 

@@ -125,6 +125,8 @@ def _notes(row: Row) -> str | None:
         notes.append("oversubscribed")
     if row.get("baseline_threads_differ"):
         notes.append("baseline threads differ")
+    if metrics.get("restarts"):
+        notes.append(f"restarted {metrics['restarts']}x, {metrics['restart_lost_s']:.1f} s lost")
     return ", ".join(notes) or None
 
 
@@ -295,7 +297,9 @@ COLUMNS: tuple[Column, ...] = (
         "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
         "guard); loaded runs left out: runs loaded in every window, not in the point's "
         "figures; oversubscribed: threads exceed the cores; "
-        "baseline threads differ: no 1-worker point had the same threads per worker",
+        "baseline threads differ: no 1-worker point had the same threads per worker; "
+        "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
+        "seconds that cost",
     ),
     Column("status", "status", _field("status"), _status),
     Column("run_id", "run_id", _field("run_id"), show="on_request"),

@@ -31,10 +31,12 @@ import sys
 import time
 from collections.abc import Iterator
 from importlib import metadata
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlscale.metrics.records import Environment, Eval, Window
+from dlscale.metrics.records import Environment, Eval, Resume, Window
 from dlscale.runtime.allocator import loaded_allocator
+from dlscale.runtime.checkpoint import Checkpoints, restart_count, skip
 from dlscale.runtime.load import LoadSample, machine_cores, sample
 from dlscale.runtime.watchdog import local_parent
 
@@ -59,6 +61,9 @@ class Engine:
     is then 0 by definition, and no probe runs."""
     steps_per_epoch: int = 1
     has_eval: bool = False
+    resumable = False
+    """True: every replica holds the same training state (synchronous data parallelism), which
+    :meth:`checkpoint` writes and :meth:`restore` reads (a restarted run resumes)."""
 
     def batches(self, epoch: int) -> Iterator[Any]:
         """The training batches of one epoch (exactly ``steps_per_epoch`` of them)."""
@@ -93,6 +98,14 @@ class Engine:
 
     def save_params(self) -> None:
         """Write the trained parameters to the run directory (``save_params``)."""
+
+    def checkpoint(self, path: Path) -> None:
+        """Write the replica's training state (parameters, optimizer) to ``path``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot checkpoint")
+
+    def restore(self, path: Path) -> None:
+        """Load the state :meth:`checkpoint` wrote into this replica."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore")
 
     def finish(self) -> None:
         """After the last step (e.g. tell the servers this worker is done)."""
@@ -173,23 +186,48 @@ def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) 
 
 
 def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
-    """Warm-up, measured windows or epochs, evaluation and the no-sync probe, in that order."""
+    """Warm-up, measured windows or epochs, evaluation and the no-sync probe, in that order;
+    with checkpoints (:mod:`dlscale.runtime.checkpoint`), a restarted process resumes after
+    the last saved window."""
     cfg = ctx.config
     if ctx.rank == ctx.layout.training_ranks[0]:
         ctx.events.write(
             worker_environment(engine.framework_facts(), synchronizes=engine.synchronizes)
         )
     timer = _WindowTimer(ctx, engine)
-    started = time.perf_counter()
+    checkpoints = Checkpoints(ctx, engine) if Checkpoints.wanted(engine) else None
+    saved = checkpoints.begin() if checkpoints else None
+    done = saved.windows_done if saved else 0  # windows (epochs) kept from an earlier attempt
+    # time to accuracy counts from the first attempt's start of training
+    started = time.perf_counter() - (
+        time.time() - checkpoints.training_started_at if checkpoints else 0.0
+    )
+
+    def resumed() -> None:
+        if checkpoints is not None and restart_count() > 0:
+            ctx.events.write(
+                Resume(restart=restart_count(), windows_done=done, lost_s=checkpoints.lost_s(saved))
+            )
+
+    def kept(window: int, last: int) -> None:
+        if checkpoints is not None and window < last:  # nothing is left to resume after the last
+            checkpoints.save(window + 1)
+
     if cfg.epochs is None:
         batches = _cycle(engine)
-        timer.untimed(batches, cfg.warmup_steps)
-        for window in range(cfg.windows):
+        if saved is None:
+            timer.untimed(batches, cfg.warmup_steps)
+        else:
+            skip(batches, cfg.warmup_steps + done * cfg.steps)
+        resumed()
+        for window in range(done, cfg.windows):
             timer.window(batches, cfg.steps, kind="measure", index=window)
+            kept(window, cfg.windows - 1)
         if engine.has_eval:
             _evaluate(ctx, engine, epoch=0, started=started)
     else:
-        for epoch in range(cfg.epochs):
+        resumed()
+        for epoch in range(done, cfg.epochs):
             batches = engine.batches(epoch)
             steps = engine.steps_per_epoch
             if epoch == 0:
@@ -206,11 +244,14 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
             )
             if engine.has_eval:
                 _evaluate(ctx, engine, epoch=epoch + 1, started=started)
+            kept(epoch, cfg.epochs - 1)
     if cfg.save_params and ctx.rank == ctx.layout.training_ranks[0]:
         engine.save_params()
     if engine.synchronizes and cfg.comm_probe_steps > 0 and engine.no_sync() is not None:
         timer.probe(_cycle(engine), cfg.comm_probe_steps)
     engine.finish()
+    if checkpoints is not None:
+        checkpoints.finish()
 
 
 class _WindowTimer:

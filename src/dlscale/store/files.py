@@ -10,9 +10,11 @@ from typing import Any
 
 from dlscale.errors import SchemaError
 
-SCHEMAS = {"spec": 3, "result": 3}
+SCHEMAS = {"spec": 3, "result": 3, "checkpoint": 1}
 """Current version of each persisted document kind; bump on an incompatible change.
-2: plug-in options grouped under ``config.options``, process layout, worker environment."""
+2: plug-in options grouped under ``config.options``, process layout, worker environment.
+``checkpoint``: the pointer to a restartable run's latest saved state
+(:mod:`dlscale.runtime.checkpoint`)."""
 
 
 class UnreadableFile(SchemaError):

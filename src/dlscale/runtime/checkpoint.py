@@ -1,0 +1,138 @@
+"""Checkpoints that let a restarted run resume (``max_restarts`` of torchrun).
+
+A launcher that restarts failed ranks sets ``DLSCALE_CHECKPOINTS=1`` and names the variable
+that counts its restarts (``DLSCALE_RESTART_VAR``: torchrun's ``TORCHELASTIC_RESTART_COUNT``).
+The kernel (:mod:`dlscale.runtime.schedule`) then, on the first training rank, saves the
+replica's training state after every measured window: the engine writes its state (parameters,
+optimizer; :meth:`Engine.checkpoint`), then ``checkpoint/latest.json`` is replaced to point at
+it (written after the state, so a rank killed mid-save leaves the previous pointer whole).
+Only engines whose replicas hold the same state (synchronous data parallelism:
+``BackendSpec.resumable``) take part: one file restores every rank.
+
+A process of a restarted attempt (the count > 0) restores that state on every training rank,
+skips the batches the saved windows consumed (so the data order is the uninterrupted run's),
+records a :class:`~dlscale.metrics.records.Resume` (the restart, the windows kept, the seconds
+lost since the saved state), and goes on with the next window. The windows recorded after the
+pointer by the failed attempt are measured again; the aggregate keeps each window's latest
+record. A run that completes removes its checkpoints; the first attempt removes any left by an
+earlier run of the same directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dlscale.errors import SchemaError
+from dlscale.metrics.events import events_path, read_events
+from dlscale.store.files import read_json, write_json_atomic
+
+if TYPE_CHECKING:
+    from dlscale.runtime.context import WorkerContext
+    from dlscale.runtime.schedule import Engine
+
+ENABLED_ENV = "DLSCALE_CHECKPOINTS"
+RESTART_VAR_ENV = "DLSCALE_RESTART_VAR"
+POINTER = "latest.json"
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What ``latest.json`` says: the windows done, when, and when training first started."""
+
+    windows_done: int
+    saved_at: float
+    """Seconds since the epoch when the state was written."""
+    training_started_at: float
+    """Seconds since the epoch when the first attempt began training (time to accuracy)."""
+    state: str
+    """The state file's name in the checkpoint directory."""
+
+
+def restart_count() -> int:
+    """How many times the launcher has restarted this run's ranks (0: the first attempt)."""
+    name = os.environ.get(RESTART_VAR_ENV, "")
+    try:
+        return max(0, int(os.environ.get(name, "0"))) if name else 0
+    except ValueError:
+        return 0
+
+
+class Checkpoints:
+    """The checkpoint directory of one run, as the kernel of one process uses it."""
+
+    def __init__(self, ctx: WorkerContext, engine: Engine) -> None:
+        self.ctx, self.engine = ctx, engine
+        self.folder = ctx.run_dir / "checkpoint"
+        self.saver = ctx.rank == ctx.layout.training_ranks[0]
+        self.training_started_at = time.time()
+
+    @staticmethod
+    def wanted(engine: Engine) -> bool:
+        return os.environ.get(ENABLED_ENV) == "1" and engine.resumable
+
+    def begin(self) -> Saved | None:
+        """The state to resume from (restored into the engine), or ``None`` to start afresh
+        (the first attempt, which clears an earlier run's checkpoints; or a restart before any
+        window was saved)."""
+        if restart_count() == 0:
+            if self.saver:
+                shutil.rmtree(self.folder, ignore_errors=True)
+            return None
+        saved = self.latest()
+        if saved is not None:
+            self.engine.restore(self.folder / saved.state)
+            self.training_started_at = saved.training_started_at
+        return saved
+
+    def latest(self) -> Saved | None:
+        path = self.folder / POINTER
+        if not path.exists():
+            return None
+        try:
+            data = read_json(path, "checkpoint")
+            data.pop("schema")
+            return Saved(**data)
+        except (SchemaError, TypeError):  # damaged: start again rather than resume wrongly
+            return None
+
+    def save(self, windows_done: int) -> None:
+        """After window ``windows_done - 1``: the first training rank writes the state, then
+        points ``latest.json`` at it and removes the older state."""
+        if not self.saver:
+            return
+        self.folder.mkdir(exist_ok=True)
+        name = f"state-{windows_done}"
+        self.engine.checkpoint(self.folder / name)
+        previous = self.latest()
+        saved = Saved(windows_done, time.time(), self.training_started_at, name)
+        write_json_atomic(self.folder / POINTER, "checkpoint", dict(saved.__dict__))
+        if previous is not None and previous.state != name:
+            (self.folder / previous.state).unlink(missing_ok=True)
+
+    def lost_s(self, saved: Saved | None) -> float:
+        """Seconds from the last state kept (its save; without one, this rank's first start)
+        to now: the failed attempt's work after it, the restart, and this process's start."""
+        if saved is not None:
+            return time.time() - saved.saved_at
+        starts = [
+            float(r["time"])
+            for r in read_events(events_path(self.ctx.run_dir, self.ctx.rank))
+            if r.get("event") == "start" and isinstance(r.get("time"), int | float)
+        ]
+        return time.time() - min(starts) if starts else 0.0
+
+    def finish(self) -> None:
+        """The run completed: its checkpoints are no longer needed."""
+        if self.saver:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def skip(batches: object, count: int) -> None:
+    """Consume ``count`` batches without training on them (the saved windows' share)."""
+    iterator = iter(batches)  # type: ignore[call-overload]
+    for _ in range(count):
+        next(iterator)
