@@ -9,6 +9,8 @@ import pytest
 
 import dlscale
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.e2e
 
 JSON_KEYS = {
@@ -214,3 +216,25 @@ def test_ls_and_env(cli):
     env = cli("env", "--json")
     assert env.returncode == 0
     assert json.loads(env.stdout)["cpu_cores_logical"] >= 1
+
+
+def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path: Path, cli):
+    """studies/mahon2020.toml at scale = local (digits, CPU, local launcher, a few steps),
+    narrowed to one point by flags, which override the scale's keys; at full scale it asks for
+    the data it needs in one line."""
+    study = str(ROOT / "studies" / "mahon2020.toml")
+    run = cli(
+        "run", study, "--set", "scale=local", "--backend", "torch-ddp", "--workers", "2",
+        "--json", "--results", str(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (point,) = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "point"]
+    assert point["status"] == "completed" and point["dataset"] == "digits"
+    assert point["model"] == "resnet44" and point["batch_size_per_worker"] == 16
+    (stored,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
+    assert stored["study"] == "mahon2020" and stored["config"]["steps"] == 4
+    full = cli("run", study, "--results", str(tmp_path / "full"))
+    assert full.returncode == 2 and "Traceback" not in full.stderr
+    assert "cifar-10-batches-py does not exist" in full.stderr
+    wrong = cli("run", study, "--set", "scale=huge", "--dry-run")
+    assert wrong.returncode == 2 and "no scale 'huge'; it has: full, local" in wrong.stderr

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.config.study import (
+    SCALE,
     Repeats,
+    apply_scale,
     coerce,
     coerce_study,
     expand,
@@ -114,13 +116,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
+    """The study's settings: the file (or the default study) at its chosen scale, then the
+    flags, then ``--set``, each overriding the one before."""
+    overrides = parse_set(args.overrides)
+    chosen = overrides.pop(SCALE, None)
     if args.study is not None:
         settings = load_study_file(args.study)
         name = str(settings.pop("name", args.study.stem))
         description = str(settings.pop("description", ""))
+        settings = apply_scale(settings, chosen, origin=str(args.study))
     else:
         settings = {k: v for k, v in DEFAULT_STUDY.items() if k not in ("name", "description")}
         name, description = DEFAULT_STUDY["name"], DEFAULT_STUDY["description"]
+        settings = apply_scale(settings, chosen, origin="the default study")
     if args.epochs is not None and args.steps is not None:
         raise UserError(
             "give --epochs E (train by epochs) or --steps S (measured steps per window), not both"
@@ -134,7 +142,7 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
         text = getattr(args, key)
         if text is not None:
             settings[key] = coerce_study(key, text, origin=flag)
-    settings.update(parse_set(args.overrides))
+    settings.update(overrides)
     return settings, name, description
 
 
@@ -186,6 +194,10 @@ def _print_keys() -> None:
     for name, field in Repeats.__dataclass_fields__.items():
         doc = _FIELD_DOCS.get(name, "")
         print(f"  {name:24} {doc} (default: {field.default!r})")
+    print(
+        f"  {'scale':24} a study file's [scales.NAME] table of overrides (paper presets: "
+        "scale = local runs a reduced study here) (default: none)"
+    )
     by_owner: dict[str, list[str]] = {}
     for name, declarations in declared_options().items():
         for owner, option in declarations:

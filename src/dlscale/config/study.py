@@ -90,7 +90,10 @@ def _study_check(ok: bool, key: str, expected: str, value: object) -> None:
 
 
 _REPEAT_FIELDS = {f.name: f for f in dataclasses.fields(Repeats)}
-STUDY_ONLY_KEYS = ("name", "description", *_REPEAT_FIELDS)
+SCALE, SCALES = "scale", "scales"
+"""``scale = "local"`` picks a study file's ``[scales.local]`` table of overrides (paper
+presets: the full study, and a reduced one that runs on a laptop)."""
+STUDY_ONLY_KEYS = ("name", "description", SCALE, SCALES, *_REPEAT_FIELDS)
 """Keys of a study file that are about the study, not one run's configuration."""
 
 
@@ -114,6 +117,11 @@ def load_study_file(path: Path) -> dict[str, Any]:
         raise UserError(f"cannot read study file {path}: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"study file {path} is not valid TOML: {error}") from None
+    scales = data.pop(SCALES, {})
+    if not isinstance(scales, dict) or not all(isinstance(v, dict) for v in scales.values()):
+        raise UserError(
+            f"{path}: {SCALES} must be tables of keys, e.g. [{SCALES}.local] with steps = 4"
+        )
     if not any(key not in STUDY_ONLY_KEYS for key in data):
         raise UserError(
             f"study file {path} sets no study key (only {', '.join(STUDY_ONLY_KEYS)} or "
@@ -128,21 +136,55 @@ def load_study_file(path: Path) -> dict[str, Any]:
         if key in _REPEAT_FIELDS:
             data[key] = coerce_study(key, value, origin=str(path))
             continue
-        check_key(key, origin=str(path))
-        values = value if isinstance(value, list) else [value]
-        if not values:
-            raise UserError(f"{path}: key {key!r} has an empty list")
-        data[key] = (
-            [coerce(key, item) for item in values]
-            if isinstance(value, list)
-            else (coerce(key, value))
-        )
+        if key == SCALE:
+            data[key] = _scale_name(value, str(path))
+            continue
+        data[key] = _checked(key, value, str(path))
+    for name, overrides in scales.items():
+        origin = f"{path} [{SCALES}.{name}]"
+        data.setdefault(SCALES, {})[name] = {
+            key: coerce_study(key, value, origin)
+            if key in _REPEAT_FIELDS
+            else _checked(key, value, origin)
+            for key, value in overrides.items()
+        }
     return data
+
+
+def _checked(key: str, value: Any, origin: str) -> Any:
+    """A study key's value (one, or a list: a grid axis) in the key's type."""
+    check_key(key, origin=origin)
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise UserError(f"{origin}: key {key!r} has an empty list")
+    return [coerce(key, item) for item in values] if isinstance(value, list) else coerce(key, value)
+
+
+def apply_scale(settings: dict[str, Any], chosen: str | None, origin: str) -> dict[str, Any]:
+    """The study's settings at the scale ``chosen`` (``--set scale=local``; else the file's
+    own ``scale`` key; else none): its ``[scales.NAME]`` table overrides the file's keys.
+    ``full`` with no table of that name is the file's keys as they are."""
+    settings = dict(settings)
+    scales: dict[str, dict[str, Any]] = settings.pop(SCALES, {})
+    name = chosen or settings.pop(SCALE, None)
+    settings.pop(SCALE, None)
+    if name is None or (name == "full" and "full" not in scales):
+        return settings
+    if name not in scales:
+        have = ", ".join(["full", *sorted(scales)])
+        raise UserError(f"{origin}: the study has no scale {name!r}; it has: {have}")
+    return {**settings, **scales[name]}
+
+
+def _scale_name(value: Any, origin: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{origin}: {SCALE} must be the name of one of the study's [{SCALES}]")
+    return value.strip()
 
 
 def valid_keys() -> list[str]:
     """Core keys, every option a registered plug-in declares, and the study's own keys."""
-    return sorted({*core_keys(), *declared_options(), *_REPEAT_FIELDS})
+    return sorted({*core_keys(), *declared_options(), *_REPEAT_FIELDS, SCALE})
 
 
 def coerce_study(key: str, value: Any, origin: str) -> Any:
@@ -193,6 +235,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         key = key.strip()
         if not sep:
             raise UserError(f"--set {item!r}: write key=value")
+        if key == SCALE:
+            out[key] = _scale_name(text, "--set")
+            continue
         check_key(key, origin="--set")
         if key in _REPEAT_FIELDS:
             out[key] = coerce_study(key, text, origin="--set")

@@ -1,0 +1,83 @@
+"""The paper presets (studies/mahon2020.toml, malik2018.toml, nikolaidis2021.toml) at full
+scale and at ``scale = local``, and the scales mechanism itself. A reduced preset runs for real
+in tests/e2e/test_cli.py."""
+
+from pathlib import Path
+
+import pytest
+
+from dlscale.config.study import apply_scale, expand, load_study_file
+from dlscale.errors import UserError
+
+STUDIES = Path(__file__).resolve().parents[2] / "studies"
+
+
+def _study(name: str, scale: str | None):
+    settings = load_study_file(STUDIES / f"{name}.toml")
+    name = settings.pop("name")
+    settings.pop("description")
+    return expand(apply_scale(settings, scale, name), name=name, cores=64)
+
+
+def test_mahon2020_full_is_resnet44_on_cifar10_on_1_to_12_gpus_in_every_framework():
+    study = _study("mahon2020", None)
+    points = study.points
+    assert {p.model for p in points} == {"resnet44"} and {p.dataset for p in points} == {"cifar10"}
+    assert {p.device for p in points} == {"cuda"} and {p.launcher for p in points} == {"slurm"}
+    assert {p.workers for p in points if p.backend == "torch-ddp"} == {1, 2, 4, 8, 12}
+    frameworks = {p.framework for p in points}
+    assert frameworks == {"torch", "tensorflow"}  # MXNet has no GPU build here: skipped, noted
+    assert any("mxnet-kv" in note for note in study.skipped)
+    assert {p.target_accuracy for p in points} == {0.9} and {p.epochs for p in points} == {30}
+    assert study.repeats.repeats == 3
+
+
+def test_malik2018_full_is_three_models_horovod_against_the_ps_batch_64_to_512_to_256_gpus():
+    points = _study("malik2018", None).points
+    assert {p.model for p in points} == {"alexnet", "googlenet", "resnet50"}
+    assert {p.backend for p in points} == {"tf-single", "horovod-tf", "tf-ps"}
+    assert {p.batch_size for p in points} == {64, 128, 256, 512}
+    assert max(p.workers for p in points) == 256 and {p.dataset for p in points} == {"synthetic"}
+
+
+def test_nikolaidis2021_full_is_cpu_nodes_allreduce_against_ps_sync_against_async():
+    points = _study("nikolaidis2021", None).points
+    assert {p.device for p in points} == {"cpu"} and {p.threads_per_worker for p in points} == {8}
+    modes = {(p.backend, p.options.get("ps_mode") or p.options.get("kvstore")) for p in points}
+    for expected in [("torch-ps", "sync"), ("torch-ps", "async"), ("mxnet-kv", "dist_sync"),
+                     ("mxnet-kv", "dist_async")]:  # fmt: skip
+        assert expected in modes
+    assert {"torch-ddp", "horovod-torch", "tf-mwms", "horovod-mxnet", "tf-ps"} <= {
+        p.backend for p in points
+    }
+
+
+@pytest.mark.parametrize("name", ["mahon2020", "malik2018", "nikolaidis2021"])
+def test_every_preset_has_a_local_scale_that_fits_this_machine(name):
+    full, local = _study(name, None), _study(name, "local")
+    assert {p.backend for p in local.points} <= {p.backend for p in full.points} | {
+        "mxnet-single", "mxnet-kv", "horovod-mxnet"
+    }  # fmt: skip
+    assert {p.device for p in local.points} == {"cpu"}
+    assert {p.launcher for p in local.points} == {"local"}
+    assert max(p.workers for p in local.points) == 2
+    assert max(p.layout().size for p in local.points) <= 4  # a parameter server's processes
+    assert all(p.epochs is None and p.steps <= 4 for p in local.points)
+    assert local.repeats.repeats == 1
+
+
+def test_a_scale_the_study_lacks_is_one_line_naming_those_it_has(tmp_path):
+    settings = load_study_file(STUDIES / "malik2018.toml")
+    with pytest.raises(UserError, match="no scale 'tiny'; it has: full, local"):
+        apply_scale(settings, "tiny", "malik2018")
+    assert apply_scale({"model": "tiny"}, "full", "x") == {"model": "tiny"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text('model = "tiny"\n[scales.local]\nwrokers = 2\n')
+    with pytest.raises(UserError, match=r"\[scales.local\]: unknown key 'wrokers'"):
+        load_study_file(bad)
+    bad.write_text('model = "tiny"\nscales = 3\n')
+    with pytest.raises(UserError, match="scales must be tables"):
+        load_study_file(bad)
+    chosen = tmp_path / "chosen.toml"
+    chosen.write_text('model = "tiny"\nscale = "local"\n[scales.local]\nsteps = 2\n')
+    assert apply_scale(load_study_file(chosen), None, "chosen")["steps"] == 2
