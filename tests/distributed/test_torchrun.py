@@ -132,7 +132,8 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(tmp_
     starts = [e for e in read_events(run_dir / "events.rank1.jsonl") if e["event"] == "start"]
     assert len(starts) == 2 and starts[0]["pid"] == victim
     (resume,) = [e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "resume"]
-    assert resume["restart"] == 1 and 1 <= resume["windows_done"] <= 3
+    # 0: killed before the first save (then it starts again); else after a saved window
+    assert resume["restart"] == 1 and 0 <= resume["windows_done"] <= 3
     assert not (run_dir / "checkpoint").exists()  # removed once the run completed
     assert cli("run", *ELASTIC, "--results", str(tmp_path / "whole")).returncode == 0
     (whole,) = [json.loads(p.read_text())["metrics"] for p in tmp_path.glob("whole/*/result.json")]

@@ -110,7 +110,30 @@ def init_process_group(ctx: WorkerContext, device: torch.device) -> None:
         world_size=ctx.processes,
         timeout=timeout,
         device_id=device if device.type == "cuda" else None,
+        store=_attempt_store(ctx, timeout),
     )
+
+
+def _attempt_store(ctx: WorkerContext, timeout: timedelta) -> Any:
+    """Under torchrun: torchrun's store with a prefix of its own for each restart, else
+    ``None`` (``env://``). torchrun keeps one store across restarts (torch 2.13, c10d on one
+    agent), so a restarted rank could read a peer's address from the failed attempt and fail
+    to connect ("Connection refused" from a dead port): seen once in a loaded test run."""
+    import torch.distributed as dist
+
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None or "MASTER_ADDR" not in os.environ:
+        return None
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        ctx.processes,
+        is_master=not agent and ctx.rank == 0,
+        timeout=timeout,
+        multi_tenant=not agent,
+    )
+    return dist.PrefixStore(f"dlscale/attempt{attempt}", store)
 
 
 def build_model(cfg: RunConfig) -> torch.nn.Module:
