@@ -289,6 +289,12 @@ class TorchEngine(Engine):
         if self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
 
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+
     def finish(self) -> None:
         self.strategy.finish()
 

@@ -20,11 +20,13 @@ earlier run of the same directory.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlscale.errors import SchemaError
 from dlscale.metrics.events import events_path, read_events
@@ -101,17 +103,19 @@ class Checkpoints:
 
     def save(self, windows_done: int) -> None:
         """After window ``windows_done - 1``: the first training rank writes the state, then
-        points ``latest.json`` at it and removes the older state."""
-        if not self.saver:
-            return
-        self.folder.mkdir(exist_ok=True)
-        name = f"state-{windows_done}"
-        self.engine.checkpoint(self.folder / name)
-        previous = self.latest()
-        saved = Saved(windows_done, time.time(), self.training_started_at, name)
-        write_json_atomic(self.folder / POINTER, "checkpoint", dict(saved.__dict__))
-        if previous is not None and previous.state != name:
-            (self.folder / previous.state).unlink(missing_ok=True)
+        points ``latest.json`` at it and removes the older state; then every rank waits for
+        the others (:meth:`Engine.barrier`), so the save's time is in no rank's next window
+        (the other ranks' clocks would otherwise start while it writes)."""
+        if self.saver:
+            self.folder.mkdir(exist_ok=True)
+            name = f"state-{windows_done}"
+            self.engine.checkpoint(self.folder / name)
+            previous = self.latest()
+            saved = Saved(windows_done, time.time(), self.training_started_at, name)
+            write_json_atomic(self.folder / POINTER, "checkpoint", dict(saved.__dict__))
+            if previous is not None and previous.state != name:
+                (self.folder / previous.state).unlink(missing_ok=True)
+        self.engine.barrier()
 
     def lost_s(self, saved: Saved | None) -> float:
         """Seconds from the last state kept (its save; without one, this rank's first start)
@@ -131,8 +135,6 @@ class Checkpoints:
             shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def skip(batches: object, count: int) -> None:
+def skip(batches: Iterator[Any], count: int) -> None:
     """Consume ``count`` batches without training on them (the saved windows' share)."""
-    iterator = iter(batches)  # type: ignore[call-overload]
-    for _ in range(count):
-        next(iterator)
+    next(itertools.islice(batches, count, count), None)

@@ -107,6 +107,10 @@ class Engine:
         """Load the state :meth:`checkpoint` wrote into this replica."""
         raise NotImplementedError(f"{type(self).__name__} cannot restore")
 
+    def barrier(self) -> None:
+        """Wait until every training process got here (after a checkpoint); by default
+        nothing (one process)."""
+
     def finish(self) -> None:
         """After the last step (e.g. tell the servers this worker is done)."""
 
