@@ -57,6 +57,7 @@ def main(argv: list[str]) -> int:
                 python=sys.executable,
             )
         )
+        WorkerContext.check_entry_rank(rank)
         if process is None or processes != layout.size:
             raise UserError(
                 f"launched {processes} processes for a run that needs {layout.size} "

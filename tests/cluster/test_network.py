@@ -58,7 +58,7 @@ def test_a_slower_link_shows_in_exposed_communication_and_throughput(tmp_path: P
     for name, result in results.items():
         run_dir = tmp_path / result["run_id"]
         spec = json.loads((run_dir / "spec.json").read_text())
-        assert spec["cluster"]["hosts"] == ["10.99.0.1", "10.99.0.2"]  # only the namespaces'
+        assert spec["cluster"]["hosts"] == ["10.99.0.100", "10.99.0.101"]  # only the namespaces'
         record = json.loads((run_dir / "network.json").read_text())
         assert record["rate_bit_s"] == Link.parse(name).rate_bit_s
         steps = 1 + 2 * 4  # warm-up and measured steps, each one all-reduce of the gradient

@@ -99,38 +99,62 @@ ELASTIC += ("--warmup-steps", "2", "--repeats", "1", "--set", "machine_reference
 ELASTIC += ("--backend", "torch-ddp", "--workers", "2", "--launcher", "torchrun", "--json")
 
 
-def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(tmp_path: Path, cli):
-    """torchrun restarts both ranks after a kill -9 of one; they resume after the last saved
-    window and finish with the uninterrupted run's losses to the bit (the data skipped, the
-    model and momentum restored); the result counts the restart and the seconds it cost."""
-    results = tmp_path / "elastic"
+def _kill_rank1_after_a_window(proc: subprocess.Popen, results: Path, kills: int) -> list[int]:
+    """kill -9 rank 1's process ``kills`` times, each after that process recorded a window."""
+    victims: list[int] = []
+    deadline = time.monotonic() + 240
+    while len(victims) < kills and time.monotonic() < deadline and proc.poll() is None:
+        events = [e for p in results.glob("*/events.rank1.jsonl") for e in read_events(p)]
+        starts = [i for i, e in enumerate(events) if e["event"] == "start"]
+        if starts and len(starts) > len(victims):  # the latest process, once it did a window
+            latest = events[starts[-1] :]
+            if any(e["event"] == "window" for e in latest):
+                victims.append(latest[0]["pid"])
+                os.kill(victims[-1], signal.SIGKILL)
+        time.sleep(0.05)
+    assert len(victims) == kills, f"rank 1 recorded no window in attempt {len(victims) + 1}"
+    return victims
+
+
+def _elastic_run(results: Path, kills: int, *settings: str) -> tuple[int, str, dict, list[int]]:
+    """A restartable run whose rank 1 is killed ``kills`` times: (dlscale's exit code, its
+    stderr, the stored result, the killed pids)."""
     cmd = [sys.executable, "-m", "dlscale", "run", *ELASTIC, "--results", str(results)]
-    proc = subprocess.Popen(
-        [*cmd, "--set", "max_restarts=1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    victim = None
+    for setting in settings:
+        cmd += ["--set", setting]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victims: list[int] = []
     try:
-        deadline = time.monotonic() + 120
-        while victim is None and time.monotonic() < deadline and proc.poll() is None:
-            events = [e for p in results.glob("*/events.rank1.jsonl") for e in read_events(p)]
-            if any(e["event"] == "window" for e in events):  # mid-run: window 0 is done
-                victim = next(e["pid"] for e in events if e["event"] == "start")
-                os.kill(victim, signal.SIGKILL)
-            time.sleep(0.05)
-        assert victim is not None, "rank 1 never recorded a window"
+        victims = _kill_rank1_after_a_window(proc, results, kills)
         _, err = proc.communicate(timeout=300)
     finally:
-        kill_all([victim] if victim else [], proc)
-    assert proc.returncode == 0, err
+        kill_all(victims, proc)
     (stored,) = [json.loads(p.read_text()) for p in results.glob("*/result.json")]
+    return proc.returncode, err, stored, victims
+
+
+@pytest.mark.parametrize("nnodes", [1, 2])
+def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(
+    tmp_path: Path, cli, nnodes
+):
+    """torchrun restarts the ranks after a kill -9 of one (across 2 agents: the other agent's
+    rank too, in a new rendezvous round); they resume after the last saved window and finish
+    with the uninterrupted run's losses to the bit (the data skipped, the model and momentum
+    restored); the result counts the restart and the seconds it cost."""
+    results = tmp_path / "elastic"
+    code, err, stored, victims = _elastic_run(results, 1, "max_restarts=1", f"nnodes={nnodes}")
+    assert code == 0, err
     assert stored["status"] == "completed", stored["error"]
     metrics = stored["metrics"]
     assert metrics["restarts"] == 1 and metrics["restart_lost_s"] > 0
     assert metrics["windows"] == 4 and metrics["windows_recorded"] == 4
     run_dir = results / stored["run_id"]
+    assert (
+        sorted(p.name for p in run_dir.glob("torchrun*.stderr"))[-1]
+        == f"torchrun{nnodes - 1}.stderr"
+    )
     starts = [e for e in read_events(run_dir / "events.rank1.jsonl") if e["event"] == "start"]
-    assert len(starts) == 2 and starts[0]["pid"] == victim
+    assert len(starts) == 2 and starts[0]["pid"] == victims[0]
     (resume,) = [e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "resume"]
     # 0: killed before the first save (then it starts again); else after a saved window
     assert resume["restart"] == 1 and 0 <= resume["windows_done"] <= 3
@@ -139,3 +163,21 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(tmp_
     (whole,) = [json.loads(p.read_text())["metrics"] for p in tmp_path.glob("whole/*/result.json")]
     assert metrics["train_loss_by_window"] == whole["train_loss_by_window"]
     assert metrics["final_train_loss"] == whole["final_train_loss"]
+
+
+def test_a_rank_killed_more_often_than_max_restarts_fails_the_run_named(tmp_path: Path):
+    """max_restarts = 1 and rank 1 killed in both attempts: torchrun gives up, the run is
+    recorded as failed naming rank 1, and nothing of the run is left running."""
+    results = tmp_path / "elastic"
+    code, err, stored, victims = _elastic_run(results, 2, "max_restarts=1")
+    assert code == 1, err
+    assert stored["status"] == "failed"
+    assert stored["error"].startswith("rank 1 (command of ranks [0, 1])"), stored["error"]
+    run_dir = results / stored["run_id"]
+    starts = [e for e in read_events(run_dir / "events.rank1.jsonl") if e["event"] == "start"]
+    assert [s["pid"] for s in starts] == victims  # no third attempt
+    every = [e for p in run_dir.glob("events.rank*.jsonl") for e in read_events(p)]
+    for pid in (e["pid"] for e in every if e["event"] == "start"):
+        assert (
+            not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+        )

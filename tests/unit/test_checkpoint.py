@@ -10,7 +10,7 @@ from dlscale.config import RunConfig
 from dlscale.metrics.events import EventWriter, events_path
 from dlscale.metrics.records import Start
 from dlscale.runtime import checkpoint
-from dlscale.runtime.checkpoint import Checkpoints, restart_count
+from dlscale.runtime.checkpoint import Checkpoints, attempt
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import Engine
 
@@ -37,20 +37,21 @@ def _ctx(tmp_path: Path, rank: int) -> WorkerContext:
 
 
 @pytest.fixture
-def restarted(monkeypatch):
+def enabled(monkeypatch):
     monkeypatch.setenv(checkpoint.ENABLED_ENV, "1")
-    monkeypatch.setenv(checkpoint.RESTART_VAR_ENV, "TORCHELASTIC_RESTART_COUNT")
-
-    def attempt(n: int) -> None:
-        monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", str(n))
-
-    return attempt
 
 
-def test_only_the_first_rank_saves_and_every_rank_resumes_from_its_latest(tmp_path, restarted):
-    restarted(0)
+def _started(ctx: WorkerContext, times: int) -> WorkerContext:
+    for _ in range(times):
+        ctx.events.write(Start(pid=1))
+    return ctx
+
+
+def test_only_the_first_rank_saves_and_every_rank_resumes_from_its_latest(tmp_path, enabled):
     first, other = TextEngine(), TextEngine()
-    saver, follower = Checkpoints(_ctx(tmp_path, 0), first), Checkpoints(_ctx(tmp_path, 1), other)
+    saver = Checkpoints(_started(_ctx(tmp_path, 0), 1), first)
+    follower = Checkpoints(_started(_ctx(tmp_path, 1), 1), other)
+    assert attempt(saver.ctx) == 0 == attempt(follower.ctx)
     assert Checkpoints.wanted(first) and saver.begin() is None and follower.begin() is None
     first.value = "after window 0"
     saver.save(1)
@@ -61,34 +62,25 @@ def test_only_the_first_rank_saves_and_every_rank_resumes_from_its_latest(tmp_pa
         "latest.json",
         "state-2",
     ]  # the older state went once the pointer moved
-    restarted(1)
-    assert restart_count() == 1
+    restarted = _started(_ctx(tmp_path, 1), 1)  # rank 1's second process: the first restart
+    assert attempt(restarted) == 1
     resumed = TextEngine()
-    saved = Checkpoints(_ctx(tmp_path, 1), resumed).begin()
+    saved = Checkpoints(restarted, resumed).begin()
     assert saved is not None and saved.windows_done == 2 and resumed.value == "after window 1"
-    assert Checkpoints(_ctx(tmp_path, 1), resumed).lost_s(saved) >= 0
+    assert Checkpoints(restarted, resumed).lost_s(saved) >= 0
 
 
-def test_a_damaged_pointer_starts_the_run_again_and_the_first_attempt_clears_old_state(
-    tmp_path, restarted
-):
-    restarted(0)
+def test_a_damaged_pointer_starts_the_run_again(tmp_path, enabled):
     engine = TextEngine()
     Checkpoints(_ctx(tmp_path, 0), engine).save(1)
     (tmp_path / "checkpoint" / "latest.json").write_text('{"schema": "dlscale.checkpoint/1", ')
-    restarted(1)
     assert Checkpoints(_ctx(tmp_path, 1), TextEngine()).begin() is None
-    restarted(0)  # a new run of this directory (--force): nothing of the old one is resumed
-    Checkpoints(_ctx(tmp_path, 0), engine).begin()
-    assert not (tmp_path / "checkpoint").exists()
 
 
-def test_without_a_saved_state_the_time_lost_counts_from_the_first_start(tmp_path, restarted):
-    restarted(1)
-    ctx = _ctx(tmp_path, 1)
-    ctx.events.write(Start(pid=1))
+def test_without_a_saved_state_the_time_lost_counts_from_the_first_start(tmp_path, enabled):
+    ctx = _started(_ctx(tmp_path, 1), 2)
     lost = Checkpoints(ctx, TextEngine()).lost_s(None)
-    assert 0 <= lost < 60
+    assert 0 <= lost < 60 and attempt(ctx) == 1
 
 
 def test_no_checkpoints_unless_the_launcher_asks_and_the_engine_can(monkeypatch):
@@ -96,6 +88,4 @@ def test_no_checkpoints_unless_the_launcher_asks_and_the_engine_can(monkeypatch)
     assert not Checkpoints.wanted(TextEngine())
     monkeypatch.setenv(checkpoint.ENABLED_ENV, "1")
     assert not Checkpoints.wanted(Engine())
-    monkeypatch.setenv(checkpoint.RESTART_VAR_ENV, "TORCHELASTIC_RESTART_COUNT")
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "x")
-    assert restart_count() == 0
+    assert Checkpoints.wanted(TextEngine())

@@ -9,6 +9,7 @@ import pytest
 from dlscale.backends.torch_cluster import torch_cluster_env
 from dlscale.config import RunConfig
 from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.slurm import (
     SlurmLauncher,
     batch_script,
@@ -17,6 +18,7 @@ from dlscale.launchers.slurm import (
     tasks_per_node,
 )
 from dlscale.launchers.torchrun import TorchrunLauncher
+from dlscale.runtime.context import WorkerContext
 
 SPEC = Path("/r/x/spec.json")
 
@@ -39,7 +41,7 @@ def test_torchrun_on_one_node_uses_c10d_and_leaves_the_torch_rendezvous_to_it():
     assert torch_cluster_env(process, plan.layout, plan.addresses, local)["RANK"] == "1"
 
 
-def test_torchrun_across_nodes_gives_each_agent_its_node_rank_and_block_of_ranks():
+def test_torchrun_across_nodes_meets_in_c10d_at_addresses_that_sort_as_the_nodes():
     cfg = RunConfig.make(
         backend="torch-ps", workers=2, model="tiny", launcher="torchrun", num_servers=2, nnodes=2
     )
@@ -47,9 +49,24 @@ def test_torchrun_across_nodes_gives_each_agent_its_node_rank_and_block_of_ranks
     assert [list(e.ranks) for e in plan.entries] == [[0, 1], [2, 3]]
     for node, entry in enumerate(plan.entries):
         args = " ".join(entry.argv)
-        assert "--rdzv-backend static --master-addr 127.0.0.1 --master-port 29600" in args
-        assert f"--node-rank {node}" in args and "--nproc-per-node 2" in args
+        rendezvous = "--rdzv-backend c10d --rdzv-endpoint 127.0.1.100:29600 --rdzv-id x"
+        assert f"{rendezvous} --rdzv-conf is_host={int(node == 0)}" in args
+        assert f"--local-addr 127.0.1.{100 + node}" in args and "--nproc-per-node 2" in args
+        assert entry.env["DLSCALE_ENTRY_RANKS"] == f"{2 * node}-{2 * node + 1}"
+        assert entry.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
         assert entry.stderr == Path(f"/r/x/torchrun{node}.stderr")
+    # c10d ranks the nodes by the text of their addresses: it must be the nodes' order
+    many = RunConfig.make(backend="torch-ddp", workers=12, launcher="torchrun", nnodes=12)
+    entries = TorchrunLauncher().plan(many, SPEC, "/py", ports=(1,) * 13, cores=12).entries
+    local = [e.argv[e.argv.index("--local-addr") + 1] for e in entries]
+    assert sorted(local) == local and len(set(local)) == 12
+
+
+def test_a_rank_numbered_outside_its_commands_block_is_refused(monkeypatch):
+    monkeypatch.setenv("DLSCALE_ENTRY_RANKS", "2-3")
+    WorkerContext.check_entry_rank(3)
+    with pytest.raises(UserError, match="numbered this process rank 0, but its command was"):
+        WorkerContext.check_entry_rank(0)
 
 
 def test_torchrun_refuses_an_uneven_split_and_a_bad_node_count():
@@ -157,21 +174,49 @@ def test_torchrun_restarts_ask_the_ranks_for_checkpoints():
     (entry,) = TorchrunLauncher().plan(cfg, SPEC, "/py", ports=(29500, 29600), cores=8).entries
     assert "--max-restarts 2" in " ".join(entry.argv)
     assert entry.env["DLSCALE_CHECKPOINTS"] == "1"
-    assert entry.env["DLSCALE_RESTART_VAR"] == "TORCHELASTIC_RESTART_COUNT"
     plain = RunConfig.make(backend="torch-ddp", workers=2, model="tiny", launcher="torchrun")
     (entry,) = TorchrunLauncher().plan(plain, SPEC, "/py", ports=(29500, 29600), cores=8).entries
     assert "--max-restarts 0" in " ".join(entry.argv) and "DLSCALE_CHECKPOINTS" not in entry.env
 
 
-def test_restarts_are_refused_across_agents_and_for_engines_that_cannot_resume():
-    across = RunConfig.make(
-        backend="torch-ddp", workers=2, launcher="torchrun", nnodes=2, max_restarts=1
-    )
-    with pytest.raises(UserError, match="max_restarts = 1 needs nnodes = 1"):
-        TorchrunLauncher().plan(across, SPEC, "/py", ports=(1, 2), cores=8)
+def test_restarts_are_refused_for_engines_that_cannot_resume():
     ps = RunConfig.make(backend="torch-ps", workers=2, launcher="torchrun", max_restarts=1)
     with pytest.raises(UserError, match="torch-ps cannot resume") as caught:
         TorchrunLauncher().check_point(ps)
     assert "torch-ddp" in str(caught.value) and "torch-ps," not in str(caught.value)
     with pytest.raises(UserError, match="max_restarts must be >= 0"):
         RunConfig.make(backend="torch-ddp", launcher="torchrun", max_restarts=-1)
+
+
+def _summary(failures: list[tuple[int, int]], root: tuple[int, int]) -> str:
+    """torchrun's failure summary (torch 2.13's words), as an agent prints it on stderr."""
+
+    def item(rank: int, code: int) -> str:
+        return f"  rank      : {rank} (local_rank: {rank})\n  exitcode  : {code} (pid: 9)\n"
+
+    return (
+        "dlscale.worker FAILED\nFailures:\n"
+        + "".join(item(*f) for f in failures)
+        + "Root Cause (first observed failure):\n"
+        + item(*root)
+    )
+
+
+@pytest.mark.parametrize(
+    ("failures", "root", "blamed"),
+    [
+        ([(0, -15)], (1, -9), 1),  # the agent stopped rank 0 with SIGTERM after rank 1's kill
+        ([(1, -9)], (0, 1), 1),  # rank 0 failed first, seconds apart, because rank 1 was killed
+        ([(1, 1)], (0, 1), 0),  # no signal: torchrun's root cause
+        ([], (0, -15), 0),  # a SIGTERM from outside is still the cause when it is the only one
+    ],
+)
+def test_torchrun_blames_the_rank_a_signal_killed_then_its_root_cause(
+    tmp_path, failures, root, blamed
+):
+    entry = PlanEntry(
+        ranks=range(2), argv=("torchrun",), env={},
+        stdout=tmp_path / "out", stderr=tmp_path / "err",
+    )  # fmt: skip
+    entry.stderr.write_text(_summary(failures, root))
+    assert TorchrunLauncher().blame(entry) == blamed

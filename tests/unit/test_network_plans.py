@@ -73,12 +73,12 @@ def test_each_node_runs_in_its_namespace_at_its_own_address():
     plan = _plan("1gbit:100us")
     (net,) = plan.setups
     assert isinstance(net, EmulatedNetwork) and net.record == Path("/r/x/network.json")
-    assert plan.addresses.hosts == ("10.99.0.1", "10.99.0.1", "10.99.0.2", "10.99.0.2")
+    assert plan.addresses.hosts == ("10.99.0.100", "10.99.0.100", "10.99.0.101", "10.99.0.101")
     for node, entry in enumerate(plan.entries):
         assert entry.argv[:5] == ("ip", "netns", "exec", net.namespace(node), "/py")
         args = " ".join(entry.argv)
-        assert "--master-addr 10.99.0.1 --master-port 29600" in args
-        assert f"--node-rank {node}" in args
+        assert "--rdzv-endpoint 10.99.0.100:29600" in args
+        assert f"--local-addr 10.99.0.{100 + node}" in args
         assert entry.env["GLOO_SOCKET_IFNAME"] == "dls0" == entry.env["HOROVOD_GLOO_IFACE"]
     assert net.name.startswith("dlscale-") and net.namespace(1) == f"{net.name}-1"
     # another run's directory, other namespaces: runs side by side never share one
@@ -97,7 +97,7 @@ def test_every_link_is_shaped_both_ways_with_half_the_latency_each_way():
     for node in range(2):
         ns = net.namespace(node)
         assert f"ip -n {sw} link add p{node} type veth peer name dls0 netns {ns}" in commands
-        assert f"ip -n {ns} addr add 10.99.0.{node + 1}/24 dev dls0" in commands
+        assert f"ip -n {ns} addr add 10.99.0.{node + 100}/24 dev dls0" in commands
         for where, device in ((ns, "dls0"), (sw, f"p{node}")):
             tbf = f"tc -n {where} qdisc add dev {device} root handle 1: tbf rate 20000000bit"
             assert f"{tbf} burst 10000 latency 100ms" in commands  # 4 ms at 20 Mbit/s
@@ -106,7 +106,7 @@ def test_every_link_is_shaped_both_ways_with_half_the_latency_each_way():
     # the machine's own namespace is never touched: every command names a namespace
     assert all(" -n dlscale-" in c or c.startswith("ip netns add dlscale-") for c in commands)
     described = net.describe()
-    assert described[-1].endswith("/hosts: 10.99.0.2 " + described[-1].split()[-1])
+    assert described[-1].endswith("/hosts: 10.99.0.101 " + described[-1].split()[-1])
 
 
 def test_an_unshaped_network_has_no_qdisc_and_a_latency_only_one_has_netem_at_the_root():
@@ -117,16 +117,16 @@ def test_an_unshaped_network_has_no_qdisc_and_a_latency_only_one_has_netem_at_th
     assert first.endswith("root handle 10: netem delay 1000.000us limit 100000")
 
 
-def test_a_network_needs_two_nodes_and_at_most_250():
+def test_a_network_needs_two_nodes_and_at_most_150():
     with pytest.raises(UserError, match="set nnodes = 2 or more"):
         _plan("1gbit", nnodes=1)
-    with pytest.raises(UserError, match="2 to 250 nodes"):
-        EmulatedNetwork(link=Link(None, 0.0), nodes=251, name="dlscale-x", record=SPEC)
+    with pytest.raises(UserError, match="2 to 150 nodes"):
+        EmulatedNetwork(link=Link(None, 0.0), nodes=151, name="dlscale-x", record=SPEC)
 
 
 def test_other_engines_get_the_namespace_addresses_of_their_ranks():
     plan = _plan("1gbit", backend="tf-ps", workers=2)  # chief, worker, ps: 2 ranks a node
-    assert plan.addresses.hosts == ("10.99.0.1", "10.99.0.1", "10.99.0.2", "10.99.0.2")
+    assert plan.addresses.hosts == ("10.99.0.100", "10.99.0.100", "10.99.0.101", "10.99.0.101")
     cfg = RunConfig.make(backend="tf-ps", workers=2, launcher="torchrun", nnodes=2, network="1gbit")
     process = plan.layout.processes[2]  # each rank sets its own, from the plan's addresses
     env = BACKENDS.get("tf-ps").cluster_env(process, plan.layout, plan.addresses, cfg)

@@ -115,23 +115,27 @@ def init_process_group(ctx: WorkerContext, device: torch.device) -> None:
 
 
 def _attempt_store(ctx: WorkerContext, timeout: timedelta) -> Any:
-    """Under torchrun: torchrun's store with a prefix of its own for each restart, else
-    ``None`` (``env://``). torchrun keeps one store across restarts (torch 2.13, c10d on one
-    agent), so a restarted rank could read a peer's address from the failed attempt and fail
-    to connect ("Connection refused" from a dead port): seen once in a loaded test run."""
+    """Under torchrun's agent store: that store with a prefix of its own for each restart,
+    else ``None`` (``env://``). One agent keeps one store across restarts (torch 2.13), so a
+    restarted rank could read a peer's address from the failed attempt and fail to connect
+    ("Connection refused" from a dead port): seen once in a loaded test run. Several agents
+    count their restarts each on its own, so there the launcher asks torchrun for a new store
+    every round instead (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``) and this returns ``None``."""
     import torch.distributed as dist
 
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if attempt is None or "MASTER_ADDR" not in os.environ:
+    if (
+        attempt is None
+        or "MASTER_ADDR" not in os.environ
+        or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    ):
         return None
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
     store = dist.TCPStore(
         os.environ["MASTER_ADDR"],
         int(os.environ["MASTER_PORT"]),
         ctx.processes,
-        is_master=not agent and ctx.rank == 0,
+        is_master=False,
         timeout=timeout,
-        multi_tenant=not agent,
     )
     return dist.PrefixStore(f"dlscale/attempt{attempt}", store)
 

@@ -3,7 +3,7 @@
 A run's nodes (torchrun's agents) each get a Linux network namespace, joined through a switch:
 
 * a switch namespace holds a bridge (``br0``); node k's namespace holds one end of a veth pair,
-  named ``dls0``, with the address ``10.99.0.(k+1)/24``; the other end is a port of the bridge
+  named ``dls0``, with the address ``10.99.0.(100+k)/24``; the other end is a port of the bridge
   (``p<k>``). Nothing is added to or changed in the machine's own network namespace, so the
   machine's interfaces, routes and firewall are untouched and runs side by side never collide
   (each has its own switch).
@@ -50,7 +50,8 @@ from dlscale.runtime.procfs import is_alive, process_start
 INTERFACE = "dls0"
 """The node's interface to the switch, the same name in every node's namespace."""
 SUBNET = "10.99.0"
-MAX_NODES = 250
+FIRST_HOST = 100
+MAX_NODES = 150
 PREFIX = "dlscale-"
 STALE_AFTER_S = 60.0
 """A ``dlscale-*`` namespace without processes this old is left over from a killed run."""
@@ -108,7 +109,9 @@ def check_network(value: Any) -> None:
 
 
 def address(node: int) -> str:
-    return f"{SUBNET}.{node + 1}"
+    """Node ``node``'s address, 10.99.0.100+k: one text width for every node, because
+    torchrun's c10d rendezvous numbers the nodes in the text order of their addresses."""
+    return f"{SUBNET}.{FIRST_HOST + node}"
 
 
 def interface_env() -> dict[str, str]:

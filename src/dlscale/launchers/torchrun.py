@@ -2,10 +2,14 @@
 
 One torchrun agent per node (``nnodes``), each starting ``nproc-per-node`` ranks of the run;
 here every agent runs on this machine, so ``nnodes = 2`` is two nodes' agents side by side, as
-a multi-node job would start them. ``nnodes = 1`` uses the c10d rendezvous on a loopback port
-(the elastic agent's own store); ``nnodes > 1`` uses the static rendezvous with each agent's
-``--node-rank``, so agent k starts ranks ``k*P .. k*P+P-1`` and a failed agent names its ranks
-(c10d would number the nodes in the order it sorts them, which the plan cannot know).
+a multi-node job would start them. The agents meet in torch's c10d rendezvous at an endpoint
+on node 0 (``--rdzv-endpoint``, hosted by node 0's agent: ``is_host``). c10d numbers the nodes
+in the order of their addresses (``--local-addr``: each node's own, of one text width so that
+text order is node order: 127.0.1.100+k on the loopback, the namespace's address on an
+emulated network), so agent k starts ranks ``k*P .. k*P+P-1``, as the plan says; a worker
+checks it (``DLSCALE_ENTRY_RANKS``). Across several agents every rendezvous round gives the
+workers a store of their own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``): after a restart the
+agents' shared store would still hold the failed round's addresses.
 
 torchrun gives every rank RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT and keeps
 the store torch.distributed's ``env://`` joins (``provides = ("torch",)``): the torch backends
@@ -19,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import signal
 from pathlib import Path
 
 from dlscale.backends import BACKENDS
@@ -28,7 +33,8 @@ from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, 
 from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
 from dlscale.launchers.network import EmulatedNetwork, Link, address, interface_env
 from dlscale.layout import Addresses
-from dlscale.runtime.checkpoint import ENABLED_ENV, RESTART_VAR_ENV
+from dlscale.runtime.checkpoint import ENABLED_ENV
+from dlscale.runtime.context import ENTRY_RANKS_ENV
 
 RANK_VARS = "RANK,LOCAL_RANK,WORLD_SIZE"
 FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?\d+)")
@@ -37,11 +43,14 @@ FAILURE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*exitcode\s*:\s*(-?
 
 class TorchrunLauncher(Launcher):
     def blame(self, entry: PlanEntry) -> int | None:
-        failures = [(int(r), int(code)) for r, code in FAILURE.findall(output_text(entry))]
+        text = output_text(entry)
+        failures = [(int(r), int(code)) for r, code in FAILURE.findall(text)]
         # torchrun's "root cause" is the earliest by the second, the lowest rank on a tie; a
-        # rank killed by a signal is the cause more often than its peers that then failed
-        killed = [rank for rank, code in failures if code < 0]
-        ranks = killed or [rank for rank, _ in failures]
+        # rank killed by a signal is the cause more often than its peers that then failed, but
+        # not by SIGTERM, with which the agent itself stops the ranks still running
+        killed = [rank for rank, code in failures if code < 0 and code != -signal.SIGTERM]
+        root = FAILURE.findall(text.partition("Root Cause")[2])
+        ranks = killed or [int(r) for r, _ in root] or [rank for rank, _ in failures]
         return ranks[0] if ranks else None
 
     def check(self, python: str) -> None:
@@ -74,45 +83,39 @@ class TorchrunLauncher(Launcher):
                 f"among the divisors of {size}"
             )
         network = self._network(config, spec_path, nnodes)
-        master = LOOPBACK
+
+        def where(node: int) -> str:  # the node's address: its namespace's, or a loopback one
+            return address(node) if network else node_address(node, nnodes)
+
         env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": RANK_VARS}
         restarts = config.option("max_restarts")
-        if restarts and nnodes > 1:
-            raise UserError(
-                f"max_restarts = {restarts} needs nnodes = 1: restarting ranks across "
-                f"{nnodes} torchrun agents needs a new rendezvous round, which failed on this "
-                "torch (static: the agents wait for ever; c10d: a restarted rank met a peer of "
-                "the old round); one agent restarts all its ranks"
-            )
         if restarts:  # the kernel checkpoints and a restarted rank resumes (runtime/checkpoint)
-            env.update({ENABLED_ENV: "1", RESTART_VAR_ENV: "TORCHELASTIC_RESTART_COUNT"})
+            env[ENABLED_ENV] = "1"
+        if nnodes > 1:  # a store of each round's own for the workers (the module's docstring)
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         if network is not None:  # every rank at its node's address in the namespaces
-            master = address(0)
             hosts = tuple(address(rank // per_node) for rank in range(size))
             here = dataclasses.replace(
                 here, addresses=Addresses(hosts=hosts, ports=here.addresses.ports)
             )
             env.update(interface_env())
-        endpoint = f"{master}:{ports[-1]}"
-        rendezvous: tuple[str, ...]
-        if nnodes == 1:
-            rendezvous = (
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                endpoint,
-                "--rdzv-id",
-                spec_path.parent.name,
-            )
-        else:
-            rendezvous = ("--rdzv-backend", "static", "--master-addr", master)
-            rendezvous += ("--master-port", str(ports[-1]))
+        rendezvous: tuple[str, ...] = (
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{where(0)}:{ports[-1]}",
+        )
+        rendezvous += ("--rdzv-id", spec_path.parent.name)
         entries = []
         for node in range(nnodes):
-            node_args = () if nnodes == 1 else ("--node-rank", str(node))
+            ranks = range(node * per_node, (node + 1) * per_node)
+            node_args: tuple[str, ...] = ()
+            if nnodes > 1:  # node 0 hosts the rendezvous; the addresses order the nodes
+                node_args = ("--rdzv-conf", f"is_host={int(node == 0)}")
+                node_args += ("--local-addr", where(node))
             entries.append(
                 PlanEntry(
-                    ranks=range(node * per_node, (node + 1) * per_node),
+                    ranks=ranks,
                     argv=(
                         *(network.exec_prefix(node) if network else ()),
                         python,
@@ -132,7 +135,7 @@ class TorchrunLauncher(Launcher):
                         "dlscale.worker",
                         str(spec_path),
                     ),
-                    env=env,
+                    env={**env, ENTRY_RANKS_ENV: f"{ranks.start}-{ranks.stop - 1}"},
                     stdout=spec_path.parent / f"torchrun{node}.stdout",
                     stderr=spec_path.parent / f"torchrun{node}.stderr",
                 )
@@ -172,3 +175,10 @@ class TorchrunLauncher(Launcher):
             name=f"dlscale-{tag}",
             record=spec_path.parent / "network.json",
         )
+
+
+def node_address(node: int, nnodes: int) -> str:
+    """Node ``node``'s loopback address when every agent runs here (no emulated network):
+    127.0.0.1 for a single agent; across agents 127.0.1.100+k, one text width, because c10d
+    numbers the nodes in the text order of their addresses."""
+    return LOOPBACK if nnodes == 1 else f"127.0.1.{100 + node}"

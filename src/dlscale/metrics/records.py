@@ -155,7 +155,7 @@ class Resume(Record):
 
     event = "resume"
     restart: int = 0
-    """The launcher's count of restarts (1: the first restart)."""
+    """Which attempt this process is (1: the first restart), counted from its rank's records."""
     windows_done: int = 0
     """Windows (epochs) kept from the saved state; this process measures the rest."""
     lost_s: float = 0.0

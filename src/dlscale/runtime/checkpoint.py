@@ -1,21 +1,24 @@
 """Checkpoints that let a restarted run resume (``max_restarts`` of torchrun).
 
-A launcher that restarts failed ranks sets ``DLSCALE_CHECKPOINTS=1`` and names the variable
-that counts its restarts (``DLSCALE_RESTART_VAR``: torchrun's ``TORCHELASTIC_RESTART_COUNT``).
-The kernel (:mod:`dlscale.runtime.schedule`) then, on the first training rank, saves the
+A launcher that restarts failed ranks sets ``DLSCALE_CHECKPOINTS=1``. The kernel
+(:mod:`dlscale.runtime.schedule`) then, on the first training rank, saves the
 replica's training state after every measured window: the engine writes its state (parameters,
 optimizer; :meth:`Engine.checkpoint`), then ``checkpoint/latest.json`` is replaced to point at
 it (written after the state, so a rank killed mid-save leaves the previous pointer whole).
 Only engines whose replicas hold the same state (synchronous data parallelism:
 ``BackendSpec.resumable``) take part: one file restores every rank.
 
-A process of a restarted attempt (the count > 0) restores that state on every training rank,
+A process that finds that pointer belongs to a restarted attempt (the runner empties a point's
+directory before it launches it, so a pointer there is this run's) and restores that state on
+every training rank,
 skips the batches the saved windows consumed (so the data order is the uninterrupted run's),
 records a :class:`~dlscale.metrics.records.Resume` (the restart, the windows kept, the seconds
 lost since the saved state), and goes on with the next window. The windows recorded after the
 pointer by the failed attempt are measured again; the aggregate keeps each window's latest
-record. A run that completes removes its checkpoints; the first attempt removes any left by an
-earlier run of the same directory.
+record. A run that completes removes its checkpoints. Which attempt a process belongs to is
+counted from its rank's own events (a ``start`` record per process), not from the launcher's
+restart counter: torchrun's agents count only their own restarts, and an agent that restarts
+its healthy ranks because another node's rank died counts none.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ if TYPE_CHECKING:
     from dlscale.runtime.schedule import Engine
 
 ENABLED_ENV = "DLSCALE_CHECKPOINTS"
-RESTART_VAR_ENV = "DLSCALE_RESTART_VAR"
 POINTER = "latest.json"
 
 
@@ -54,13 +56,13 @@ class Saved:
     """The state file's name in the checkpoint directory."""
 
 
-def restart_count() -> int:
-    """How many times the launcher has restarted this run's ranks (0: the first attempt)."""
-    name = os.environ.get(RESTART_VAR_ENV, "")
-    try:
-        return max(0, int(os.environ.get(name, "0"))) if name else 0
-    except ValueError:
-        return 0
+def attempt(ctx: WorkerContext) -> int:
+    """Which attempt of the run this process is (0: the first): the processes of its rank
+    that started before it, by their ``start`` records."""
+    starts = sum(
+        1 for r in read_events(events_path(ctx.run_dir, ctx.rank)) if r.get("event") == "start"
+    )
+    return max(0, starts - 1)
 
 
 class Checkpoints:
@@ -78,12 +80,7 @@ class Checkpoints:
 
     def begin(self) -> Saved | None:
         """The state to resume from (restored into the engine), or ``None`` to start afresh
-        (the first attempt, which clears an earlier run's checkpoints; or a restart before any
-        window was saved)."""
-        if restart_count() == 0:
-            if self.saver:
-                shutil.rmtree(self.folder, ignore_errors=True)
-            return None
+        (the first attempt; or a restart before any window was saved)."""
         saved = self.latest()
         if saved is not None:
             self.engine.restore(self.folder / saved.state)

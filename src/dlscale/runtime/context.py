@@ -7,11 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.config.run_config import RunConfig
+from dlscale.errors import UserError
 from dlscale.layout import Addresses, Process, ProcessLayout
 from dlscale.metrics.events import EventWriter
 
 RANK_VARS_ENV = "DLSCALE_RANK_VARS"
 """Set by a launcher whose tool names ranks its own way: ``RANK_VAR,LOCAL_VAR,SIZE_VAR``."""
+ENTRY_RANKS_ENV = "DLSCALE_ENTRY_RANKS"
+"""Set by a launcher on a command that starts several ranks whose numbers its tool assigns
+(torchrun's agents): ``FIRST-LAST``, the ranks the plan expects that command to start."""
 STANDARD_RANK_VARS = (
     ("DLSCALE_RANK", "DLSCALE_LOCAL_RANK", "DLSCALE_WORLD_SIZE"),
     ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
@@ -53,3 +57,19 @@ class WorkerContext:
                 rank = int(os.environ[rank_var])
                 return rank, int(os.environ.get(local_var, rank)), int(os.environ[size_var])
         return 0, 0, 1
+
+    @staticmethod
+    def check_entry_rank(rank: int) -> None:
+        """Raise :class:`UserError` when the launcher's tool gave this process a rank that its
+        command was not planned to start (``DLSCALE_ENTRY_RANKS``): its peers' addresses and
+        the blame for a failure would then be another rank's."""
+        text = os.environ.get(ENTRY_RANKS_ENV)
+        if not text:
+            return
+        first, _, last = text.partition("-")
+        if not int(first) <= rank <= int(last):
+            raise UserError(
+                f"the launcher's tool numbered this process rank {rank}, but its command was "
+                f"planned to start ranks {first} to {last}; the nodes met in another order than "
+                "planned: report it with the run's directory"
+            )

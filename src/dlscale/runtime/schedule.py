@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlscale.metrics.records import Environment, Eval, Resume, Window
 from dlscale.runtime.allocator import loaded_allocator
-from dlscale.runtime.checkpoint import Checkpoints, restart_count, skip
+from dlscale.runtime.checkpoint import Checkpoints, attempt, skip
 from dlscale.runtime.load import LoadSample, machine_cores, sample
 from dlscale.runtime.watchdog import local_parent
 
@@ -208,9 +208,10 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
     )
 
     def resumed() -> None:
-        if checkpoints is not None and restart_count() > 0:
+        restart = attempt(ctx) if checkpoints is not None else 0
+        if checkpoints is not None and (restart or saved is not None):
             ctx.events.write(
-                Resume(restart=restart_count(), windows_done=done, lost_s=checkpoints.lost_s(saved))
+                Resume(restart=restart, windows_done=done, lost_s=checkpoints.lost_s(saved))
             )
 
     def kept(window: int, last: int) -> None:
