@@ -16,8 +16,9 @@ from typing import Any
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
+from dlscale.errors import SchemaError, UserError
 from dlscale.launchers import LAUNCHERS
-from dlscale.launchers.base import LaunchPlan
+from dlscale.launchers.base import LaunchOutcome, LaunchPlan, Submitted
 from dlscale.launchers.watch import watch
 from dlscale.metrics.aggregate import aggregate
 from dlscale.metrics.events import events_path, read_records
@@ -25,6 +26,7 @@ from dlscale.metrics.records import Environment, Error, Record
 from dlscale.plugins import load_plugins
 from dlscale.runtime.environment import host_environment, usable_cores
 from dlscale.runtime.worker_path import prepare_worker_path
+from dlscale.store.files import read_json
 from dlscale.store.results import RunStore, Stored, describe_owner
 
 STOP_GRACE_S = 60.0
@@ -40,12 +42,15 @@ class PointOutcome:
     run_id: str
     state: str
     """completed | failed | skipped (already completed) | busy (another process still runs it
-    after the wait) | newer (stored by a newer dlscale: kept, not rerun)."""
+    after the wait) | newer (stored by a newer dlscale: kept, not rerun) | submitted (started
+    by a launcher that detaches, e.g. a Slurm job: it records its result itself)."""
     result: dict[str, Any] | None
     elsewhere: bool = False
     """The result is another process's: it ran the point while this one waited for its lock."""
     lock_owner: dict[str, Any] | None = None
     """busy: who held the lock when the wait ended (``store.lock_owner``)."""
+    detail: str | None = None
+    """submitted: where the point stands, in its launcher's words (``Slurm job 12 PENDING``)."""
 
 
 def interpreter(config: RunConfig) -> str:
@@ -84,6 +89,10 @@ def run_point(
     """
     run_id = config.run_id()
     seen = store.read(run_id)
+    if seen.result is None and (live := _still_submitted(store, run_id)) is not None:
+        return PointOutcome(config=config, run_id=run_id, state="submitted", result=None,
+                            detail=f"{live.words}, started earlier; not run again while it "
+                            f"is {live.state} ({live.stop_hint})")  # fmt: skip
     if not force and (kept := _kept(config, store, seen)) is not None:
         return kept
     deadline: float | None = None
@@ -112,11 +121,17 @@ def run_point(
         if not force and (kept := _kept(config, store, current)) is not None:
             return kept
         store.clear(run_id)
-        result = _launch(config, store, run_id, command=command, study=study, on_warning=on_warning)
-        store.write_result(run_id, result)
+        launched = _launch(
+            config, store, run_id, command=command, study=study, on_warning=on_warning
+        )
+        if isinstance(launched, str):  # detached: the point records its result itself
+            return PointOutcome(
+                config=config, run_id=run_id, state="submitted", result=None, detail=launched
+            )
+        store.write_result(run_id, launched)
     finally:
         store.release(run_id)
-    return PointOutcome(config=config, run_id=run_id, state=result["status"], result=result)
+    return PointOutcome(config=config, run_id=run_id, state=launched["status"], result=launched)
 
 
 def _kept(config: RunConfig, store: RunStore, stored: Stored) -> PointOutcome | None:
@@ -145,35 +160,53 @@ def _launch(
     command: list[str],
     study: str,
     on_warning: Callable[[str], None],
-) -> dict[str, Any]:
+) -> dict[str, Any] | str:
+    """Run the point and return its result; a launcher that detaches (:meth:`Launcher.detaches`)
+    returns once it is started, and this returns where it stands (its words)."""
     started_at = time.time()
     run_dir = store.run_dir(run_id)
     spec_path = run_dir / "spec.json"
     launcher = LAUNCHERS.get(config.launcher).create()
     plan = launcher.plan(config, spec_path, interpreter(config))
     plugins = load_plugins()
-    store.write_spec(
-        run_id,
-        {
-            "run_id": run_id,
-            "study": study,
-            "command": command,
-            "config": config.to_dict(),
-            "cluster": plan.addresses.to_dict(),
-            "layout": plan.layout.to_dict(),
-            "plugins": plugins,
-        },
-    )
+    spec = {
+        "run_id": run_id,
+        "study": study,
+        "command": command,
+        "config": config.to_dict(),
+        "cluster": plan.addresses.to_dict(),
+        "layout": plan.layout.to_dict(),
+        "plugins": plugins,
+        "threads_per_worker": plan.threads_per_worker,
+        "warnings": list(plan.warnings),
+        "oversubscribed": _oversubscribed(plan, LAUNCHERS.get(config.launcher).same_machine),
+    }
+    store.write_spec(run_id, spec)
     prepare_worker_path(run_dir, plugins)
     for warning in plan.warnings:
         on_warning(warning)
     running = launcher.start(plan)  # start and watch in this thread: see launchers/processes
+    if launcher.detaches(config):
+        where = launcher.submitted(run_dir, config)
+        return where.words if where is not None else "started"
     try:
         outcome = watch(plan, running, run_dir, config.timeout_s, launcher.blame)
     except BaseException:  # a signal between start and watch: stop what was started
         running.stop()
         raise
-    layout = plan.layout
+    return result_of(spec, config, run_dir, outcome, started_at)
+
+
+def result_of(
+    spec: dict[str, Any],
+    config: RunConfig,
+    run_dir: Path,
+    outcome: LaunchOutcome,
+    started_at: float,
+) -> dict[str, Any]:
+    """The point's result from its spec, its ranks' events and how its launch ended: here
+    after a watched run, or in the point's own finishing step (:mod:`dlscale.finish`)."""
+    layout = config.layout()
     per_rank = {p.rank: read_records(events_path(run_dir, p.rank)) for p in layout.processes}
     metrics = aggregate(
         per_rank, target_accuracy=config.target_accuracy, training_ranks=layout.training_ranks
@@ -194,7 +227,7 @@ def _launch(
         environment["packages"] = worker.packages
         environment.update(worker.framework)  # e.g. torch_version, gpu_names (flat columns)
     return {
-        "run_id": run_id,
+        "run_id": spec["run_id"],
         "status": "failed" if error else "completed",
         "error": error,
         "failure": None
@@ -204,24 +237,71 @@ def _launch(
             "returncodes": {str(k): v for k, v in outcome.returncodes.items()},
             "stderr_tail": outcome.stderr_tail,
         },
-        "study": study,
-        "command": command,
+        "study": spec["study"],
+        "command": spec["command"],
         "framework": config.framework,
         "reference": BACKENDS.get(config.backend).reference,
         "config": config.to_dict(),
         "layout": layout.to_dict(),
         "batch_size_per_worker": config.batch_per_worker,
         "global_batch_size": config.global_batch,
-        "threads_per_worker": plan.threads_per_worker,
-        "oversubscribed": _oversubscribed(plan, LAUNCHERS.get(config.launcher).same_machine),
+        "threads_per_worker": spec.get("threads_per_worker"),
+        "oversubscribed": spec.get("oversubscribed"),
         "interpreter": interpreter(config),
-        "warnings": list(plan.warnings),
+        "warnings": spec.get("warnings", []),
         "metrics": metrics,
         "environment": environment,
         "started_at": started_at,
         "finished_at": time.time(),
         "duration_s": outcome.duration_s,
     }
+
+
+def _still_submitted(store: RunStore, run_id: str) -> Submitted | None:
+    """A detached point without a result whose job is still queued or running; one whose job
+    ended without writing its result is recorded as failed here (and then run again)."""
+    settled = settle_submitted(store, run_id)
+    return settled if settled is not None and not settled.ended else None
+
+
+def settle_submitted(store: RunStore, run_id: str) -> Submitted | None:
+    """Where a point started detached and without a result stands (``None``: not such a
+    point). One whose job ended without its finishing step (cancelled, timed out, its node
+    lost) gets a failed result saying so, as a watched run would."""
+    spec_path = store.run_dir(run_id) / "spec.json"
+    if store.result_path(run_id).exists() or not spec_path.exists():
+        return None
+    try:
+        spec = read_json(spec_path, "spec")
+        config = RunConfig.from_dict(spec["config"])
+        submitted = LAUNCHERS.get(config.launcher).create().submitted(store.run_dir(run_id), config)
+    except (SchemaError, UserError, KeyError, TypeError):
+        return None  # not a point of this dlscale's making: left to the run that owns it
+    if submitted is not None and submitted.ended and store.reserve(run_id):
+        try:
+            if not store.result_path(run_id).exists():  # its finishing step may have run since
+                outcome = LaunchOutcome(ok=False, returncodes={0: submitted.code},
+                                        reason=submitted.words)  # fmt: skip
+                started = spec_path.stat().st_mtime
+                store.write_result(
+                    run_id, result_of(spec, config, spec_path.parent, outcome, started)
+                )
+        finally:
+            store.release(run_id)
+    return submitted
+
+
+def submitted_points(store: RunStore) -> list[tuple[str, Submitted]]:
+    """Every point of the store started detached that has no result yet, with where it
+    stands; those whose job ended without one are recorded as failed on the way."""
+    if not store.root.is_dir():
+        return []
+    found = []
+    for run_dir in sorted(p for p in store.root.iterdir() if p.is_dir()):
+        submitted = settle_submitted(store, run_dir.name)
+        if submitted is not None and not submitted.ended:
+            found.append((run_dir.name, submitted))
+    return found
 
 
 def _oversubscribed(plan: LaunchPlan, same_machine: bool) -> bool | None:

@@ -186,3 +186,75 @@ def test_stopping_dlscale_cancels_its_job(tmp_path: Path, slurm):
         while processes_naming(tmp_path) and time.monotonic() < end:
             time.sleep(0.2)
         assert not processes_naming(tmp_path)
+
+
+def _ls_runs(results: Path, env: dict[str, str]) -> str:
+    listing = subprocess.run(
+        [sys.executable, "-m", "dlscale", "ls", "runs", "--results", str(results)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **env, "COLUMNS": "250"},
+    )  # fmt: skip
+    assert listing.returncode == 0, listing.stderr
+    return listing.stdout
+
+
+def test_a_study_submitted_without_waiting_records_its_results_from_its_jobs(
+    tmp_path: Path, cli, slurm
+):
+    """wait = false: dlscale returns once every point is submitted; ls runs shows the jobs
+    pending or running; each job's finishing step records its point, and the study then
+    reads as one that waited (speedup over the 1-worker point)."""
+    study = tmp_path / "study.toml"
+    study.write_text(STUDY)
+    results = tmp_path / "res"
+    run = cli(
+        "run", str(study), "--launcher", "slurm", "--set", "wait=false", "--json",
+        "--results", str(results), env=slurm,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    submitted = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "submitted"]
+    assert len(submitted) == 3 and not list(results.glob("*/result.json"))
+    assert all(re.fullmatch(r"Slurm job \d+ (PENDING|RUNNING)", s["detail"]) for s in submitted)
+    listing = _ls_runs(results, slurm)
+    assert "submitted, no result yet (3)" in listing and "scancel" in listing
+    end = time.monotonic() + 240
+    while len(list(results.glob("*/result.json"))) < 3 and time.monotonic() < end:
+        time.sleep(1)
+    stored = RunStore(results).results()
+    assert [r["status"] for r in stored] == ["completed"] * 3, [r["error"] for r in stored]
+    for result in stored:
+        run_dir = results / result["run_id"]
+        assert "-m dlscale.finish" in (run_dir / "job.sbatch").read_text()
+        job = (run_dir / "slurm-job-id").read_text().strip()
+        assert _job_state(job, slurm) == "COMPLETED"
+        assert result["metrics"]["measured_steps"] > 0 and result["duration_s"] > 0
+    listing = _ls_runs(results, slurm)
+    assert listing.count(" ok ") == 3 and "no result yet" not in listing, listing
+    assert "1.00x*" in listing  # speedups over the torch-single point, as in a local study
+
+
+def test_a_submitted_point_is_not_run_again_while_its_job_runs_and_a_cancel_is_recorded(
+    tmp_path: Path, cli, slurm
+):
+    flags = ("--backend", "torch-ddp", "--workers", "2", "--model", "tiny", "--dataset", "digits",
+             "--steps", "2000", "--windows", "2", "--repeats", "1", "--launcher", "slurm",
+             "--set", "wait=false", "--set", "machine_reference=false",
+             "--results", str(tmp_path))  # fmt: skip
+    first = cli("run", *flags, env=slurm)
+    assert first.returncode == 0, first.stderr
+    (job_file,) = tmp_path.glob("*/slurm-job-id")
+    job = job_file.read_text().strip()
+    again = cli("run", *flags, "--force", env=slurm)  # even --force leaves a live job alone
+    assert again.returncode == 0, again.stderr
+    assert f"Slurm job {job}" in again.stderr and "not run again while it is" in again.stderr
+    assert list(tmp_path.glob("*/slurm-job-id")) == [job_file]
+    assert job_file.read_text().strip() == job
+    subprocess.run(["scancel", job], check=True, env={**os.environ, **slurm})
+    end = time.monotonic() + 60
+    while _job_state(job, slurm) not in ("CANCELLED", "COMPLETED") and time.monotonic() < end:
+        time.sleep(0.5)
+    listing = _ls_runs(tmp_path, slurm)  # records the job that ended without its result
+    assert "FAILED" in listing and "no result yet" not in listing, listing
+    (result,) = RunStore(tmp_path).results()
+    assert result["status"] == "failed"
+    said = rf"Slurm job {job} ended CANCELLED \(ExitCode \d+:\d+\) before it recorded its result"
+    assert re.fullmatch(said, result["error"]), result["error"]

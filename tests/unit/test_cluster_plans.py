@@ -2,6 +2,7 @@
 started here (tests/distributed/test_torchrun.py and tests/cluster/test_slurm.py run them)."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,34 @@ def test_sbatch_plan_writes_a_batch_script_that_runs_one_srun_step():
     )
 
 
+def test_a_detached_batch_script_records_its_point_after_the_ranks_step():
+    cfg = RunConfig.make(backend="torch-ddp", workers=2, launcher="slurm", slurm_mode="sbatch",
+                         wait=False)  # fmt: skip
+    launcher = SlurmLauncher()
+    assert launcher.detaches(cfg) and not launcher.detaches(_slurm("sbatch"))
+    (entry,) = launcher.plan(cfg, SPEC, "/py", ports=(1, 2, 3, 4)).entries
+    lines = entry.files[Path("/r/x/job.sbatch")].splitlines()
+    step = "srun --kill-on-bad-exit=1 --export=ALL /py -m dlscale.worker /r/x/spec.json"
+    finish = f"{sys.executable} -m dlscale.finish /r/x/spec.json"
+    assert lines[-5:] == [
+        "started=$(date +%s.%N)",
+        step,
+        "code=$?",
+        f'{finish} "$code" "$started"',
+        'exit "$code"',
+    ]
+    launcher.check_point(cfg)  # torch-ddp's ranks all exit: fine
+
+
+def test_not_waiting_is_refused_for_srun_steps_and_roles_that_never_exit():
+    with pytest.raises(UserError, match="set slurm_mode = sbatch"):
+        SlurmLauncher().check_point(_slurm("srun", wait=False))
+    ps = RunConfig.make(backend="tf-ps", workers=2, launcher="slurm", slurm_mode="sbatch",
+                        wait=False)  # fmt: skip
+    with pytest.raises(UserError, match="tf-ps: its ps, worker processes never exit by themselves"):
+        SlurmLauncher().check_point(ps)
+
+
 def test_batch_script_quotes_what_it_exports_and_every_option():
     args = ("--comment=a b", "--ntasks=2")
     script = batch_script(args, {"A": "x; rm -rf / $(id)"}, ("/p y",), Path("/o"), Path("/e"))
@@ -220,3 +249,20 @@ def test_torchrun_blames_the_rank_a_signal_killed_then_its_root_cause(
     )  # fmt: skip
     entry.stderr.write_text(_summary(failures, root))
     assert TorchrunLauncher().blame(entry) == blamed
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["/nope/spec.json", "0", "nan"], "usage:"),
+        (["/nope/spec.json", "x", "1.5"], "usage:"),
+        (["only-one"], "usage:"),
+        (["/nope/spec.json", "0", "1.5"], "/nope/spec.json: cannot be read"),
+    ],
+)
+def test_the_finishing_step_refuses_bad_arguments_in_one_line(argv, said, capsys):
+    from dlscale.finish import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.splitlines()) == 1

@@ -1,7 +1,7 @@
 """Which rank a failed command is blamed on, and how the failure is worded."""
 
 from dlscale.launchers.base import PlanEntry
-from dlscale.launchers.watch import _failed_rank
+from dlscale.launchers.watch import failed_rank
 from dlscale.metrics.events import EventWriter, events_path
 from dlscale.metrics.records import End, Start
 
@@ -18,14 +18,14 @@ def test_a_rank_that_dies_after_its_end_record_is_named_as_such(tmp_path):
     entry = PlanEntry(
         ranks=range(1), argv=("x",), env={}, stdout=tmp_path / "o", stderr=tmp_path / "e"
     )
-    assert _failed_rank(entry, -6, tmp_path, None) == (
+    assert failed_rank(entry, -6, tmp_path, None) == (
         0,
         "rank 0 was killed by SIGABRT after recording the end of its run",
     )
     both = PlanEntry(
         ranks=range(2), argv=("x",), env={}, stdout=tmp_path / "o", stderr=tmp_path / "e"
     )
-    assert _failed_rank(both, 1, tmp_path, None) == (
+    assert failed_rank(both, 1, tmp_path, None) == (
         1,
         "rank 1 (command of ranks [0, 1]) exited with code 1",
     )

@@ -37,7 +37,8 @@ def main(args: argparse.Namespace) -> int:
         "launchers": _launchers,
         "runs": lambda: _runs(args.results),
     }[args.what]()
-    console().print(table)
+    for each in table if isinstance(table, list) else [table]:
+        console().print(each)
     return 0
 
 
@@ -176,10 +177,26 @@ def _launchers() -> Table:
     return table
 
 
-def _runs(results: str) -> Table:
+def _runs(results: str) -> list[Table]:
+    """The stored runs (each with its point's speedup), then the points submitted detached
+    that have no result yet, with where their jobs stand (a job that ended without recording
+    its result is recorded as failed first, and listed with the runs)."""
     from dlscale.cli.tables import points_table
     from dlscale.metrics.scaling import add_scaling
+    from dlscale.runner import submitted_points
     from dlscale.store.results import RunStore
 
-    rows = add_scaling(RunStore(results).results(), per="run")  # each run, its point's speedup
-    return points_table(rows, title=f"runs in {results} ({len(rows)})", run_ids=True)
+    store = RunStore(results)
+    waiting = submitted_points(store)
+    tables = []
+    if not waiting or any(store.root.glob("*/result.json")):
+        rows = add_scaling(store.results(), per="run")  # each run, its point's speedup
+        tables.append(points_table(rows, title=f"runs in {results} ({len(rows)})", run_ids=True))
+    if waiting:
+        table = Table(title=f"submitted, no result yet ({len(waiting)})")
+        for column in ("run", "state", "where it stands", "to stop it"):
+            table.add_column(column)
+        for run_id, submitted in waiting:
+            _add(table, run_id, submitted.state, submitted.words, submitted.stop_hint)
+        tables.append(table)
+    return tables

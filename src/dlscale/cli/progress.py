@@ -77,6 +77,7 @@ class _Tally:
     finished: list[str] = field(default_factory=list)
     failed: int = 0
     busy: int = 0
+    submitted: int = 0
 
 
 def run_study(
@@ -143,7 +144,7 @@ def run_study(
     if as_json:
         for point in points:
             print(json.dumps(json_record(point, kind="point")), flush=True)
-    else:
+    elif points or not tally.submitted:
         out = console()
         out.print(points_table(points, title=f"study {study.name}: {study.description}"))
         out.print(LEGEND, style="dim", highlight=False)
@@ -154,6 +155,14 @@ def run_study(
         )
     if plan.target_ci is not None and stop is not None:
         line(f"dlscale: stopping rule: {escape(stop)}")
+    if tally.submitted:
+        line(
+            escape(
+                f"dlscale: {tally.submitted} point(s) submitted; each records its result when "
+                f"its job ends: `dlscale ls runs --results {results}` shows where they stand, "
+                f"`dlscale report --results {results}` reads them once done"
+            )
+        )
     if tally.failed or tally.busy:
         print(
             f"dlscale: {tally.failed} run(s) failed, {tally.busy} skipped as busy", file=sys.stderr
@@ -240,6 +249,14 @@ def _run_one(
         return
     if outcome.state == "newer":
         return  # kept, with a warning from the store; nothing to show
+    if outcome.state == "submitted":
+        tally.submitted += 1
+        if as_json:
+            record = {"kind": "submitted", "run_id": outcome.run_id, "detail": outcome.detail}
+            print(json.dumps(record), flush=True)
+        else:
+            line(escape(f"{outcome.run_id}: submitted: {outcome.detail}"))
+        return
     if outcome.state == "skipped" and not as_json:
         line(
             escape(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from dlscale.errors import UserError
@@ -38,9 +39,18 @@ def main(args: argparse.Namespace) -> int:
     from dlscale.metrics.scaling import add_scaling
     from dlscale.report.html import build_html
     from dlscale.report.tables import to_csv, to_markdown
+    from dlscale.runner import submitted_points
     from dlscale.store.results import RunStore
 
-    runs = RunStore(args.results).results()
+    store = RunStore(args.results)
+    waiting = submitted_points(store)  # and jobs that ended without a result recorded failed
+    if waiting:
+        print(
+            f"dlscale: {len(waiting)} submitted point(s) have no result yet and are not in this "
+            f"report (dlscale ls runs --results {args.results} shows where they stand)",
+            file=sys.stderr,
+        )
+    runs = store.results()
     rows = add_scaling(runs)
     if not rows:
         raise UserError(

@@ -126,6 +126,13 @@ LAUNCHERS.register(
                 default="",
                 help="more srun/sbatch options, e.g. '--account=proj --qos=short'",
             ),
+            Option(
+                name="wait",
+                type="bool",
+                default=True,
+                help="sbatch: wait for each job and show progress; false: submit every point "
+                "and return, each job records its own result (dlscale ls runs shows the states)",
+            ),
         ),
     ),
 )

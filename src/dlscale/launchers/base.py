@@ -78,6 +78,24 @@ class LaunchOutcome:
     duration_s: float = 0.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class Submitted:
+    """Where a point started by a launcher that detaches stands, while it has no result."""
+
+    state: str
+    """``pending`` (queued), ``running``, or ``ended`` (without writing its result)."""
+    words: str
+    """The scheduler's words: ``Slurm job 12 PENDING``, ``Slurm job 12 ended CANCELLED``."""
+    stop_hint: str = ""
+    """How to stop it: ``scancel 12``."""
+    code: int | None = None
+    """``ended``: the exit code the scheduler gives the job."""
+
+    @property
+    def ended(self) -> bool:
+        return self.state == "ended"
+
+
 class Running(ABC):
     """A started plan: one status per entry."""
 
@@ -137,6 +155,17 @@ class Launcher(ABC):
                 setup.remove()
             raise
         return WithSetups(running, made) if made else running
+
+    def detaches(self, config: RunConfig) -> bool:
+        """Whether ``dlscale run`` returns as soon as this point is started (a submitted batch
+        job), not waiting for it: its plan then records the point's result itself
+        (``python -m dlscale.finish``), and :meth:`submitted` says where it stands."""
+        return False
+
+    def submitted(self, run_dir: Path, config: RunConfig) -> Submitted | None:
+        """For a point this launcher started detached that has no result yet: where it stands
+        (asked of the scheduler); ``None``: the point was not started detached."""
+        return None
 
     def hosts(self, size: int) -> tuple[str, ...]:
         """In a worker whose spec has no hosts (the scheduler placed the ranks): each rank's

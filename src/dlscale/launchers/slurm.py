@@ -8,7 +8,10 @@ into the run's directory (kept there: ``job.sbatch``), submits it, and polls the
 ``scontrol`` until it ends; ``auto`` (the default) is ``srun`` inside an allocation
 (``SLURM_JOB_ID`` set) and ``sbatch`` outside one. A job that fails, is cancelled, times out or
 loses its node is recorded as a failed run saying so; stopping dlscale (Ctrl-C, SIGTERM)
-cancels the job.
+cancels the job. With ``wait = false`` (sbatch only) dlscale submits every point and returns:
+each batch script ends with a finishing step (``python -m dlscale.finish``) that records the
+point's result, ``dlscale ls runs`` shows the jobs still pending or running, and a job that
+ended without its finishing step is recorded as failed from Slurm's word (:meth:`submitted`).
 
 Every rank takes its rank from SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS and its peers' hosts
 from the step's node list (:func:`slurm_hosts`, Slurm's block distribution), so backends that
@@ -30,6 +33,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -40,6 +44,7 @@ from dlscale.launchers.base import (
     LaunchPlan,
     PlanEntry,
     Running,
+    Submitted,
     common_env,
     write_files,
 )
@@ -95,14 +100,29 @@ def job_arguments(config: RunConfig, tasks: int, threads: int, name: str) -> tup
 
 
 def batch_script(
-    args: tuple[str, ...], env: dict[str, str], worker: tuple[str, ...], out: Path, err: Path
+    args: tuple[str, ...],
+    env: dict[str, str],
+    worker: tuple[str, ...],
+    out: Path,
+    err: Path,
+    finisher: tuple[str, ...] | None = None,
 ) -> str:
-    """The batch job: its allocation, the run's variables, one srun step of every rank."""
+    """The batch job: its allocation, the run's variables, one srun step of every rank; with
+    a ``finisher`` (a detached point), then the step that records the point's result, given
+    the ranks' exit code and the time they started."""
     lines = ["#!/bin/bash", "# written by dlscale (--launcher slurm, slurm_mode = sbatch)"]
     lines += [f"#SBATCH {shlex.quote(arg)}" for arg in args]  # sbatch unquotes these lines
     lines += [f"#SBATCH --output={out}", f"#SBATCH --error={err}"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
-    lines.append(shlex.join(("exec", "srun", "--kill-on-bad-exit=1", "--export=ALL", *worker)))
+    step = ("srun", "--kill-on-bad-exit=1", "--export=ALL", *worker)
+    if finisher is None:
+        lines.append(shlex.join(("exec", *step)))
+    else:
+        lines.append("started=$(date +%s.%N)")
+        lines.append(shlex.join(step))
+        lines.append("code=$?")
+        lines.append(f'{shlex.join(finisher)} "$code" "$started"')
+        lines.append('exit "$code"')
     return "\n".join(lines) + "\n"
 
 
@@ -141,13 +161,16 @@ class SlurmLauncher(Launcher):
         else:
             out, err = run_dir / "slurm.stdout", run_dir / "slurm.stderr"
             script = run_dir / "job.sbatch"
+            finisher = None
+            if self.detaches(config):  # this dlscale's interpreter records the result
+                finisher = (sys.executable, "-m", "dlscale.finish", str(spec_path))
             entry = PlanEntry(
                 ranks=range(layout.size),
                 argv=("sbatch", "--parsable", str(script)),
                 env={},
                 stdout=out,
                 stderr=err,
-                files={script: batch_script(args, env, worker, out, err)},
+                files={script: batch_script(args, env, worker, out, err, finisher)},
             )
         return LaunchPlan(
             entries=(entry,),
@@ -170,6 +193,48 @@ class SlurmLauncher(Launcher):
 
     def hosts(self, size: int) -> tuple[str, ...]:
         return slurm_hosts(dict(os.environ), size)
+
+    def detaches(self, config: RunConfig) -> bool:
+        return not config.option("wait") and slurm_mode(config) == "sbatch"
+
+    def check_point(self, config: RunConfig) -> None:
+        if config.option("wait"):
+            return
+        if slurm_mode(config) != "sbatch":
+            raise UserError(
+                "wait = false submits batch jobs and returns, and this point would run as an "
+                "srun step of the allocation dlscale runs in: set slurm_mode = sbatch, or "
+                "leave wait = true"
+            )
+        never = sorted({p.role for p in config.layout().processes if not p.exits})
+        if never:
+            raise UserError(
+                f"wait = false cannot run {config.backend}: its {', '.join(never)} processes "
+                "never exit by themselves, and only a watching dlscale stops them once "
+                "training ended (the job would run until its time limit); leave wait = true"
+            )
+
+    def submitted(self, run_dir: Path, config: RunConfig) -> Submitted | None:
+        try:
+            job = (run_dir / "slurm-job-id").read_text().strip()
+        except OSError:
+            return None  # never submitted (sbatch refused it), or not detached
+        if not self.detaches(config) or not job.isdigit():
+            return None
+        polled = SlurmJob(job)
+        state, _ = polled.state()
+        hint = f"scancel {job} stops it"
+        if state in QUEUED_STATES:
+            return Submitted(state="pending", words=f"Slurm job {job} {state}", stop_hint=hint)
+        if state in RUNNING_STATES:
+            return Submitted(state="running", words=f"Slurm job {job} {state}", stop_hint=hint)
+        words = polled.describe(0) or f"Slurm job {job} ended {state}"
+        if state == "COMPLETED":
+            words += ", without recording its result (see slurm.stderr in the run's directory)"
+        else:
+            words += " before it recorded its result"
+        (code,) = polled.poll()
+        return Submitted(state="ended", words=words, code=1 if code in (None, 0) else code)
 
 
 class SlurmJob(Running):

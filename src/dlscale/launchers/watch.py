@@ -53,7 +53,7 @@ def watch(
                 # more often than its peers that then failed on a closed connection.
                 index = min(bad, key=lambda i: (codes[i] >= 0, i))  # type: ignore[operator]
                 entry = plan.entries[index]
-                failed = _failed_rank(entry, codes[index], run_dir, blame(entry))
+                failed = failed_rank(entry, codes[index], run_dir, blame(entry))
                 if (how := running.describe(index)) is not None:
                     failed = (failed[0], f"{how}: {failed[1]}")
                 break
@@ -103,7 +103,7 @@ def watch(
         returncodes=returncodes,
         failed_rank=rank,
         reason=reason,
-        stderr_tail=_tail(entry.stderr),
+        stderr_tail=tail_of(entry.stderr),
         duration_s=duration,
     )
 
@@ -134,7 +134,7 @@ def _never_exiting(plan: LaunchPlan, live: list[int], run_dir: Path, ended: set[
     ]
 
 
-def _failed_rank(
+def failed_rank(
     entry: PlanEntry, code: int | None, run_dir: Path, reported: int | None
 ) -> tuple[int, str]:
     """The rank to blame for a failed command, and why: the one its launcher reports, else one
@@ -206,7 +206,7 @@ def _time(record: dict[str, Any]) -> float:
     return float(value) if isinstance(value, int | float) else -math.inf
 
 
-def _tail(path: Path) -> list[str]:
+def tail_of(path: Path) -> list[str]:
     try:
         lines = path.read_text(errors="replace").splitlines()
     except OSError:
