@@ -76,6 +76,9 @@ def test_torchrun_refuses_an_uneven_split_and_a_bad_node_count():
     )
     with pytest.raises(UserError, match="cannot split the run's 3 processes"):
         TorchrunLauncher().plan(cfg, SPEC, "/py", ports=(1, 2), cores=8)
+    many = RunConfig.make(backend="torch-ddp", workers=302, launcher="torchrun", nnodes=151)
+    with pytest.raises(UserError, match="at most 150 nodes' agents here, not 151"):
+        TorchrunLauncher().plan(many, SPEC, "/py", ports=(1,) * 303, cores=8)
     with pytest.raises(UserError, match="nnodes must be >= 1"):
         RunConfig.make(backend="torch-ddp", launcher="torchrun", nnodes=0)
     with pytest.raises(UserError, match="nnodes must be int"):

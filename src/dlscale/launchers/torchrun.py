@@ -31,7 +31,7 @@ from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
 from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
 from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
-from dlscale.launchers.network import EmulatedNetwork, Link, address, interface_env
+from dlscale.launchers.network import MAX_NODES, EmulatedNetwork, Link, address, interface_env
 from dlscale.layout import Addresses
 from dlscale.runtime.checkpoint import ENABLED_ENV
 from dlscale.runtime.context import ENTRY_RANKS_ENV
@@ -74,6 +74,8 @@ class TorchrunLauncher(Launcher):
         ports = reserved_ports(config, ports, extra=1)  # the last: torchrun's rendezvous
         here = on_this_machine(config, ports=ports[:-1], cores=cores)
         nnodes = config.option("nnodes")
+        if nnodes > MAX_NODES:  # the nodes' addresses (one text width) run out
+            raise UserError(f"torchrun runs at most {MAX_NODES} nodes' agents here, not {nnodes}")
         size = here.layout.size
         per_node, left = divmod(size, nnodes)
         if left:
