@@ -26,7 +26,7 @@ from dlscale.metrics.records import Environment, Error, Record
 from dlscale.plugins import load_plugins
 from dlscale.runtime.environment import host_environment, usable_cores
 from dlscale.runtime.worker_path import prepare_worker_path
-from dlscale.store.files import read_json
+from dlscale.store.files import read_json, write_json_atomic
 from dlscale.store.results import RunStore, Stored, describe_owner
 
 STOP_GRACE_S = 60.0
@@ -163,14 +163,33 @@ def _launch(
 ) -> dict[str, Any] | str:
     """Run the point and return its result; a launcher that detaches (:meth:`Launcher.detaches`)
     returns once it is started, and this returns where it stands (its words)."""
+    spec, outcome, started_at = launch(
+        config, store.run_dir(run_id), command=command, study=study, on_warning=on_warning
+    )
+    if isinstance(outcome, str):
+        return outcome
+    return result_of(spec, config, store.run_dir(run_id), outcome, started_at)
+
+
+def launch(
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    command: list[str],
+    study: str,
+    on_warning: Callable[[str], None],
+    task: dict[str, Any] | None = None,
+) -> tuple[dict[str, Any], LaunchOutcome | str, float]:
+    """Plan the point, write its spec (with ``task``: what the workers do instead of training,
+    e.g. ``dlscale microbench``'s collectives), start it and watch it: (the spec, how the
+    launch ended or, for a launcher that detaches, where it stands, the start time)."""
     started_at = time.time()
-    run_dir = store.run_dir(run_id)
     spec_path = run_dir / "spec.json"
     launcher = LAUNCHERS.get(config.launcher).create()
     plan = launcher.plan(config, spec_path, interpreter(config))
     plugins = load_plugins()
     spec = {
-        "run_id": run_id,
+        "run_id": run_dir.name,
         "study": study,
         "command": command,
         "config": config.to_dict(),
@@ -180,21 +199,22 @@ def _launch(
         "threads_per_worker": plan.threads_per_worker,
         "warnings": list(plan.warnings),
         "oversubscribed": _oversubscribed(plan, LAUNCHERS.get(config.launcher).same_machine),
+        **(task or {}),
     }
-    store.write_spec(run_id, spec)
+    write_json_atomic(spec_path, "spec", spec)
     prepare_worker_path(run_dir, plugins)
     for warning in plan.warnings:
         on_warning(warning)
     running = launcher.start(plan)  # start and watch in this thread: see launchers/processes
     if launcher.detaches(config):
         where = launcher.submitted(run_dir, config)
-        return where.words if where is not None else "started"
+        return spec, where.words if where is not None else "started", started_at
     try:
         outcome = watch(plan, running, run_dir, config.timeout_s, launcher.blame)
     except BaseException:  # a signal between start and watch: stop what was started
         running.stop()
         raise
-    return result_of(spec, config, run_dir, outcome, started_at)
+    return spec, outcome, started_at
 
 
 def result_of(

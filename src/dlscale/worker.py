@@ -79,7 +79,12 @@ def main(argv: list[str]) -> int:
             threads=int(os.environ.get("DLSCALE_THREADS", "1")),
             events=events,
         )
-        load_object(backend.worker)(ctx)
+        if spec.get("task") == "microbench":  # the engine's collectives, not training
+            from dlscale.microbench import Settings
+
+            load_object(str(backend.collectives))(ctx, Settings.from_dict(spec["microbench"]))
+        else:
+            load_object(backend.worker)(ctx)
     except UserError as error:
         events.write(Error(kind="user", message=str(error)))
         print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)

@@ -86,6 +86,9 @@ class BackendSpec:
     """Its replicas hold one training state that its engine checkpoints and restores, so a run
     whose ranks a launcher restarts resumes from the last saved window (``max_restarts``);
     the engine says the same (``Engine.resumable``)."""
+    collectives: str | None = None
+    """``module:function(ctx, settings)`` running ``dlscale microbench``'s collectives on this
+    engine's communication library (:mod:`dlscale.microbench`); ``None``: none to measure."""
     device_probe: str | None = None
     """``module:function`` run under the workers' interpreter before launch, returning the
     number of CUDA devices the framework sees (so ``--device cuda`` without a GPU is refused
@@ -125,6 +128,7 @@ BACKENDS.register(
         description="PyTorch DistributedDataParallel (gloo on CPU, NCCL on CUDA)",
         framework="torch",
         worker="dlscale.backends.torch_ddp:run",
+        collectives="dlscale.microbench.torch_collectives:run",
         measures_exposed_comm=True,
         install=_TORCH_INSTALL,
         options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,

@@ -20,6 +20,8 @@ COMMANDS = {
     "report": ("dlscale.cli.report", "write the HTML report, paper figures and tables"),
     "env": ("dlscale.cli.env", "show this machine's hardware and software"),
     "compare": ("dlscale.cli.compare", "compare two results directories: find regressions"),
+    "microbench": ("dlscale.cli.microbench", "time collectives over message sizes on an engine"),
+    "predict": ("dlscale.cli.predict", "predict scaling to many workers from a compute profile"),
 }
 
 

@@ -83,23 +83,33 @@ class Link:
     @classmethod
     def parse(cls, text: str) -> Link:
         rate_text, _, delay_text = text.strip().lower().partition(":")
-        rate: int | None = None
-        if rate_text != "unshaped":
-            match = _RATE.match(rate_text.strip())
-            if not match:
-                raise UserError(f"network = {text!r}: cannot read the rate; give {FORMAT}")
-            rate = round(float(match[1]) * _RATE_UNITS[match[2]])
-            if not 8_000 <= rate <= 10**12:
-                raise UserError(f"network = {text!r}: the rate must be 8kbit to 1000gbit")
-        latency = 0.0
-        if delay_text:
-            match = _DELAY.match(delay_text.strip())
-            if not match:
-                raise UserError(f"network = {text!r}: cannot read the latency; give {FORMAT}")
-            latency = float(match[1]) * _DELAY_UNITS[match[2]]
-            if not (math.isfinite(latency) and latency <= 10.0):
-                raise UserError(f"network = {text!r}: the latency must be at most 10 s")
+        what = f"network = {text!r}"
+        rate = None if rate_text == "unshaped" else parse_rate(rate_text, what)
+        latency = parse_latency(delay_text, what) if delay_text else 0.0
         return cls(rate, latency)
+
+
+def parse_rate(text: str, what: str) -> int:
+    """A link's rate like ``100mbit`` or ``25Gbit`` in bit/s (decimal units, as tc reads
+    them), 8 kbit/s to 1000 Gbit/s; ``what`` names the setting in the error."""
+    match = _RATE.match(text.strip().lower())
+    if not match:
+        raise UserError(f"{what}: cannot read the rate; give {FORMAT}")
+    rate = round(float(match[1]) * _RATE_UNITS[match[2]])
+    if not 8_000 <= rate <= 10**12:
+        raise UserError(f"{what}: the rate must be 8kbit to 1000gbit")
+    return rate
+
+
+def parse_latency(text: str, what: str) -> float:
+    """A one-way delay like ``100us`` or ``1ms`` in seconds, at most 10 s."""
+    match = _DELAY.match(text.strip().lower())
+    if not match:
+        raise UserError(f"{what}: cannot read the latency; give {FORMAT}")
+    latency = float(match[1]) * _DELAY_UNITS[match[2]]
+    if not (math.isfinite(latency) and latency <= 10.0):
+        raise UserError(f"{what}: the latency must be at most 10 s")
+    return latency
 
 
 def check_network(value: Any) -> None:

@@ -178,9 +178,38 @@ class End(Record):
     event = "end"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Collective(Record):
+    """One collective at one message size on one rank (``dlscale microbench``)."""
+
+    event = "collective"
+    collective: str = ""
+    """all_reduce, all_gather, reduce_scatter, broadcast or send_recv."""
+    bytes: int = 0
+    """The message size as nccl-tests counts it (all_gather: the gathered output)."""
+    times_s: list[float] = dataclasses.field(default_factory=list)
+    """This rank's time of each timed iteration (send_recv: half the round trip); empty on a
+    rank that sat it out."""
+    max_error: float = 0.0
+    """The largest difference from the exact result, checked after the first timed call."""
+    correct: bool = True
+
+
 RECORD_TYPES: dict[str, type[Record]] = {
     cls.event: cls
-    for cls in (Start, Environment, Strategy, Window, Eval, Staleness, Server, Resume, Error, End)
+    for cls in (
+        Start,
+        Environment,
+        Strategy,
+        Window,
+        Eval,
+        Staleness,
+        Server,
+        Resume,
+        Error,
+        End,
+        Collective,
+    )
 }
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from dlscale.errors import SchemaError
 
-SCHEMAS = {"spec": 3, "result": 3, "checkpoint": 1}
+SCHEMAS = {"spec": 3, "result": 3, "checkpoint": 1, "microbench": 1}
 """Current version of each persisted document kind; bump on an incompatible change.
 2: plug-in options grouped under ``config.options``, process layout, worker environment.
 ``checkpoint``: the pointer to a restartable run's latest saved state

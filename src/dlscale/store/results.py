@@ -153,11 +153,6 @@ class RunStore:
             else:
                 path.unlink(missing_ok=True)
 
-    def write_spec(self, run_id: str, spec: dict[str, Any]) -> Path:
-        path = self.run_dir(run_id) / "spec.json"
-        write_json_atomic(path, "spec", spec)
-        return path
-
     def write_result(self, run_id: str, result: dict[str, Any]) -> None:
         write_json_atomic(self.result_path(run_id), "result", result)
 

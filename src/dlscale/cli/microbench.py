@@ -1,0 +1,171 @@
+"""``dlscale microbench``: collectives over message sizes on an engine's communication library,
+started by any launcher like a training run, checked for exact results, stored with their time,
+algorithm bandwidth and bus bandwidth, and the network's alpha and beta fitted from the
+all-reduce (docs/perfmodel.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from dlscale.cli.tables import cell, console, literal, say
+from dlscale.errors import UserError
+from dlscale.microbench import COLLECTIVES, Settings, parse_sizes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend", default="torch-ddp", help="whose library (dlscale ls backends)"
+    )
+    parser.add_argument("--workers", default="2", help="processes, or a list: 2,4")
+    parser.add_argument(
+        "--launcher", default="local", help="how the ranks start (dlscale ls launchers)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--sizes", default="4..256M", help="4..256M (x4 steps) or a list: 4,1M")
+    parser.add_argument(
+        "--collectives", default=",".join(COLLECTIVES), help=f"of {', '.join(COLLECTIVES)}"
+    )
+    parser.add_argument("--iterations", type=int, default=20, help="timed calls of small messages")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="a launcher's or backend's option, e.g. nnodes=2, network=1gbit",
+    )  # fmt: skip
+    parser.add_argument("--results", default="dlscale-results", help="where results are stored")
+    parser.add_argument("--json", action="store_true", help="one JSON record per row")
+
+
+def main(args: argparse.Namespace) -> int:
+    from dlscale.config.run_config import RunConfig
+    from dlscale.config.study import parse_set
+    from dlscale.preflight import check_points
+
+    settings = Settings(
+        collectives=tuple(c.strip() for c in args.collectives.split(",") if c.strip()),
+        sizes=parse_sizes(args.sizes),
+        max_iterations=args.iterations,
+    )
+    try:
+        counts = [int(part) for part in args.workers.split(",")]
+    except ValueError:
+        raise UserError(f"--workers {args.workers!r}: give a count or a list like 2,4") from None
+    from dlscale.backends import BACKENDS
+
+    if BACKENDS.get(args.backend).collectives is None:
+        able = ", ".join(name for name, spec in BACKENDS if spec.collectives)
+        raise UserError(f"{args.backend} has no collectives benchmark; backends that do: {able}")
+    overrides = parse_set(args.overrides)
+    common = {"backend": args.backend, "launcher": args.launcher, "device": args.device}
+    configs = [
+        RunConfig.make(workers=count, model="tiny", dataset="synthetic", **common, **overrides)
+        for count in counts
+    ]
+    _check(configs)
+    results = Path(args.results)
+    check_points(tuple(configs), results)
+    failed = 0
+    for config in configs:
+        stored = measure(config, settings, results)
+        failed += stored["error"] is not None
+        _show(stored, args.json)
+    return 1 if failed else 0
+
+
+def _check(configs: list[Any]) -> None:
+    from dlscale.launchers import LAUNCHERS
+
+    for config in configs:
+        if LAUNCHERS.get(config.launcher).create().detaches(config):
+            raise UserError("dlscale microbench waits for its ranks: leave wait = true")
+
+
+def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
+    """Run the collectives of one config and store ``microbench.json`` in its directory."""
+    from dlscale.metrics.events import events_path, read_records
+    from dlscale.microbench.aggregate import collective_rows
+    from dlscale.perfmodel.fit import fit_network
+    from dlscale.runner import launch
+    from dlscale.store.files import write_json_atomic
+
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    run_dir = results / f"microbench-{config.backend}-w{config.workers}-{config.launcher}-{stamp}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    task = {"task": "microbench", "microbench": settings.to_dict()}
+    _, outcome, started = launch(
+        config, run_dir, command=["dlscale", "microbench", *sys.argv[2:]], study="microbench",
+        on_warning=lambda message: say(console(stderr=True), f"dlscale: warning: {message}"),
+        task=task,
+    )  # fmt: skip
+    assert not isinstance(outcome, str)  # a launcher that detaches is refused before
+    layout = config.layout()
+    per_rank = {p.rank: read_records(events_path(run_dir, p.rank)) for p in layout.processes}
+    rows = collective_rows(per_rank, layout.size)
+    error = None if outcome.ok else outcome.reason
+    wrong = [f"{r['collective']} {r['bytes']} B" for r in rows if not r["correct"]]
+    if error is None and wrong:
+        error = f"wrong results: {', '.join(wrong)}"
+    fit = None
+    ring = [r for r in rows if r["collective"] == "all_reduce"]
+    if layout.size > 1 and len(ring) >= 2:
+        found = fit_network("ring", [layout.size] * len(ring), [r["bytes"] for r in ring],
+                            [r["time_s"] for r in ring])  # fmt: skip
+        fit = {
+            "pattern": "ring", "collective": "all_reduce",
+            "alpha_s": found.network.alpha_s, "beta_s_per_byte": found.network.beta_s_per_byte,
+            "bandwidth_bit_s": found.network.bandwidth_bit_s,
+            "median_error": found.median_error, "max_error": found.max_error,
+        }  # fmt: skip
+    stored = {
+        "run_id": run_dir.name, "config": config.to_dict(), "settings": settings.to_dict(),
+        "processes": layout.size, "rows": rows, "fit": fit, "error": error,
+        "started_at": started, "duration_s": outcome.duration_s,
+    }  # fmt: skip
+    write_json_atomic(run_dir / "microbench.json", "microbench", stored)
+    return stored
+
+
+def _size(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n:g} B"
+
+
+def _show(stored: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        for row in stored["rows"]:
+            print(json.dumps({"kind": "collective", "run_id": stored["run_id"], **row}))
+        print(json.dumps({"kind": "fit", "run_id": stored["run_id"], "fit": stored["fit"],
+                          "error": stored["error"]}))  # fmt: skip
+        return
+    config = stored["config"]
+    title = (
+        f"{config['backend']} collectives, {stored['processes']} processes, "
+        f"launcher {config['launcher']} ({stored['run_id']})"
+    )
+    table = Table(title=literal(title, "table.title"), title_justify="left")
+    for column in ("collective", "size", "time us", "algbw GB/s", "busbw GB/s", "exact"):
+        table.add_column(column, justify="left" if column == "collective" else "right")
+    for row in stored["rows"]:
+        table.add_row(
+            cell(row["collective"]), _size(row["bytes"]), f"{row['time_s'] * 1e6:,.1f}",
+            f"{row['algbw_bytes_s'] / 1e9:.3g}", f"{row['busbw_bytes_s'] / 1e9:.3g}",
+            "yes" if row["correct"] else f"NO ({row['max_error']:g})",
+        )  # fmt: skip
+    out = console()
+    out.print(table)
+    fit = stored["fit"]
+    if fit:
+        say(out, (
+            f"ring all-reduce fit: alpha {fit['alpha_s'] * 1e6:.1f} us, beta "
+            f"{fit['beta_s_per_byte'] * 1e9:.4f} ns/B ({fit['bandwidth_bit_s'] / 1e9:.2f} Gbit/s), "
+            f"median error {fit['median_error']:.1%}, largest {fit['max_error']:.1%}"
+        ))  # fmt: skip
+    if stored["error"]:
+        say(console(stderr=True), f"dlscale: microbench failed: {stored['error']}")

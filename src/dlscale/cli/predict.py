@@ -1,0 +1,323 @@
+"""``dlscale predict``: step time, throughput, speedup and efficiency of a model for any
+number of workers on a network given by bandwidth and latency (docs/perfmodel.md).
+
+The compute profile (one worker's step at its batch, and the gradient's bytes) comes from
+``--compute-ms`` and ``--gradient-bytes``, or from a short measured 1-worker run of the model
+(torch-single on synthetic data, stored in ``--results`` like any run, so the next prediction
+of the same model and batch reuses it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from dlscale.cli.tables import cell, console, say
+from dlscale.errors import UserError
+from dlscale.launchers.network import parse_latency, parse_rate
+from dlscale.perfmodel.costs import Network
+from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
+
+MAX_WORKERS = 1_000_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="resnet50", help="model (dlscale ls models)")
+    parser.add_argument("--batch", type=int, default=32, help="images per worker per step")
+    parser.add_argument(
+        "--workers", default="1..1024", help="1..1024 (powers of 2) or a list: 1,2,8,64"
+    )
+    parser.add_argument("--bandwidth", help="each node's link: 25Gbit, 100mbit")
+    parser.add_argument("--latency", default="5us", help="one-way latency per message: 5us")
+    parser.add_argument(
+        "--network-from",
+        metavar="DIR",
+        help="the network fitted by the newest dlscale microbench in DIR, not --bandwidth",
+    )
+    parser.add_argument(
+        "--strategy",
+        default=",".join(STRATEGIES),
+        help=f"comma-separated, of {', '.join(STRATEGIES)}",
+    )
+    parser.add_argument("--servers", type=int, default=1, help="parameter servers (ps-*)")
+    parser.add_argument(
+        "--target-efficiency",
+        type=float,
+        help="also print the bandwidth each strategy needs for this efficiency at the most workers",
+    )
+    parser.add_argument("--compute-ms", type=float, help="one worker's step (forward+backward)")
+    parser.add_argument("--gradient-bytes", type=float, help="the gradient's size in bytes")
+    parser.add_argument(
+        "--results",
+        default="dlscale-results",
+        help="where a measured profile run is stored (default: ./dlscale-results)",
+    )
+    parser.add_argument(
+        "--validate",
+        metavar="DIR",
+        help="instead: predict every measured point in DIR on the network and show the error",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON record per prediction")
+
+
+def parse_workers(text: str) -> list[int]:
+    """``A..B``: the powers of 2 from A to B; else a comma-separated list."""
+    try:
+        if ".." in text:
+            low, high = (int(part) for part in text.split(".."))
+            counts = [2**k for k in range(0, 21) if low <= 2**k <= high] if low >= 1 else [0]
+        else:
+            counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UserError(
+            f"--workers {text!r}: give A..B (powers of 2) or a list like 1,2,8"
+        ) from None
+    if not counts or any(not 1 <= n <= MAX_WORKERS for n in counts):
+        raise UserError(f"--workers {text!r}: every count must be 1 to {MAX_WORKERS}")
+    return sorted(set(counts))
+
+
+def main(args: argparse.Namespace) -> int:
+    workers = parse_workers(args.workers)
+    strategies = [s.strip() for s in args.strategy.split(",") if s.strip()]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown or not strategies:
+        raise UserError(f"--strategy: unknown {unknown}; known: {', '.join(STRATEGIES)}")
+    if args.servers < 1:
+        raise UserError(f"--servers must be >= 1, got {args.servers}")
+    target = args.target_efficiency
+    if target is not None and not (math.isfinite(target) and 0 < target <= 1):
+        raise UserError(f"--target-efficiency must be in (0, 1], got {target}")
+    if args.validate is not None:
+        return _validate(Path(args.validate), args)
+    if (args.bandwidth is None) == (args.network_from is None):
+        raise UserError("give the network: --bandwidth RATE (and --latency), or --network-from DIR")
+    if args.network_from is not None:
+        fitted = fitted_networks(Path(args.network_from))
+        net, network_source = max(fitted.values(), key=lambda item: item[2])[:2]
+        latency = net.alpha_s
+    else:
+        net, latency, network_source = _given_network(args)
+    profile, source = _profile(args)
+    rows = {s: predict(profile, s, workers, net, args.servers) for s in strategies}
+    needed = {}
+    if target is not None:
+        needed = {
+            s: bandwidth_for(profile, s, workers[-1], target, latency, args.servers)
+            for s in strategies
+        }
+    if args.json:
+        for predicted in rows.values():
+            for row in predicted:
+                print(json.dumps({"kind": "prediction", **row.__dict__}))
+        for strategy, value in needed.items():
+            record = {"kind": "bandwidth_needed", "strategy": strategy, "workers": workers[-1],
+                      "target_efficiency": target, "bandwidth_bit_s": value}  # fmt: skip
+            print(json.dumps(record))
+        return 0
+    out = console()
+    link = f"{_rate(net.bandwidth_bit_s)} links, {latency * 1e6:g} us latency"
+    title = f"predicted: {args.model}, batch {args.batch}/worker, {link} (speedup, efficiency)"
+    say(out, title, style="bold")
+    out.print(_table(rows, args))
+    say(out, f"compute profile: {source}", style="dim")
+    say(out, f"network: {network_source}", style="dim")
+    for strategy, value in needed.items():
+        at = f"{strategy} needs {_rate(value)}" if value else f"{strategy} cannot reach it"
+        say(
+            out,
+            f"for {target:.0%} efficiency at {workers[-1]} workers: {at} at {latency * 1e6:g} us",
+        )
+    return 0
+
+
+def _given_network(args: argparse.Namespace) -> tuple[Network, float, str]:
+    bandwidth = parse_rate(args.bandwidth, f"--bandwidth {args.bandwidth!r}")
+    latency = parse_latency(args.latency, f"--latency {args.latency!r}")
+    said = f"given: {args.bandwidth}, {args.latency} a message"
+    return Network.from_link(bandwidth, latency), latency, said
+
+
+def _validate(results: Path, args: argparse.Namespace) -> int:
+    """Every measured point of ``results`` predicted on its network: the given one, or the
+    newest microbench (in ``--network-from``, else ``results``) run with the same launcher,
+    emulated network and nodes."""
+    from dlscale.metrics.scaling import add_scaling
+    from dlscale.perfmodel.validate import STRATEGIES as CHECKED
+    from dlscale.perfmodel.validate import compare, median_errors, network_key
+    from dlscale.store.results import RunStore
+
+    as_json = args.json
+    if args.bandwidth is not None:
+        given, _, network_source = _given_network(args)
+        sources = {"all points": network_source}
+
+        def network_of(point: dict[str, Any]) -> Network | None:
+            return given
+    else:
+        fitted = fitted_networks(Path(args.network_from or results))
+        sources = {}
+
+        def network_of(point: dict[str, Any]) -> Network | None:
+            key = network_key(point["config"])
+            if key not in fitted:
+                return None
+            sources[f"{key[1] or key[0]}"] = fitted[key][1]
+            return fitted[key][0]
+
+    points = add_scaling(RunStore(results).results())
+    rows = compare(points, network_of)
+    if not rows:
+        raise UserError(
+            f"no point in {results} to check: it needs completed points of 2 workers or more "
+            "whose backend records its compute without synchronization and its gradient's "
+            "bytes (torch-ddp, torch-ring), and a microbench run on the same network "
+            "(dlscale microbench with the same --launcher and --set network/nnodes), or "
+            "--bandwidth"
+        )
+    medians = median_errors(rows)
+    if as_json:
+        for row in rows:
+            print(json.dumps({"kind": "validation", **row}))
+        print(json.dumps({"kind": "median_abs_error", **medians}))
+        return 0
+    table = Table()
+    for column in ("backend", "model", "workers", "network", "measured img/s", "compute ms"):
+        table.add_column(column, justify="right" if "/s" in column or "ms" in column else "left")
+    for strategy in CHECKED:
+        table.add_column(f"{strategy} img/s (error)", justify="right")
+    for row in rows:
+        cells = [cell(row["backend"]), cell(row["model"]), str(row["workers"]),
+                 cell(row["network"] or row["launcher"]), f"{row['measured_img_s']:,.1f}",
+                 f"{row['compute_ms']:.1f}"]  # fmt: skip
+        for strategy in CHECKED:
+            cells.append(f"{row[f'{strategy}_img_s']:,.1f} ({row[f'{strategy}_error']:+.1%})")
+        table.add_row(*cells)
+    out = console()
+    say(out, f"predicted against measured: {len(rows)} points of {results}", style="bold")
+    out.print(table)
+    for where, said in sources.items():
+        say(out, f"network ({where}): {said}", style="dim")
+    for strategy, value in medians.items():
+        say(out, f"median absolute error, {strategy}: {value:.1%}")
+    return 0
+
+
+def fitted_networks(results: Path) -> dict[tuple[Any, ...], tuple[Network, str, float]]:
+    """The network of the newest microbench in ``results`` with a fit (its all-reduce) for
+    each launcher, emulated network and node count: (network, how it was found, when)."""
+    from dlscale.errors import SchemaError
+    from dlscale.perfmodel.validate import network_key
+    from dlscale.store.files import read_json
+
+    newest: dict[tuple[Any, ...], tuple[float, Path, dict[str, Any]]] = {}
+    for path in results.glob("microbench-*/microbench.json"):
+        try:
+            stored = read_json(path, "microbench")
+        except SchemaError:
+            continue  # damaged or newer: not this run's network
+        fit, started = stored.get("fit"), float(stored.get("started_at") or 0)
+        key = network_key(stored.get("config") or {})
+        if not isinstance(fit, dict) or stored.get("error"):
+            continue
+        if key not in newest or newest[key][0] < started:
+            newest[key] = (started, path, fit)
+    found: dict[tuple[Any, ...], tuple[Network, str, float]] = {}
+    for key, (started, path, fit) in newest.items():
+        alpha, beta = float(fit["alpha_s"]), float(fit["beta_s_per_byte"])
+        if not (math.isfinite(alpha) and math.isfinite(beta) and alpha >= 0 and beta > 0):
+            raise UserError(
+                f"{path.parent.name}: its fit (alpha {alpha}, beta {beta}) cannot be used"
+            )
+        network = Network(alpha_s=alpha, beta_s_per_byte=beta)
+        said = (
+            f"fitted by {path.parent.name}: alpha {alpha * 1e6:.1f} us, "
+            f"{network.bandwidth_bit_s / 1e9:.3g} Gbit/s effective, fit's median error "
+            f"{float(fit['median_error']):.1%}"
+        )
+        found[key] = (network, said, started)
+    if not found:
+        raise UserError(
+            f"no microbench with a fitted network in {results}: run `dlscale microbench "
+            f"--workers 2 --results {results}` first, or give --bandwidth"
+        )
+    return found
+
+
+def _profile(args: argparse.Namespace) -> tuple[Profile, str]:
+    compute_ms, gradient = args.compute_ms, args.gradient_bytes
+    sources = [] if compute_ms is None else [f"{compute_ms:g} ms a step (given)"]
+    if compute_ms is None:
+        measured = _measure(args)
+        compute_ms = measured["step_time_p50_ms"]
+        sources.append(
+            f"measured: {args.model} at batch {args.batch}, 1 worker, {compute_ms:.1f} ms a "
+            f"step (run {measured['run_id']} in {args.results})"
+        )
+    if gradient is None:
+        gradient = _gradient_bytes(args.model)
+        sources.append(f"{gradient:,} gradient bytes ({args.model}'s trainable parameters)")
+    if args.gradient_bytes is not None:
+        sources.append(f"{gradient:,.0f} gradient bytes (given)")
+    source = "; ".join(sources)
+    if not (math.isfinite(compute_ms) and compute_ms > 0):
+        raise UserError(f"--compute-ms must be a finite number > 0, got {compute_ms}")
+    return Profile(compute_s=compute_ms / 1e3, batch=args.batch, gradient_bytes=gradient), source
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    """One worker's step of the model, from a short stored run (run now if not stored)."""
+    from dlscale.config.run_config import RunConfig
+    from dlscale.runner import run_point
+    from dlscale.store.results import RunStore
+
+    config = RunConfig.make(
+        backend="torch-single", model=args.model, dataset="synthetic", workers=1,
+        batch_size=args.batch, steps=5, windows=1, warmup_steps=2,
+    )  # fmt: skip
+    say(console(stderr=True), f"dlscale: measuring {args.model}'s step at batch {args.batch}")
+    outcome = run_point(
+        config, RunStore(args.results), force=False, command=["dlscale", "predict"],
+        study="predict-profile",
+    )  # fmt: skip
+    result = outcome.result or {}
+    metrics = result.get("metrics") or {}
+    if result.get("status") != "completed" or not metrics.get("step_time_p50_ms"):
+        raise UserError(f"the profile run of {args.model} failed: {result.get('error')}")
+    return {**metrics, "run_id": outcome.run_id}
+
+
+def _gradient_bytes(model: str) -> int:
+    """The bytes an all-reduce moves: the model's trainable parameters (torch's build)."""
+    from dlscale.models import MODELS
+
+    spec = MODELS.get(model)
+    built = spec.build(spec.default_classes, "torch")
+    return int(sum(p.numel() * p.element_size() for p in built.parameters() if p.requires_grad))
+
+
+def _rate(bit_s: float) -> str:
+    for unit, size in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bit_s >= size:
+            return f"{bit_s / size:.3g} {unit}"
+    return f"{bit_s:.3g} bit/s"
+
+
+def _table(rows: dict[str, list[Any]], args: Any) -> Table:
+    table = Table()
+    table.add_column("workers", justify="right")
+    for strategy in rows:
+        name = f"{strategy} ({args.servers} servers)" if strategy.startswith("ps") else strategy
+        table.add_column(cell(name), justify="right")
+    for index, count in enumerate(row.workers for row in next(iter(rows.values()))):
+        cells = [str(count)]
+        for predicted in rows.values():
+            row = predicted[index]
+            cells.append(f"{row.speedup:,.1f}x {row.efficiency:.0%}")
+        table.add_row(*cells)
+    return table

@@ -1,0 +1,78 @@
+"""Collective micro-benchmarks: all-reduce, all-gather, reduce-scatter, broadcast and
+point-to-point over message sizes, on an engine's own communication library, started by any
+launcher like a training run (``dlscale microbench``; docs/perfmodel.md).
+
+A backend offers its library's kernel as ``BackendSpec.collectives`` (``module:function``
+taking the worker's context and the :class:`Settings`); the worker runs it instead of training
+when its spec's ``task`` is ``microbench``. Each rank records one
+:class:`~dlscale.metrics.records.Collective` per collective and size, with its own time of each
+iteration and whether the result was right; :mod:`.aggregate` turns them into time per size,
+algorithm bandwidth and bus bandwidth (nccl-tests' definitions, docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+from dlscale.errors import UserError
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+MAX_BYTES = 1 << 30
+_SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$")
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+@dataclass(frozen=True)
+class Settings:
+    collectives: tuple[str, ...] = COLLECTIVES
+    sizes: tuple[int, ...] = tuple(4 * 4**k for k in range(14))  # 4 B .. 256 MiB
+    max_iterations: int = 20
+    """Timed iterations of a small message; fewer as messages grow (:func:`iterations`)."""
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.collectives if c not in COLLECTIVES]
+        if unknown or not self.collectives:
+            raise UserError(f"unknown collective(s) {unknown}; known: {', '.join(COLLECTIVES)}")
+        if not self.sizes or any(not 4 <= s <= MAX_BYTES for s in self.sizes):
+            raise UserError(f"message sizes must be 4 B to 1 GiB, got {list(self.sizes)}")
+        if not 1 <= self.max_iterations <= 10_000:
+            raise UserError(f"max_iterations must be 1 to 10000, got {self.max_iterations}")
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> Settings:
+        return cls(
+            collectives=tuple(data["collectives"]),  # type: ignore[arg-type]
+            sizes=tuple(int(s) for s in data["sizes"]),  # type: ignore[attr-defined]
+            max_iterations=int(data["max_iterations"]),  # type: ignore[call-overload]
+        )
+
+
+def iterations(size: int, most: int) -> tuple[int, int]:
+    """(warm-up, timed) iterations of a message of ``size`` bytes: as many as move about 64 MiB,
+    at least 3 and at most ``most`` timed; the same on every rank (no rank decides alone)."""
+    timed = max(min(3, most), min(most, (64 << 20) // size))
+    return (2 if size <= 16 << 20 else 1), timed
+
+
+def parse_size(text: str) -> int:
+    """``4``, ``1k``, ``16M``, ``256MB`` (binary units) as bytes."""
+    match = _SIZE.match(text.strip().lower())
+    if not match:
+        raise UserError(f"cannot read the message size {text!r}: give bytes like 4, 64k, 256M")
+    return int(match[1]) * _UNITS[match[2]]
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``4..256M`` (every power of 4 times 4 in between, as nccl-tests' -f 4) or a list."""
+    if ".." in text:
+        low, high = (parse_size(part) for part in text.split("..", 1))
+        if low < 4 or high < low:
+            raise UserError(f"sizes {text!r}: give LOW..HIGH with 4 <= LOW <= HIGH")
+        count = int(math.log(high / low, 4) + 1e-9) + 1
+        return tuple(low * 4**k for k in range(count))
+    return tuple(parse_size(part) for part in text.split(","))

@@ -1,0 +1,45 @@
+"""Per-rank :class:`~dlscale.metrics.records.Collective` records as one row per collective and
+message size: the time (per iteration the slowest rank, as a collective ends when its last
+rank does; then the median over iterations), algorithm and bus bandwidth (nccl-tests'
+definitions, :data:`dlscale.perfmodel.costs.BUS_FACTOR`), and whether every rank's result was
+exact."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from dlscale.metrics.records import Collective, Record
+from dlscale.perfmodel.costs import bus_bandwidth
+
+
+def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[dict[str, Any]]:
+    found: dict[tuple[str, int], list[Collective]] = {}
+    for records in per_rank.values():
+        for record in records:
+            if isinstance(record, Collective):
+                found.setdefault((record.collective, record.bytes), []).append(record)
+    rows = []
+    for (collective, size), ranks in found.items():
+        active = [r.times_s for r in ranks if r.times_s]
+        if not active:
+            continue
+        slowest = [max(times) for times in zip(*active, strict=False)]
+        time_s = statistics.median(slowest)
+        algbw, busbw = bus_bandwidth(collective, size, time_s, processes)
+        rows.append(
+            {
+                "collective": collective,
+                "bytes": size,
+                "processes": processes,
+                "ranks_reporting": len(ranks),
+                "iterations": len(slowest),
+                "time_s": time_s,
+                "time_min_s": min(slowest),
+                "algbw_bytes_s": algbw,
+                "busbw_bytes_s": busbw,
+                "correct": all(r.correct for r in ranks),
+                "max_error": max(r.max_error for r in ranks),
+            }
+        )
+    return sorted(rows, key=lambda row: (row["collective"], row["bytes"]))

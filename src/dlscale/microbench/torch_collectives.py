@@ -1,0 +1,123 @@
+"""The collectives of torch.distributed (gloo on CPU, NCCL on CUDA), for ``dlscale
+microbench``: each size of each collective run ``iterations`` times after a barrier, each rank
+timing its own call (on CUDA, to the end of the kernel); the first timed result is checked
+against the exact answer (small integers in float32: exact whatever the order of the sum).
+
+Sizes follow nccl-tests: all_reduce and broadcast move a tensor of ``size`` bytes; all_gather's
+``size`` is the gathered output (each rank gives size/p); reduce_scatter's is the input (each
+rank keeps size/p); send_recv is a ping-pong of ``size`` bytes between ranks 0 and 1, its time
+half the round trip (the other ranks sit it out).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dlscale.backends.torch_loop import init_process_group
+from dlscale.metrics.records import Collective
+from dlscale.microbench import Settings, iterations
+from dlscale.runtime.context import WorkerContext
+
+
+def run(ctx: WorkerContext, settings: Settings) -> None:
+    device = (
+        torch.device("cuda", ctx.local_rank) if ctx.config.device == "cuda" else torch.device("cpu")
+    )
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.set_num_threads(ctx.threads)
+    init_process_group(ctx, device)
+    try:
+        for collective in settings.collectives:
+            if collective == "send_recv" and ctx.processes < 2:
+                continue
+            for size in settings.sizes:
+                ctx.events.write(_measure(collective, size, ctx, device, settings.max_iterations))
+    finally:
+        dist.destroy_process_group()
+
+
+def _measure(
+    collective: str, size: int, ctx: WorkerContext, device: torch.device, most: int
+) -> Collective:
+    p, rank = ctx.processes, ctx.rank
+    per_rank = collective in ("all_gather", "reduce_scatter")
+    count = max(1, size // 4 // p) if per_rank else max(1, size // 4)
+    op, check = _operation(collective, count, p, rank, device)
+    warmup, timed = iterations(size, most)
+    times: list[float] = []
+    error = 0.0
+    for index in range(warmup + timed):
+        dist.barrier()
+        started = time.perf_counter()
+        op()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed = time.perf_counter() - started
+        if index == warmup:
+            error = check()
+        if index >= warmup:
+            times.append(elapsed / 2 if collective == "send_recv" else elapsed)
+    moved = count * 4 * (p if per_rank else 1)
+    active = collective != "send_recv" or rank < 2
+    return Collective(
+        collective=collective,
+        bytes=moved,
+        times_s=times if active else [],
+        max_error=error,
+        correct=error == 0.0,
+    )
+
+
+def _operation(
+    collective: str, count: int, p: int, rank: int, device: torch.device
+) -> tuple[Any, Any]:
+    """The call to time, and a check of its result after a call: the largest error."""
+    mine = float(rank + 1)
+    total = p * (p + 1) / 2
+    x = torch.full((count,), mine, device=device)
+    if collective == "all_reduce":
+        buffer = x.clone()
+
+        def op() -> None:
+            buffer.copy_(x)  # each call reduces fresh inputs
+            dist.all_reduce(buffer)
+
+        return op, lambda: float((buffer - total).abs().max())
+    if collective == "all_gather":
+        out = torch.zeros(count * p, device=device)
+        expected = torch.arange(1, p + 1, device=device, dtype=torch.float32).repeat_interleave(
+            count
+        )
+        return (lambda: dist.all_gather_single(out, x)), lambda: float((out - expected).abs().max())
+    if collective == "reduce_scatter":
+        source = torch.full((count * p,), mine, device=device)
+        out = torch.zeros(count, device=device)
+        return (lambda: dist.reduce_scatter_single(out, source)), lambda: float(
+            (out - total).abs().max()
+        )
+    if collective == "broadcast":
+        buffer = torch.zeros(count, device=device)
+
+        def cast() -> None:
+            if rank == 0:
+                buffer.fill_(1.0)
+            dist.broadcast(buffer, src=0)
+
+        return cast, lambda: float((buffer - 1.0).abs().max())
+    # send_recv: a ping-pong between ranks 0 and 1
+    buffer = torch.full((count,), 1.0 if rank == 0 else 0.0, device=device)
+
+    def ping() -> None:
+        if rank == 0:
+            dist.send(buffer, dst=1)
+            dist.recv(buffer, src=1)
+        elif rank == 1:
+            dist.recv(buffer, src=0)
+            dist.send(buffer, dst=0)
+
+    return ping, lambda: float((buffer - 1.0).abs().max()) if rank < 2 else 0.0

@@ -1,0 +1,68 @@
+"""The network's ``alpha`` and ``beta`` fitted from measured collective times.
+
+A collective's time is modelled as ``t = a alpha + b n beta`` with ``a`` and ``b`` the counts
+of its pattern (ring all-reduce on p workers: a = 2(p-1), b = 2(p-1)/p; :data:`PATTERNS`).
+The fit is least squares on the relative error (each residual divided by its measured time),
+because the sizes span eight orders of magnitude and an absolute fit would see only the
+largest; a reduction cost ``gamma`` scales with n like ``beta`` and is folded into it (the
+fitted beta is the effective cost per byte moved). Negative estimates (noise at one end) are
+refitted with that term at 0. The fit's error is reported as the median and the largest
+relative error over the samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlscale.errors import UserError
+from dlscale.perfmodel.costs import Network
+
+PATTERNS: dict[str, Callable[[int], tuple[float, float]]] = {
+    "ring": lambda p: (2 * (p - 1), 2 * (p - 1) / p),
+    "tree": lambda p: (2 * math.ceil(math.log2(p)), 2 * math.ceil(math.log2(p))),
+    "point_to_point": lambda p: (1.0, 1.0),
+}
+"""(latency messages, bytes factor) of each pattern on p workers, as in :mod:`.costs`."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    network: Network
+    median_error: float
+    """Median of |model - measured| / measured over the samples."""
+    max_error: float
+    samples: int
+
+
+def fit_network(
+    pattern: str, workers: Sequence[int], sizes: Sequence[float], seconds: Sequence[float]
+) -> Fit:
+    """alpha and beta of ``pattern`` from samples (workers, bytes, seconds)."""
+    if pattern not in PATTERNS:
+        raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    if not len(workers) == len(sizes) == len(seconds) or len(seconds) < 2:
+        raise UserError("a fit needs at least 2 samples, each with workers, bytes and seconds")
+    t = np.asarray(seconds, dtype=float)
+    n = np.asarray(sizes, dtype=float)
+    if not (np.all(np.isfinite(t)) and np.all(t > 0) and np.all(np.isfinite(n)) and np.all(n >= 0)):
+        raise UserError("a fit needs positive, finite times and non-negative, finite sizes")
+    coefficients = np.array([PATTERNS[pattern](int(p)) for p in workers], dtype=float)
+    design = np.column_stack([coefficients[:, 0], coefficients[:, 1] * n]) / t[:, None]
+    target = np.ones_like(t)  # t / t: residuals are relative errors
+    alpha, beta = np.linalg.lstsq(design, target, rcond=None)[0]
+    if alpha < 0 or beta < 0:  # one term is noise: fit the other alone
+        keep = 1 if alpha < 0 else 0
+        only = np.linalg.lstsq(design[:, [keep]], target, rcond=None)[0][0]
+        alpha, beta = (0.0, max(only, 0.0)) if keep == 1 else (max(only, 0.0), 0.0)
+    model = coefficients[:, 0] * alpha + coefficients[:, 1] * n * beta
+    errors = np.abs(model - t) / t
+    return Fit(
+        network=Network(alpha_s=float(alpha), beta_s_per_byte=float(beta)),
+        median_error=float(np.median(errors)),
+        max_error=float(np.max(errors)),
+        samples=len(t),
+    )

@@ -1,0 +1,141 @@
+"""A step's time, and from it throughput, speedup and efficiency, predicted for N workers.
+
+A worker's step is its compute (forward and backward at its batch: the compute profile,
+measured by a 1-worker run) plus what synchronizing costs (:mod:`.costs`):
+
+- ``ring``, ``tree``: compute, then the all-reduce (no overlap);
+- ``ring-overlap``: the all-reduce runs while backward computes (DDP's and Horovod's buckets),
+  so a step is ``forward + max(backward, all-reduce)``: the ideal overlap, an upper bound;
+- ``ps-sync``: compute, then push and pull through ``servers`` servers;
+- ``ps-async``: :func:`~.costs.ps_async_step_s`.
+
+Weak scaling (each worker keeps its batch): throughput = N x batch / step; speedup =
+throughput(N) / throughput(1); efficiency = speedup / N. One worker never synchronizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dlscale.errors import UserError
+from dlscale.perfmodel import costs
+from dlscale.perfmodel.costs import Network
+
+STRATEGIES = ("ring", "ring-overlap", "tree", "ps-sync", "ps-async")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the model needs to know of the training: one worker's step and its gradient."""
+
+    compute_s: float
+    """Forward and backward of one step at ``batch`` on one worker (seconds)."""
+    batch: int
+    """Images per worker per step."""
+    gradient_bytes: float
+    backward_share: float = 2 / 3
+    """The share of ``compute_s`` that is backward (the window an all-reduce can hide in);
+    2/3 by the rule that backward costs twice forward, unless measured."""
+
+    def __post_init__(self) -> None:
+        for name in ("compute_s", "gradient_bytes", "backward_share"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise UserError(f"{name} must be a finite number >= 0, got {value}")
+        if not self.compute_s > 0 or self.batch < 1 or self.backward_share > 1:
+            raise UserError("a profile needs compute_s > 0, batch >= 1, backward_share <= 1")
+
+
+@dataclass(frozen=True)
+class Predicted:
+    strategy: str
+    workers: int
+    step_s: float
+    comm_s: float
+    """The synchronization's own time (hidden or not)."""
+    throughput_img_s: float
+    speedup: float
+    efficiency: float
+
+
+def step_s(profile: Profile, strategy: str, p: int, net: Network, servers: int = 1) -> float:
+    n = profile.gradient_bytes
+    compute = profile.compute_s
+    if p <= 1:
+        return compute
+    if strategy == "ps-async":
+        return costs.ps_async_step_s(compute, n, p, servers, net)
+    comm = comm_s(profile, strategy, p, net, servers)
+    if strategy == "ring-overlap":
+        backward = compute * profile.backward_share
+        return compute - backward + max(backward, comm)
+    return compute + comm
+
+
+def comm_s(profile: Profile, strategy: str, p: int, net: Network, servers: int = 1) -> float:
+    n = profile.gradient_bytes
+    if strategy in ("ring", "ring-overlap"):
+        return costs.ring_allreduce_s(n, p, net)
+    if strategy == "tree":
+        return costs.tree_allreduce_s(n, p, net)
+    if strategy in ("ps-sync", "ps-async"):
+        return costs.ps_sync_s(n, p, servers, net)
+    raise UserError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+
+
+def predict(
+    profile: Profile, strategy: str, workers: Sequence[int], net: Network, servers: int = 1
+) -> list[Predicted]:
+    if servers < 1:
+        raise UserError(f"servers must be >= 1, got {servers}")
+    single = profile.batch / profile.compute_s
+    rows = []
+    for p in workers:
+        step = step_s(profile, strategy, p, net, servers)
+        throughput = p * profile.batch / step
+        rows.append(
+            Predicted(
+                strategy=strategy,
+                workers=p,
+                step_s=step,
+                comm_s=comm_s(profile, strategy, p, net, servers),
+                throughput_img_s=throughput,
+                speedup=throughput / single,
+                efficiency=throughput / single / p,
+            )
+        )
+    return rows
+
+
+def bandwidth_for(
+    profile: Profile,
+    strategy: str,
+    p: int,
+    target_efficiency: float,
+    latency_s: float,
+    servers: int = 1,
+) -> float | None:
+    """The least link bandwidth (bit/s) at which ``p`` workers reach ``target_efficiency``
+    with this latency; ``None`` if no bandwidth does (the latency alone costs too much).
+    Efficiency grows with bandwidth, so a bisection on its logarithm finds it (to 0.1%)."""
+    if not 0 < target_efficiency <= 1:
+        raise UserError(f"the target efficiency must be in (0, 1], got {target_efficiency}")
+
+    def efficiency(bandwidth: float) -> float:
+        (row,) = predict(profile, strategy, [p], Network.from_link(bandwidth, latency_s), servers)
+        return row.efficiency
+
+    low, high = 1e3, 1e18  # bit/s: 1 kbit/s to beyond any link
+    if efficiency(high) < target_efficiency:
+        return None
+    if efficiency(low) >= target_efficiency:
+        return low
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        if efficiency(middle) >= target_efficiency:
+            high = middle
+        else:
+            low = middle
+    return high

@@ -1,0 +1,84 @@
+"""``dlscale microbench`` with real torch.distributed (gloo) ranks: every collective exact at
+every size, the figures recomputed from the ranks' own records, the fit, and under torchrun."""
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from dlscale.metrics.events import events_path, read_events
+
+pytestmark = pytest.mark.dist
+
+
+def _stored(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("microbench-*/microbench.json"))]
+
+
+def test_every_collective_is_exact_and_its_figures_come_from_the_ranks_records(cli, tmp_path):
+    run = cli("microbench", "--workers", "2", "--sizes", "4..1M", "--iterations", "5",
+              "--results", str(tmp_path), "--json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (stored,) = _stored(tmp_path)
+    rows = stored["rows"]
+    assert {r["collective"] for r in rows} == {
+        "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"
+    }  # fmt: skip
+    assert len(rows) == 5 * 10 and all(r["correct"] for r in rows), rows
+    # one figure by hand: the 1 MiB all-reduce, from both ranks' own times
+    row = next(r for r in rows if r["collective"] == "all_reduce" and r["bytes"] == 1 << 20)
+    run_dir = tmp_path / stored["run_id"]
+    mine = [
+        next(e["times_s"] for e in read_events(events_path(run_dir, rank))
+             if e["event"] == "collective" and e["collective"] == "all_reduce"
+             and e["bytes"] == 1 << 20)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    slowest = [max(a, b) for a, b in zip(*mine, strict=True)]
+    assert row["time_s"] == statistics.median(slowest) and len(slowest) == 5
+    assert row["busbw_bytes_s"] == pytest.approx((1 << 20) / row["time_s"])  # 2(p-1)/p = 1
+    fit = stored["fit"]
+    assert fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] > 0 and fit["median_error"] < 1
+    records = [json.loads(line) for line in run.stdout.splitlines()]
+    assert sum(r["kind"] == "collective" for r in records) == 50
+
+
+def test_the_collectives_run_under_torchrun_across_two_agents(cli, tmp_path):
+    run = cli("microbench", "--workers", "2", "--launcher", "torchrun", "--set", "nnodes=2",
+              "--sizes", "4,64k", "--collectives", "all_reduce,send_recv",
+              "--results", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (stored,) = _stored(tmp_path)
+    assert len(stored["rows"]) == 4 and all(r["correct"] for r in stored["rows"])
+    assert "all_reduce" in run.stdout and "ring all-reduce fit" in run.stdout
+
+
+def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):
+    run = cli("microbench", "--backend", "torch-single", "--results", str(tmp_path))
+    assert run.returncode == 2
+    assert "torch-single has no collectives benchmark; backends that do: torch-ddp" in run.stderr
+    assert "Traceback" not in run.stderr and not list(tmp_path.glob("microbench-*"))
+
+
+def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
+    """A loopback microbench, then a DDP point: predict --validate pairs them by network and
+    the ideal overlap (an upper bound on throughput) is not below what was measured."""
+    bench = cli("microbench", "--workers", "2", "--sizes", "4..4M", "--collectives",
+                "all_reduce", "--iterations", "5", "--results", str(tmp_path))  # fmt: skip
+    assert bench.returncode == 0, bench.stderr
+    run = cli("run", "--backend", "torch-ddp", "--workers", "2", "--model", "tiny", "--steps",
+              "6", "--windows", "2", "--repeats", "1", "--set", "machine_reference=false",
+              "--results", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    check = cli("predict", "--validate", str(tmp_path), "--json")
+    assert check.returncode == 0, check.stderr
+    records = [json.loads(line) for line in check.stdout.splitlines()]
+    (row,) = [r for r in records if r["kind"] == "validation"]
+    assert row["backend"] == "torch-ddp" and row["network"] == "" and row["compute_ms"] > 0
+    assert row["ring-overlap_img_s"] >= 0.9 * row["measured_img_s"]
+    assert row["ring-overlap_img_s"] >= row["ring_img_s"] > 0
+    (median,) = [r for r in records if r["kind"] == "median_abs_error"]
+    assert median["ring"] == abs(row["ring_error"])
+    table = cli("predict", "--validate", str(tmp_path))
+    assert "network (local): fitted by microbench-torch-ddp-w2-local-" in table.stdout

@@ -1,0 +1,82 @@
+"""``dlscale predict`` as a user runs it: from a given profile, from a measured 1-worker run
+(stored, then reused), and with bad input."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dlscale.perfmodel.costs import Network, ring_allreduce_s
+
+
+def _records(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def test_a_given_profile_is_predicted_to_a_thousand_workers(cli):
+    run = cli(
+        "predict", "--model", "resnet50", "--workers", "1..1024", "--bandwidth", "25Gbit",
+        "--latency", "5us", "--compute-ms", "900", "--gradient-bytes", "102228128",
+        "--target-efficiency", "0.9", "--json",
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    records = _records(run.stdout)
+    ring = [r for r in records if r.get("strategy") == "ring" and r["kind"] == "prediction"]
+    assert [r["workers"] for r in ring] == [2**k for k in range(11)]
+    # by hand: 0.9 s + 2*1023*5us + 2*(1023/1024)*102228128 B * 8/25e9 s per byte
+    comm = ring_allreduce_s(102228128, 1024, Network.from_link(25e9, 5e-6))
+    assert comm == pytest.approx(2 * 1023 * 5e-6 + 2 * 1023 / 1024 * 102228128 * 8 / 25e9)
+    assert ring[-1]["step_s"] == pytest.approx(0.9 + comm)
+    assert ring[-1]["efficiency"] == pytest.approx(0.9 / (0.9 + comm))
+    needed = {
+        r["strategy"]: r["bandwidth_bit_s"] for r in records if r["kind"] == "bandwidth_needed"
+    }
+    assert set(needed) == {"ring", "ring-overlap", "tree", "ps-sync", "ps-async"}
+    assert needed["ring-overlap"] < needed["ring"] < needed["tree"]
+    table = cli(
+        "predict", "--bandwidth", "25Gbit", "--compute-ms", "900", "--gradient-bytes", "1e8",
+        "--workers", "1,8", "--strategy", "ring",
+    )  # fmt: skip
+    assert (
+        table.returncode == 0
+        and "1.0x 100%" in table.stdout
+        and "compute profile: 900 ms a step (given); 100,000,000 gradient bytes (given)"
+        in table.stdout
+    )
+
+
+def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
+    flags = ("predict", "--model", "tiny", "--batch", "8", "--bandwidth", "1gbit",
+             "--workers", "1,2,4", "--results", str(tmp_path))  # fmt: skip
+    first = cli(*flags)
+    assert first.returncode == 0, first.stderr
+    assert "measuring tiny's step at batch 8" in first.stderr
+    (result,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
+    assert result["config"]["backend"] == "torch-single" and result["status"] == "completed"
+    step_ms = result["metrics"]["step_time_p50_ms"]
+    said = re.search(r"measured: tiny at batch 8, 1 worker, ([\d.]+) ms a step", first.stdout)
+    assert said and float(said.group(1)) == pytest.approx(step_ms, abs=0.05)
+    again = cli(*flags)
+    assert again.returncode == 0 and len(list(tmp_path.glob("*/result.json"))) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--bandwidth", "fast"), "--bandwidth 'fast': cannot read the rate"),
+        (("--bandwidth", "1gbit", "--latency", "nan"), "cannot read the latency"),
+        (("--bandwidth", "1gbit", "--workers", "0..4"), "every count must be 1 to"),
+        (("--bandwidth", "1gbit", "--workers", "a,b"), "give A..B"),
+        (("--bandwidth", "1gbit", "--strategy", "ring,<b>x</b>"), "unknown ['<b>x</b>']"),
+        (("--bandwidth", "1gbit", "--target-efficiency", "nan"), "must be in (0, 1]"),
+        (("--bandwidth", "1gbit", "--compute-ms", "nan", "--gradient-bytes", "1"), "finite"),
+        (("--bandwidth", "1gbit", "--compute-ms", "1", "--gradient-bytes", "-1"), ">= 0"),
+        (("--bandwidth", "1gbit", "--servers", "0"), "--servers must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_line(cli, flags, said):
+    run = cli("predict", "--compute-ms", "10", "--gradient-bytes", "1e6", *flags)
+    assert run.returncode == 2, run.stdout
+    assert said in run.stderr and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr

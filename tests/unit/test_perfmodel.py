@@ -1,0 +1,172 @@
+"""The performance model's formulas against cases computed by hand, the fit against
+synthetic times with known costs, and the inverse question (bandwidth for an efficiency)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dlscale.errors import UserError
+from dlscale.perfmodel import costs
+from dlscale.perfmodel.costs import Network
+from dlscale.perfmodel.fit import fit_network
+from dlscale.perfmodel.predict import Profile, bandwidth_for, predict
+
+NET = Network(alpha_s=1e-5, beta_s_per_byte=1e-9)  # 10 us, 8 Gbit/s
+
+
+def test_collective_costs_match_hand_computed_cases():
+    # ring, 4 workers, 1 MB: 2*3*10us + 2*(3/4)*1e6*1ns = 60 us + 1.5 ms
+    assert costs.ring_allreduce_s(1e6, 4, NET) == pytest.approx(1.56e-3)
+    # tree: ceil(log2 4) = 2 levels, each way: 4 * (10 us + 1 ms); 5 workers: 3 levels
+    assert costs.tree_allreduce_s(1e6, 4, NET) == pytest.approx(4.04e-3)
+    assert costs.tree_allreduce_s(1e6, 5, NET) == pytest.approx(6.06e-3)
+    # one server takes 4 workers' 1 MB each way: 2*10 us + 2*4 MB*1 ns; 4 servers: a worker's
+    assert costs.ps_sync_s(1e6, 4, 1, NET) == pytest.approx(8.02e-3)
+    assert costs.ps_sync_s(1e6, 4, 4, NET) == pytest.approx(2.02e-3)
+    # async: a worker's own compute + push + pull, until one server's link is the bound
+    assert costs.ps_async_step_s(0.01, 1e6, 4, 1, NET) == pytest.approx(0.01202)
+    assert costs.ps_async_step_s(0.01, 1e6, 64, 1, NET) == pytest.approx(0.064)
+    # a reduction cost per byte adds (p-1)/p n gamma to the ring
+    slow = Network(1e-5, 1e-9, gamma_s_per_byte=1e-9)
+    assert costs.ring_allreduce_s(1e6, 4, slow) == pytest.approx(1.56e-3 + 0.75e-3)
+    for cost in (costs.ring_allreduce_s, costs.tree_allreduce_s):
+        assert cost(1e6, 1, NET) == 0.0
+
+
+def test_bus_bandwidth_uses_the_nccl_tests_factors():
+    assert costs.bus_bandwidth("all_reduce", 1e6, 1e-3, 4) == pytest.approx((1e9, 1.5e9))
+    assert costs.bus_bandwidth("all_gather", 1e6, 1e-3, 4) == pytest.approx((1e9, 0.75e9))
+    assert costs.bus_bandwidth("broadcast", 1e6, 1e-3, 8) == pytest.approx((1e9, 1e9))
+    assert Network.from_link(25e9, 5e-6).beta_s_per_byte == pytest.approx(8 / 25e9)
+
+
+def test_the_fit_recovers_known_costs_from_noisy_times():
+    rng = np.random.default_rng(7)
+    sizes = [4.0 * 4**i for i in range(14)]  # 4 B .. 256 MB
+    workers = [2] * len(sizes) + [4] * len(sizes)
+    alpha, beta = 50e-6, 1.0 / 2e9
+    truth = [
+        costs.ring_allreduce_s(n, p, Network(alpha, beta))
+        for p, n in zip(workers, sizes * 2, strict=True)
+    ]
+    noisy = [t * (1 + rng.uniform(-0.03, 0.03)) for t in truth]
+    fit = fit_network("ring", workers, sizes * 2, noisy)
+    assert fit.network.alpha_s == pytest.approx(alpha, rel=0.05)
+    assert fit.network.beta_s_per_byte == pytest.approx(beta, rel=0.05)
+    assert fit.median_error < 0.03 and fit.max_error < 0.06 and fit.samples == 28
+
+
+def test_a_fit_without_latency_sets_alpha_to_zero_not_below():
+    sizes = [1e3, 1e5, 1e7, 1e8]
+    times = [costs.ring_allreduce_s(n, 2, Network(0.0, 1e-9)) * f for n, f in
+             zip(sizes, (0.9, 1.0, 1.0, 1.0), strict=True)]  # fmt: skip
+    fit = fit_network("ring", [2] * 4, sizes, times)
+    assert fit.network.alpha_s >= 0 and fit.network.beta_s_per_byte == pytest.approx(1e-9, rel=0.1)
+
+
+@pytest.mark.parametrize("bad", [[math.nan, 1.0], [0.0, 1.0], [-1.0, 1.0], [math.inf, 1.0]])
+def test_a_fit_refuses_impossible_times(bad):
+    with pytest.raises(UserError, match="positive, finite times"):
+        fit_network("ring", [2, 2], [1e3, 1e6], bad)
+    with pytest.raises(UserError, match="unknown pattern"):
+        fit_network("butterfly", [2, 2], [1e3, 1e6], [1.0, 2.0])
+
+
+def test_prediction_by_hand_for_two_workers_with_and_without_overlap():
+    # 0.1 s compute at batch 32, a 100 MB gradient, 10 Gbit/s, no latency:
+    # the ring moves 2 * 1/2 * 1e8 B * 0.8 ns = 80 ms
+    profile = Profile(compute_s=0.1, batch=32, gradient_bytes=1e8)
+    net = Network.from_link(10e9, 0.0)
+    one, two = predict(profile, "ring", [1, 2], net)
+    assert one.speedup == pytest.approx(1.0) and one.step_s == pytest.approx(0.1)
+    assert two.step_s == pytest.approx(0.18) and two.efficiency == pytest.approx(0.1 / 0.18)
+    assert two.throughput_img_s == pytest.approx(64 / 0.18)
+    # overlapped with backward (2/3 of compute): 1/30 s forward + max(1/15 s, 80 ms)
+    (hidden,) = predict(profile, "ring-overlap", [2], net)
+    assert hidden.step_s == pytest.approx(0.1 / 3 + 0.08)
+    fast = Network.from_link(100e9, 0.0)  # 8 ms: hidden entirely behind backward
+    assert predict(profile, "ring-overlap", [2], fast)[0].efficiency == pytest.approx(1.0)
+
+
+def test_the_bandwidth_for_an_efficiency_inverts_the_prediction():
+    profile = Profile(compute_s=0.1, batch=32, gradient_bytes=1e8)
+    needed = bandwidth_for(profile, "ring", 2, 0.1 / 0.18, latency_s=0.0)
+    assert needed == pytest.approx(10e9, rel=0.002)
+    for strategy in ("ring", "ring-overlap", "tree", "ps-sync"):
+        bandwidth = bandwidth_for(profile, strategy, 64, 0.9, latency_s=5e-6)
+        assert bandwidth is not None
+        (row,) = predict(profile, strategy, [64], Network.from_link(bandwidth, 5e-6))
+        assert row.efficiency == pytest.approx(0.9, abs=0.002)
+    # 1 s of latency per message: 2*1023 s of ring latency, no bandwidth reaches 50%
+    assert bandwidth_for(profile, "ring", 1024, 0.5, latency_s=1.0) is None
+    with pytest.raises(UserError, match="target efficiency"):
+        bandwidth_for(profile, "ring", 2, math.nan, latency_s=0.0)
+
+
+def test_a_profile_refuses_impossible_values():
+    for bad in ({"compute_s": math.nan}, {"compute_s": 0.0}, {"gradient_bytes": -1.0},
+                {"batch": 0}, {"backward_share": 1.5}):  # fmt: skip
+        with pytest.raises(UserError):
+            Profile(**{"compute_s": 0.1, "batch": 32, "gradient_bytes": 1e6, **bad})
+
+
+def _point(workers=2, nosync=20.0, gradient=1e6, measured=3000.0, status="completed"):
+    return {
+        "status": status,
+        "config": {"backend": "torch-ddp", "model": "tiny", "workers": workers,
+                   "launcher": "local", "options": {}},
+        "batch_size_per_worker": 32,
+        "metrics": {"step_time_nosync_p50_ms": nosync, "gradient_bytes": gradient,
+                    "throughput_img_s": measured, "step_time_p50_ms": 21.0},
+    }  # fmt: skip
+
+
+def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
+    from dlscale.perfmodel.validate import compare, median_errors
+
+    net = Network.from_link(8e9, 0.0)  # 1 ns a byte: the ring moves 1 MB in 1 ms at 2 workers
+    points = [_point(), _point(workers=1), _point(status="failed"), _point(gradient=None), _point()]
+    rows = compare(points, lambda point: net)
+    assert compare(points, lambda point: None) == []  # no network known: nothing predicted
+    assert len(rows) == 2  # 1 worker, failed and incomplete points are not predicted
+    row = rows[0]
+    # no overlap: 20 ms + 1 ms; 2 * 32 / 0.021 = 3047.6 img/s against 3000 measured
+    assert row["ring_img_s"] == pytest.approx(64 / 0.021)
+    assert row["ring_error"] == pytest.approx(64 / 0.021 / 3000 - 1)
+    # overlap: 1 ms hides behind 13.3 ms of backward: 64 / 0.020
+    assert row["ring-overlap_img_s"] == pytest.approx(64 / 0.020)
+    medians = median_errors(rows)
+    assert medians["ring"] == pytest.approx(abs(64 / 0.021 / 3000 - 1))
+    assert median_errors([]) == {"ring": None, "ring-overlap": None}
+
+
+def test_predict_takes_the_newest_microbench_fit_and_refuses_a_bad_one(tmp_path):
+    from dlscale.cli.predict import fitted_networks
+    from dlscale.store.files import write_json_atomic
+
+    fit = {"alpha_s": 2e-5, "beta_s_per_byte": 1e-9, "median_error": 0.04}
+
+    def store(name, started, fit, error=None, network=""):
+        (tmp_path / name).mkdir()
+        config = {"launcher": "torchrun", "options": {"launcher": {"network": network,
+                                                                   "nnodes": 2}}}  # fmt: skip
+        stored = {"started_at": started, "fit": fit, "error": error, "config": config}
+        write_json_atomic(tmp_path / name / "microbench.json", "microbench", stored)
+
+    store("microbench-a", 1.0, {**fit, "beta_s_per_byte": 5e-9})
+    store("microbench-b", 2.0, fit)
+    store("microbench-c", 3.0, fit, error="wrong results: all_reduce 4 B")  # not trusted
+    (tmp_path / "microbench-d").mkdir()
+    (tmp_path / "microbench-d" / "microbench.json").write_text("{damaged")
+    store("microbench-f", 9.0, {**fit, "beta_s_per_byte": 8e-8}, network="100mbit")
+    found = fitted_networks(tmp_path)
+    net, said, _ = found[("torchrun", "", 2)]  # the newest of those on the same network
+    assert net.beta_s_per_byte == 1e-9 and net.alpha_s == 2e-5
+    assert "microbench-b" in said and "8 Gbit/s" in said and "4.0%" in said
+    assert found[("torchrun", "100mbit", 2)][0].beta_s_per_byte == 8e-8
+    store("microbench-e", 4.0, {**fit, "beta_s_per_byte": 0.0})
+    with pytest.raises(UserError, match="cannot be used"):
+        fitted_networks(tmp_path)
+    with pytest.raises(UserError, match="no microbench with a fitted network"):
+        fitted_networks(tmp_path / "microbench-a")
