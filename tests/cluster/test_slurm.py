@@ -201,21 +201,25 @@ def test_a_study_submitted_without_waiting_records_its_results_from_its_jobs(
     tmp_path: Path, cli, slurm
 ):
     """wait = false: dlscale returns once every point is submitted; ls runs shows the jobs
-    pending or running; each job's finishing step records its point, and the study then
-    reads as one that waited (speedup over the 1-worker point)."""
+    pending (held, so that no job can end before it is looked at); once released, each job's
+    finishing step records its point, and the study then reads as one that waited (speedup
+    over the 1-worker point)."""
     study = tmp_path / "study.toml"
     study.write_text(STUDY)
     results = tmp_path / "res"
     run = cli(
         "run", str(study), "--launcher", "slurm", "--set", "wait=false", "--json",
-        "--results", str(results), env=slurm,
+        "--set", "slurm_args=--hold", "--results", str(results), env=slurm,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     submitted = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "submitted"]
     assert len(submitted) == 3 and not list(results.glob("*/result.json"))
-    assert all(re.fullmatch(r"Slurm job \d+ (PENDING|RUNNING)", s["detail"]) for s in submitted)
+    assert all(re.fullmatch(r"Slurm job \d+ PENDING", s["detail"]) for s in submitted)
     listing = _ls_runs(results, slurm)
     assert "submitted, no result yet (3)" in listing and "scancel" in listing
+    assert listing.count(" pending ") == 3, listing
+    jobs = [p.read_text().strip() for p in results.glob("*/slurm-job-id")]
+    subprocess.run(["scontrol", "release", *jobs], check=True, env={**os.environ, **slurm})
     end = time.monotonic() + 240
     while len(list(results.glob("*/result.json"))) < 3 and time.monotonic() < end:
         time.sleep(1)
@@ -235,10 +239,11 @@ def test_a_study_submitted_without_waiting_records_its_results_from_its_jobs(
 def test_a_submitted_point_is_not_run_again_while_its_job_runs_and_a_cancel_is_recorded(
     tmp_path: Path, cli, slurm
 ):
+    """The job is held (pending until cancelled), so the second run meets it live."""
     flags = ("--backend", "torch-ddp", "--workers", "2", "--model", "tiny", "--dataset", "digits",
              "--steps", "2000", "--windows", "2", "--repeats", "1", "--launcher", "slurm",
              "--set", "wait=false", "--set", "machine_reference=false",
-             "--results", str(tmp_path))  # fmt: skip
+             "--set", "slurm_args=--hold", "--results", str(tmp_path))  # fmt: skip
     first = cli("run", *flags, env=slurm)
     assert first.returncode == 0, first.stderr
     (job_file,) = tmp_path.glob("*/slurm-job-id")

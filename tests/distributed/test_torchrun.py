@@ -147,7 +147,10 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(
     assert stored["status"] == "completed", stored["error"]
     metrics = stored["metrics"]
     assert metrics["restarts"] == 1 and metrics["restart_lost_s"] > 0
-    assert metrics["windows"] == 4 and metrics["windows_recorded"] == 4
+    # every window recorded; the figures use those the noise guard did not leave out (all of
+    # them if every one was loaded; a loaded machine marks some: seen with tests beside this)
+    assert metrics["windows_recorded"] == 4
+    assert metrics["windows"] == (4 - metrics["windows_loaded"] or 4)
     run_dir = results / stored["run_id"]
     assert (
         sorted(p.name for p in run_dir.glob("torchrun*.stderr"))[-1]

@@ -42,8 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from dlscale.backends import BACKENDS
     from dlscale.config.run_config import RunConfig
     from dlscale.config.study import parse_set
+    from dlscale.launchers import LAUNCHERS
     from dlscale.preflight import check_points
 
     settings = Settings(
@@ -52,11 +54,9 @@ def main(args: argparse.Namespace) -> int:
         max_iterations=args.iterations,
     )
     try:
-        counts = [int(part) for part in args.workers.split(",")]
+        counts = list(dict.fromkeys(int(part) for part in args.workers.split(",")))
     except ValueError:
         raise UserError(f"--workers {args.workers!r}: give a count or a list like 2,4") from None
-    from dlscale.backends import BACKENDS
-
     if BACKENDS.get(args.backend).collectives is None:
         able = ", ".join(name for name, spec in BACKENDS if spec.collectives)
         raise UserError(f"{args.backend} has no collectives benchmark; backends that do: {able}")
@@ -66,7 +66,8 @@ def main(args: argparse.Namespace) -> int:
         RunConfig.make(workers=count, model="tiny", dataset="synthetic", **common, **overrides)
         for count in counts
     ]
-    _check(configs)
+    if LAUNCHERS.get(args.launcher).create().detaches(configs[0]):
+        raise UserError("dlscale microbench waits for its ranks: leave wait = true")
     results = Path(args.results)
     check_points(tuple(configs), results)
     failed = 0
@@ -75,14 +76,6 @@ def main(args: argparse.Namespace) -> int:
         failed += stored["error"] is not None
         _show(stored, args.json)
     return 1 if failed else 0
-
-
-def _check(configs: list[Any]) -> None:
-    from dlscale.launchers import LAUNCHERS
-
-    for config in configs:
-        if LAUNCHERS.get(config.launcher).create().detaches(config):
-            raise UserError("dlscale microbench waits for its ranks: leave wait = true")
 
 
 def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
@@ -94,8 +87,14 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     from dlscale.store.files import write_json_atomic
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    run_dir = results / f"microbench-{config.backend}-w{config.workers}-{config.launcher}-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+    name = f"microbench-{config.backend}-w{config.workers}-{config.launcher}-{stamp}"
+    run_dir = results / name
+    for again in range(2, 1000):  # another microbench of the same in the same second
+        try:
+            run_dir.mkdir(parents=True)
+            break
+        except FileExistsError:
+            run_dir = results / f"{name}-{again}"
     task = {"task": "microbench", "microbench": settings.to_dict()}
     _, outcome, started = launch(
         config, run_dir, command=["dlscale", "microbench", *sys.argv[2:]], study="microbench",

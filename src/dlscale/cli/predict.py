@@ -312,7 +312,8 @@ def _table(rows: dict[str, list[Any]], args: Any) -> Table:
     table = Table()
     table.add_column("workers", justify="right")
     for strategy in rows:
-        name = f"{strategy} ({args.servers} servers)" if strategy.startswith("ps") else strategy
+        servers = f"{args.servers} server{'s' if args.servers != 1 else ''}"
+        name = f"{strategy} ({servers})" if strategy.startswith("ps") else strategy
         table.add_column(cell(name), justify="right")
     for index, count in enumerate(row.workers for row in next(iter(rows.values()))):
         cells = [str(count)]

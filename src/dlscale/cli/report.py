@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from dlscale.errors import UserError
+from dlscale.text import visible
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
     if waiting:
         print(
             f"dlscale: {len(waiting)} submitted point(s) have no result yet and are not in this "
-            f"report (dlscale ls runs --results {args.results} shows where they stand)",
+            f"report (dlscale ls runs --results {visible(args.results)} shows where they stand)",
             file=sys.stderr,
         )
     runs = store.results()

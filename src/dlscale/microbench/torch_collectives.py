@@ -2,6 +2,9 @@
 microbench``: each size of each collective run ``iterations`` times after a barrier, each rank
 timing its own call (on CUDA, to the end of the kernel); the first timed result is checked
 against the exact answer (small integers in float32: exact whatever the order of the sum).
+Every call's output is reset before the barrier, outside the clock (so the check cannot pass
+on what a warm-up call left there), and its inputs refilled; on CUDA the
+device is synchronized before the clock starts and again before it stops.
 
 Sizes follow nccl-tests: all_reduce and broadcast move a tensor of ``size`` bytes; all_gather's
 ``size`` is the gathered output (each rank gives size/p); reduce_scatter's is the input (each
@@ -47,12 +50,15 @@ def _measure(
     p, rank = ctx.processes, ctx.rank
     per_rank = collective in ("all_gather", "reduce_scatter")
     count = max(1, size // 4 // p) if per_rank else max(1, size // 4)
-    op, check = _operation(collective, count, p, rank, device)
+    prepare, op, check = _operation(collective, count, p, rank, device)
     warmup, timed = iterations(size, most)
     times: list[float] = []
     error = 0.0
     for index in range(warmup + timed):
+        prepare()
         dist.barrier()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         started = time.perf_counter()
         op()
         if device.type == "cuda":
@@ -75,42 +81,40 @@ def _measure(
 
 def _operation(
     collective: str, count: int, p: int, rank: int, device: torch.device
-) -> tuple[Any, Any]:
-    """The call to time, and a check of its result after a call: the largest error."""
+) -> tuple[Any, Any, Any]:
+    """What to do before each call (untimed), the call to time, and a check of its result
+    after a call: the largest error."""
     mine = float(rank + 1)
     total = p * (p + 1) / 2
     x = torch.full((count,), mine, device=device)
     if collective == "all_reduce":
         buffer = x.clone()
-
-        def op() -> None:
-            buffer.copy_(x)  # each call reduces fresh inputs
-            dist.all_reduce(buffer)
-
-        return op, lambda: float((buffer - total).abs().max())
+        return (
+            lambda: buffer.copy_(x),  # each call reduces fresh inputs
+            lambda: dist.all_reduce(buffer),
+            lambda: float((buffer - total).abs().max()),
+        )
     if collective == "all_gather":
         out = torch.zeros(count * p, device=device)
         expected = torch.arange(1, p + 1, device=device, dtype=torch.float32).repeat_interleave(
             count
         )
-        return (lambda: dist.all_gather_single(out, x)), lambda: float((out - expected).abs().max())
+        check = lambda: float((out - expected).abs().max())  # noqa: E731
+        return out.zero_, (lambda: dist.all_gather_single(out, x)), check
     if collective == "reduce_scatter":
         source = torch.full((count * p,), mine, device=device)
         out = torch.zeros(count, device=device)
-        return (lambda: dist.reduce_scatter_single(out, source)), lambda: float(
-            (out - total).abs().max()
-        )
+        check = lambda: float((out - total).abs().max())  # noqa: E731
+        return out.zero_, (lambda: dist.reduce_scatter_single(out, source)), check
     if collective == "broadcast":
         buffer = torch.zeros(count, device=device)
-
-        def cast() -> None:
-            if rank == 0:
-                buffer.fill_(1.0)
-            dist.broadcast(buffer, src=0)
-
-        return cast, lambda: float((buffer - 1.0).abs().max())
-    # send_recv: a ping-pong between ranks 0 and 1
-    buffer = torch.full((count,), 1.0 if rank == 0 else 0.0, device=device)
+        return (
+            lambda: buffer.fill_(1.0 if rank == 0 else 0.0),
+            lambda: dist.broadcast(buffer, src=0),
+            lambda: float((buffer - 1.0).abs().max()),
+        )
+    # send_recv: a ping-pong between ranks 0 and 1; rank 1 holds 1.0 only once it received
+    buffer = torch.zeros(count, device=device)
 
     def ping() -> None:
         if rank == 0:
@@ -120,4 +124,8 @@ def _operation(
             dist.recv(buffer, src=0)
             dist.send(buffer, dst=0)
 
-    return ping, lambda: float((buffer - 1.0).abs().max()) if rank < 2 else 0.0
+    return (
+        lambda: buffer.fill_(1.0 if rank == 0 else 0.0),
+        ping,
+        lambda: float((buffer - 1.0).abs().max()) if rank < 2 else 0.0,
+    )
