@@ -82,3 +82,12 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     assert median["ring"] == abs(row["ring_error"])
     table = cli("predict", "--validate", str(tmp_path))
     assert "network (local): fitted by microbench-torch-ddp-w2-local-" in table.stdout
+    # the report draws the same comparison and the microbench's own figures
+    page = tmp_path / "report.html"
+    report = cli("report", "--results", str(tmp_path), "--out", str(page))
+    assert report.returncode == 0, report.stderr
+    assert "1 microbench runs" in report.stdout
+    text = page.read_text()
+    assert 'data-figure="predicted"' in text and 'data-figure="allreduce_time"' in text
+    assert f"ring predicts {row['ring_img_s']:,.1f} ({row['ring_error']:+.1%})" in text
+    assert f"median absolute error over 1 points: ring {median['ring']:.1%}" in text

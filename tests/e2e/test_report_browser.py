@@ -140,3 +140,47 @@ def test_hostile_study_names_run_nothing_and_every_plot_draws(tmp_path: Path, cl
     assert browser.title == HOSTILE[1]
     severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert severe == []
+
+
+def test_the_models_and_the_microbenchs_plots_draw_too(tmp_path: Path, cli, browser):
+    """A microbench run (log axes) and the model's errors beside the points it predicts."""
+    import json
+
+    from dlscale.store import write_json_atomic
+
+    results = tmp_path / "results"
+    shutil.copytree(DATA / "results", results)
+    for path in results.glob("*-w2-*/result.json"):  # give the DDP points what the model needs
+        stored = json.loads(path.read_text())
+        stored["metrics"].update(step_time_nosync_p50_ms=9.0, gradient_bytes=15848)
+        write_json_atomic(path, "result", stored)
+    rows = [
+        {"collective": name, "bytes": size, "time_s": 1e-4 + size * 1e-9,
+         "busbw_bytes_s": size / (1e-4 + size * 1e-9), "correct": True}
+        for name in ("all_reduce", "broadcast") for size in (4, 1024, 1 << 20)
+    ]  # fmt: skip
+    (results / "microbench-torch-ddp-w2-local-1").mkdir()
+    write_json_atomic(
+        results / "microbench-torch-ddp-w2-local-1" / "microbench.json", "microbench",
+        {"started_at": 1.0, "processes": 2, "rows": rows, "error": None,
+         "config": {"backend": "torch-ddp", "launcher": "local", "options": {}},
+         "fit": {"alpha_s": 5e-5, "beta_s_per_byte": 5e-10, "median_error": 0.05}},
+    )  # fmt: skip
+    out = tmp_path / "report.html"
+    result = cli("report", "--results", str(results), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "1 microbench runs, 16 plots," in result.stdout, result.stdout
+    browser.get(out.as_uri())
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 30).until(
+        lambda d: len(d.find_elements("css selector", ".js-plotly-plot .main-svg")) >= 16
+    )
+    for key in ("predicted", "busbw", "allreduce_time"):
+        drawn = browser.execute_script(
+            f"return [...document.querySelectorAll('[data-figure={key}] .js-plotly-plot')]"
+            ".filter(p => p.querySelector('.scatterlayer .trace, .barlayer .trace')).length"
+        )
+        assert drawn >= 1, key
+    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert severe == []

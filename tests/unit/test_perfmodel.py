@@ -161,12 +161,25 @@ def test_predict_takes_the_newest_microbench_fit_and_refuses_a_bad_one(tmp_path)
     (tmp_path / "microbench-d" / "microbench.json").write_text("{damaged")
     store("microbench-f", 9.0, {**fit, "beta_s_per_byte": 8e-8}, network="100mbit")
     found = fitted_networks(tmp_path)
-    net, said, _ = found[("torchrun", "", 2)]  # the newest of those on the same network
+    net, said = found[("torchrun", "", 2)].network, found[("torchrun", "", 2)].said
     assert net.beta_s_per_byte == 1e-9 and net.alpha_s == 2e-5
     assert "microbench-b" in said and "8 Gbit/s" in said and "4.0%" in said
-    assert found[("torchrun", "100mbit", 2)][0].beta_s_per_byte == 8e-8
+    assert found[("torchrun", "100mbit", 2)].network.beta_s_per_byte == 8e-8
     store("microbench-e", 4.0, {**fit, "beta_s_per_byte": 0.0})
     with pytest.raises(UserError, match="cannot be used"):
         fitted_networks(tmp_path)
     with pytest.raises(UserError, match="no microbench with a fitted network"):
         fitted_networks(tmp_path / "microbench-a")
+
+
+def test_the_published_horovod_anchor_as_docs_perfmodel_states_it():
+    """docs/perfmodel.md: ResNet-101 (178,196,640 gradient bytes), batch 64 at 119.4 img/s on
+    one GPU, 512 GPUs on 25 Gbit/s links: 82% without overlap, 100% with ideal overlap."""
+    profile = Profile(compute_s=64 / 119.4, batch=64, gradient_bytes=178_196_640)
+    net = Network.from_link(25e9, 5e-6)
+    (ring,) = predict(profile, "ring", [512], net)
+    comm = 2 * 511 * 5e-6 + 2 * 511 / 512 * 178_196_640 * 8 / 25e9
+    assert ring.efficiency == pytest.approx((64 / 119.4) / (64 / 119.4 + comm))
+    assert round(ring.efficiency, 2) == 0.82
+    (overlap,) = predict(profile, "ring-overlap", [512], net)
+    assert overlap.efficiency == pytest.approx(1.0)

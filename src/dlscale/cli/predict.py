@@ -21,6 +21,7 @@ from dlscale.cli.tables import cell, console, say
 from dlscale.errors import UserError
 from dlscale.launchers.network import parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
+from dlscale.perfmodel.networks import Fitted
 from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
 
 MAX_WORKERS = 1_000_000
@@ -99,8 +100,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("give the network: --bandwidth RATE (and --latency), or --network-from DIR")
     if args.network_from is not None:
         fitted = fitted_networks(Path(args.network_from))
-        net, network_source = max(fitted.values(), key=lambda item: item[2])[:2]
-        latency = net.alpha_s
+        newest = max(fitted.values(), key=lambda item: item.started_at)
+        net, network_source, latency = newest.network, newest.said, newest.network.alpha_s
     else:
         net, latency, network_source = _given_network(args)
     profile, source = _profile(args)
@@ -167,8 +168,8 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
             key = network_key(point["config"])
             if key not in fitted:
                 return None
-            sources[f"{key[1] or key[0]}"] = fitted[key][1]
-            return fitted[key][0]
+            sources[f"{key[1] or key[0]}"] = fitted[key].said
+            return fitted[key].network
 
     points = add_scaling(RunStore(results).results())
     rows = compare(points, network_of)
@@ -208,39 +209,15 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     return 0
 
 
-def fitted_networks(results: Path) -> dict[tuple[Any, ...], tuple[Network, str, float]]:
-    """The network of the newest microbench in ``results`` with a fit (its all-reduce) for
-    each launcher, emulated network and node count: (network, how it was found, when)."""
-    from dlscale.errors import SchemaError
-    from dlscale.perfmodel.validate import network_key
-    from dlscale.store.files import read_json
+def fitted_networks(results: Path) -> dict[tuple[Any, ...], Fitted]:
+    """The stored fitted networks of ``results`` (:mod:`dlscale.perfmodel.networks`); one that
+    cannot be used, or none at all, is one line."""
+    from dlscale.perfmodel.networks import fitted_networks as stored
 
-    newest: dict[tuple[Any, ...], tuple[float, Path, dict[str, Any]]] = {}
-    for path in results.glob("microbench-*/microbench.json"):
-        try:
-            stored = read_json(path, "microbench")
-        except SchemaError:
-            continue  # damaged or newer: not this run's network
-        fit, started = stored.get("fit"), float(stored.get("started_at") or 0)
-        key = network_key(stored.get("config") or {})
-        if not isinstance(fit, dict) or stored.get("error"):
-            continue
-        if key not in newest or newest[key][0] < started:
-            newest[key] = (started, path, fit)
-    found: dict[tuple[Any, ...], tuple[Network, str, float]] = {}
-    for key, (started, path, fit) in newest.items():
-        alpha, beta = float(fit["alpha_s"]), float(fit["beta_s_per_byte"])
-        if not (math.isfinite(alpha) and math.isfinite(beta) and alpha >= 0 and beta > 0):
-            raise UserError(
-                f"{path.parent.name}: its fit (alpha {alpha}, beta {beta}) cannot be used"
-            )
-        network = Network(alpha_s=alpha, beta_s_per_byte=beta)
-        said = (
-            f"fitted by {path.parent.name}: alpha {alpha * 1e6:.1f} us, "
-            f"{network.bandwidth_bit_s / 1e9:.3g} Gbit/s effective, fit's median error "
-            f"{float(fit['median_error']):.1%}"
-        )
-        found[key] = (network, said, started)
+    def refuse(problem: str) -> None:
+        raise UserError(problem)
+
+    found = stored(results, on_problem=refuse)
     if not found:
         raise UserError(
             f"no microbench with a fitted network in {results}: run `dlscale microbench "

@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from dlscale.metrics.scaling import add_scaling
+    from dlscale.perfmodel.networks import fitted_networks, microbench_runs
     from dlscale.report.html import build_html
     from dlscale.report.tables import to_csv, to_markdown
     from dlscale.runner import submitted_points
@@ -53,18 +54,23 @@ def main(args: argparse.Namespace) -> int:
         )
     runs = store.results()
     rows = add_scaling(runs)
-    if not rows:
+    microbench = microbench_runs(Path(args.results), on_problem=store.on_warning)
+    if not rows and not microbench:
         raise UserError(
             f"no readable runs in {args.results} (none, or every one skipped above); "
             "run `dlscale run` first"
         )
+    fitted = fitted_networks(Path(args.results), on_problem=store.on_warning)
     href = os.path.relpath(Path(args.results).absolute(), args.out.absolute().parent)
     page, plots = build_html(
-        rows, title=args.title, source=str(args.results), results_href=Path(href).as_posix()
-    )
+        rows, title=args.title, source=str(args.results), results_href=Path(href).as_posix(),
+        microbench=microbench, fitted=fitted,
+    )  # fmt: skip
     _write(args.out, page)
     print(
-        f"report: {args.out} ({len(rows)} points of {len(runs)} runs, {plots} plots, "
+        f"report: {args.out} ({len(rows)} points of {len(runs)} runs, "
+        + (f"{len(microbench)} microbench runs, " if microbench else "")
+        + f"{plots} plots, "
         f"{args.out.stat().st_size / 1e6:.1f} MB; opens offline in any browser)"
     )
     if args.markdown:
@@ -74,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
         _write(args.csv, to_csv(rows))
         print(f"table: {args.csv}")
     if args.figures:
-        written = _figures(rows, args.figures)
+        written = _figures(rows, microbench, fitted, args.figures)
         print(f"figures: {len(written)} files (PNG + PDF) in {args.figures}")
     return 0
 
@@ -87,12 +93,15 @@ def _write(path: Path, text: str) -> None:
         raise UserError(f"cannot write {path}: {error.strerror}") from None
 
 
-def _figures(rows: list[dict], directory: Path) -> list[Path]:
-    """Every study's figures as ``<study slug>-<figure>.png/.pdf`` directly in ``directory``:
-    the slug (``study_slugs``) has no dots or slashes, so studies never share, hide or escape."""
+def _figures(rows: list[dict], microbench: list[dict], fitted: dict, directory: Path) -> list[Path]:
+    """Every study's figures as ``<study slug>-<figure>.png/.pdf`` directly in ``directory``
+    (with the model's predictions where a microbench measured the network), and each microbench
+    run's as ``<run slug>-<figure>``: the slugs (``study_slugs``) have no dots or slashes, so
+    nothing shares, hides or escapes."""
     from collections import defaultdict
 
-    from dlscale.report.figures import study_figures, study_slugs
+    from dlscale.report.figures import Figure, study_figures, study_slugs
+    from dlscale.report.model import collectives, network_lookup, prediction
     from dlscale.report.static import save_static
 
     try:
@@ -102,13 +111,20 @@ def _figures(rows: list[dict], directory: Path) -> list[Path]:
     studies: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         studies[str(row.get("study") or "unnamed")].append(row)
-    slugs = study_slugs(studies)
-    written: list[Path] = []
+    slugs = study_slugs([*studies, *(run["run_id"] for run in microbench)])
+    drawn: list[tuple[str, Figure]] = []
     for name, study_rows in sorted(studies.items()):
-        for figure in study_figures(study_rows):
-            stem = directory / f"{slugs[name]}-{figure.key}"
-            try:
-                written += save_static(figure, stem)
-            except OSError as error:
-                raise UserError(f"cannot write {stem}.png/.pdf: {error.strerror}") from None
+        network_of, sources = network_lookup(fitted)
+        predicted = prediction(study_rows, network_of, sources)
+        figures = study_figures(study_rows) + ([predicted] if predicted else [])
+        drawn += [(slugs[name], figure) for figure in figures]
+    for run in microbench:
+        drawn += [(slugs[run["run_id"]], figure) for figure in collectives(run)]
+    written: list[Path] = []
+    for slug, figure in drawn:
+        stem = directory / f"{slug}-{figure.key}"
+        try:
+            written += save_static(figure, stem)
+        except OSError as error:
+            raise UserError(f"cannot write {stem}.png/.pdf: {error.strerror}") from None
     return written

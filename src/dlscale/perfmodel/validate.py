@@ -51,6 +51,7 @@ def compare(
             continue
         profile = Profile(compute_s=nosync / 1e3, batch=int(batch), gradient_bytes=gradient)
         row: dict[str, Any] = {
+            "run_id": point.get("run_id"),
             "backend": config.get("backend"),
             "model": config.get("model"),
             "workers": workers,

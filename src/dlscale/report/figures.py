@@ -53,6 +53,9 @@ class Figure:
     note: str = ""
     """One or two sentences under the plot saying how to read it."""
     x_categorical: bool = False
+    x_log: bool = False
+    """A logarithmic x axis (message sizes); else a worker axis ticked at the counts drawn."""
+    y_log: bool = False
     stacked: bool = False
     y_percent: bool = False
     flags: list[str] = field(default_factory=list)

@@ -8,9 +8,11 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
 
+from dlscale.perfmodel.networks import stored_fit
 from dlscale.report.columns import Column, human_layout
-from dlscale.report.figures import Row, study_figures, study_slugs
+from dlscale.report.figures import Figure, Row, study_figures, study_slugs
 from dlscale.report.interactive import to_plotly
+from dlscale.report.model import collectives, network_lookup, predictable, prediction
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;
@@ -133,12 +135,89 @@ def traces(rows: list[Row], results_href: str) -> str:
     )
 
 
+def _figure(figure: Figure, div_id: str) -> str:
+    """One plot with its note and flags; ``div_id`` is derived text, never the user's (plotly
+    writes it unescaped into an HTML attribute and into a JS string)."""
+    import plotly.io as pio
+
+    div = pio.to_html(
+        to_plotly(figure),
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=div_id,
+        config={"responsive": True},
+    )
+    flags = "".join(f'<li class="flag">{_e(flag)}</li>' for flag in figure.flags)
+    return (
+        f'<div class="figure" data-figure="{_e(figure.key)}">{div}'
+        f'<p class="note">{_e(figure.note)}</p>' + (f"<ul>{flags}</ul>" if flags else "") + "</div>"
+    )
+
+
+def _prediction(rows: list[Row], fitted: dict[Any, Any], div_id: str) -> tuple[str, int]:
+    """The model's predictions beside the study's points, or a line saying what would give
+    them; and the number of plots (0 or 1)."""
+    candidates = predictable(rows)
+    if not candidates:
+        return "", 0
+    network_of, sources = network_lookup(fitted)
+    figure = prediction(rows, network_of, sources)
+    if figure is not None:
+        return _figure(figure, div_id), 1
+    launchers = sorted({str(r["config"].get("launcher")) for r in candidates})
+    return (
+        '<p class="note">The model (docs/perfmodel.md) can predict this study\'s points of 2 '
+        "workers or more once the network they ran on is measured: run <code>dlscale microbench"
+        f" --workers 2 --launcher {_e(' / '.join(launchers))}</code> (with the same network and "
+        "nodes settings) into this results directory, then this report again.</p>",
+        0,
+    )
+
+
+def microbench_section(runs: list[dict[str, Any]], slug_of: dict[str, str]) -> tuple[str, int]:
+    """Each stored microbench run: what ran, its ring fit or its error, and its figures."""
+    if not runs:
+        return "", 0
+    parts, plots = ["<h2>Networks measured (dlscale microbench)</h2>"], 0
+    for run in runs:
+        config = run.get("config") or {}
+        options = (config.get("options") or {}).get("launcher") or {}
+        where = ", ".join(f"{k} {v}" for k, v in options.items() if k in ("network", "nnodes"))
+        parts.append(
+            f'<section class="microbench" id="mb-{slug_of[run["run_id"]]}">'
+            f"<h3><code>{_e(run['run_id'])}</code></h3><p>{_e(config.get('backend'))}, "
+            f"{_e(run.get('processes'))} processes, launcher {_e(config.get('launcher'))}"
+            + (f" ({_e(where)})" if where else "")
+            + f", {_e(_when(run.get('started_at')))}</p>"
+        )
+        fit = stored_fit(run.get("fit"))
+        if run.get("error"):
+            parts.append(f'<p class="flag">failed: {_e(run["error"])}</p>')
+        elif fit is not None:
+            parts.append(
+                f"<p>ring fit of the all-reduce: alpha {fit.alpha_s * 1e6:.1f} us, "
+                f"{fit.bandwidth_bit_s / 1e9:.3g} Gbit/s effective</p>"
+            )
+        for figure in collectives(run):
+            parts.append(_figure(figure, f"plot-mb-{slug_of[run['run_id']]}-{figure.key}"))
+            plots += 1
+        parts.append("</section>")
+    return "".join(parts), plots
+
+
 def build_html(
-    rows: list[Row], *, title: str, source: str, results_href: str = "dlscale-results"
+    rows: list[Row],
+    *,
+    title: str,
+    source: str,
+    results_href: str = "dlscale-results",
+    microbench: list[dict[str, Any]] | None = None,
+    fitted: dict[Any, Any] | None = None,
 ) -> tuple[str, int]:
     """The report page and the number of plots in it; ``results_href`` is the results
-    directory relative to where the page is written (for links to files in runs)."""
-    import plotly.io as pio
+    directory relative to where the page is written (for links to files in runs);
+    ``microbench``: the stored microbench runs, ``fitted``: the networks fitted from them
+    (:mod:`dlscale.perfmodel.networks`)."""
     import plotly.offline
 
     studies: dict[str, list[Row]] = defaultdict(list)
@@ -160,23 +239,17 @@ def build_html(
         parts.append(_failures(study_rows))
         parts.append(traces(study_rows, results_href))
         for figure in study_figures(study_rows):
-            div = pio.to_html(
-                to_plotly(figure),
-                full_html=False,
-                include_plotlyjs=False,
-                div_id=f"plot-{slugs[name]}-{figure.key}",
-                config={"responsive": True},
-            )
-            flags = "".join(f'<li class="flag">{_e(flag)}</li>' for flag in figure.flags)
-            parts.append(
-                f'<div class="figure" data-figure="{_e(figure.key)}">{div}'
-                f'<p class="note">{_e(figure.note)}</p>'
-                + (f"<ul>{flags}</ul>" if flags else "")
-                + "</div>"
-            )
+            parts.append(_figure(figure, f"plot-{slugs[name]}-{figure.key}"))
             plots += 1
+        predicted, count = _prediction(study_rows, fitted or {}, f"plot-{slugs[name]}-predicted")
+        parts.append(predicted)
+        plots += count
         parts.append("</section>")
         sections.append("".join(parts))
+    runs = microbench or []
+    measured, count = microbench_section(runs, study_slugs(r["run_id"] for r in runs))
+    sections.append(measured)
+    plots += count
     page = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -184,7 +257,8 @@ def build_html(
 <script>{plotly.offline.get_plotlyjs()}</script></head>
 <body data-plots="{plots}">
 <h1>{_e(title)}</h1>
-<p class="note">{len(rows)} runs from <code>{_e(source)}</code>, made by dlscale. Metric
+<p class="note">{len(rows)} points and {len(runs)} microbench runs from
+<code>{_e(source)}</code>, made by dlscale. Metric
 definitions: docs/metrics.md. Plots are interactive: hover for values, click legend entries.</p>
 <h2>Where these numbers come from</h2>{provenance(rows)}
 {"".join(sections)}

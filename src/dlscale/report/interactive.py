@@ -93,11 +93,14 @@ def to_plotly(figure: Figure) -> Any:
     )
     if figure.x_categorical:
         fig.update_xaxes(title_text=_t(figure.x_label), type="category")
+    elif figure.x_log:
+        fig.update_xaxes(title_text=_t(figure.x_label), type="log")
     else:
         fig.update_xaxes(title_text=_t(figure.x_label), tickmode="array", tickvals=x_ticks(figure))
     fig.update_yaxes(
         title_text=_t(figure.y_label),
         tickformat=".0%" if figure.y_percent else None,
-        rangemode="tozero",
+        type="log" if figure.y_log else None,
+        rangemode=None if figure.y_log else "tozero",
     )
     return fig

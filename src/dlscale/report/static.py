@@ -79,12 +79,19 @@ def save_static(figure: Figure, stem: Path) -> list[Path]:
                     alpha=0.2,
                     linewidth=0,
                 )
-    if not bars:
+    if figure.x_log:
+        ax.set_xscale("log", base=2)
+    elif not bars:
         ax.set_xticks(x_ticks(figure))
     ax.set_title(_t(figure.title), fontsize=10)
     ax.set_xlabel(_t(figure.x_label))
     ax.set_ylabel(_t(figure.y_label))
-    ax.set_ylim(bottom=0)
+    if figure.y_log:
+        ax.set_yscale("log")
+    elif all(y is None or y >= 0 for series in figure.series for y in series.y):
+        ax.set_ylim(bottom=0)
+    else:
+        ax.axhline(0, color="#555555", linewidth=0.8)
     if figure.y_percent:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(alpha=0.3)

@@ -1,0 +1,95 @@
+"""The networks that stored ``dlscale microbench`` runs measured: their rows and ring fits,
+read back from ``microbench-*/microbench.json`` in a results directory, for ``dlscale predict``
+and the report."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from dlscale.errors import SchemaError
+from dlscale.perfmodel.costs import Network
+from dlscale.perfmodel.validate import network_key
+
+
+@dataclass(frozen=True)
+class Fitted:
+    network: Network
+    said: str
+    """How it was found, in one line: which run fitted it, alpha, bandwidth, the fit's error."""
+    started_at: float
+    run_id: str
+
+
+def microbench_runs(
+    results: Path, on_problem: Callable[[str], None] | None = None
+) -> list[dict[str, Any]]:
+    """Every readable stored microbench run in ``results``, oldest first; a damaged one or one
+    from a newer dlscale is left out (``on_problem`` hears which and why)."""
+    from dlscale.store.files import read_json
+
+    runs = []
+    for path in sorted(results.glob("microbench-*/microbench.json")):
+        try:
+            stored = read_json(path, "microbench")
+        except SchemaError as error:
+            if on_problem is not None:
+                on_problem(f"skipped {path}: {error}")
+            continue
+        started, config = stored.get("started_at"), stored.get("config")
+        if not (finite_number(started) and isinstance(config, dict)):
+            if on_problem is not None:
+                on_problem(f"skipped {path}: no start time or configuration in it (damaged?)")
+            continue
+        runs.append({**stored, "run_id": path.parent.name})
+    return sorted(runs, key=lambda run: float(run["started_at"]))
+
+
+def fitted_networks(
+    results: Path, on_problem: Callable[[str], None] | None = None
+) -> dict[tuple[Any, ...], Fitted]:
+    """The network of the newest microbench in ``results`` with a fit (its all-reduce) and no
+    error for each launcher, emulated network and node count. A newest fit that cannot be
+    used (not finite, no bandwidth) is left out and ``on_problem`` hears why."""
+    newest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for run in microbench_runs(results):
+        if not isinstance(run.get("fit"), dict) or run.get("error"):
+            continue  # a failed or wrong run measured nothing to trust
+        newest[network_key(run["config"])] = run  # oldest first: the newest stays
+    found: dict[tuple[Any, ...], Fitted] = {}
+    for key, run in newest.items():
+        fit = run["fit"]
+        network = stored_fit(fit)
+        if network is None:
+            if on_problem is not None:
+                alpha, beta = fit.get("alpha_s"), fit.get("beta_s_per_byte")
+                on_problem(f"{run['run_id']}: its fit (alpha {alpha}, beta {beta}) cannot be used")
+            continue
+        error = fit.get("median_error")
+        error_words = f"{error:.1%}" if finite_number(error) else "unknown"
+        said = (
+            f"fitted by {run['run_id']}: alpha {network.alpha_s * 1e6:.1f} us, "
+            f"{network.bandwidth_bit_s / 1e9:.3g} Gbit/s effective, fit's median error "
+            f"{error_words}"
+        )
+        found[key] = Fitted(network, said, float(run["started_at"]), run["run_id"])
+    return found
+
+
+def finite_number(value: Any) -> TypeGuard[float]:
+    """A real number, finite (not a bool, not a string, not NaN): what a stored figure must be."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def stored_fit(fit: Any) -> Network | None:
+    """The network of a stored ring fit; ``None`` if it is no usable fit (missing, not finite,
+    a negative latency or no bandwidth term)."""
+    if not isinstance(fit, dict):
+        return None
+    alpha, beta = fit.get("alpha_s"), fit.get("beta_s_per_byte")
+    if not (finite_number(alpha) and finite_number(beta) and alpha >= 0 and beta > 0):
+        return None
+    return Network(alpha_s=float(alpha), beta_s_per_byte=float(beta))

@@ -1,0 +1,167 @@
+"""The performance model in the report, as figures (docs/perfmodel.md): the model's predictions
+overlaid on a study's measured points, with the error of each, and each stored microbench
+run's collectives against message size with the ring fit of its all-reduce."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dlscale.perfmodel.costs import Network, ring_allreduce_s
+from dlscale.perfmodel.networks import finite_number, stored_fit
+from dlscale.perfmodel.validate import compare, median_errors, network_key
+from dlscale.report.figures import Figure, Row, Series, by_series
+
+NetworkOf = Callable[[Row], Network | None]
+_DRAWN = ("bytes", "time_s", "busbw_bytes_s")
+
+
+def predictable(rows: list[Row]) -> list[Row]:
+    """Completed points the model could predict, given the network they ran on: 2 workers or
+    more, with their compute without synchronization and their gradient's bytes."""
+    return [
+        r
+        for r in rows
+        if r["status"] == "completed"
+        and r["config"]["workers"] >= 2
+        and (r.get("metrics") or {}).get("step_time_nosync_p50_ms")
+        and (r.get("metrics") or {}).get("gradient_bytes")
+    ]
+
+
+def prediction(rows: list[Row], network_of: NetworkOf, sources: dict[str, str]) -> Figure | None:
+    """Each predictable point's measured throughput beside the model's ring all-reduce
+    predicted from the point's own compute on its network (its error bar reaching up to the
+    ideal overlap), one pair of bars per point. ``sources``: each network's words."""
+    compared = {row["run_id"]: row for row in compare(predictable(rows), network_of)}
+    if not compared:
+        return None
+    labels, ring, overlap, flags = [], [], [], []
+    for name, group in by_series(rows).items():
+        for row in group:
+            c = compared.get(row["run_id"])
+            if c is None:
+                continue
+            label = f"{name} x{row['config']['workers']}"
+            labels.append(label)
+            ring.append(c["ring_error"])
+            overlap.append(c["ring-overlap_error"])
+            flags.append(
+                f"{label}: measured {c['measured_img_s']:,.1f} img/s; ring predicts "
+                f"{c['ring_img_s']:,.1f} ({c['ring_error']:+.1%}), with ideal overlap "
+                f"{c['ring-overlap_img_s']:,.1f} ({c['ring-overlap_error']:+.1%})"
+            )
+    medians = median_errors(list(compared.values()))
+    flags.append(
+        f"median absolute error over {len(compared)} points: ring {medians['ring']:.1%}, "
+        f"ideal overlap {medians['ring-overlap']:.1%}"
+    )
+    networks = "; ".join(f"{where}: {said}" for where, said in sources.items())
+    return Figure(
+        key="predicted",
+        title="The model's error on each measured point",
+        x_label="",
+        y_label="predicted / measured throughput - 1",
+        series=[
+            Series(name="ring all-reduce, no overlap", x=labels, y=ring, kind="bar"),
+            Series(name="ring, ideal overlap with backward", x=labels, y=overlap, kind="bar"),
+        ],
+        x_categorical=True,
+        y_percent=True,
+        flags=flags,
+        note="Each point's throughput predicted by dlscale's model (docs/perfmodel.md) from its "
+        "own compute without synchronization (its no-sync probe) and its gradient's bytes, on "
+        f"the network a microbench measured there ({networks}). 0 is exact; above 0 the model "
+        "is too optimistic. The measured point should lie between the two bounds.",
+    )
+
+
+def network_lookup(fitted: dict[tuple[Any, ...], Any]) -> tuple[NetworkOf, dict[str, str]]:
+    """``network_of(point)`` over stored fits (:func:`dlscale.perfmodel.networks.fitted_networks`)
+    by the point's launcher, emulated network and nodes, and the words of each one used."""
+    used: dict[str, str] = {}
+
+    def network_of(point: Row) -> Network | None:
+        key = network_key(point["config"])
+        if key not in fitted:
+            return None
+        used[str(key[1] or key[0])] = fitted[key].said
+        return fitted[key].network
+
+    return network_of, used
+
+
+def collectives(run: dict[str, Any]) -> list[Figure]:
+    """A microbench run's bus bandwidth per collective, and its all-reduce's time against
+    message size with the ring fit."""
+    rows = [r for r in run.get("rows") or [] if _usable(r)]
+    names = list(dict.fromkeys(r["collective"] for r in rows))
+    if not names:
+        return []
+    busbw = [
+        Series(
+            name=name,
+            x=[r["bytes"] for r in rows if r["collective"] == name],
+            y=[r["busbw_bytes_s"] / 1e9 for r in rows if r["collective"] == name],
+        )
+        for name in names
+    ]
+    figures = [
+        Figure(
+            key="busbw",
+            title="Bus bandwidth against message size",
+            x_label="message size (bytes)",
+            y_label="busbw (GB/s)",
+            series=busbw,
+            x_log=True,
+            note="busbw: algorithm bandwidth times the collective's bus factor (nccl-tests' "
+            "definitions, docs/metrics.md): comparable across collectives and worker counts. "
+            "Each point: the median over iterations of the slowest rank's time.",
+        )
+    ]
+    ring = [r for r in rows if r["collective"] == "all_reduce"]
+    fit = run.get("fit")
+    if ring:
+        series = [
+            Series(
+                name="all_reduce: measured",
+                x=[r["bytes"] for r in ring],
+                y=[r["time_s"] * 1e3 for r in ring],
+                group="all_reduce",
+            )
+        ]
+        net = stored_fit(fit)
+        if net is not None:
+            p = int(run.get("processes") or 2)
+            series.append(
+                Series(
+                    name="ring fit",
+                    x=[r["bytes"] for r in ring],
+                    y=[ring_allreduce_s(r["bytes"], p, net) * 1e3 for r in ring],
+                    dashed=True,
+                )
+            )
+        figures.append(
+            Figure(
+                key="allreduce_time",
+                title="All-reduce time against message size",
+                x_label="message size (bytes)",
+                y_label="time (ms)",
+                series=series,
+                x_log=True,
+                y_log=True,
+                note="Dashed: the ring cost 2(p-1) alpha + 2(p-1)/p n beta with the alpha and "
+                "beta fitted to these times (docs/perfmodel.md).",
+            )
+        )
+    return figures
+
+
+def _usable(row: Any) -> bool:
+    """A stored row with a name, a size and a time that can be drawn (a hand-edited or damaged
+    file's other rows are left out, not drawn wrong)."""
+    return (
+        isinstance(row, dict)
+        and isinstance(row.get("collective"), str)
+        and all(finite_number(row.get(k)) and row[k] > 0 for k in _DRAWN)
+    )

@@ -1,0 +1,109 @@
+"""The performance model in the report: the predicted-against-measured figure recomputed by
+hand, the hint when no network was measured, and stored microbench runs drawn safely (hostile
+names, damaged rows and fits)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dlscale.perfmodel.costs import Network
+from dlscale.perfmodel.networks import fitted_networks, microbench_runs
+from dlscale.report.html import build_html
+from dlscale.report.model import collectives, network_lookup, prediction
+from dlscale.report.static import save_static
+from dlscale.store import write_json_atomic
+
+SAFE_ID = re.compile(r'id="([^"]*)"')
+
+
+def point(run_id: str, model: str, throughput: float, *, workers: int = 2) -> dict:
+    return {
+        "run_id": run_id,
+        "status": "completed",
+        "study": "s",
+        "batch_size_per_worker": 32,
+        "config": {
+            "backend": "torch-ddp",
+            "model": model,
+            "workers": workers,
+            "launcher": "local",
+            "scaling": "weak",
+        },
+        "metrics": {
+            "throughput_img_s": throughput,
+            "step_time_nosync_p50_ms": 100.0,
+            "gradient_bytes": 1e6,
+            "step_time_p50_ms": 110.0,
+        },
+    }
+
+
+def test_each_points_error_is_what_the_ring_gives_by_hand():
+    # 1 Gbit/s, no latency: a 2-worker ring moves 2 x 1/2 x 1e6 B = 8 ms; step 108 ms
+    net = Network.from_link(1e9, 0.0)
+    rows = [point("a", "m1", 500.0), point("b", "m2", 640.0), point("c", "m3", 1.0, workers=1)]
+    figure = prediction(rows, lambda row: net, {"local": "given"})
+    assert figure is not None and figure.key == "predicted" and figure.y_percent
+    ring = 64 / 0.108
+    overlap = 64 / (0.100 / 3 + max(0.200 / 3, 0.008))
+    bars = {s.name: dict(zip(s.x, s.y, strict=True)) for s in figure.series}
+    assert len(bars["ring all-reduce, no overlap"]) == 2  # the 1-worker point is not predicted
+    (label_a,) = [x for x in bars["ring all-reduce, no overlap"] if "m1" in x]
+    assert bars["ring all-reduce, no overlap"][label_a] == pytest.approx(ring / 500 - 1)
+    assert bars["ring, ideal overlap with backward"][label_a] == pytest.approx(overlap / 500 - 1)
+    errors = sorted([abs(ring / 500 - 1), abs(ring / 640 - 1)])
+    assert figure.flags[-1].startswith(
+        f"median absolute error over 2 points: ring {sum(errors) / 2:.1%}"
+    )
+    assert f"ring predicts {ring:,.1f} ({ring / 500 - 1:+.1%})" in figure.flags[0]
+    assert prediction(rows, lambda row: None, {}) is None  # no network: nothing to predict
+
+
+def test_a_study_without_a_measured_network_says_how_to_get_predictions():
+    page, _ = build_html([point("a", "m1", 500.0)], title="t", source="r", fitted={})
+    assert "dlscale microbench --workers 2 --launcher local" in page
+    assert 'data-figure="predicted"' not in page
+
+
+def store(root: Path, name: str, **fields: object) -> None:
+    (root / name).mkdir()
+    stored = {"started_at": 1.0, "processes": 2, "error": None,
+              "config": {"backend": "torch-ddp", "launcher": "local", "options": {}},
+              "rows": [], "fit": None, **fields}  # fmt: skip
+    write_json_atomic(root / name / "microbench.json", "microbench", stored)
+
+
+def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmless(tmp_path):
+    row = {"collective": "all_reduce", "bytes": 1024, "time_s": 1e-3, "busbw_bytes_s": 1.0e6}
+    fit = {"alpha_s": 1e-4, "beta_s_per_byte": 8e-10, "median_error": 0.1}
+    hostile = "microbench-<img src=x onerror=alert(1)>"
+    store(tmp_path, hostile, rows=[row, {**row, "bytes": 4096, "time_s": 2e-3}], fit=fit,
+          error="<b>wrong</b> results")  # fmt: skip
+    damaged_rows = [row, {"collective": "all_reduce", "bytes": "NaN"}, {**row, "time_s": None}]
+    store(tmp_path, "microbench-b", started_at=2.0, fit={**fit, "alpha_s": "x"}, rows=damaged_rows)
+    (tmp_path / "microbench-c").mkdir()
+    (tmp_path / "microbench-c" / "microbench.json").write_text("{damaged")
+    problems: list[str] = []
+    runs = microbench_runs(tmp_path, on_problem=problems.append)
+    assert [r["run_id"] for r in runs] == [hostile, "microbench-b"]
+    assert len(problems) == 1 and "microbench-c" in problems[0]
+    fitted = fitted_networks(tmp_path, on_problem=problems.append)
+    assert fitted == {}  # the hostile one failed, the other's fit is no number
+    assert "microbench-b: its fit (alpha x" in problems[-1]
+    figures = collectives(runs[1])
+    assert [f.key for f in figures] == ["busbw", "allreduce_time"]
+    assert [len(s.x) for s in figures[1].series] == [1]  # one usable row, no fit line
+    page, plots = build_html([], title="t", source="r", microbench=runs, fitted=fitted)
+    assert plots == 4
+    assert "<img src=x" not in page and "<b>wrong" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in SAFE_ID.findall(page))
+    written = save_static(collectives(runs[0])[1], tmp_path / "time")
+    assert all(path.stat().st_size > 0 for path in written)
+    net, used = network_lookup({("local", "", 1): type("F", (), {"said": "s", "network": 1})()})
+    assert net({"config": {"launcher": "local", "options": {}}}) == 1 and used == {"local": "s"}
+    assert json.dumps(used)
