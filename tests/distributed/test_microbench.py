@@ -81,7 +81,7 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     (median,) = [r for r in records if r["kind"] == "median_abs_error"]
     assert median["ring"] == abs(row["ring_error"])
     table = cli("predict", "--validate", str(tmp_path))
-    assert "network (local): fitted by microbench-torch-ddp-w2-local-" in table.stdout
+    assert "network (torch-ddp on local): fitted by microbench-torch-ddp-w2-local-" in table.stdout
     # the report draws the same comparison and the microbench's own figures
     page = tmp_path / "report.html"
     report = cli("report", "--results", str(tmp_path), "--out", str(page))

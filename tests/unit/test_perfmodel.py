@@ -123,11 +123,11 @@ def _point(workers=2, nosync=20.0, gradient=1e6, measured=3000.0, status="comple
 
 
 def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
-    from dlscale.perfmodel.validate import compare, median_errors
+    from dlscale.perfmodel.validate import Link, compare, median_errors
 
     net = Network.from_link(8e9, 0.0)  # 1 ns a byte: the ring moves 1 MB in 1 ms at 2 workers
     points = [_point(), _point(workers=1), _point(status="failed"), _point(gradient=None), _point()]
-    rows = compare(points, lambda point: net)
+    rows = compare(points, lambda point: Link(net))
     assert compare(points, lambda point: None) == []  # no network known: nothing predicted
     assert len(rows) == 2  # 1 worker, failed and incomplete points are not predicted
     row = rows[0]
@@ -141,17 +141,20 @@ def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
     assert median_errors([]) == {"ring": None, "ring-overlap": None}
 
 
-def test_predict_takes_the_newest_microbench_fit_and_refuses_a_bad_one(tmp_path):
+def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad_one(tmp_path):
     from dlscale.cli.predict import fitted_networks
+    from dlscale.perfmodel.networks import fitted_for
     from dlscale.store.files import write_json_atomic
 
     fit = {"alpha_s": 2e-5, "beta_s_per_byte": 1e-9, "median_error": 0.04}
 
-    def store(name, started, fit, error=None, network=""):
+    def config(network="", backend="torch-ddp"):
+        options = {"launcher": {"network": network, "nnodes": 2}}
+        return {"backend": backend, "launcher": "torchrun", "options": options}
+
+    def store(name, started, fit, error=None, **where):
         (tmp_path / name).mkdir()
-        config = {"launcher": "torchrun", "options": {"launcher": {"network": network,
-                                                                   "nnodes": 2}}}  # fmt: skip
-        stored = {"started_at": started, "fit": fit, "error": error, "config": config}
+        stored = {"started_at": started, "fit": fit, "error": error, "config": config(**where)}
         write_json_atomic(tmp_path / name / "microbench.json", "microbench", stored)
 
     store("microbench-a", 1.0, {**fit, "beta_s_per_byte": 5e-9})
@@ -160,11 +163,16 @@ def test_predict_takes_the_newest_microbench_fit_and_refuses_a_bad_one(tmp_path)
     (tmp_path / "microbench-d").mkdir()
     (tmp_path / "microbench-d" / "microbench.json").write_text("{damaged")
     store("microbench-f", 9.0, {**fit, "beta_s_per_byte": 8e-8}, network="100mbit")
+    store("microbench-g", 1.5, {**fit, "beta_s_per_byte": 3e-9}, backend="torch-ring")
     found = fitted_networks(tmp_path)
-    net, said = found[("torchrun", "", 2)].network, found[("torchrun", "", 2)].said
-    assert net.beta_s_per_byte == 1e-9 and net.alpha_s == 2e-5
-    assert "microbench-b" in said and "8 Gbit/s" in said and "4.0%" in said
-    assert found[("torchrun", "100mbit", 2)].network.beta_s_per_byte == 8e-8
+    ddp = fitted_for(found, config())  # the newest of the engine's own on that network
+    assert ddp.network.beta_s_per_byte == 1e-9 and ddp.network.alpha_s == 2e-5
+    assert "microbench-b" in ddp.said and "8 Gbit/s" in ddp.said and "4.0%" in ddp.said
+    assert fitted_for(found, config(backend="torch-ring")).run_id == "microbench-g"
+    # an engine never measured there: the newest of any engine's on the same network
+    assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
+    assert fitted_for(found, config("100mbit")).network.beta_s_per_byte == 8e-8
+    assert fitted_for(found, config("1gbit")) is None
     store("microbench-e", 4.0, {**fit, "beta_s_per_byte": 0.0})
     with pytest.raises(UserError, match="cannot be used"):
         fitted_networks(tmp_path)
@@ -183,3 +191,26 @@ def test_the_published_horovod_anchor_as_docs_perfmodel_states_it():
     assert round(ring.efficiency, 2) == 0.82
     (overlap,) = predict(profile, "ring-overlap", [512], net)
     assert overlap.efficiency == pytest.approx(1.0)
+
+
+def test_validation_uses_the_measured_all_reduce_where_the_microbench_measured_it():
+    from dlscale.perfmodel.validate import Link, compare
+
+    net = Network.from_link(1e9, 0.0)
+    link = Link(net, allreduce=((100_000.0, 1e-1), (1_000.0, 1e-3)), processes=2)
+    assert link.allreduce_s(10_000, 2) == pytest.approx(1e-2)  # straight on log-log axes
+    assert link.allreduce_s(1_000, 2) == pytest.approx(1e-3)
+    assert link.allreduce_s(999, 2) is None and link.allreduce_s(200_000, 2) is None
+    assert link.allreduce_s(10_000, 4) is None  # measured with 2 ranks only
+    assert Link(net).allreduce_s(10_000, 2) is None
+    point = {"status": "completed", "run_id": "a", "batch_size_per_worker": 32,
+             "config": {"workers": 2, "launcher": "local"},
+             "metrics": {"step_time_nosync_p50_ms": 20.0, "gradient_bytes": 10_000,
+                         "throughput_img_s": 2000.0}}  # fmt: skip
+    (row,) = compare([point], lambda p: link)
+    assert row["allreduce_from"] == "measured" and row["allreduce_ms"] == pytest.approx(10.0)
+    assert row["ring_img_s"] == pytest.approx(64 / 0.030)
+    four = {**point, "config": {"workers": 4, "launcher": "local"}}
+    (row,) = compare([four], lambda p: link)  # no measurement at 4: the fitted ring
+    ring = 2 * 3 / 4 * 10_000 * 8 / 1e9
+    assert row["allreduce_from"] == "fit" and row["allreduce_ms"] == pytest.approx(ring * 1e3)

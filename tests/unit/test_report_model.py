@@ -12,6 +12,7 @@ import pytest
 
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import fitted_networks, microbench_runs
+from dlscale.perfmodel.validate import Link
 from dlscale.report.html import build_html
 from dlscale.report.model import collectives, network_lookup, prediction
 from dlscale.report.static import save_static
@@ -46,7 +47,7 @@ def test_each_points_error_is_what_the_ring_gives_by_hand():
     # 1 Gbit/s, no latency: a 2-worker ring moves 2 x 1/2 x 1e6 B = 8 ms; step 108 ms
     net = Network.from_link(1e9, 0.0)
     rows = [point("a", "m1", 500.0), point("b", "m2", 640.0), point("c", "m3", 1.0, workers=1)]
-    figure = prediction(rows, lambda row: net, {"local": "given"})
+    figure = prediction(rows, lambda row: Link(net), {"local": "given"})
     assert figure is not None and figure.key == "predicted" and figure.y_percent
     ring = 64 / 0.108
     overlap = 64 / (0.100 / 3 + max(0.200 / 3, 0.008))
@@ -104,6 +105,8 @@ def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmle
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in SAFE_ID.findall(page))
     written = save_static(collectives(runs[0])[1], tmp_path / "time")
     assert all(path.stat().st_size > 0 for path in written)
-    net, used = network_lookup({("local", "", 1): type("F", (), {"said": "s", "network": 1})()})
-    assert net({"config": {"launcher": "local", "options": {}}}) == 1 and used == {"local": "s"}
+    fake = type("F", (), {"said": "s", "link": 1, "started_at": 1.0})()
+    link_of, used = network_lookup({("torch-ddp", "local", "", 1): fake})
+    point = {"config": {"backend": "horovod-torch", "launcher": "local", "options": {}}}
+    assert link_of(point) == 1 and used == {"horovod-torch on local": "s"}
     assert json.dumps(used)

@@ -149,8 +149,9 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     newest microbench (in ``--network-from``, else ``results``) run with the same launcher,
     emulated network and nodes."""
     from dlscale.metrics.scaling import add_scaling
+    from dlscale.perfmodel.networks import fitted_for
     from dlscale.perfmodel.validate import STRATEGIES as CHECKED
-    from dlscale.perfmodel.validate import compare, median_errors, network_key
+    from dlscale.perfmodel.validate import Link, compare, median_errors, network_key
     from dlscale.store.results import RunStore
 
     as_json = args.json
@@ -158,21 +159,22 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
         given, _, network_source = _given_network(args)
         sources = {"all points": network_source}
 
-        def network_of(point: dict[str, Any]) -> Network | None:
-            return given
+        def link_of(point: dict[str, Any]) -> Link | None:
+            return Link(given)
     else:
         fitted = fitted_networks(Path(args.network_from or results))
         sources = {}
 
-        def network_of(point: dict[str, Any]) -> Network | None:
-            key = network_key(point["config"])
-            if key not in fitted:
+        def link_of(point: dict[str, Any]) -> Link | None:
+            found = fitted_for(fitted, point["config"])
+            if found is None:
                 return None
-            sources[f"{key[1] or key[0]}"] = fitted[key].said
-            return fitted[key].network
+            key = network_key(point["config"])
+            sources[f"{point['config'].get('backend')} on {key[1] or key[0]}"] = found.said
+            return found.link
 
     points = add_scaling(RunStore(results).results())
-    rows = compare(points, network_of)
+    rows = compare(points, link_of)
     if not rows:
         raise UserError(
             f"no point in {results} to check: it needs completed points of 2 workers or more "
@@ -188,14 +190,16 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
         print(json.dumps({"kind": "median_abs_error", **medians}))
         return 0
     table = Table()
-    for column in ("backend", "model", "workers", "network", "measured img/s", "compute ms"):
+    for column in ("backend", "model", "workers", "network", "measured img/s", "compute ms",
+                   "all-reduce ms"):  # fmt: skip
         table.add_column(column, justify="right" if "/s" in column or "ms" in column else "left")
     for strategy in CHECKED:
         table.add_column(f"{strategy} img/s (error)", justify="right")
     for row in rows:
         cells = [cell(row["backend"]), cell(row["model"]), str(row["workers"]),
                  cell(row["network"] or row["launcher"]), f"{row['measured_img_s']:,.1f}",
-                 f"{row['compute_ms']:.1f}"]  # fmt: skip
+                 f"{row['compute_ms']:.1f}",
+                 f"{row['allreduce_ms']:.2f} ({row['allreduce_from']})"]  # fmt: skip
         for strategy in CHECKED:
             cells.append(f"{row[f'{strategy}_img_s']:,.1f} ({row[f'{strategy}_error']:+.1%})")
         table.add_row(*cells)

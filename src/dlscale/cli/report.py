@@ -114,8 +114,8 @@ def _figures(rows: list[dict], microbench: list[dict], fitted: dict, directory: 
     slugs = study_slugs([*studies, *(run["run_id"] for run in microbench)])
     drawn: list[tuple[str, Figure]] = []
     for name, study_rows in sorted(studies.items()):
-        network_of, sources = network_lookup(fitted)
-        predicted = prediction(study_rows, network_of, sources)
+        link_of, sources = network_lookup(fitted)
+        predicted = prediction(study_rows, link_of, sources)
         figures = study_figures(study_rows) + ([predicted] if predicted else [])
         drawn += [(slugs[name], figure) for figure in figures]
     for run in microbench:

@@ -12,7 +12,7 @@ from typing import Any, TypeGuard
 
 from dlscale.errors import SchemaError
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.validate import network_key
+from dlscale.perfmodel.validate import Link, network_key
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,8 @@ class Fitted:
     """How it was found, in one line: which run fitted it, alpha, bandwidth, the fit's error."""
     started_at: float
     run_id: str
+    link: Link
+    """The same with the run's measured all-reduce times, for validation at its worker count."""
 
 
 def microbench_runs(
@@ -52,13 +54,15 @@ def fitted_networks(
     results: Path, on_problem: Callable[[str], None] | None = None
 ) -> dict[tuple[Any, ...], Fitted]:
     """The network of the newest microbench in ``results`` with a fit (its all-reduce) and no
-    error for each launcher, emulated network and node count. A newest fit that cannot be
-    used (not finite, no bandwidth) is left out and ``on_problem`` hears why."""
+    error for each engine (backend), launcher, emulated network and node count: keyed
+    ``(backend, *network_key)``. A newest fit that cannot be used (not finite, no bandwidth) is
+    left out and ``on_problem`` hears why."""
     newest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run in microbench_runs(results):
         if not isinstance(run.get("fit"), dict) or run.get("error"):
             continue  # a failed or wrong run measured nothing to trust
-        newest[network_key(run["config"])] = run  # oldest first: the newest stays
+        config = run["config"]
+        newest[(config.get("backend"), *network_key(config))] = run  # the newest stays
     found: dict[tuple[Any, ...], Fitted] = {}
     for key, run in newest.items():
         fit = run["fit"]
@@ -75,7 +79,16 @@ def fitted_networks(
             f"{network.bandwidth_bit_s / 1e9:.3g} Gbit/s effective, fit's median error "
             f"{error_words}"
         )
-        found[key] = Fitted(network, said, float(run["started_at"]), run["run_id"])
+        measured = tuple(
+            (float(row["bytes"]), float(row["time_s"]))
+            for row in run.get("rows") or []
+            if isinstance(row, dict) and row.get("collective") == "all_reduce"
+            and finite_number(row.get("bytes")) and finite_number(row.get("time_s"))
+            and row["bytes"] > 0 and row["time_s"] > 0
+        )  # fmt: skip
+        processes = int(run["processes"]) if finite_number(run.get("processes")) else 0
+        link = Link(network, measured, processes)
+        found[key] = Fitted(network, said, float(run["started_at"]), run["run_id"], link)
     return found
 
 
@@ -93,3 +106,14 @@ def stored_fit(fit: Any) -> Network | None:
     if not (finite_number(alpha) and finite_number(beta) and alpha >= 0 and beta > 0):
         return None
     return Network(alpha_s=float(alpha), beta_s_per_byte=float(beta))
+
+
+def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) -> Fitted | None:
+    """The fit for a run of ``config``: its own engine's on its network (launcher, emulated
+    network, nodes) if a microbench measured it, else the newest of any engine's there."""
+    key = network_key(config)
+    own = fitted.get((config.get("backend"), *key))
+    if own is not None:
+        return own
+    others = [found for k, found in fitted.items() if k[1:] == key]
+    return max(others, key=lambda found: found.started_at, default=None)

@@ -60,14 +60,25 @@ class Predicted:
     efficiency: float
 
 
-def step_s(profile: Profile, strategy: str, p: int, net: Network, servers: int = 1) -> float:
+def step_s(
+    profile: Profile,
+    strategy: str,
+    p: int,
+    net: Network,
+    servers: int = 1,
+    *,
+    comm: float | None = None,
+) -> float:
+    """One step's time; ``comm``: the synchronization's time when it is known (measured),
+    else the strategy's cost on ``net``."""
     n = profile.gradient_bytes
     compute = profile.compute_s
     if p <= 1:
         return compute
     if strategy == "ps-async":
         return costs.ps_async_step_s(compute, n, p, servers, net)
-    comm = comm_s(profile, strategy, p, net, servers)
+    if comm is None:
+        comm = comm_s(profile, strategy, p, net, servers)
     if strategy == "ring-overlap":
         backward = compute * profile.backward_share
         return compute - backward + max(backward, comm)

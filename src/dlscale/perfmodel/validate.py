@@ -5,19 +5,24 @@ from it, its compute without synchronization (``step_time_nosync_p50_ms``, the n
 median step at the same scale, so the contention of the ranks on the machine is in it) and its
 gradient's bytes, the point's throughput is predicted on the given network for a ring
 all-reduce without and with the ideal overlap (:mod:`.predict`), and compared with the
-measured one: error = predicted / measured - 1. The two bound what bucketed overlap gives, so
-the measured point should lie between them; the median of the absolute errors over the points
-says how well the model holds on this machine.
+measured one: error = predicted / measured - 1. The all-reduce's time is the one a microbench
+measured on that network at the point's worker count, interpolated on log-log axes between the
+two sizes around the gradient's, where there is one; else the fitted ring cost. The two
+strategies bound what bucketed overlap gives, so the measured point should lie between them;
+the median of the absolute errors over the points says how well the model holds here.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.predict import Profile, step_s
+from dlscale.perfmodel.predict import Profile, comm_s, step_s
 
 STRATEGIES = ("ring", "ring-overlap")
 
@@ -29,11 +34,31 @@ def network_key(config: dict[str, Any]) -> tuple[Any, ...]:
     return (config.get("launcher"), options.get("network") or "", options.get("nnodes") or 1)
 
 
+@dataclass(frozen=True)
+class Link:
+    """A network as validation sees it: its fitted costs and, where a microbench measured the
+    all-reduce with ``processes`` ranks, its (bytes, seconds) rows."""
+
+    network: Network
+    allreduce: tuple[tuple[float, float], ...] = ()
+    processes: int = 0
+
+    def allreduce_s(self, n: float, p: int) -> float | None:
+        """The measured all-reduce of ``n`` bytes on ``p`` ranks, interpolated between the two
+        nearest sizes on log-log axes; ``None`` outside what was measured."""
+        if p != self.processes or len(self.allreduce) < 2:
+            return None
+        sizes, times = zip(*sorted(self.allreduce), strict=True)
+        if not sizes[0] <= n <= sizes[-1]:
+            return None
+        return float(np.exp(np.interp(np.log(n), np.log(sizes), np.log(times))))
+
+
 def compare(
-    points: list[dict[str, Any]], network_of: Callable[[dict[str, Any]], Network | None]
+    points: list[dict[str, Any]], link_of: Callable[[dict[str, Any]], Link | None]
 ) -> list[dict[str, Any]]:
-    """The rows of every point the model can predict; ``network_of(point)``: the network it
-    ran on (``None``: unknown, the point is left out)."""
+    """The rows of every point the model can predict; ``link_of(point)``: the network it ran
+    on (``None``: unknown, the point is left out)."""
     rows = []
     for point in points:
         metrics, config = point.get("metrics") or {}, point.get("config") or {}
@@ -46,10 +71,13 @@ def compare(
             continue
         if not (nosync and gradient and measured and batch):
             continue
-        net = network_of(point)
-        if net is None:
+        link = link_of(point)
+        if link is None:
             continue
         profile = Profile(compute_s=nosync / 1e3, batch=int(batch), gradient_bytes=gradient)
+        measured_comm = link.allreduce_s(gradient, workers)
+        comm = measured_comm if measured_comm is not None else comm_s(profile, "ring", workers,
+                                                                     link.network)  # fmt: skip
         row: dict[str, Any] = {
             "run_id": point.get("run_id"),
             "backend": config.get("backend"),
@@ -60,9 +88,12 @@ def compare(
             "measured_img_s": measured,
             "measured_step_ms": metrics.get("step_time_p50_ms"),
             "compute_ms": nosync,
+            "allreduce_ms": comm * 1e3,
+            "allreduce_from": "measured" if measured_comm is not None else "fit",
         }
         for strategy in STRATEGIES:
-            predicted = workers * profile.batch / step_s(profile, strategy, workers, net)
+            step = step_s(profile, strategy, workers, link.network, comm=comm)
+            predicted = workers * profile.batch / step
             row[f"{strategy}_img_s"] = predicted
             row[f"{strategy}_error"] = predicted / measured - 1
         rows.append(row)

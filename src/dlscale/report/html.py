@@ -160,8 +160,8 @@ def _prediction(rows: list[Row], fitted: dict[Any, Any], div_id: str) -> tuple[s
     candidates = predictable(rows)
     if not candidates:
         return "", 0
-    network_of, sources = network_lookup(fitted)
-    figure = prediction(rows, network_of, sources)
+    link_of, sources = network_lookup(fitted)
+    figure = prediction(rows, link_of, sources)
     if figure is not None:
         return _figure(figure, div_id), 1
     launchers = sorted({str(r["config"].get("launcher")) for r in candidates})

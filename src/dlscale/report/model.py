@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dlscale.perfmodel.costs import Network, ring_allreduce_s
-from dlscale.perfmodel.networks import finite_number, stored_fit
-from dlscale.perfmodel.validate import compare, median_errors, network_key
+from dlscale.perfmodel.costs import ring_allreduce_s
+from dlscale.perfmodel.networks import Fitted, finite_number, fitted_for, stored_fit
+from dlscale.perfmodel.validate import Link, compare, median_errors, network_key
 from dlscale.report.figures import Figure, Row, Series, by_series
 
-NetworkOf = Callable[[Row], Network | None]
+LinkOf = Callable[[Row], Link | None]
 _DRAWN = ("bytes", "time_s", "busbw_bytes_s")
 
 
@@ -29,11 +29,11 @@ def predictable(rows: list[Row]) -> list[Row]:
     ]
 
 
-def prediction(rows: list[Row], network_of: NetworkOf, sources: dict[str, str]) -> Figure | None:
+def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Figure | None:
     """Each predictable point's measured throughput beside the model's ring all-reduce
     predicted from the point's own compute on its network (its error bar reaching up to the
     ideal overlap), one pair of bars per point. ``sources``: each network's words."""
-    compared = {row["run_id"]: row for row in compare(predictable(rows), network_of)}
+    compared = {row["run_id"]: row for row in compare(predictable(rows), link_of)}
     if not compared:
         return None
     labels, ring, overlap, flags = [], [], [], []
@@ -76,19 +76,20 @@ def prediction(rows: list[Row], network_of: NetworkOf, sources: dict[str, str]) 
     )
 
 
-def network_lookup(fitted: dict[tuple[Any, ...], Any]) -> tuple[NetworkOf, dict[str, str]]:
-    """``network_of(point)`` over stored fits (:func:`dlscale.perfmodel.networks.fitted_networks`)
+def network_lookup(fitted: dict[tuple[Any, ...], Fitted]) -> tuple[LinkOf, dict[str, str]]:
+    """``link_of(point)`` over stored fits (:func:`dlscale.perfmodel.networks.fitted_networks`)
     by the point's launcher, emulated network and nodes, and the words of each one used."""
     used: dict[str, str] = {}
 
-    def network_of(point: Row) -> Network | None:
-        key = network_key(point["config"])
-        if key not in fitted:
+    def link_of(point: Row) -> Link | None:
+        found = fitted_for(fitted, point["config"])
+        if found is None:
             return None
-        used[str(key[1] or key[0])] = fitted[key].said
-        return fitted[key].network
+        key = network_key(point["config"])
+        used[f"{point['config'].get('backend')} on {key[1] or key[0]}"] = found.said
+        return found.link
 
-    return network_of, used
+    return link_of, used
 
 
 def collectives(run: dict[str, Any]) -> list[Figure]:
