@@ -51,7 +51,7 @@ def test_the_collectives_run_under_torchrun_across_two_agents(cli, tmp_path):
     assert run.returncode == 0, run.stderr
     (stored,) = _stored(tmp_path)
     assert len(stored["rows"]) == 4 and all(r["correct"] for r in stored["rows"])
-    assert "all_reduce" in run.stdout and "ring all-reduce fit" in run.stdout
+    assert "all_reduce" in run.stdout and "ring fit (all_reduce)" in run.stdout
 
 
 def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):

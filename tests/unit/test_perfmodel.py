@@ -57,6 +57,29 @@ def test_the_fit_recovers_known_costs_from_noisy_times():
     assert fit.median_error < 0.03 and fit.max_error < 0.06 and fit.samples == 28
 
 
+@pytest.mark.parametrize(
+    ("pattern", "cost"),
+    [
+        # a binomial broadcast: ceil(log2 p) rounds of the whole message
+        (
+            "tree",
+            lambda n, p, net: math.ceil(math.log2(p)) * (net.alpha_s + n * net.beta_s_per_byte),
+        ),
+        ("p2p", lambda n, p, net: net.alpha_s + n * net.beta_s_per_byte),  # one message
+    ],
+)
+def test_the_tree_and_point_to_point_fits_recover_known_costs(pattern, cost):
+    rng = np.random.default_rng(11)
+    sizes = [4.0 * 4**i for i in range(14)]
+    workers = [2] * 14 + [8] * 14 if pattern == "tree" else [2] * 14
+    net = Network(20e-6, 1.0 / 1e9)
+    truth = [cost(n, p, net) for p, n in zip(workers, sizes * 2, strict=False)]
+    noisy = [t * (1 + rng.uniform(-0.03, 0.03)) for t in truth]
+    fit = fit_network(pattern, workers, (sizes * 2)[: len(workers)], noisy)
+    assert fit.network.alpha_s == pytest.approx(20e-6, rel=0.05)
+    assert fit.network.beta_s_per_byte == pytest.approx(1e-9, rel=0.05)
+
+
 def test_a_fit_without_latency_sets_alpha_to_zero_not_below():
     sizes = [1e3, 1e5, 1e7, 1e8]
     times = [costs.ring_allreduce_s(n, 2, Network(0.0, 1e-9)) * f for n, f in

@@ -82,7 +82,6 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     """Run the collectives of one config and store ``microbench.json`` in its directory."""
     from dlscale.metrics.events import events_path, read_records
     from dlscale.microbench.aggregate import collective_rows
-    from dlscale.perfmodel.fit import fit_network
     from dlscale.runner import launch
     from dlscale.store.files import write_json_atomic
 
@@ -109,24 +108,36 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     wrong = [f"{r['collective']} {r['bytes']} B" for r in rows if not r["correct"]]
     if error is None and wrong:
         error = f"wrong results: {', '.join(wrong)}"
-    fit = None
-    ring = [r for r in rows if r["collective"] == "all_reduce"]
-    if layout.size > 1 and len(ring) >= 2:
-        found = fit_network("ring", [layout.size] * len(ring), [r["bytes"] for r in ring],
-                            [r["time_s"] for r in ring])  # fmt: skip
-        fit = {
-            "pattern": "ring", "collective": "all_reduce",
-            "alpha_s": found.network.alpha_s, "beta_s_per_byte": found.network.beta_s_per_byte,
-            "bandwidth_bit_s": found.network.bandwidth_bit_s,
-            "median_error": found.median_error, "max_error": found.max_error,
-        }  # fmt: skip
+    fits = fit_patterns(rows, layout.size)
     stored = {
         "run_id": run_dir.name, "config": config.to_dict(), "settings": settings.to_dict(),
-        "processes": layout.size, "rows": rows, "fit": fit, "error": error,
+        "processes": layout.size, "rows": rows, "fit": fits.get("ring"), "fits": fits,
+        "error": error,
         "started_at": started, "duration_s": outcome.duration_s,
     }  # fmt: skip
     write_json_atomic(run_dir / "microbench.json", "microbench", stored)
     return stored
+
+
+def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[str, Any]]:
+    """alpha and beta of each pattern (:data:`~dlscale.perfmodel.fit.PATTERNS`) from the rows of
+    the collective it is fitted from, where there are 2 sizes or more and 2 processes or more."""
+    from dlscale.perfmodel.fit import FITTED_FROM, fit_network
+
+    fits = {}
+    for pattern, collective in FITTED_FROM.items():
+        timed = [r for r in rows if r["collective"] == collective]
+        if processes < 2 or len(timed) < 2:
+            continue
+        found = fit_network(pattern, [processes] * len(timed), [r["bytes"] for r in timed],
+                            [r["time_s"] for r in timed])  # fmt: skip
+        fits[pattern] = {
+            "pattern": pattern, "collective": collective,
+            "alpha_s": found.network.alpha_s, "beta_s_per_byte": found.network.beta_s_per_byte,
+            "bandwidth_bit_s": found.network.bandwidth_bit_s,
+            "median_error": found.median_error, "max_error": found.max_error,
+        }  # fmt: skip
+    return fits
 
 
 def _size(n: float) -> str:
@@ -141,7 +152,7 @@ def _show(stored: dict[str, Any], as_json: bool) -> None:
         for row in stored["rows"]:
             print(json.dumps({"kind": "collective", "run_id": stored["run_id"], **row}))
         print(json.dumps({"kind": "fit", "run_id": stored["run_id"], "fit": stored["fit"],
-                          "error": stored["error"]}))  # fmt: skip
+                          "fits": stored["fits"], "error": stored["error"]}))  # fmt: skip
         return
     config = stored["config"]
     title = (
@@ -159,10 +170,9 @@ def _show(stored: dict[str, Any], as_json: bool) -> None:
         )  # fmt: skip
     out = console()
     out.print(table)
-    fit = stored["fit"]
-    if fit:
+    for pattern, fit in stored["fits"].items():
         say(out, (
-            f"ring all-reduce fit: alpha {fit['alpha_s'] * 1e6:.1f} us, beta "
+            f"{pattern} fit ({fit['collective']}): alpha {fit['alpha_s'] * 1e6:.1f} us, beta "
             f"{fit['beta_s_per_byte'] * 1e9:.4f} ns/B ({fit['bandwidth_bit_s'] / 1e9:.2f} Gbit/s), "
             f"median error {fit['median_error']:.1%}, largest {fit['max_error']:.1%}"
         ))  # fmt: skip

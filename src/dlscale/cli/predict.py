@@ -101,15 +101,19 @@ def main(args: argparse.Namespace) -> int:
     if args.network_from is not None:
         fitted = fitted_networks(Path(args.network_from))
         newest = max(fitted.values(), key=lambda item: item.started_at)
-        net, network_source, latency = newest.network, newest.said, newest.network.alpha_s
+        nets = {s: newest.for_strategy(s)[0] for s in strategies}
+        used = sorted({newest.for_strategy(s)[1] for s in strategies})
+        network_source = f"{newest.said}; patterns used: {', '.join(used)}"
     else:
-        net, latency, network_source = _given_network(args)
+        given, _, network_source = _given_network(args)
+        nets = dict.fromkeys(strategies, given)
+    net = nets[strategies[0]]
     profile, source = _profile(args)
-    rows = {s: predict(profile, s, workers, net, args.servers) for s in strategies}
+    rows = {s: predict(profile, s, workers, nets[s], args.servers) for s in strategies}
     needed = {}
     if target is not None:
         needed = {
-            s: bandwidth_for(profile, s, workers[-1], target, latency, args.servers)
+            s: bandwidth_for(profile, s, workers[-1], target, nets[s].alpha_s, args.servers)
             for s in strategies
         }
     if args.json:
@@ -122,7 +126,11 @@ def main(args: argparse.Namespace) -> int:
             print(json.dumps(record))
         return 0
     out = console()
-    link = f"{_rate(net.bandwidth_bit_s)} links, {latency * 1e6:g} us latency"
+    link = (
+        f"{_rate(net.bandwidth_bit_s)} links, {net.alpha_s * 1e6:g} us latency"
+        if len(set(nets.values())) == 1
+        else "links fitted per pattern (below)"
+    )
     title = f"predicted: {args.model}, batch {args.batch}/worker, {link} (speedup, efficiency)"
     say(out, title, style="bold")
     out.print(_table(rows, args))
@@ -132,7 +140,8 @@ def main(args: argparse.Namespace) -> int:
         at = f"{strategy} needs {_rate(value)}" if value else f"{strategy} cannot reach it"
         say(
             out,
-            f"for {target:.0%} efficiency at {workers[-1]} workers: {at} at {latency * 1e6:g} us",
+            f"for {target:.0%} efficiency at {workers[-1]} workers: {at} at "
+            f"{nets[strategy].alpha_s * 1e6:g} us",
         )
     return 0
 

@@ -1,7 +1,8 @@
 """The network's ``alpha`` and ``beta`` fitted from measured collective times.
 
 A collective's time is modelled as ``t = a alpha + b n beta`` with ``a`` and ``b`` the counts
-of its pattern (ring all-reduce on p workers: a = 2(p-1), b = 2(p-1)/p; :data:`PATTERNS`).
+of its pattern (ring all-reduce on p workers: a = 2(p-1), b = 2(p-1)/p; a binomial tree's
+broadcast: a = b = ceil(log2 p); one message: a = b = 1; :data:`PATTERNS`).
 The fit is least squares on the relative error (each residual divided by its measured time),
 because the sizes span eight orders of magnitude and an absolute fit would see only the
 largest; a reduction cost ``gamma`` scales with n like ``beta`` and is folded into it (the
@@ -12,6 +13,7 @@ relative error over the samples.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,9 +24,19 @@ from dlscale.perfmodel.costs import Network
 
 PATTERNS: dict[str, Callable[[int], tuple[float, float]]] = {
     "ring": lambda p: (2 * (p - 1), 2 * (p - 1) / p),
+    "tree": lambda p: (math.ceil(math.log2(p)), math.ceil(math.log2(p))),
+    "p2p": lambda p: (1.0, 1.0),
 }
-"""(latency messages, bytes factor) of each pattern on p workers, as in :mod:`.costs`; only
-the ring is fitted yet (from ``dlscale microbench``'s all-reduce)."""
+"""(latency messages, bytes factor) of each pattern on p workers, as in :mod:`.costs`: the ring
+all-reduce; a binomial tree (a broadcast: ceil(log2 p) rounds of whole messages); one
+point-to-point message (the parameter server's push or pull)."""
+
+FITTED_FROM = {"ring": "all_reduce", "tree": "broadcast", "p2p": "send_recv"}
+"""The collective of ``dlscale microbench`` each pattern is fitted from."""
+
+USED_BY = {"ring": "ring", "ring-overlap": "ring", "tree": "tree", "ps-sync": "p2p",
+           "ps-async": "p2p"}  # fmt: skip
+"""The pattern whose fit predicts each strategy of :mod:`.predict`."""
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -24,6 +24,18 @@ class Fitted:
     run_id: str
     link: Link
     """The same with the run's measured all-reduce times, for validation at its worker count."""
+    patterns: dict[str, Network] = field(default_factory=dict)
+    """Every pattern's usable fit (``ring``, ``tree``, ``p2p``: :data:`~.fit.PATTERNS`)."""
+
+    def for_strategy(self, strategy: str) -> tuple[Network, str]:
+        """The network that predicts ``strategy`` (its pattern's fit, else the ring's) and
+        which fit it is."""
+        from dlscale.perfmodel.fit import USED_BY
+
+        pattern = USED_BY.get(strategy, "ring")
+        if pattern in self.patterns:
+            return self.patterns[pattern], pattern
+        return self.network, "ring"
 
 
 def microbench_runs(
@@ -88,7 +100,20 @@ def fitted_networks(
         )  # fmt: skip
         processes = int(run["processes"]) if finite_number(run.get("processes")) else 0
         link = Link(network, measured, processes)
-        found[key] = Fitted(network, said, float(run["started_at"]), run["run_id"], link)
+        fits = run.get("fits")
+        patterns = {
+            str(name): net
+            for name, fit in (fits.items() if isinstance(fits, dict) else ())
+            if (net := stored_fit(fit)) is not None
+        }
+        found[key] = Fitted(
+            network,
+            said,
+            float(run["started_at"]),
+            run["run_id"],
+            link,
+            {**patterns, "ring": network},
+        )
     return found
 
 
