@@ -88,12 +88,25 @@ def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmle
     store(tmp_path, "microbench-b", started_at=2.0, fit={**fit, "alpha_s": "x"}, rows=damaged_rows)
     (tmp_path / "microbench-c").mkdir()
     (tmp_path / "microbench-c" / "microbench.json").write_text("{damaged")
+    (tmp_path / "microbench-h").mkdir()  # hand-edited: wrong types everywhere, NaN
+    (tmp_path / "microbench-h" / "microbench.json").write_text(
+        '{"schema": "dlscale.microbench/1", "started_at": 3, "processes": "x", "error": null,'
+        ' "rows": [{"collective": "all_reduce", "bytes": 4, "time_s": NaN, "busbw_bytes_s": 1},'
+        ' "junk"], "fit": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9, "median_error": "x"},'
+        ' "fits": {"tree": {"alpha_s": -1}, "p2p": [1]}, "config": {"backend": ["x"],'
+        ' "launcher": "local", "options": {"launcher": "bad"}}}'
+    )
     problems: list[str] = []
     runs = microbench_runs(tmp_path, on_problem=problems.append)
-    assert [r["run_id"] for r in runs] == [hostile, "microbench-b"]
+    assert [r["run_id"] for r in runs] == [hostile, "microbench-b", "microbench-h"]
+    (odd,) = fitted_networks(tmp_path).values()  # its ring fit is usable; nothing else is
+    assert odd.run_id == "microbench-h" and set(odd.patterns) == {"ring"}
+    assert "median error unknown" in odd.said and collectives(runs[2]) == []
+    runs = runs[:2]
     assert len(problems) == 1 and "microbench-c" in problems[0]
     fitted = fitted_networks(tmp_path, on_problem=problems.append)
-    assert fitted == {}  # the hostile one failed, the other's fit is no number
+    # the hostile one failed, b's fit is no number: only the hand-edited one's ring is usable
+    assert [found.run_id for found in fitted.values()] == ["microbench-h"]
     assert "microbench-b: its fit (alpha x" in problems[-1]
     figures = collectives(runs[1])
     assert [f.key for f in figures] == ["busbw", "allreduce_time"]

@@ -12,7 +12,7 @@ from typing import Any, TypeGuard
 
 from dlscale.errors import SchemaError
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.validate import Link, network_key
+from dlscale.perfmodel.validate import Link, network_key, plain_key
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def fitted_networks(
         if not isinstance(run.get("fit"), dict) or run.get("error"):
             continue  # a failed or wrong run measured nothing to trust
         config = run["config"]
-        newest[(config.get("backend"), *network_key(config))] = run  # the newest stays
+        newest[(plain_key(config.get("backend")), *network_key(config))] = run  # the newest stays
     found: dict[tuple[Any, ...], Fitted] = {}
     for key, run in newest.items():
         fit = run["fit"]
@@ -137,7 +137,7 @@ def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) ->
     """The fit for a run of ``config``: its own engine's on its network (launcher, emulated
     network, nodes) if a microbench measured it, else the newest of any engine's there."""
     key = network_key(config)
-    own = fitted.get((config.get("backend"), *key))
+    own = fitted.get((plain_key(config.get("backend")), *key))
     if own is not None:
         return own
     others = [found for k, found in fitted.items() if k[1:] == key]

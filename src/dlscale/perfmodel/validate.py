@@ -30,8 +30,20 @@ STRATEGIES = ("ring", "ring-overlap")
 def network_key(config: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two runs' networks the same: the launcher, its emulated network and nodes;
     from a stored config (options by plug-in) or a result as the store reads it (flat)."""
-    options = (config.get("options") or {}).get("launcher") or config
-    return (config.get("launcher"), options.get("network") or "", options.get("nnodes") or 1)
+    by_plugin = config.get("options")
+    options = by_plugin.get("launcher") if isinstance(by_plugin, dict) else None
+    if not isinstance(options, dict) or not options:
+        options = config
+    return (
+        plain_key(config.get("launcher")),
+        plain_key(options.get("network") or ""),
+        plain_key(options.get("nnodes") or 1),
+    )
+
+
+def plain_key(value: Any) -> Any:
+    """A key part as stored, or its text when a damaged file put a list or a map there."""
+    return value if value is None or isinstance(value, str | int | float) else str(value)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dlscale.perfmodel.networks import stored_fit
+from dlscale.perfmodel.validate import network_key
 from dlscale.report.columns import Column, human_layout
 from dlscale.report.figures import Figure, Row, study_figures, study_slugs
 from dlscale.report.interactive import to_plotly
@@ -180,14 +181,15 @@ def microbench_section(runs: list[dict[str, Any]], slug_of: dict[str, str]) -> t
         return "", 0
     parts, plots = ["<h2>Networks measured (dlscale microbench)</h2>"], 0
     for run in runs:
-        config = run.get("config") or {}
-        options = (config.get("options") or {}).get("launcher") or {}
-        where = ", ".join(f"{k} {v}" for k, v in options.items() if k in ("network", "nnodes"))
+        config = run["config"]  # a dict: microbench_runs leaves out any other
+        _, network, nnodes = network_key(config)
+        where = [f"network {network}"] if network else []
+        where += [f"{nnodes} nodes"] if nnodes != 1 else []
         parts.append(
             f'<section class="microbench" id="mb-{slug_of[run["run_id"]]}">'
             f"<h3><code>{_e(run['run_id'])}</code></h3><p>{_e(config.get('backend'))}, "
             f"{_e(run.get('processes'))} processes, launcher {_e(config.get('launcher'))}"
-            + (f" ({_e(where)})" if where else "")
+            + (f" ({_e(', '.join(where))})" if where else "")
             + f", {_e(_when(run.get('started_at')))}</p>"
         )
         fit = stored_fit(run.get("fit"))

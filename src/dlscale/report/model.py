@@ -133,7 +133,8 @@ def collectives(run: dict[str, Any]) -> list[Figure]:
         ]
         net = stored_fit(fit)
         if net is not None:
-            p = int(run.get("processes") or 2)
+            processes = run.get("processes")
+            p = int(processes) if finite_number(processes) and processes >= 2 else 2
             series.append(
                 Series(
                     name="ring fit",
