@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -81,8 +82,8 @@ def main(args: argparse.Namespace) -> int:
 def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     """Run the collectives of one config and store ``microbench.json`` in its directory."""
     from dlscale.metrics.events import events_path, read_records
+    from dlscale.microbench import not_measured
     from dlscale.microbench.aggregate import collective_rows
-    from dlscale.perfmodel.fit import fit_network
     from dlscale.runner import launch
     from dlscale.store.files import write_json_atomic
 
@@ -109,24 +110,41 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     wrong = [f"{r['collective']} {r['bytes']} B" for r in rows if not r["correct"]]
     if error is None and wrong:
         error = f"wrong results: {', '.join(wrong)}"
-    fit = None
-    ring = [r for r in rows if r["collective"] == "all_reduce"]
-    if layout.size > 1 and len(ring) >= 2:
-        found = fit_network("ring", [layout.size] * len(ring), [r["bytes"] for r in ring],
-                            [r["time_s"] for r in ring])  # fmt: skip
-        fit = {
-            "pattern": "ring", "collective": "all_reduce",
-            "alpha_s": found.network.alpha_s, "beta_s_per_byte": found.network.beta_s_per_byte,
-            "bandwidth_bit_s": found.network.bandwidth_bit_s,
-            "median_error": found.median_error, "max_error": found.max_error,
-        }  # fmt: skip
+    fit = ring_fit(rows, layout.size)
+    missing = (
+        not_measured(settings.collectives, {r["collective"] for r in rows}, layout.size,
+                     config.backend)
+        if outcome.ok else {}
+    )  # fmt: skip
     stored = {
         "run_id": run_dir.name, "config": config.to_dict(), "settings": settings.to_dict(),
-        "processes": layout.size, "rows": rows, "fit": fit, "error": error,
+        "processes": layout.size, "rows": rows, "fit": fit, "not_measured": missing,
+        "error": error,
         "started_at": started, "duration_s": outcome.duration_s,
     }  # fmt: skip
     write_json_atomic(run_dir / "microbench.json", "microbench", stored)
     return stored
+
+
+def ring_fit(rows: list[dict[str, Any]], processes: int) -> dict[str, Any] | None:
+    """The ring fit of the all-reduce rows (alpha, beta), or ``None`` below 2 processes or 2
+    sizes. ``bandwidth_bit_s`` is ``None`` when the fit found no bandwidth term (beta 0: the
+    small messages took as long as the large ones, as a library's fixed per-call cost can
+    make them), never an infinity that JSON cannot hold."""
+    from dlscale.perfmodel.fit import fit_network
+
+    ring = [r for r in rows if r["collective"] == "all_reduce"]
+    if processes < 2 or len(ring) < 2:
+        return None
+    found = fit_network("ring", [processes] * len(ring), [r["bytes"] for r in ring],
+                        [r["time_s"] for r in ring])  # fmt: skip
+    bandwidth = found.network.bandwidth_bit_s
+    return {
+        "pattern": "ring", "collective": "all_reduce",
+        "alpha_s": found.network.alpha_s, "beta_s_per_byte": found.network.beta_s_per_byte,
+        "bandwidth_bit_s": bandwidth if math.isfinite(bandwidth) else None,
+        "median_error": found.median_error, "max_error": found.max_error,
+    }  # fmt: skip
 
 
 def _size(n: float) -> str:
@@ -136,12 +154,23 @@ def _size(n: float) -> str:
     return f"{n:g} B"
 
 
+def _say_not_measured(stored: dict[str, Any]) -> None:
+    """One line on stderr per reason, naming the requested collectives that have no row: not
+    a failure (the exit status stays 0)."""
+    reasons: dict[str, list[str]] = {}
+    for collective, why in stored.get("not_measured", {}).items():
+        reasons.setdefault(why, []).append(collective)
+    for why, collectives in reasons.items():
+        say(console(stderr=True), f"dlscale: not measured: {', '.join(collectives)} ({why})")
+
+
 def _show(stored: dict[str, Any], as_json: bool) -> None:
     if as_json:
         for row in stored["rows"]:
             print(json.dumps({"kind": "collective", "run_id": stored["run_id"], **row}))
         print(json.dumps({"kind": "fit", "run_id": stored["run_id"], "fit": stored["fit"],
                           "error": stored["error"]}))  # fmt: skip
+        _say_not_measured(stored)
         return
     config = stored["config"]
     title = (
@@ -161,10 +190,13 @@ def _show(stored: dict[str, Any], as_json: bool) -> None:
     out.print(table)
     fit = stored["fit"]
     if fit:
+        bandwidth = fit["bandwidth_bit_s"]
+        rate = "no bandwidth term" if bandwidth is None else f"{bandwidth / 1e9:.2f} Gbit/s"
         say(out, (
             f"ring all-reduce fit: alpha {fit['alpha_s'] * 1e6:.1f} us, beta "
-            f"{fit['beta_s_per_byte'] * 1e9:.4f} ns/B ({fit['bandwidth_bit_s'] / 1e9:.2f} Gbit/s), "
+            f"{fit['beta_s_per_byte'] * 1e9:.4f} ns/B ({rate}), "
             f"median error {fit['median_error']:.1%}, largest {fit['max_error']:.1%}"
         ))  # fmt: skip
+    _say_not_measured(stored)
     if stored["error"]:
         say(console(stderr=True), f"dlscale: microbench failed: {stored['error']}")
