@@ -2,12 +2,16 @@
 records into time, algorithm and bus bandwidth (the real collectives run in
 tests/distributed/test_microbench.py)."""
 
+import json
+
 import pytest
 
+from dlscale.cli.microbench import _say_not_measured, fit_patterns
 from dlscale.errors import UserError
 from dlscale.metrics.records import Collective
-from dlscale.microbench import Settings, iterations, parse_sizes
+from dlscale.microbench import Settings, iterations, not_measured, parse_sizes
 from dlscale.microbench.aggregate import collective_rows
+from dlscale.microbench.timing import element_count, time_collective
 
 
 def test_sizes_read_as_nccl_tests_steps_or_a_list():
@@ -55,3 +59,81 @@ def test_a_wrong_result_on_any_rank_marks_the_row_and_idle_ranks_are_not_timed()
     }
     (row,) = collective_rows(per_rank, processes=3)
     assert not row["correct"] and row["max_error"] == 1.0 and row["time_s"] == pytest.approx(2e-5)
+
+
+def test_the_shared_loop_prepares_then_waits_then_times_and_checks_the_first_timed_call():
+    """The order every kernel gets from timing.time_collective (torch's and Horovod's)."""
+    calls: list[str] = []
+
+    def operation(count: int):
+        calls.append(f"built {count}")
+        return (
+            lambda: calls.append("prepare"),
+            lambda: calls.append("op"),
+            lambda: calls.append("check") or 0.0,
+        )
+
+    record = time_collective(
+        "all_gather", 64, 2, 0, operation, lambda: calls.append("barrier"), most=3,
+        synchronize=lambda: calls.append("sync"),
+    )  # fmt: skip
+    warmup, timed = iterations(64, 3)
+    one = ["prepare", "barrier", "sync", "op", "sync"]
+    assert calls == ["built 8"] + one * (warmup + 1) + ["check"] + one * (timed - 1)
+    assert record.bytes == 64 and len(record.times_s) == timed and record.correct  # 8 x 4 x 2
+    assert element_count("reduce_scatter", 4, 2) == 1 and element_count("broadcast", 6, 4) == 1
+
+
+def test_a_wrong_check_and_an_idle_send_recv_rank_are_recorded():
+    fail = (lambda: None, lambda: None, lambda: 2.0)
+    wrong = time_collective("all_reduce", 4, 2, 1, lambda count: fail, lambda: None, most=1)
+    assert not wrong.correct and wrong.max_error == 2.0 and len(wrong.times_s) == 1
+    ok = (lambda: None, lambda: None, lambda: 0.0)
+    idle = time_collective("send_recv", 4, 3, 2, lambda count: ok, lambda: None, most=1)
+    assert idle.times_s == [] and idle.correct
+
+
+def test_collectives_without_rows_are_named_with_why():
+    requested = ("all_reduce", "broadcast", "send_recv")
+    assert not_measured(requested, {"all_reduce", "broadcast", "send_recv"}, 2, "x") == {}
+    assert not_measured(requested, {"all_reduce", "broadcast"}, 2, "horovod-torch") == {
+        "send_recv": "horovod-torch's library offers no such collective"
+    }
+    assert not_measured(requested, {"all_reduce"}, 1, "torch-ddp") == {
+        "broadcast": "torch-ddp's library offers no such collective",
+        "send_recv": "it needs 2 processes",
+    }
+
+
+def test_the_not_measured_line_is_one_per_reason_on_stderr(capsys):
+    stored = {"not_measured": {"send_recv": "b's library offers no such collective",
+                               "all_gather": "b's library offers no such collective"}}  # fmt: skip
+    _say_not_measured(stored)
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "dlscale: not measured: send_recv, all_gather (b's library offers no such collective)\n"
+    )
+    _say_not_measured({"not_measured": {}})
+    _say_not_measured({})  # a microbench.json from before the key
+    assert capsys.readouterr() == ("", "")
+
+
+def test_a_fit_with_no_bandwidth_term_is_stored_without_an_infinity():
+    """Small messages as slow as large ones (a library's fixed per-call cost, e.g. Horovod's
+    cycle): beta is 0, and the stored fit says no bandwidth rather than inf (which JSON
+    cannot hold)."""
+    rows = [
+        {"collective": "all_reduce", "bytes": 4, "time_s": 8e-3},
+        {"collective": "all_reduce", "bytes": 1 << 20, "time_s": 4e-3},
+        {"collective": "broadcast", "bytes": 4, "time_s": 1.0},
+    ]
+    fits = fit_patterns(rows, 2)
+    assert set(fits) == {"ring"}  # one broadcast size: no tree fit
+    fit = fits["ring"]
+    assert fit["beta_s_per_byte"] == 0 and fit["bandwidth_bit_s"] is None
+    json.dumps(fits, allow_nan=False)
+    assert fit_patterns(rows, 1) == {} and fit_patterns(rows[:1], 2) == {}
+    rows[0]["time_s"] = 1e-4
+    fitted = fit_patterns(rows, 2)["ring"]
+    assert fitted["bandwidth_bit_s"] == 8 / fitted["beta_s_per_byte"]

@@ -176,6 +176,7 @@ BACKENDS.register(
         description="Horovod DistributedOptimizer on PyTorch (Gloo, or MPI under mpirun)",
         framework="torch",
         worker="dlscale.backends.torch_horovod:run",
+        collectives="dlscale.microbench.horovod_collectives:run",
         measures_exposed_comm=True,
         install="make horovod",
         requires=("horovod",),

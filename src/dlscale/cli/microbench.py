@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -81,6 +82,7 @@ def main(args: argparse.Namespace) -> int:
 def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     """Run the collectives of one config and store ``microbench.json`` in its directory."""
     from dlscale.metrics.events import events_path, read_records
+    from dlscale.microbench import not_measured
     from dlscale.microbench.aggregate import collective_rows
     from dlscale.runner import launch
     from dlscale.store.files import write_json_atomic
@@ -109,9 +111,15 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     if error is None and wrong:
         error = f"wrong results: {', '.join(wrong)}"
     fits = fit_patterns(rows, layout.size)
+    missing = (
+        not_measured(settings.collectives, {r["collective"] for r in rows}, layout.size,
+                     config.backend)
+        if outcome.ok else {}
+    )  # fmt: skip
     stored = {
         "run_id": run_dir.name, "config": config.to_dict(), "settings": settings.to_dict(),
         "processes": layout.size, "rows": rows, "fit": fits.get("ring"), "fits": fits,
+        "not_measured": missing,
         "error": error,
         "started_at": started, "duration_s": outcome.duration_s,
     }  # fmt: skip
@@ -121,7 +129,10 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
 
 def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[str, Any]]:
     """alpha and beta of each pattern (:data:`~dlscale.perfmodel.fit.PATTERNS`) from the rows of
-    the collective it is fitted from, where there are 2 sizes or more and 2 processes or more."""
+    the collective it is fitted from, where there are 2 sizes or more and 2 processes or more.
+    ``bandwidth_bit_s`` is ``None`` when a fit found no bandwidth term (beta 0: the small
+    messages took as long as the large ones, as a library's fixed per-call cost can make
+    them), never an infinity that JSON cannot hold."""
     from dlscale.perfmodel.fit import FITTED_FROM, fit_network
 
     fits = {}
@@ -131,10 +142,11 @@ def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[s
             continue
         found = fit_network(pattern, [processes] * len(timed), [r["bytes"] for r in timed],
                             [r["time_s"] for r in timed])  # fmt: skip
+        bandwidth = found.network.bandwidth_bit_s
         fits[pattern] = {
             "pattern": pattern, "collective": collective,
             "alpha_s": found.network.alpha_s, "beta_s_per_byte": found.network.beta_s_per_byte,
-            "bandwidth_bit_s": found.network.bandwidth_bit_s,
+            "bandwidth_bit_s": bandwidth if math.isfinite(bandwidth) else None,
             "median_error": found.median_error, "max_error": found.max_error,
         }  # fmt: skip
     return fits
@@ -147,12 +159,23 @@ def _size(n: float) -> str:
     return f"{n:g} B"
 
 
+def _say_not_measured(stored: dict[str, Any]) -> None:
+    """One line on stderr per reason, naming the requested collectives that have no row: not
+    a failure (the exit status stays 0)."""
+    reasons: dict[str, list[str]] = {}
+    for collective, why in stored.get("not_measured", {}).items():
+        reasons.setdefault(why, []).append(collective)
+    for why, collectives in reasons.items():
+        say(console(stderr=True), f"dlscale: not measured: {', '.join(collectives)} ({why})")
+
+
 def _show(stored: dict[str, Any], as_json: bool) -> None:
     if as_json:
         for row in stored["rows"]:
             print(json.dumps({"kind": "collective", "run_id": stored["run_id"], **row}))
         print(json.dumps({"kind": "fit", "run_id": stored["run_id"], "fit": stored["fit"],
                           "fits": stored["fits"], "error": stored["error"]}))  # fmt: skip
+        _say_not_measured(stored)
         return
     config = stored["config"]
     title = (
@@ -171,10 +194,13 @@ def _show(stored: dict[str, Any], as_json: bool) -> None:
     out = console()
     out.print(table)
     for pattern, fit in stored["fits"].items():
+        bandwidth = fit["bandwidth_bit_s"]
+        rate = "no bandwidth term" if bandwidth is None else f"{bandwidth / 1e9:.2f} Gbit/s"
         say(out, (
             f"{pattern} fit ({fit['collective']}): alpha {fit['alpha_s'] * 1e6:.1f} us, beta "
-            f"{fit['beta_s_per_byte'] * 1e9:.4f} ns/B ({fit['bandwidth_bit_s'] / 1e9:.2f} Gbit/s), "
+            f"{fit['beta_s_per_byte'] * 1e9:.4f} ns/B ({rate}), "
             f"median error {fit['median_error']:.1%}, largest {fit['max_error']:.1%}"
         ))  # fmt: skip
+    _say_not_measured(stored)
     if stored["error"]:
         say(console(stderr=True), f"dlscale: microbench failed: {stored['error']}")

@@ -19,6 +19,9 @@ from dataclasses import asdict, dataclass
 from dlscale.errors import UserError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+MIN_PROCESSES = {"send_recv": 2}
+"""Collectives that need more than one process (send_recv: a ping-pong between ranks 0 and 1);
+a kernel skips them below that."""
 MAX_BYTES = 1 << 30
 _SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -76,3 +79,21 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         count = int(math.log(high / low, 4) + 1e-9) + 1
         return tuple(low * 4**k for k in range(count))
     return tuple(parse_size(part) for part in text.split(","))
+
+
+def not_measured(
+    requested: tuple[str, ...], measured: set[str], processes: int, backend: str
+) -> dict[str, str]:
+    """The requested collectives a completed run has no row of, each with why: fewer processes
+    than it needs, or else its backend's library does not offer it (a kernel records nothing
+    for a collective its library lacks: Horovod has no point-to-point)."""
+    missing = {}
+    for collective in requested:
+        if collective in measured:
+            continue
+        needs = MIN_PROCESSES.get(collective, 1)
+        missing[collective] = (
+            f"it needs {needs} processes" if processes < needs
+            else f"{backend}'s library offers no such collective"
+        )  # fmt: skip
+    return missing

@@ -1,10 +1,11 @@
 """The collectives of torch.distributed (gloo on CPU, NCCL on CUDA), for ``dlscale
-microbench``: each size of each collective run ``iterations`` times after a barrier, each rank
-timing its own call (on CUDA, to the end of the kernel); the first timed result is checked
-against the exact answer (small integers in float32: exact whatever the order of the sum).
-Every call's output is reset before the barrier, outside the clock (so the check cannot pass
-on what a warm-up call left there), and its inputs refilled; on CUDA the
-device is synchronized before the clock starts and again before it stops.
+microbench``: each size of each collective run ``iterations`` times after a barrier (the loop
+is :mod:`.timing`'s, shared with :mod:`.horovod_collectives`), each rank timing its own call
+(on CUDA, to the end of the kernel); the first timed result is checked against the exact
+answer (small integers in float32: exact whatever the order of the sum). Every call's output
+is reset before the barrier, outside the clock (so the check cannot pass on what a warm-up
+call left there), and its inputs refilled; on CUDA the device is synchronized before the clock
+starts and again before it stops.
 
 Sizes follow nccl-tests: all_reduce and broadcast move a tensor of ``size`` bytes; all_gather's
 ``size`` is the gathered output (each rank gives size/p); reduce_scatter's is the input (each
@@ -14,29 +15,24 @@ half the round trip (the other ranks sit it out).
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
 from dlscale.backends.torch_loop import init_process_group
 from dlscale.metrics.records import Collective
-from dlscale.microbench import Settings, iterations
+from dlscale.microbench import MIN_PROCESSES, Settings
+from dlscale.microbench.timing import Operation, time_collective
 from dlscale.runtime.context import WorkerContext
 
 
 def run(ctx: WorkerContext, settings: Settings) -> None:
-    device = (
-        torch.device("cuda", ctx.local_rank) if ctx.config.device == "cuda" else torch.device("cpu")
-    )
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    torch.set_num_threads(ctx.threads)
+    device = rank_device(ctx)
     init_process_group(ctx, device)
     try:
         for collective in settings.collectives:
-            if collective == "send_recv" and ctx.processes < 2:
+            if ctx.processes < MIN_PROCESSES.get(collective, 1):
                 continue
             for size in settings.sizes:
                 ctx.events.write(_measure(collective, size, ctx, device, settings.max_iterations))
@@ -44,44 +40,36 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
         dist.destroy_process_group()
 
 
+def rank_device(ctx: WorkerContext) -> torch.device:
+    """This rank's device (its local GPU under ``--device cuda``, made current) with the
+    run's intra-op threads set: how every PyTorch kernel starts."""
+    device = (
+        torch.device("cuda", ctx.local_rank) if ctx.config.device == "cuda" else torch.device("cpu")
+    )
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    torch.set_num_threads(ctx.threads)
+    return device
+
+
+def cuda_wait(device: torch.device) -> Callable[[], object] | None:
+    """What the timing loop calls around each call on CUDA (the device's work done); ``None``
+    on a CPU."""
+    return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+
+
 def _measure(
     collective: str, size: int, ctx: WorkerContext, device: torch.device, most: int
 ) -> Collective:
     p, rank = ctx.processes, ctx.rank
-    per_rank = collective in ("all_gather", "reduce_scatter")
-    count = max(1, size // 4 // p) if per_rank else max(1, size // 4)
-    prepare, op, check = _operation(collective, count, p, rank, device)
-    warmup, timed = iterations(size, most)
-    times: list[float] = []
-    error = 0.0
-    for index in range(warmup + timed):
-        prepare()
-        dist.barrier()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        started = time.perf_counter()
-        op()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        elapsed = time.perf_counter() - started
-        if index == warmup:
-            error = check()
-        if index >= warmup:
-            times.append(elapsed / 2 if collective == "send_recv" else elapsed)
-    moved = count * 4 * (p if per_rank else 1)
-    active = collective != "send_recv" or rank < 2
-    return Collective(
-        collective=collective,
-        bytes=moved,
-        times_s=times if active else [],
-        max_error=error,
-        correct=error == 0.0,
-    )
+    return time_collective(
+        collective, size, p, rank,
+        lambda count: _operation(collective, count, p, rank, device),
+        dist.barrier, most, cuda_wait(device),
+    )  # fmt: skip
 
 
-def _operation(
-    collective: str, count: int, p: int, rank: int, device: torch.device
-) -> tuple[Any, Any, Any]:
+def _operation(collective: str, count: int, p: int, rank: int, device: torch.device) -> Operation:
     """What to do before each call (untimed), the call to time, and a check of its result
     after a call: the largest error."""
     mine = float(rank + 1)

@@ -1,0 +1,73 @@
+"""The timing loop every library's kernel shares: the message's element count, warm-up and timed
+calls, each after an untimed ``prepare`` and the library's own barrier, the first timed result
+checked; one :class:`~dlscale.metrics.records.Collective` per collective and size. The kernels
+(:mod:`.torch_collectives`, :mod:`.horovod_collectives`) give only their library's calls.
+
+Framework-free: a device wait (CUDA) comes in as ``synchronize``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from dlscale.metrics.records import Collective
+from dlscale.microbench import iterations
+
+Operation = tuple[Callable[[], object], Callable[[], object], Callable[[], float]]
+"""What to do before each call (untimed: reset the output, refill the inputs), the call to
+time, and a check of its result after a call: the largest error (0.0: exact)."""
+
+PER_RANK = ("all_gather", "reduce_scatter")
+"""Collectives whose ``size`` is the whole (gathered output, scattered input), each rank's part
+size/p (nccl-tests' convention); the others move ``size`` bytes."""
+
+
+def element_count(collective: str, size: int, processes: int) -> int:
+    """float32 elements of the tensor each rank gives: ``size`` bytes, or size/p of them."""
+    if collective in PER_RANK:
+        return max(1, size // 4 // processes)
+    return max(1, size // 4)
+
+
+def time_collective(
+    collective: str,
+    size: int,
+    processes: int,
+    rank: int,
+    operation: Callable[[int], Operation],
+    barrier: Callable[[], object],
+    most: int,
+    synchronize: Callable[[], object] | None = None,
+) -> Collective:
+    """Time ``collective`` at ``size`` bytes: ``operation(count)`` builds the calls on
+    :func:`element_count` elements; every call (warm-up and timed, :func:`iterations`) runs
+    after ``prepare`` and ``barrier``, between two ``synchronize`` when given. send_recv's time
+    is half the round trip, on ranks 0 and 1 only."""
+    count = element_count(collective, size, processes)
+    prepare, op, check = operation(count)
+    warmup, timed = iterations(size, most)
+    times: list[float] = []
+    error = 0.0
+    for index in range(warmup + timed):
+        prepare()
+        barrier()
+        if synchronize is not None:
+            synchronize()
+        started = time.perf_counter()
+        op()
+        if synchronize is not None:
+            synchronize()
+        elapsed = time.perf_counter() - started
+        if index == warmup:
+            error = check()
+        if index >= warmup:
+            times.append(elapsed / 2 if collective == "send_recv" else elapsed)
+    moved = count * 4 * (processes if collective in PER_RANK else 1)
+    active = collective != "send_recv" or rank < 2
+    return Collective(
+        collective=collective,
+        bytes=moved,
+        times_s=times if active else [],
+        max_error=error,
+        correct=error == 0.0,
+    )

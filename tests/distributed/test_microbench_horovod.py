@@ -1,0 +1,68 @@
+"""``dlscale microbench --backend horovod-torch`` with the real Horovod (built by `make horovod`)
+on 2 processes under the backend's default launcher (local: Gloo, rank 0 serving the
+rendezvous): Horovod's four collectives exact at every size, the figures recomputed from the
+ranks' own records, the ring fit, and send_recv (no point-to-point in Horovod) said to be not
+measured without failing the run."""
+
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from dlscale.metrics.events import events_path, read_events
+
+pytestmark = pytest.mark.dist
+
+
+@pytest.fixture(autouse=True, scope="module")
+def horovod_installed():
+    assert importlib.util.find_spec("horovod"), "Horovod is not installed here: run make horovod"
+
+
+def test_horovods_collectives_are_exact_and_send_recv_is_said_not_measured(cli, tmp_path: Path):
+    run = cli("microbench", "--backend", "horovod-torch", "--workers", "2",
+              "--sizes", "4,64k,1M", "--results", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert (
+        "dlscale: not measured: send_recv (horovod-torch's library offers no such collective)"
+        in run.stderr
+    )
+    assert "Traceback" not in run.stderr and "microbench failed" not in run.stderr
+    (path,) = tmp_path.glob("microbench-horovod-torch-w2-local-*/microbench.json")
+    stored = json.loads(path.read_text())
+    assert stored["error"] is None and stored["config"]["launcher"] == "local"
+    assert stored["not_measured"] == {
+        "send_recv": "horovod-torch's library offers no such collective"
+    }
+    rows = stored["rows"]
+    assert {r["collective"] for r in rows} == {
+        "all_reduce", "all_gather", "reduce_scatter", "broadcast"
+    }  # fmt: skip
+    assert len(rows) == 4 * 3 and all(r["correct"] and r["max_error"] == 0 for r in rows), rows
+    assert all(r["ranks_reporting"] == 2 for r in rows)
+    # all_gather's and reduce_scatter's 4 B are one float per rank: 8 B in all
+    assert sorted(r["bytes"] for r in rows if r["collective"] == "reduce_scatter") == [
+        8, 64 << 10, 1 << 20
+    ]  # fmt: skip
+    # one figure by hand: the 64 KiB all-reduce, from both ranks' own times
+    row = next(r for r in rows if r["collective"] == "all_reduce" and r["bytes"] == 64 << 10)
+    run_dir = path.parent
+    assert (run_dir / "pythonpath" / "dlscale").resolve() == (
+        Path(__import__("dlscale").__file__).resolve().parent
+    )  # the ranks ran this checkout's dlscale
+    mine = [
+        next(e["times_s"] for e in read_events(events_path(run_dir, rank))
+             if e["event"] == "collective" and e["collective"] == "all_reduce"
+             and e["bytes"] == 64 << 10)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    slowest = [max(a, b) for a, b in zip(*mine, strict=True)]
+    assert row["time_s"] == statistics.median(slowest) and len(slowest) == 20
+    assert row["busbw_bytes_s"] == pytest.approx((64 << 10) / row["time_s"])  # 2(p-1)/p = 1
+    events = [e for rank in (0, 1) for e in read_events(events_path(run_dir, rank))]
+    assert not [e for e in events if e["event"] == "collective" and e["collective"] == "send_recv"]
+    fit = stored["fit"]
+    assert fit["pattern"] == "ring" and fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] >= 0
+    assert "ring fit (all_reduce)" in run.stdout and "send_recv" not in run.stdout
