@@ -55,13 +55,28 @@ def test_the_collectives_run_under_torchrun_across_two_agents(cli, tmp_path):
     assert "all_reduce" in run.stdout and "ring fit (all_reduce)" in run.stdout
 
 
+def test_torch_rings_own_all_reduce_is_measured_on_three_ranks(cli, tmp_path):
+    """dlscale's ring (sends and receives, the sums made by the ranks) is its engine's only
+    collective: exact on 3 ranks (uneven chunks), the others named as not measured."""
+    run = cli("microbench", "--backend", "torch-ring", "--workers", "3", "--sizes", "4,40,64k",
+              "--iterations", "3", "--results", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (stored,) = _stored(tmp_path)
+    assert [r["collective"] for r in stored["rows"]] == ["all_reduce"] * 3
+    assert all(r["correct"] for r in stored["rows"]) and stored["processes"] == 3
+    assert set(stored["not_measured"]) == {"all_gather", "reduce_scatter", "broadcast",
+                                           "send_recv"}  # fmt: skip
+    assert "torch-ring's library offers no such collective" in run.stderr
+
+
 def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):
     run = cli("microbench", "--backend", "torch-single", "--results", str(tmp_path))
     assert run.returncode == 2
-    assert (
-        "torch-single has no collectives benchmark; backends that do: horovod-torch, torch-ddp"
-        in run.stderr
-    )
+    from dlscale.backends import BACKENDS
+
+    able = ", ".join(name for name, spec in BACKENDS if spec.collectives)
+    assert {"horovod-torch", "torch-ddp", "torch-ring"} <= set(able.split(", "))
+    assert f"torch-single has no collectives benchmark; backends that do: {able}" in run.stderr
     assert "Traceback" not in run.stderr and not list(tmp_path.glob("microbench-*"))
 
 

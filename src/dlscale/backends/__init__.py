@@ -145,6 +145,7 @@ BACKENDS.register(
         description="explicit ring all-reduce on send/recv, tensor fusion (Horovod's algorithm)",
         framework="torch",
         worker="dlscale.backends.torch_ring:run",
+        collectives="dlscale.microbench.ring_collectives:run",
         measures_exposed_comm=True,
         install=_TORCH_INSTALL,
         options=TORCH_LOOP_OPTIONS + RING_OPTIONS,

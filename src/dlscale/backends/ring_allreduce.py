@@ -19,9 +19,13 @@ this is the lower bound for all-reduce (Patarasuk & Yuan 2009). The chunks come 
 ranks; averaged over the ranks it is exactly 2(N-1)/N × the tensor's bytes
 (:func:`ring_bytes_per_rank`, :func:`ring_bytes_mean`).
 
-Each step posts its send and its receive together (``dist.batch_isend_irecv``: plain
-``isend``/``irecv`` on gloo, one NCCL group on CUDA) and waits for both, so no rank blocks in a
-send while its neighbour blocks in another send.
+Each step posts its receive and its send together (``dist.batch_isend_irecv``: plain
+``irecv``/``isend`` on gloo, one NCCL group on CUDA) and waits for both, so no rank blocks in a
+send while its neighbour blocks in another send. The receive is posted first: with the send
+first, on a 20 Mbit/s emulated link (gloo over TCP, 2 ranks, 1 MiB) the two directions of a
+step often did not overlap and the all-reduce took 658 or 875 ms (three or four times a 512 KiB
+transfer, never two); with the receive first it takes 456-528 ms, as gloo's own all-reduce
+does (447-570 ms), the full-duplex time (docs/benchmarks.md).
 
 :class:`Fusion` is Horovod's tensor fusion (as DDP's gradient buckets): gradients are packed, in
 reverse parameter order (the order backward produces them), into buffers of at most ``bucket_mb``
@@ -120,11 +124,11 @@ def ring_allreduce_(
         nonlocal sent
         # An empty chunk (tensor shorter than world) is skipped by both of its ends alike.
         ops = []
+        if recv.numel():  # the receive first: see the module's note
+            ops.append(dist.P2POp(dist.irecv, recv, left, group))
         if send.numel():
             ops.append(dist.P2POp(dist.isend, send, right, group))
             sent += send.numel() * send.element_size()
-        if recv.numel():
-            ops.append(dist.P2POp(dist.irecv, recv, left, group))
         if ops:
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
