@@ -86,6 +86,15 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     assert said and float(said.group(1)) == pytest.approx(step_ms, abs=0.05)
     again = cli(*flags)
     assert again.returncode == 0 and len(list(tmp_path.glob("*/result.json"))) == 1
+    # against batch size: batch 8 reused, 16 measured; each batch predicted on its own step
+    both = cli(*flags[:4], "8,16", *flags[5:], "--json")
+    assert both.returncode == 0, both.stderr
+    assert "measuring tiny's step at batch 16" in both.stderr and "batch 8" not in both.stderr
+    records = [r for r in _records(both.stdout) if r["workers"] == 1]
+    steps = {r["batch"]: r["step_s"] for r in records if r["strategy"] == "ring"}
+    assert steps[8] == pytest.approx(step_ms / 1e3) and set(steps) == {8, 16}
+    table = cli(*flags[:4], "8,16", *flags[5:])
+    assert "compute profile against batch (1 worker): 8: " in table.stdout
 
 
 @pytest.mark.parametrize(
@@ -100,6 +109,9 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
         (("--bandwidth", "1gbit", "--compute-ms", "nan", "--gradient-bytes", "1"), "finite"),
         (("--bandwidth", "1gbit", "--compute-ms", "1", "--gradient-bytes", "-1"), ">= 0"),
         (("--bandwidth", "1gbit", "--servers", "0"), "--servers must be >= 1"),
+        (("--bandwidth", "1gbit", "--batch", "8,x"), "give a number or a list"),
+        (("--bandwidth", "1gbit", "--batch", "0"), "every batch must be 1 to"),
+        (("--bandwidth", "1gbit", "--batch", "8,16"), "give one --batch with it"),
     ],
 )
 def test_bad_input_is_one_line(cli, flags, said):

@@ -29,7 +29,12 @@ MAX_WORKERS = 1_000_000
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="resnet50", help="model (dlscale ls models)")
-    parser.add_argument("--batch", type=int, default=32, help="images per worker per step")
+    parser.add_argument(
+        "--batch",
+        default="32",
+        help="images per worker per step; a list (16,32,64) predicts each, on the compute "
+        "profile measured at each",
+    )
     parser.add_argument(
         "--workers", default="1..1024", help="1..1024 (powers of 2) or a list: 1,2,8,64"
     )
@@ -107,8 +112,43 @@ def main(args: argparse.Namespace) -> int:
     else:
         given, _, network_source = _given_network(args)
         nets = dict.fromkeys(strategies, given)
-    net = nets[strategies[0]]
-    profile, source = _profile(args)
+    batches = parse_batches(args.batch)
+    if len(batches) > 1 and args.compute_ms is not None:
+        raise UserError("--compute-ms is one batch's step: give one --batch with it")
+    profiles = [_profile(args, batch) for batch in batches]
+    for profile, source in profiles:
+        _show(args, profile, source, workers, strategies, nets, network_source)
+    if len(profiles) > 1 and not args.json:
+        curve = ", ".join(
+            f"{p.batch}: {p.compute_s * 1e3:.1f} ms ({p.batch / p.compute_s:,.1f} img/s)"
+            for p, _ in profiles
+        )
+        say(console(), f"compute profile against batch (1 worker): {curve}")
+    return 0
+
+
+def parse_batches(text: str) -> list[int]:
+    try:
+        batches = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UserError(f"--batch {text!r}: give a number or a list like 16,32,64") from None
+    if not batches or any(not 1 <= b <= 1_000_000 for b in batches):
+        raise UserError(f"--batch {text!r}: every batch must be 1 to 1000000")
+    return list(dict.fromkeys(batches))
+
+
+def _show(
+    args: argparse.Namespace,
+    profile: Profile,
+    source: str,
+    workers: list[int],
+    strategies: list[str],
+    nets: dict[str, Network],
+    network_source: str,
+) -> None:
+    """One batch's predictions: a table (or JSON records) and the bandwidth each strategy
+    needs for the target efficiency."""
+    target = args.target_efficiency
     rows = {s: predict(profile, s, workers, nets[s], args.servers) for s in strategies}
     needed = {}
     if target is not None:
@@ -119,19 +159,21 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         for predicted in rows.values():
             for row in predicted:
-                print(json.dumps({"kind": "prediction", **row.__dict__}))
+                print(json.dumps({"kind": "prediction", "batch": profile.batch, **row.__dict__}))
         for strategy, value in needed.items():
             record = {"kind": "bandwidth_needed", "strategy": strategy, "workers": workers[-1],
-                      "target_efficiency": target, "bandwidth_bit_s": value}  # fmt: skip
+                      "batch": profile.batch, "target_efficiency": target,
+                      "bandwidth_bit_s": value}  # fmt: skip
             print(json.dumps(record))
-        return 0
+        return
+    net = nets[strategies[0]]
     out = console()
     link = (
         f"{_rate(net.bandwidth_bit_s)} links, {net.alpha_s * 1e6:g} us latency"
         if len(set(nets.values())) == 1
         else "links fitted per pattern (below)"
     )
-    title = f"predicted: {args.model}, batch {args.batch}/worker, {link} (speedup, efficiency)"
+    title = f"predicted: {args.model}, batch {profile.batch}/worker, {link} (speedup, efficiency)"
     say(out, title, style="bold")
     out.print(_table(rows, args))
     say(out, f"compute profile: {source}", style="dim")
@@ -143,7 +185,6 @@ def main(args: argparse.Namespace) -> int:
             f"for {target:.0%} efficiency at {workers[-1]} workers: {at} at "
             f"{nets[strategy].alpha_s * 1e6:g} us",
         )
-    return 0
 
 
 def _given_network(args: argparse.Namespace) -> tuple[Network, float, str]:
@@ -239,14 +280,14 @@ def fitted_networks(results: Path) -> dict[tuple[Any, ...], Fitted]:
     return found
 
 
-def _profile(args: argparse.Namespace) -> tuple[Profile, str]:
+def _profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]:
     compute_ms, gradient = args.compute_ms, args.gradient_bytes
     sources = [] if compute_ms is None else [f"{compute_ms:g} ms a step (given)"]
     if compute_ms is None:
-        measured = _measure(args)
+        measured = _measure(args, batch)
         compute_ms = measured["step_time_p50_ms"]
         sources.append(
-            f"measured: {args.model} at batch {args.batch}, 1 worker, {compute_ms:.1f} ms a "
+            f"measured: {args.model} at batch {batch}, 1 worker, {compute_ms:.1f} ms a "
             f"step (run {measured['run_id']} in {args.results})"
         )
     if gradient is None:
@@ -257,10 +298,10 @@ def _profile(args: argparse.Namespace) -> tuple[Profile, str]:
     source = "; ".join(sources)
     if not (math.isfinite(compute_ms) and compute_ms > 0):
         raise UserError(f"--compute-ms must be a finite number > 0, got {compute_ms}")
-    return Profile(compute_s=compute_ms / 1e3, batch=args.batch, gradient_bytes=gradient), source
+    return Profile(compute_s=compute_ms / 1e3, batch=batch, gradient_bytes=gradient), source
 
 
-def _measure(args: argparse.Namespace) -> dict[str, Any]:
+def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     """One worker's step of the model, from a short stored run (run now if not stored)."""
     from dlscale.config.run_config import RunConfig
     from dlscale.runner import run_point
@@ -268,11 +309,13 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
     config = RunConfig.make(
         backend="torch-single", model=args.model, dataset="synthetic", workers=1,
-        batch_size=args.batch, steps=5, windows=1, warmup_steps=2,
+        batch_size=batch, steps=5, windows=1, warmup_steps=2,
     )  # fmt: skip
-    say(console(stderr=True), f"dlscale: measuring {args.model}'s step at batch {args.batch}")
+    store = RunStore(args.results)
+    if store.completed(config.run_id()) is None:
+        say(console(stderr=True), f"dlscale: measuring {args.model}'s step at batch {batch}")
     outcome = run_point(
-        config, RunStore(args.results), force=False, command=["dlscale", "predict"],
+        config, store, force=False, command=["dlscale", "predict"],
         study="predict-profile",
     )  # fmt: skip
     result = outcome.result or {}
