@@ -5,9 +5,10 @@ of its pattern (ring all-reduce on p workers: a = 2(p-1), b = 2(p-1)/p; a binomi
 broadcast: a = b = ceil(log2 p); one message: a = b = 1; :data:`PATTERNS`).
 The fit is least squares on the relative error (each residual divided by its measured time),
 because the sizes span eight orders of magnitude and an absolute fit would see only the
-largest; a reduction cost ``gamma`` scales with n like ``beta`` and is folded into it (the
-fitted beta is the effective cost per byte moved). Negative estimates (noise at one end) are
-refitted with that term at 0. The fit's error is reported as the median and the largest
+largest; robust (scipy's Cauchy loss at a 10% scale), because on a busy machine a few
+small messages take 2-5x their usual time; and bounded at 0 (noise at one end gives that term
+0, never a negative cost). A reduction cost ``gamma`` scales with n like ``beta`` and is
+folded into it (the fitted beta is the effective cost per byte moved). The fit's error is reported as the median and the largest
 relative error over the samples.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from dlscale.errors import UserError
 from dlscale.perfmodel.costs import Network
@@ -63,11 +65,23 @@ def fit_network(
     coefficients = np.array([PATTERNS[pattern](int(p)) for p in workers], dtype=float)
     design = np.column_stack([coefficients[:, 0], coefficients[:, 1] * n]) / t[:, None]
     target = np.ones_like(t)  # t / t: residuals are relative errors
-    alpha, beta = np.linalg.lstsq(design, target, rcond=None)[0]
-    if alpha < 0 or beta < 0:  # one term is noise: fit the other alone
-        keep = 1 if alpha < 0 else 0
-        only = np.linalg.lstsq(design[:, [keep]], target, rcond=None)[0][0]
-        alpha, beta = (0.0, max(only, 0.0)) if keep == 1 else (max(only, 0.0), 0.0)
+    start = np.clip(np.linalg.lstsq(design, target, rcond=None)[0], 0.0, None)
+    # Robust (Cauchy loss, scale 10% relative error) and bounded at 0: a few small messages that
+    # a busy machine made 2-5x slower do not pull beta, and no term goes negative.
+    scale = np.maximum(start, [1e-9, 1e-15])  # the unknowns near 1: alpha in s, beta in s/B
+    solved = least_squares(
+        lambda x: design @ (x * scale) - target,
+        x0=start / scale,
+        bounds=(0.0, np.inf),
+        loss="cauchy",
+        f_scale=0.1,
+    )
+    alpha, beta = solved.x * scale
+    # a term the bound pressed to 0 is 0, not 1e-30 (no bandwidth term: 0, never a huge one)
+    if np.all(coefficients[:, 0] * alpha < 1e-9 * t):
+        alpha = 0.0
+    if np.all(coefficients[:, 1] * n * beta < 1e-9 * t):
+        beta = 0.0
     model = coefficients[:, 0] * alpha + coefficients[:, 1] * n * beta
     errors = np.abs(model - t) / t
     return Fit(
