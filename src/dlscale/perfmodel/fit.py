@@ -8,8 +8,8 @@ because the sizes span eight orders of magnitude and an absolute fit would see o
 largest; robust (scipy's Cauchy loss at a 10% scale), because on a busy machine a few
 small messages take 2-5x their usual time; and bounded at 0 (noise at one end gives that term
 0, never a negative cost). A reduction cost ``gamma`` scales with n like ``beta`` and is
-folded into it (the fitted beta is the effective cost per byte moved). The fit's error is reported as the median and the largest
-relative error over the samples.
+folded into it (the fitted beta is the effective cost per byte moved). The fit's error is
+reported as the median and the largest relative error over the samples.
 """
 
 from __future__ import annotations
