@@ -62,6 +62,13 @@ def test_each_points_error_is_what_the_ring_gives_by_hand():
     )
     assert f"ring predicts {ring:,.1f} ({ring / 500 - 1:+.1%})" in figure.flags[0]
     assert prediction(rows, lambda row: None, {}) is None  # no network: nothing to predict
+    rows[1]["metrics"]["noisy"] = True  # the noise guard flagged it: left out of the median
+    figure = prediction(rows, lambda row: Link(net), {"local": "given"})
+    assert figure.flags[-1].startswith(
+        f"median absolute error over 1 quiet points (1 flagged noisy left out): ring "
+        f"{abs(ring / 500 - 1):.1%}"
+    )
+    assert any(x.endswith("x2 (noisy)") for x in figure.series[0].x)
 
 
 def test_a_study_without_a_measured_network_says_how_to_get_predictions():

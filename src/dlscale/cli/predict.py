@@ -201,7 +201,7 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     from dlscale.metrics.scaling import add_scaling
     from dlscale.perfmodel.networks import fitted_for
     from dlscale.perfmodel.validate import STRATEGIES as CHECKED
-    from dlscale.perfmodel.validate import Link, compare, median_errors, network_key
+    from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors, network_key
     from dlscale.store.results import RunStore
 
     as_json = args.json
@@ -246,7 +246,8 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     for strategy in CHECKED:
         table.add_column(f"{strategy} img/s (error)", justify="right")
     for row in rows:
-        cells = [cell(row["backend"]), cell(row["model"]), str(row["workers"]),
+        cells = [cell(row["backend"]), cell(row["model"]) + (" (noisy)" if row["noisy"] else ""),
+                 str(row["workers"]),
                  cell(row["network"] or row["launcher"]), f"{row['measured_img_s']:,.1f}",
                  f"{row['compute_ms']:.1f}",
                  f"{row['allreduce_ms']:.2f} ({row['allreduce_from']})"]  # fmt: skip
@@ -259,7 +260,7 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     for where, said in sources.items():
         say(out, f"network ({where}): {said}", style="dim")
     for strategy, value in medians.items():
-        say(out, f"median absolute error, {strategy}: {value:.1%}")
+        say(out, f"median absolute error over {median_basis(rows)}, {strategy}: {value:.1%}")
     return 0
 
 

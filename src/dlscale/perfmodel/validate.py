@@ -100,6 +100,7 @@ def compare(
             "measured_img_s": measured,
             "measured_step_ms": metrics.get("step_time_p50_ms"),
             "compute_ms": nosync,
+            "noisy": bool(metrics.get("noisy")),
             "allreduce_ms": comm * 1e3,
             "allreduce_from": "measured" if measured_comm is not None else "fit",
         }
@@ -113,8 +114,21 @@ def compare(
 
 
 def median_errors(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Each strategy's median absolute error over the rows; ``None`` without rows."""
+    """Each strategy's median absolute error over the rows the noise guard did not flag
+    (other processes used the machine during their windows: docs/metrics.md, "Noise guard"),
+    or over all rows when every one is flagged; ``None`` without rows."""
+    quiet = [r for r in rows if not r.get("noisy")] or rows
     return {
-        s: statistics.median(abs(r[f"{s}_error"]) for r in rows) if rows else None
+        s: statistics.median(abs(r[f"{s}_error"]) for r in quiet) if quiet else None
         for s in STRATEGIES
     }
+
+
+def median_basis(rows: list[dict[str, Any]]) -> str:
+    """Which rows :func:`median_errors` took, in words."""
+    noisy = sum(1 for r in rows if r.get("noisy"))
+    if not noisy:
+        return f"{len(rows)} points"
+    if noisy == len(rows):
+        return f"{len(rows)} points, every one flagged noisy"
+    return f"{len(rows) - noisy} quiet points ({noisy} flagged noisy left out)"

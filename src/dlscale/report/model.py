@@ -9,7 +9,7 @@ from typing import Any
 
 from dlscale.perfmodel.costs import ring_allreduce_s
 from dlscale.perfmodel.networks import Fitted, finite_number, fitted_for, stored_fit
-from dlscale.perfmodel.validate import Link, compare, median_errors, network_key
+from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors, network_key
 from dlscale.report.figures import Figure, Row, Series, by_series
 
 LinkOf = Callable[[Row], Link | None]
@@ -42,7 +42,7 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
             c = compared.get(row["run_id"])
             if c is None:
                 continue
-            label = f"{name} x{row['config']['workers']}"
+            label = f"{name} x{row['config']['workers']}" + (" (noisy)" if c["noisy"] else "")
             labels.append(label)
             ring.append(c["ring_error"])
             overlap.append(c["ring-overlap_error"])
@@ -53,8 +53,8 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
             )
     medians = median_errors(list(compared.values()))
     flags.append(
-        f"median absolute error over {len(compared)} points: ring {medians['ring']:.1%}, "
-        f"ideal overlap {medians['ring-overlap']:.1%}"
+        f"median absolute error over {median_basis(list(compared.values()))}: ring "
+        f"{medians['ring']:.1%}, ideal overlap {medians['ring-overlap']:.1%}"
     )
     networks = "; ".join(f"{where}: {said}" for where, said in sources.items())
     return Figure(
