@@ -5,7 +5,9 @@ worker may run under any interpreter that can import dlscale (and its backend's 
 process learns its rank from its launcher's variables, its role from the layout in the spec,
 and sets the variables its backend's cluster hook gives it (a one-command launcher such as
 mpirun cannot set different variables per rank). A spec without hosts (Slurm placed the ranks)
-gets them from the launcher (``Launcher.hosts``: the step's node list).
+gets them from the launcher (``Launcher.hosts``: the step's node list). A microbench spec
+(``task``) runs the backend's collectives in the processes that train; the others (a parameter
+server's scheduler and servers) run the backend's worker as in training, serving them.
 
 A worker started by dlscale (``DLSCALE_PARENT_PID`` set) first starts a watchdog thread
 (:mod:`dlscale.runtime.watchdog`): once the dlscale process that started it is gone, whatever
@@ -79,11 +81,11 @@ def main(argv: list[str]) -> int:
             threads=int(os.environ.get("DLSCALE_THREADS", "1")),
             events=events,
         )
-        if spec.get("task") == "microbench":  # the engine's collectives, not training
+        if spec.get("task") == "microbench" and process.trains:  # collectives, not training
             from dlscale.microbench import Settings
 
             load_object(str(backend.collectives))(ctx, Settings.from_dict(spec["microbench"]))
-        else:
+        else:  # training, or a role that serves it (a microbench's parameter servers too)
             load_object(backend.worker)(ctx)
     except UserError as error:
         events.write(Error(kind="user", message=str(error)))

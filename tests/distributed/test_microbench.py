@@ -26,7 +26,13 @@ def test_every_collective_is_exact_and_its_figures_come_from_the_ranks_records(c
         "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"
     }  # fmt: skip
     assert len(rows) == 5 * 10 and all(r["correct"] for r in rows), rows
-    assert stored["not_measured"] == {} and "not measured" not in run.stderr  # all five
+    assert stored["not_measured"] == {  # all five; torch.distributed has no parameter server
+        "ps_pushpull": "torch-ddp's library offers no such collective"
+    }
+    assert (
+        "dlscale: not measured: ps_pushpull (torch-ddp's library offers no such collective)"
+        in run.stderr
+    )
     # one figure by hand: the 1 MiB all-reduce, from both ranks' own times
     row = next(r for r in rows if r["collective"] == "all_reduce" and r["bytes"] == 1 << 20)
     run_dir = tmp_path / stored["run_id"]
@@ -65,7 +71,7 @@ def test_torch_rings_own_all_reduce_is_measured_on_three_ranks(cli, tmp_path):
     assert [r["collective"] for r in stored["rows"]] == ["all_reduce"] * 3
     assert all(r["correct"] for r in stored["rows"]) and stored["processes"] == 3
     assert set(stored["not_measured"]) == {"all_gather", "reduce_scatter", "broadcast",
-                                           "send_recv"}  # fmt: skip
+                                           "send_recv", "ps_pushpull"}  # fmt: skip
     assert "torch-ring's library offers no such collective" in run.stderr
 
 
@@ -75,7 +81,7 @@ def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):
     from dlscale.backends import BACKENDS
 
     able = ", ".join(name for name, spec in BACKENDS if spec.collectives)
-    assert {"horovod-torch", "torch-ddp", "torch-ring"} <= set(able.split(", "))
+    assert {"horovod-torch", "mxnet-kv", "torch-ddp", "torch-ring"} <= set(able.split(", "))
     assert f"torch-single has no collectives benchmark; backends that do: {able}" in run.stderr
     assert "Traceback" not in run.stderr and not list(tmp_path.glob("microbench-*"))
 

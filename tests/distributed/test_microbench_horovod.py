@@ -1,8 +1,8 @@
 """``dlscale microbench --backend horovod-torch`` with the real Horovod (built by `make horovod`)
 on 2 processes under the backend's default launcher (local: Gloo, rank 0 serving the
 rendezvous): Horovod's four collectives exact at every size, the figures recomputed from the
-ranks' own records, the ring fit, and send_recv (no point-to-point in Horovod) said to be not
-measured without failing the run."""
+ranks' own records, the ring fit, and send_recv (no point-to-point in Horovod) and
+ps_pushpull (no parameter server) said to be not measured without failing the run."""
 
 import importlib.util
 import json
@@ -26,16 +26,16 @@ def test_horovods_collectives_are_exact_and_send_recv_is_said_not_measured(cli, 
               "--sizes", "4,64k,1M", "--results", str(tmp_path))  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert (
-        "dlscale: not measured: send_recv (horovod-torch's library offers no such collective)"
-        in run.stderr
+        "dlscale: not measured: send_recv, ps_pushpull (horovod-torch's library offers no such "
+        "collective)" in run.stderr
     )
     assert "Traceback" not in run.stderr and "microbench failed" not in run.stderr
     (path,) = tmp_path.glob("microbench-horovod-torch-w2-local-*/microbench.json")
     stored = json.loads(path.read_text())
     assert stored["error"] is None and stored["config"]["launcher"] == "local"
-    assert stored["not_measured"] == {
-        "send_recv": "horovod-torch's library offers no such collective"
-    }
+    assert stored["not_measured"] == dict.fromkeys(
+        ("send_recv", "ps_pushpull"), "horovod-torch's library offers no such collective"
+    )
     rows = stored["rows"]
     assert {r["collective"] for r in rows} == {
         "all_reduce", "all_gather", "reduce_scatter", "broadcast"

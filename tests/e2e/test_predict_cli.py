@@ -73,6 +73,37 @@ def test_a_stored_microbench_predicts_each_strategy_with_its_own_patterns_fit(cl
     assert "links fitted per pattern" in table.stdout and "patterns used: p2p, ring" in table.stdout
 
 
+def test_a_parameter_server_fit_predicts_ps_sync_with_the_servers_asked_for(cli, tmp_path):
+    """A microbench's ps fit (MXNet's push and pull) before its p2p fit: ps-sync on it with
+    --servers, ring on the ring's."""
+    from dlscale.store import write_json_atomic
+
+    def fit(pattern, alpha, beta):
+        return {"pattern": pattern, "alpha_s": alpha, "beta_s_per_byte": beta,
+                "median_error": 0.1}  # fmt: skip
+
+    fits = {"ring": fit("ring", 1e-4, 1e-9), "p2p": fit("p2p", 2e-4, 4e-9),
+            "ps": fit("ps", 3e-4, 2e-9)}  # fmt: skip
+    (tmp_path / "microbench-x").mkdir()
+    write_json_atomic(
+        tmp_path / "microbench-x" / "microbench.json", "microbench",
+        {"started_at": 1.0, "processes": 2, "rows": [], "error": None, "fit": fits["ring"],
+         "fits": fits, "config": {"backend": "x", "launcher": "local", "options": {}}},
+    )  # fmt: skip
+    run = cli("predict", "--network-from", str(tmp_path), "--compute-ms", "100",
+              "--gradient-bytes", "1e6", "--workers", "4", "--strategy", "ring,ps-sync",
+              "--servers", "2", "--json")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    step = {r["strategy"]: r["step_s"] for r in _records(run.stdout)}
+    assert step["ring"] == pytest.approx(0.1 + 2 * 3 * 1e-4 + 2 * 3 / 4 * 1e6 * 1e-9)
+    # 2 servers take 4 workers' 1 MB: 2 MB each way on each server's link
+    assert step["ps-sync"] == pytest.approx(0.1 + 2 * 3e-4 + 2 * 2 * 1e6 * 2e-9)
+    table = cli("predict", "--network-from", str(tmp_path), "--compute-ms", "100",
+                "--gradient-bytes", "1e6", "--workers", "4",
+                "--strategy", "ring,ps-sync")  # fmt: skip
+    assert "patterns used: ps, ring" in table.stdout
+
+
 def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     flags = ("predict", "--model", "tiny", "--batch", "8", "--bandwidth", "1gbit",
              "--workers", "1,2,4", "--results", str(tmp_path))  # fmt: skip

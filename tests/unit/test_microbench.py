@@ -137,3 +137,44 @@ def test_a_fit_with_no_bandwidth_term_is_stored_without_an_infinity():
     rows[0]["time_s"] = 1e-4
     fitted = fit_patterns(rows, 2)["ring"]
     assert fitted["bandwidth_bit_s"] == 8 / fitted["beta_s_per_byte"]
+
+
+def test_messages_through_parameter_servers_fit_only_the_ps_pattern():
+    """MXNet's push and pull (ps_pushpull) fit ``ps`` with the servers that held each message;
+    its broadcast, through the servers too, is no binomial tree: no tree fit from it."""
+    from dlscale.perfmodel import costs
+    from dlscale.perfmodel.costs import Network
+
+    net = Network(2e-4, 1e-9)
+    held = [(4, 1), (1 << 16, 1), (1 << 20, 1), (16 << 20, 2)]  # 4M floats: split over 2
+    rows = [
+        {"collective": "ps_pushpull", "bytes": n, "servers": k,
+         "time_s": costs.ps_sync_s(n, 2, k, net)}
+        for n, k in held
+    ] + [
+        {"collective": "broadcast", "bytes": n, "servers": 1, "time_s": 1e-3 + n * 1e-9}
+        for n in (4, 1 << 20)
+    ]  # fmt: skip
+    fits = fit_patterns(rows, 2)
+    assert set(fits) == {"ps"} and fits["ps"]["collective"] == "ps_pushpull"
+    assert fits["ps"]["alpha_s"] == pytest.approx(2e-4) and fits["ps"]["max_error"] < 1e-9
+    assert fits["ps"]["beta_s_per_byte"] == pytest.approx(1e-9)
+    for row in rows:  # the same broadcast without servers (torch's) fits the tree
+        row["servers"] = 0
+    assert set(fit_patterns(rows, 2)) == {"tree"}
+    rows[-1]["servers"] = True  # a hand-edited count that is no count: no servers
+    assert set(fit_patterns(rows, 2)) == {"tree"}
+
+
+def test_rows_carry_the_servers_that_held_the_message():
+    per_rank = {
+        rank: [Collective(collective="ps_pushpull", bytes=4, times_s=[1e-3], servers=1),
+               Collective(collective="broadcast", bytes=4, times_s=[1e-3])]
+        for rank in (0, 1)
+    }  # fmt: skip
+    rows = {r["collective"]: r for r in collective_rows(per_rank, processes=2)}
+    assert rows["ps_pushpull"]["servers"] == 1 and rows["broadcast"]["servers"] == 0
+    # an all-reduce by its result: nccl-tests' all-reduce factor 2(p-1)/p, 3/2 on 4 workers
+    assert collective_rows(
+        {0: [Collective(collective="ps_pushpull", bytes=1000, times_s=[1e-3])]}, 4
+    )[0]["busbw_bytes_s"] == pytest.approx(1e6 * 1.5)

@@ -93,6 +93,26 @@ def test_a_few_slow_small_messages_do_not_pull_the_fit():
     assert fit.network.alpha_s == pytest.approx(250e-6, rel=0.25)
 
 
+def test_the_parameter_server_fit_recovers_known_costs_with_the_servers_of_each_message():
+    """Synchronous push and pull (costs.ps_sync_s): 2 alpha + 2 max(n, p n / k) beta; the fit
+    reads k per sample (MXNet holds a small message on one server, splits a large one)."""
+    rng = np.random.default_rng(13)
+    sizes = [4.0 * 4**i for i in range(14)]
+    samples = [(p, k, n) for p in (2, 4) for k in (1, 2) for n in sizes]
+    net = Network(300e-6, 1.0 / 2e9)
+    truth = [costs.ps_sync_s(n, p, k, net) for p, k, n in samples]
+    noisy = [t * (1 + rng.uniform(-0.03, 0.03)) for t in truth]
+    workers, servers, bytes_ = zip(*samples, strict=True)
+    fit = fit_network("ps", workers, bytes_, noisy, servers)
+    assert fit.network.alpha_s == pytest.approx(300e-6, rel=0.05)
+    assert fit.network.beta_s_per_byte == pytest.approx(0.5e-9, rel=0.05)
+    assert fit.median_error < 0.03 and fit.samples == 56
+    # read as if every message were on one server, the 2-server samples misfit
+    assert fit_network("ps", workers, bytes_, noisy).max_error > 0.2
+    with pytest.raises(UserError, match="1 server or more"):
+        fit_network("ps", [2, 2], [1e3, 1e6], [1.0, 2.0], [1, 0])
+
+
 def test_a_fit_without_latency_sets_alpha_to_zero_not_below():
     sizes = [1e3, 1e5, 1e7, 1e8]
     times = [costs.ring_allreduce_s(n, 2, Network(0.0, 1e-9)) * f for n, f in
@@ -214,6 +234,27 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad
         fitted_networks(tmp_path)
     with pytest.raises(UserError, match="no microbench with a fitted network"):
         fitted_networks(tmp_path / "microbench-a")
+
+
+def test_a_microbench_with_only_a_parameter_server_fit_is_a_network_for_every_strategy(tmp_path):
+    """An mxnet-kv microbench fits no ring (its push and pull are no all-reduce around a ring):
+    its ps fit predicts ps-sync and ps-async, and stands for the link where no other fit is."""
+    from dlscale.cli.predict import fitted_networks
+    from dlscale.store.files import write_json_atomic
+
+    ps = {"pattern": "ps", "alpha_s": 3e-4, "beta_s_per_byte": 1e-9, "median_error": 0.01}
+    (tmp_path / "microbench-mx").mkdir()
+    write_json_atomic(
+        tmp_path / "microbench-mx" / "microbench.json", "microbench",
+        {"started_at": 1.0, "processes": 2, "rows": [], "error": None, "fit": None,
+         "fits": {"ps": ps}, "config": {"backend": "mxnet-kv", "launcher": "local"}},
+    )  # fmt: skip
+    (found,) = fitted_networks(tmp_path).values()
+    assert found.pattern == "ps" and found.network == Network(3e-4, 1e-9)
+    assert found.for_strategy("ps-sync") == (Network(3e-4, 1e-9), "ps")
+    assert found.for_strategy("ring") == (Network(3e-4, 1e-9), "ps")  # the only fit there is
+    assert "microbench-mx (ps fit): alpha 300.0 us, 8 Gbit/s effective" in found.said
+    assert found.link.allreduce == ()  # no measured all-reduce to validate a ring with
 
 
 def test_the_published_horovod_anchor_as_docs_perfmodel_states_it():

@@ -293,6 +293,7 @@ for _spec in (
         description="MXNet Gluon Trainer on a kvstore: local, or ps-lite's parameter server "
         "(dist_sync, dist_async, dist_device_sync)",
         worker="dlscale.backends.mxnet_kv:run",
+        collectives="dlscale.microbench.mxnet_collectives:run",
         measures_exposed_comm=True,
         options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,
         roles=mxd.kv_roles,

@@ -1,7 +1,7 @@
 """``dlscale microbench``: collectives over message sizes on an engine's communication library,
 started by any launcher like a training run, checked for exact results, stored with their time,
-algorithm bandwidth and bus bandwidth, and the network's alpha and beta fitted from the
-all-reduce (docs/perfmodel.md)."""
+algorithm bandwidth and bus bandwidth, and the network's alpha and beta fitted for each
+pattern from its collective (docs/perfmodel.md)."""
 
 from __future__ import annotations
 
@@ -82,6 +82,7 @@ def main(args: argparse.Namespace) -> int:
 def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     """Run the collectives of one config and store ``microbench.json`` in its directory."""
     from dlscale.metrics.events import events_path, read_records
+    from dlscale.metrics.records import Error
     from dlscale.microbench import not_measured
     from dlscale.microbench.aggregate import collective_rows
     from dlscale.runner import launch
@@ -105,20 +106,24 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     assert not isinstance(outcome, str)  # a launcher that detaches is refused before
     layout = config.layout()
     per_rank = {p.rank: read_records(events_path(run_dir, p.rank)) for p in layout.processes}
-    rows = collective_rows(per_rank, layout.size)
+    measuring = len(layout.training_ranks)  # a parameter server's scheduler and servers serve
+    rows = collective_rows(per_rank, measuring)
     error = None if outcome.ok else outcome.reason
+    said = [r.message for r in per_rank.get(outcome.failed_rank or 0, []) if isinstance(r, Error)]
+    if error is not None and said:  # what the failed rank said, as a training run's result
+        error = f"{error}: {said[-1]}"
     wrong = [f"{r['collective']} {r['bytes']} B" for r in rows if not r["correct"]]
     if error is None and wrong:
         error = f"wrong results: {', '.join(wrong)}"
-    fits = fit_patterns(rows, layout.size)
+    fits = fit_patterns(rows, measuring)
     missing = (
-        not_measured(settings.collectives, {r["collective"] for r in rows}, layout.size,
+        not_measured(settings.collectives, {r["collective"] for r in rows}, measuring,
                      config.backend)
         if outcome.ok else {}
     )  # fmt: skip
     stored = {
         "run_id": run_dir.name, "config": config.to_dict(), "settings": settings.to_dict(),
-        "processes": layout.size, "rows": rows, "fit": fits.get("ring"), "fits": fits,
+        "processes": measuring, "rows": rows, "fit": fits.get("ring"), "fits": fits,
         "not_measured": missing,
         "error": error,
         "started_at": started, "duration_s": outcome.duration_s,
@@ -129,19 +134,26 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
 
 def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[str, Any]]:
     """alpha and beta of each pattern (:data:`~dlscale.perfmodel.fit.PATTERNS`) from the rows of
-    the collective it is fitted from, where there are 2 sizes or more and 2 processes or more.
+    the collective it is fitted from, where there are 2 sizes or more and 2 processes or more:
+    the ``ps`` pattern from rows whose messages went through parameter servers (with the
+    servers each row's message was held by), the others from rows whose did not.
     ``bandwidth_bit_s`` is ``None`` when a fit found no bandwidth term (beta 0: the small
     messages took as long as the large ones, as a library's fixed per-call cost can make
     them), never an infinity that JSON cannot hold."""
-    from dlscale.perfmodel.fit import FITTED_FROM, fit_network
+    from dlscale.perfmodel.fit import FITTED_FROM, THROUGH_SERVERS, fit_network
 
     fits = {}
     for pattern, collective in FITTED_FROM.items():
-        timed = [r for r in rows if r["collective"] == collective]
+        timed = [
+            r for r in rows
+            if r["collective"] == collective
+            and (_servers(r) > 0) == (pattern in THROUGH_SERVERS)
+        ]  # fmt: skip
         if processes < 2 or len(timed) < 2:
             continue
         found = fit_network(pattern, [processes] * len(timed), [r["bytes"] for r in timed],
-                            [r["time_s"] for r in timed])  # fmt: skip
+                            [r["time_s"] for r in timed],
+                            [max(1, _servers(r)) for r in timed])  # fmt: skip
         bandwidth = found.network.bandwidth_bit_s
         fits[pattern] = {
             "pattern": pattern, "collective": collective,
@@ -150,6 +162,13 @@ def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[s
             "median_error": found.median_error, "max_error": found.max_error,
         }  # fmt: skip
     return fits
+
+
+def _servers(row: dict[str, Any]) -> int:
+    """The parameter servers a row's message went through (0: none, or a row from before the
+    key, or a hand-edited one that is no count)."""
+    servers = row.get("servers")
+    return servers if isinstance(servers, int) and not isinstance(servers, bool) else 0
 
 
 def _size(n: float) -> str:

@@ -184,7 +184,7 @@ class Collective(Record):
 
     event = "collective"
     collective: str = ""
-    """all_reduce, all_gather, reduce_scatter, broadcast or send_recv."""
+    """all_reduce, all_gather, reduce_scatter, broadcast, send_recv or ps_pushpull."""
     bytes: int = 0
     """The message size as nccl-tests counts it (all_gather: the gathered output)."""
     times_s: list[float] = dataclasses.field(default_factory=list)
@@ -193,6 +193,9 @@ class Collective(Record):
     max_error: float = 0.0
     """The largest difference from the exact result, checked after the first timed call."""
     correct: bool = True
+    servers: int = 0
+    """The parameter servers that held the message (MXNet's kvstore: one below
+    ``MXNET_KVSTORE_BIGARRAY_BOUND`` elements, else all of them); 0: it went through none."""
 
 
 RECORD_TYPES: dict[str, type[Record]] = {

@@ -1,10 +1,12 @@
-"""Collective micro-benchmarks: all-reduce, all-gather, reduce-scatter, broadcast and
-point-to-point over message sizes, on an engine's own communication library, started by any
-launcher like a training run (``dlscale microbench``; docs/perfmodel.md).
+"""Collective micro-benchmarks: all-reduce, all-gather, reduce-scatter, broadcast,
+point-to-point and a parameter server's push and pull over message sizes, on an engine's own
+communication library, started by any launcher like a training run (``dlscale microbench``;
+docs/perfmodel.md).
 
 A backend offers its library's kernel as ``BackendSpec.collectives`` (``module:function``
 taking the worker's context and the :class:`Settings`); the worker runs it instead of training
-when its spec's ``task`` is ``microbench``. Each rank records one
+when its spec's ``task`` is ``microbench``, in the processes that train (a parameter server's
+scheduler and servers serve as they do in training). Each rank records one
 :class:`~dlscale.metrics.records.Collective` per collective and size, with its own time of each
 iteration and whether the result was right; :mod:`.aggregate` turns them into time per size,
 algorithm bandwidth and bus bandwidth (nccl-tests' definitions, docs/metrics.md).
@@ -18,7 +20,13 @@ from dataclasses import asdict, dataclass
 
 from dlscale.errors import UserError
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+COLLECTIVES = (
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "ps_pushpull"
+)  # fmt: skip
+"""``ps_pushpull``: every worker pushes its message to the parameter servers, which sum the
+pushes, and pulls the sum (MXNet's ``kv.pushpull`` on a ``dist_sync`` kvstore): an all-reduce
+by its result, but through the servers, not around a ring, so it is a collective of its own
+(its rows fit the ``ps`` pattern, never the ring's; docs/metrics.md)."""
 MIN_PROCESSES = {"send_recv": 2}
 """Collectives that need more than one process (send_recv: a ping-pong between ranks 0 and 1);
 a kernel skips them below that."""
@@ -86,7 +94,8 @@ def not_measured(
 ) -> dict[str, str]:
     """The requested collectives a completed run has no row of, each with why: fewer processes
     than it needs, or else its backend's library does not offer it (a kernel records nothing
-    for a collective its library lacks: Horovod has no point-to-point)."""
+    for a collective its library lacks: Horovod has no point-to-point, torch.distributed no
+    parameter server)."""
     missing = {}
     for collective in requested:
         if collective in measured:

@@ -1,8 +1,8 @@
 """Per-rank :class:`~dlscale.metrics.records.Collective` records as one row per collective and
 message size: the time (per iteration the slowest rank, as a collective ends when its last
 rank does; then the median over iterations), algorithm and bus bandwidth (nccl-tests'
-definitions, :data:`dlscale.perfmodel.costs.BUS_FACTOR`), and whether every rank's result was
-exact."""
+definitions, :data:`dlscale.perfmodel.costs.BUS_FACTOR`), whether every rank's result was
+exact, and the parameter servers that held the message (0: none)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[d
                 "busbw_bytes_s": busbw,
                 "correct": all(r.correct for r in ranks),
                 "max_error": max(r.max_error for r in ranks),
+                "servers": max(r.servers for r in ranks),
             }
         )
     return sorted(rows, key=lambda row: (row["collective"], row["bytes"]))

@@ -10,7 +10,8 @@ starts and again before it stops.
 Sizes follow nccl-tests: all_reduce and broadcast move a tensor of ``size`` bytes; all_gather's
 ``size`` is the gathered output (each rank gives size/p); reduce_scatter's is the input (each
 rank keeps size/p); send_recv is a ping-pong of ``size`` bytes between ranks 0 and 1, its time
-half the round trip (the other ranks sit it out).
+half the round trip (the other ranks sit it out). Not offered: ps_pushpull (no parameter
+server in torch.distributed); ``dlscale microbench`` says it was not measured.
 """
 
 from __future__ import annotations
@@ -26,13 +27,16 @@ from dlscale.microbench import MIN_PROCESSES, Settings
 from dlscale.microbench.timing import Operation, time_collective
 from dlscale.runtime.context import WorkerContext
 
+OFFERED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+"""Not ps_pushpull: torch.distributed has no parameter server."""
+
 
 def run(ctx: WorkerContext, settings: Settings) -> None:
     device = rank_device(ctx)
     init_process_group(ctx, device)
     try:
         for collective in settings.collectives:
-            if ctx.processes < MIN_PROCESSES.get(collective, 1):
+            if collective not in OFFERED or ctx.processes < MIN_PROCESSES.get(collective, 1):
                 continue
             for size in settings.sizes:
                 ctx.events.write(_measure(collective, size, ctx, device, settings.max_iterations))
@@ -101,6 +105,8 @@ def _operation(collective: str, count: int, p: int, rank: int, device: torch.dev
             lambda: dist.broadcast(buffer, src=0),
             lambda: float((buffer - 1.0).abs().max()),
         )
+    if collective != "send_recv":
+        raise ValueError(f"torch.distributed offers no {collective}")
     # send_recv: a ping-pong between ranks 0 and 1; rank 1 holds 1.0 only once it received
     buffer = torch.zeros(count, device=device)
 

@@ -2,7 +2,8 @@
 
 A collective's time is modelled as ``t = a alpha + b n beta`` with ``a`` and ``b`` the counts
 of its pattern (ring all-reduce on p workers: a = 2(p-1), b = 2(p-1)/p; a binomial tree's
-broadcast: a = b = ceil(log2 p); one message: a = b = 1; :data:`PATTERNS`).
+broadcast: a = b = ceil(log2 p); one message: a = b = 1; a push and a pull through k parameter
+servers: a = 2, b = 2 max(1, p/k); :data:`PATTERNS`).
 The fit is least squares on the relative error (each residual divided by its measured time),
 because the sizes span eight orders of magnitude and an absolute fit would see only the
 largest; robust (scipy's Cauchy loss at a 10% scale), because on a busy machine a few
@@ -24,21 +25,32 @@ from scipy.optimize import least_squares
 from dlscale.errors import UserError
 from dlscale.perfmodel.costs import Network
 
-PATTERNS: dict[str, Callable[[int], tuple[float, float]]] = {
-    "ring": lambda p: (2 * (p - 1), 2 * (p - 1) / p),
-    "tree": lambda p: (math.ceil(math.log2(p)), math.ceil(math.log2(p))),
-    "p2p": lambda p: (1.0, 1.0),
+PATTERNS: dict[str, Callable[[int, int], tuple[float, float]]] = {
+    "ring": lambda p, k: (2 * (p - 1), 2 * (p - 1) / p),
+    "tree": lambda p, k: (math.ceil(math.log2(p)), math.ceil(math.log2(p))),
+    "p2p": lambda p, k: (1.0, 1.0),
+    "ps": lambda p, k: (2.0, 2 * max(1.0, p / k)),
 }
-"""(latency messages, bytes factor) of each pattern on p workers, as in :mod:`.costs`: the ring
-all-reduce; a binomial tree (a broadcast: ceil(log2 p) rounds of whole messages); one
-point-to-point message (the parameter server's push or pull)."""
+"""(latency messages, bytes factor) of each pattern on p workers and k parameter servers, as in
+:mod:`.costs`: the ring all-reduce; a binomial tree (a broadcast: ceil(log2 p) rounds of whole
+messages); one point-to-point message (a parameter server's push or pull); a synchronous
+parameter server's push and pull (:func:`~.costs.ps_sync_s`: each phase as long as its busiest
+link, a worker's n bytes or a server's p n / k). Only ``ps`` reads k."""
 
-FITTED_FROM = {"ring": "all_reduce", "tree": "broadcast", "p2p": "send_recv"}
+FITTED_FROM = {"ring": "all_reduce", "tree": "broadcast", "p2p": "send_recv", "ps": "ps_pushpull"}
 """The collective of ``dlscale microbench`` each pattern is fitted from."""
 
-USED_BY = {"ring": "ring", "ring-overlap": "ring", "tree": "tree", "ps-sync": "p2p",
-           "ps-async": "p2p"}  # fmt: skip
-"""The pattern whose fit predicts each strategy of :mod:`.predict`."""
+THROUGH_SERVERS = ("ps",)
+"""The patterns fitted from messages that went through parameter servers (a row's ``servers``
+above 0); the others are fitted only from messages that did not (MXNet's broadcast, through
+its servers, is no binomial tree)."""
+
+USED_BY: dict[str, tuple[str, ...]] = {
+    "ring": ("ring",), "ring-overlap": ("ring",), "tree": ("tree",), "ps-sync": ("ps", "p2p"),
+    "ps-async": ("ps", "p2p"),
+}  # fmt: skip
+"""The patterns whose fit predicts each strategy of :mod:`.predict`, the first that a
+microbench fitted (else the ring's)."""
 
 
 @dataclass(frozen=True)
@@ -51,18 +63,29 @@ class Fit:
 
 
 def fit_network(
-    pattern: str, workers: Sequence[int], sizes: Sequence[float], seconds: Sequence[float]
+    pattern: str,
+    workers: Sequence[int],
+    sizes: Sequence[float],
+    seconds: Sequence[float],
+    servers: Sequence[int] | None = None,
 ) -> Fit:
-    """alpha and beta of ``pattern`` from samples (workers, bytes, seconds)."""
+    """alpha and beta of ``pattern`` from samples (workers, bytes, seconds, and for ``ps`` the
+    parameter servers that held each message: 1 each when not given)."""
     if pattern not in PATTERNS:
         raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
-    if not len(workers) == len(sizes) == len(seconds) or len(seconds) < 2:
+    held = [1] * len(workers) if servers is None else list(servers)
+    if not len(workers) == len(sizes) == len(seconds) == len(held) or len(seconds) < 2:
         raise UserError("a fit needs at least 2 samples, each with workers, bytes and seconds")
+    if any(int(k) < 1 for k in held):
+        raise UserError(f"a fit needs 1 server or more per sample, got {held}")
     t = np.asarray(seconds, dtype=float)
     n = np.asarray(sizes, dtype=float)
     if not (np.all(np.isfinite(t)) and np.all(t > 0) and np.all(np.isfinite(n)) and np.all(n >= 0)):
         raise UserError("a fit needs positive, finite times and non-negative, finite sizes")
-    coefficients = np.array([PATTERNS[pattern](int(p)) for p in workers], dtype=float)
+    coefficients = np.array(
+        [PATTERNS[pattern](int(p), int(k)) for p, k in zip(workers, held, strict=True)],
+        dtype=float,
+    )
     design = np.column_stack([coefficients[:, 0], coefficients[:, 1] * n]) / t[:, None]
     target = np.ones_like(t)  # t / t: residuals are relative errors
     start = np.clip(np.linalg.lstsq(design, target, rcond=None)[0], 0.0, None)

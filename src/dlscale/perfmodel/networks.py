@@ -1,4 +1,4 @@
-"""The networks that stored ``dlscale microbench`` runs measured: their rows and ring fits,
+"""The networks that stored ``dlscale microbench`` runs measured: their rows and pattern fits,
 read back from ``microbench-*/microbench.json`` in a results directory, for ``dlscale predict``
 and the report."""
 
@@ -25,17 +25,20 @@ class Fitted:
     link: Link
     """The same with the run's measured all-reduce times, for validation at its worker count."""
     patterns: dict[str, Network] = field(default_factory=dict)
-    """Every pattern's usable fit (``ring``, ``tree``, ``p2p``: :data:`~.fit.PATTERNS`)."""
+    """Every pattern's usable fit (``ring``, ``tree``, ``p2p``, ``ps``: :data:`~.fit.PATTERNS`)."""
+    pattern: str = "ring"
+    """The pattern whose fit ``network`` is: the ring's, else (a run without an all-reduce,
+    e.g. MXNet's parameter servers) the first of :data:`~.fit.PATTERNS` the run fitted."""
 
     def for_strategy(self, strategy: str) -> tuple[Network, str]:
-        """The network that predicts ``strategy`` (its pattern's fit, else the ring's) and
-        which fit it is."""
+        """The network that predicts ``strategy`` (the first of its patterns' fits that the run
+        has, else ``network``: the ring's where it has one) and which fit it is."""
         from dlscale.perfmodel.fit import USED_BY
 
-        pattern = USED_BY.get(strategy, "ring")
-        if pattern in self.patterns:
-            return self.patterns[pattern], pattern
-        return self.network, "ring"
+        for pattern in USED_BY.get(strategy, ("ring",)):
+            if pattern in self.patterns:
+                return self.patterns[pattern], pattern
+        return self.network, self.pattern
 
 
 def microbench_runs(
@@ -65,19 +68,23 @@ def microbench_runs(
 def fitted_networks(
     results: Path, on_problem: Callable[[str], None] | None = None
 ) -> dict[tuple[Any, ...], Fitted]:
-    """The network of the newest microbench in ``results`` with a fit (its all-reduce) and no
-    error for each engine (backend), launcher, emulated network and node count: keyed
-    ``(backend, *network_key)``. A newest fit that cannot be used (not finite, no bandwidth) is
-    left out and ``on_problem`` hears why."""
+    """The network of the newest microbench in ``results`` with a fit (its all-reduce's ring
+    fit, else another pattern's: :func:`stored_fits`) and no error for each engine (backend),
+    launcher, emulated network and node count: keyed ``(backend, *network_key)``. A newest fit
+    that cannot be used (not finite, no bandwidth) is left out and ``on_problem`` hears why."""
+    from dlscale.perfmodel.fit import PATTERNS
+
     newest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run in microbench_runs(results):
-        if not isinstance(run.get("fit"), dict) or run.get("error"):
+        if not stored_fits(run) or run.get("error"):
             continue  # a failed or wrong run measured nothing to trust
         config = run["config"]
         newest[(plain_key(config.get("backend")), *network_key(config))] = run  # the newest stays
     found: dict[tuple[Any, ...], Fitted] = {}
     for key, run in newest.items():
-        fit = run["fit"]
+        fits = stored_fits(run)
+        pattern = next((p for p in PATTERNS if p in fits), next(iter(fits)))  # the ring first
+        fit = fits[pattern]
         network = stored_fit(fit)
         if network is None:
             if on_problem is not None:
@@ -86,8 +93,9 @@ def fitted_networks(
             continue
         error = fit.get("median_error")
         error_words = f"{error:.1%}" if finite_number(error) else "unknown"
+        which = "" if pattern == "ring" else f" ({pattern} fit)"
         said = (
-            f"fitted by {run['run_id']}: alpha {network.alpha_s * 1e6:.1f} us, "
+            f"fitted by {run['run_id']}{which}: alpha {network.alpha_s * 1e6:.1f} us, "
             f"{network.bandwidth_bit_s / 1e9:.3g} Gbit/s effective, fit's median error "
             f"{error_words}"
         )
@@ -100,20 +108,30 @@ def fitted_networks(
         )  # fmt: skip
         processes = int(run["processes"]) if finite_number(run.get("processes")) else 0
         link = Link(network, measured, processes)
-        fits = run.get("fits")
-        patterns = {
-            str(name): net
-            for name, fit in (fits.items() if isinstance(fits, dict) else ())
-            if (net := stored_fit(fit)) is not None
-        }
+        patterns = {name: net for name, fit in fits.items() if (net := stored_fit(fit)) is not None}
         found[key] = Fitted(
             network,
             said,
             float(run["started_at"]),
             run["run_id"],
             link,
-            {**patterns, "ring": network},
+            {**patterns, pattern: network},
+            pattern,
         )
+    return found
+
+
+def stored_fits(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A stored run's fits by pattern: its ``fits``, with ``fit`` as the ring's (a run from
+    before ``fits`` has only that); what is no dict is left out."""
+    fits = run.get("fits")
+    found = {
+        str(name): fit
+        for name, fit in (fits.items() if isinstance(fits, dict) else ())
+        if isinstance(fit, dict)
+    }
+    if isinstance(run.get("fit"), dict):
+        found["ring"] = run["fit"]
     return found
 
 
@@ -123,7 +141,7 @@ def finite_number(value: Any) -> TypeGuard[float]:
 
 
 def stored_fit(fit: Any) -> Network | None:
-    """The network of a stored ring fit; ``None`` if it is no usable fit (missing, not finite,
+    """The network of a stored fit; ``None`` if it is no usable fit (missing, not finite,
     a negative latency or no bandwidth term)."""
     if not isinstance(fit, dict):
         return None
