@@ -192,14 +192,19 @@ def microbench_section(runs: list[dict[str, Any]], slug_of: dict[str, str]) -> t
             + (f" ({_e(', '.join(where))})" if where else "")
             + f", {_e(_when(run.get('started_at')))}</p>"
         )
-        fit = stored_fit(run.get("fit"))
+        fits: Any = run.get("fits")
+        if not isinstance(fits, dict):
+            fits = {"ring": run.get("fit")}  # a run stored before the per-pattern fits
         if run.get("error"):
             parts.append(f'<p class="flag">failed: {_e(run["error"])}</p>')
-        elif fit is not None:
-            parts.append(
-                f"<p>ring fit of the all-reduce: alpha {fit.alpha_s * 1e6:.1f} us, "
-                f"{fit.bandwidth_bit_s / 1e9:.3g} Gbit/s effective</p>"
-            )
+        for pattern, stored in fits.items():
+            fit = stored_fit(stored)
+            if fit is not None and not run.get("error"):
+                source = stored.get("collective")
+                parts.append(
+                    f"<p>{_e(pattern)} fit ({_e(source)}): alpha {fit.alpha_s * 1e6:.1f} us, "
+                    f"{fit.bandwidth_bit_s / 1e9:.3g} Gbit/s effective</p>"
+                )
         for figure in collectives(run):
             parts.append(_figure(figure, f"plot-mb-{slug_of[run['run_id']]}-{figure.key}"))
             plots += 1
