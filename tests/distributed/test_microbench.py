@@ -59,8 +59,8 @@ def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):
     run = cli("microbench", "--backend", "torch-single", "--results", str(tmp_path))
     assert run.returncode == 2
     assert (
-        "torch-single has no collectives benchmark; backends that do: horovod-torch, torch-ddp"
-        in run.stderr
+        "torch-single has no collectives benchmark; backends that do: horovod-torch, tf-mwms, "
+        "torch-ddp" in run.stderr
     )
     assert "Traceback" not in run.stderr and not list(tmp_path.glob("microbench-*"))
 
