@@ -81,7 +81,8 @@ def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):
     from dlscale.backends import BACKENDS
 
     able = ", ".join(name for name, spec in BACKENDS if spec.collectives)
-    assert {"horovod-torch", "mxnet-kv", "torch-ddp", "torch-ring"} <= set(able.split(", "))
+    kernels = {"horovod-torch", "mxnet-kv", "tf-mwms", "torch-ddp", "torch-ring"}
+    assert kernels <= set(able.split(", "))
     assert f"torch-single has no collectives benchmark; backends that do: {able}" in run.stderr
     assert "Traceback" not in run.stderr and not list(tmp_path.glob("microbench-*"))
 

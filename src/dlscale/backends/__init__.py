@@ -227,6 +227,7 @@ for _spec in (
         name="tf-mwms",
         description="TensorFlow MultiWorkerMirroredStrategy: collective all-reduce, custom loop",
         worker="dlscale.backends.tf_strategies:run_mwms",
+        collectives="dlscale.microbench.tf_collectives:run",
         measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS,
         cluster_env=tfd.tf_config_env,
