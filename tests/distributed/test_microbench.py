@@ -116,5 +116,5 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     text = page.read_text()
     assert 'data-figure="predicted"' in text and 'data-figure="allreduce_time"' in text
     assert f"ring predicts {row['ring_img_s']:,.1f} ({row['ring_error']:+.1%})" in text
-    basis = "1 points, every one flagged noisy" if row["noisy"] else "1 points"  # load here
+    basis = "1 point, every one flagged noisy" if row["noisy"] else "1 point"  # load here
     assert f"median absolute error over {basis}: ring {median['ring']:.1%}" in text

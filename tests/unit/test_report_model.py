@@ -65,7 +65,7 @@ def test_each_points_error_is_what_the_ring_gives_by_hand():
     rows[1]["metrics"]["noisy"] = True  # the noise guard flagged it: left out of the median
     figure = prediction(rows, lambda row: Link(net), {"local": "given"})
     assert figure.flags[-1].startswith(
-        f"median absolute error over 1 quiet points (1 flagged noisy left out): ring "
+        f"median absolute error over 1 quiet point (1 flagged noisy left out): ring "
         f"{abs(ring / 500 - 1):.1%}"
     )
     assert any(x.endswith("x2 (noisy)") for x in figure.series[0].x)

@@ -128,7 +128,11 @@ def median_basis(rows: list[dict[str, Any]]) -> str:
     """Which rows :func:`median_errors` took, in words."""
     noisy = sum(1 for r in rows if r.get("noisy"))
     if not noisy:
-        return f"{len(rows)} points"
+        return _count(len(rows), "point")
     if noisy == len(rows):
-        return f"{len(rows)} points, every one flagged noisy"
-    return f"{len(rows) - noisy} quiet points ({noisy} flagged noisy left out)"
+        return f"{_count(len(rows), 'point')}, every one flagged noisy"
+    return f"{_count(len(rows) - noisy, 'quiet point')} ({noisy} flagged noisy left out)"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
