@@ -227,17 +227,12 @@ def result_of(
     """The point's result from its spec, its ranks' events and how its launch ended: here
     after a watched run, or in the point's own finishing step (:mod:`dlscale.finish`)."""
     layout = config.layout()
-    per_rank = {p.rank: read_records(events_path(run_dir, p.rank)) for p in layout.processes}
+    per_rank = rank_records(config, run_dir)
     metrics = aggregate(
         per_rank, target_accuracy=config.target_accuracy, training_ranks=layout.training_ranks
     )
-    error = None
-    if not outcome.ok:
-        error = outcome.reason
-        message = _error_message(per_rank.get(outcome.failed_rank or 0, []))
-        if message:
-            error = f"{error}: {message}"
-    elif not metrics["windows"]:
+    error = launch_error(outcome, per_rank)
+    if error is None and not metrics["windows"]:
         error = "the workers exited without recording a measurement window"
     environment = host_environment()
     first = per_rank.get(layout.training_ranks[0], [])
@@ -336,6 +331,15 @@ def _oversubscribed(plan: LaunchPlan, same_machine: bool) -> bool | None:
     return plan.threads_per_worker * plan.layout.size > usable_cores()
 
 
-def _error_message(records: list[Record]) -> str | None:
-    errors = [record for record in records if isinstance(record, Error)]
-    return errors[-1].message if errors else None
+def rank_records(config: RunConfig, run_dir: Path) -> dict[int, list[Record]]:
+    """Every rank's records in ``run_dir``, by rank."""
+    return {p.rank: read_records(events_path(run_dir, p.rank)) for p in config.layout().processes}
+
+
+def launch_error(outcome: LaunchOutcome, per_rank: dict[int, list[Record]]) -> str | None:
+    """Why the launch failed, with the last error the failed rank recorded; ``None`` if it
+    did not fail."""
+    if outcome.ok:
+        return None
+    errors = [r for r in per_rank.get(outcome.failed_rank or 0, []) if isinstance(r, Error)]
+    return f"{outcome.reason}: {errors[-1].message}" if errors else outcome.reason

@@ -81,11 +81,9 @@ def main(args: argparse.Namespace) -> int:
 
 def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     """Run the collectives of one config and store ``microbench.json`` in its directory."""
-    from dlscale.metrics.events import events_path, read_records
-    from dlscale.metrics.records import Error
     from dlscale.microbench import not_measured
     from dlscale.microbench.aggregate import collective_rows
-    from dlscale.runner import launch
+    from dlscale.runner import launch, launch_error, rank_records
     from dlscale.store.files import write_json_atomic
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -104,14 +102,10 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
         task=task,
     )  # fmt: skip
     assert not isinstance(outcome, str)  # a launcher that detaches is refused before
-    layout = config.layout()
-    per_rank = {p.rank: read_records(events_path(run_dir, p.rank)) for p in layout.processes}
-    measuring = len(layout.training_ranks)  # a parameter server's scheduler and servers serve
+    per_rank = rank_records(config, run_dir)
+    measuring = len(config.layout().training_ranks)  # a parameter server's others serve
     rows = collective_rows(per_rank, measuring)
-    error = None if outcome.ok else outcome.reason
-    said = [r.message for r in per_rank.get(outcome.failed_rank or 0, []) if isinstance(r, Error)]
-    if error is not None and said:  # what the failed rank said, as a training run's result
-        error = f"{error}: {said[-1]}"
+    error = launch_error(outcome, per_rank)  # with what the failed rank said, as in training
     wrong = [f"{r['collective']} {r['bytes']} B" for r in rows if not r["correct"]]
     if error is None and wrong:
         error = f"wrong results: {', '.join(wrong)}"

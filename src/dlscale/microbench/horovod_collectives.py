@@ -29,14 +29,13 @@ for it and ``dlscale microbench`` says it was not measured.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import torch
 
 from dlscale.backends.horovod_session import HorovodSession
 from dlscale.microbench import Settings
-from dlscale.microbench.timing import Operation, time_collective
+from dlscale.microbench.timing import Operation, time_offered
 from dlscale.microbench.torch_collectives import cuda_wait, rank_device
 from dlscale.runtime.context import WorkerContext
 
@@ -50,16 +49,14 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
     synchronize = cuda_wait(device)
     p, rank = ctx.processes, ctx.rank
     try:
-        for collective in settings.collectives:
-            if collective not in OFFERED:
-                continue
-            for size in settings.sizes:
-                name = f"dlscale.microbench.{collective}.{size}"
-                operation = functools.partial(_operation, hvd, collective, p, rank, device, name)
-                ctx.events.write(time_collective(
-                    collective, size, p, rank, operation, hvd.barrier, settings.max_iterations,
-                    synchronize,
-                ))  # fmt: skip
+        for record in time_offered(
+            settings, OFFERED, p, rank,
+            lambda collective, size, count: _operation(
+                hvd, collective, p, rank, device, f"dlscale.microbench.{collective}.{size}", count
+            ),
+            hvd.barrier, synchronize,
+        ):  # fmt: skip
+            ctx.events.write(record)
         hvd.barrier()  # no rank shuts Horovod down while another still waits on a call
     finally:
         session.shutdown()

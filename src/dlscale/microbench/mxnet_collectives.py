@@ -42,7 +42,6 @@ measured.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import itertools
 import os
@@ -51,7 +50,7 @@ from typing import Any
 
 from dlscale.errors import UserError
 from dlscale.microbench import Settings
-from dlscale.microbench.timing import Operation, element_count, time_collective
+from dlscale.microbench.timing import Operation, time_offered
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.mx_env import import_mxnet
 
@@ -93,18 +92,13 @@ def _measure(ctx: WorkerContext, settings: Settings, mx: Any, kv: Any) -> None:
     servers = int(os.environ.get("DMLC_NUM_SERVER", ctx.config.option("num_servers")))
     bound = int(os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND", BIGARRAY_BOUND))
     keys = itertools.count()  # the same keys in the same order on every worker
-    for collective in settings.collectives:
-        if collective not in OFFERED:
-            continue
-        for size in settings.sizes:
-            operation = functools.partial(_operation, mx, kv, collective, p, rank, keys)
-            record = time_collective(
-                collective, size, p, rank, operation, kv._barrier, settings.max_iterations,
-                mx.nd.waitall,
-            )  # fmt: skip
-            count = element_count(collective, size, p)
-            held = servers if count >= bound else 1
-            ctx.events.write(dataclasses.replace(record, servers=held))
+    for record in time_offered(
+        settings, OFFERED, p, rank,
+        lambda collective, _, count: _operation(mx, kv, collective, p, rank, keys, count),
+        kv._barrier, mx.nd.waitall,
+    ):  # fmt: skip
+        held = servers if record.bytes // 4 >= bound else 1  # ps_pushpull, broadcast: n bytes
+        ctx.events.write(dataclasses.replace(record, servers=held))
 
 
 def _operation(

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from dlscale.backends.ring_allreduce import ring_allreduce_
 from dlscale.backends.torch_loop import init_process_group
 from dlscale.microbench import Settings
-from dlscale.microbench.timing import Operation, time_collective
+from dlscale.microbench.timing import Operation, time_offered
 from dlscale.microbench.torch_collectives import cuda_wait, rank_device
 from dlscale.runtime.context import WorkerContext
 
@@ -23,13 +23,11 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
     init_process_group(ctx, device)
     p, rank = ctx.processes, ctx.rank
     try:
-        if "all_reduce" in settings.collectives:
-            for size in settings.sizes:
-                record = time_collective(
-                    "all_reduce", size, p, rank, lambda count: _ring(count, p, rank, device),
-                    dist.barrier, settings.max_iterations, cuda_wait(device),
-                )  # fmt: skip
-                ctx.events.write(record)
+        for record in time_offered(
+            settings, ("all_reduce",), p, rank, lambda _, __, count: _ring(count, p, rank, device),
+            dist.barrier, cuda_wait(device),
+        ):  # fmt: skip
+            ctx.events.write(record)
     finally:
         dist.destroy_process_group()
 

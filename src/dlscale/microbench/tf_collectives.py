@@ -48,7 +48,6 @@ the timed call would return before the device finished (untested; refused).
 
 from __future__ import annotations
 
-import functools
 import itertools
 from typing import Any
 
@@ -57,7 +56,7 @@ import numpy as np
 from dlscale.backends.tf_strategies import MultiWorker, tf
 from dlscale.errors import UserError
 from dlscale.microbench import Settings
-from dlscale.microbench.timing import Operation, time_collective
+from dlscale.microbench.timing import Operation, time_offered
 from dlscale.runtime.context import WorkerContext
 
 OFFERED = ("all_reduce", "all_gather", "broadcast")
@@ -75,15 +74,12 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
     (device,) = dist.extended.worker_devices  # this worker's CPU
     collectives = _Collectives(ctx, strategy.collective, device)
     p, rank = ctx.processes, ctx.rank
-    for collective in settings.collectives:
-        if collective not in OFFERED:
-            continue
-        for size in settings.sizes:
-            operation = functools.partial(collectives.operation, collective)
-            ctx.events.write(time_collective(
-                collective, size, p, rank, operation, collectives.barrier,
-                settings.max_iterations,
-            ))  # fmt: skip
+    for record in time_offered(
+        settings, OFFERED, p, rank,
+        lambda collective, _, count: collectives.operation(collective, count),
+        collectives.barrier,
+    ):  # fmt: skip
+        ctx.events.write(record)
     # no rank leaves (and takes its gRPC server or the coordination service along) while
     # another still waits on a call; the worker then leaves with os._exit, skipping
     # TensorFlow's exit-time clean-up of its collective executor

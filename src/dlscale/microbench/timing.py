@@ -1,17 +1,19 @@
 """The timing loop every library's kernel shares: the message's element count, warm-up and timed
 calls, each after an untimed ``prepare`` and the library's own barrier, the first timed result
 checked; one :class:`~dlscale.metrics.records.Collective` per collective and size. The kernels
-(:mod:`.torch_collectives`, :mod:`.horovod_collectives`) give only their library's calls.
+(torch, torch-ring, Horovod, TensorFlow, MXNet) give only their library's calls and barrier to
+:func:`time_offered`.
 
 Framework-free: a device wait (CUDA) comes in as ``synchronize``."""
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from dlscale.metrics.records import Collective
-from dlscale.microbench import iterations
+from dlscale.microbench import MIN_PROCESSES, Settings, iterations
 
 Operation = tuple[Callable[[], object], Callable[[], object], Callable[[], float]]
 """What to do before each call (untimed: reset the output, refill the inputs), the call to
@@ -71,3 +73,27 @@ def time_collective(
         max_error=error,
         correct=error == 0.0,
     )
+
+
+def time_offered(
+    settings: Settings,
+    offered: tuple[str, ...],
+    processes: int,
+    rank: int,
+    operation: Callable[[str, int, int], Operation],
+    barrier: Callable[[], object],
+    synchronize: Callable[[], object] | None = None,
+) -> Iterator[Collective]:
+    """:func:`time_collective` of every requested collective the library ``offers`` (and has
+    the processes for: :data:`~dlscale.microbench.MIN_PROCESSES`) at every size, in the
+    settings' order, the same on every rank; ``operation(collective, size, count)`` builds the
+    calls. What is skipped the command names as not measured."""
+    for collective in settings.collectives:
+        if collective not in offered or processes < MIN_PROCESSES.get(collective, 1):
+            continue
+        for size in settings.sizes:
+            yield time_collective(
+                collective, size, processes, rank,
+                functools.partial(operation, collective, size),
+                barrier, settings.max_iterations, synchronize,
+            )  # fmt: skip

@@ -22,9 +22,8 @@ import torch
 import torch.distributed as dist
 
 from dlscale.backends.torch_loop import init_process_group
-from dlscale.metrics.records import Collective
-from dlscale.microbench import MIN_PROCESSES, Settings
-from dlscale.microbench.timing import Operation, time_collective
+from dlscale.microbench import Settings
+from dlscale.microbench.timing import Operation, time_offered
 from dlscale.runtime.context import WorkerContext
 
 OFFERED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
@@ -34,12 +33,14 @@ OFFERED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv
 def run(ctx: WorkerContext, settings: Settings) -> None:
     device = rank_device(ctx)
     init_process_group(ctx, device)
+    p, rank = ctx.processes, ctx.rank
     try:
-        for collective in settings.collectives:
-            if collective not in OFFERED or ctx.processes < MIN_PROCESSES.get(collective, 1):
-                continue
-            for size in settings.sizes:
-                ctx.events.write(_measure(collective, size, ctx, device, settings.max_iterations))
+        for record in time_offered(
+            settings, OFFERED, p, rank,
+            lambda collective, _, count: _operation(collective, count, p, rank, device),
+            dist.barrier, cuda_wait(device),
+        ):  # fmt: skip
+            ctx.events.write(record)
     finally:
         dist.destroy_process_group()
 
@@ -60,17 +61,6 @@ def cuda_wait(device: torch.device) -> Callable[[], object] | None:
     """What the timing loop calls around each call on CUDA (the device's work done); ``None``
     on a CPU."""
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
-
-
-def _measure(
-    collective: str, size: int, ctx: WorkerContext, device: torch.device, most: int
-) -> Collective:
-    p, rank = ctx.processes, ctx.rank
-    return time_collective(
-        collective, size, p, rank,
-        lambda count: _operation(collective, count, p, rank, device),
-        dist.barrier, most, cuda_wait(device),
-    )  # fmt: skip
 
 
 def _operation(collective: str, count: int, p: int, rank: int, device: torch.device) -> Operation:
