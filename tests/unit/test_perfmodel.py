@@ -227,6 +227,14 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad
     assert fitted_for(found, config(backend="torch-ring")).run_id == "microbench-g"
     # an engine never measured there: the newest of any engine's on the same network
     assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
+    (tmp_path / "microbench-k").mkdir()  # newer, but a parameter server's fit: no ring
+    write_json_atomic(tmp_path / "microbench-k" / "microbench.json", "microbench",
+                      {"started_at": 8.0, "fit": None, "error": None,
+                       "fits": {"ps": {**fit, "pattern": "ps"}},
+                       "config": config(backend="mxnet-kv")})  # fmt: skip
+    found = fitted_networks(tmp_path)
+    assert fitted_for(found, config(backend="mxnet-kv")).pattern == "ps"
+    assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
     assert fitted_for(found, config("100mbit")).network.beta_s_per_byte == 8e-8
     assert fitted_for(found, config("1gbit")) is None
     store("microbench-e", 4.0, {**fit, "beta_s_per_byte": 0.0})

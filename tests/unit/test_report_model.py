@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.networks import fitted_networks, microbench_runs
+from dlscale.perfmodel.networks import fitted_networks, link_lookup, microbench_runs
 from dlscale.perfmodel.validate import Link
 from dlscale.report.html import build_html
-from dlscale.report.model import collectives, network_lookup, prediction
+from dlscale.report.model import collectives, prediction
 from dlscale.report.static import save_static
 from dlscale.store import write_json_atomic
 
@@ -126,7 +126,7 @@ def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmle
     written = save_static(collectives(runs[0])[1], tmp_path / "time")
     assert all(path.stat().st_size > 0 for path in written)
     fake = type("F", (), {"said": "s", "link": 1, "started_at": 1.0})()
-    link_of, used = network_lookup({("torch-ddp", "local", "", 1): fake})
+    link_of, used = link_lookup({("torch-ddp", "local", "", 1): fake})
     point = {"config": {"backend": "horovod-torch", "launcher": "local", "options": {}}}
     assert link_of(point) == 1 and used == {"horovod-torch on local": "s"}
     assert json.dumps(used)

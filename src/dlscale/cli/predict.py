@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,29 +200,18 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     newest microbench (in ``--network-from``, else ``results``) run with the same launcher,
     emulated network and nodes."""
     from dlscale.metrics.scaling import add_scaling
-    from dlscale.perfmodel.networks import fitted_for
+    from dlscale.perfmodel.networks import link_lookup
     from dlscale.perfmodel.validate import STRATEGIES as CHECKED
-    from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors, network_key
+    from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors
     from dlscale.store.results import RunStore
 
     as_json = args.json
     if args.bandwidth is not None:
         given, _, network_source = _given_network(args)
         sources = {"all points": network_source}
-
-        def link_of(point: dict[str, Any]) -> Link | None:
-            return Link(given)
+        link_of: Callable[[dict[str, Any]], Link | None] = lambda point: Link(given)  # noqa: E731
     else:
-        fitted = fitted_networks(Path(args.network_from or results))
-        sources = {}
-
-        def link_of(point: dict[str, Any]) -> Link | None:
-            found = fitted_for(fitted, point["config"])
-            if found is None:
-                return None
-            key = network_key(point["config"])
-            sources[f"{point['config'].get('backend')} on {key[1] or key[0]}"] = found.said
-            return found.link
+        link_of, sources = link_lookup(fitted_networks(Path(args.network_from or results)))
 
     points = add_scaling(RunStore(results).results())
     rows = compare(points, link_of)

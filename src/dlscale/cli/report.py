@@ -100,8 +100,9 @@ def _figures(rows: list[dict], microbench: list[dict], fitted: dict, directory: 
     nothing shares, hides or escapes."""
     from collections import defaultdict
 
+    from dlscale.perfmodel.networks import link_lookup
     from dlscale.report.figures import Figure, study_figures, study_slugs
-    from dlscale.report.model import collectives, network_lookup, prediction
+    from dlscale.report.model import collectives, prediction
     from dlscale.report.static import save_static
 
     try:
@@ -114,7 +115,7 @@ def _figures(rows: list[dict], microbench: list[dict], fitted: dict, directory: 
     slugs = study_slugs([*studies, *(run["run_id"] for run in microbench)])
     drawn: list[tuple[str, Figure]] = []
     for name, study_rows in sorted(studies.items()):
-        link_of, sources = network_lookup(fitted)
+        link_of, sources = link_lookup(fitted)
         predicted = prediction(study_rows, link_of, sources)
         figures = study_figures(study_rows) + ([predicted] if predicted else [])
         drawn += [(slugs[name], figure) for figure in figures]

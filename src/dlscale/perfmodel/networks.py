@@ -110,13 +110,7 @@ def fitted_networks(
         link = Link(network, measured, processes)
         patterns = {name: net for name, fit in fits.items() if (net := stored_fit(fit)) is not None}
         found[key] = Fitted(
-            network,
-            said,
-            float(run["started_at"]),
-            run["run_id"],
-            link,
-            {**patterns, pattern: network},
-            pattern,
+            network, said, float(run["started_at"]), run["run_id"], link, patterns, pattern
         )
     return found
 
@@ -153,10 +147,30 @@ def stored_fit(fit: Any) -> Network | None:
 
 def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) -> Fitted | None:
     """The fit for a run of ``config``: its own engine's on its network (launcher, emulated
-    network, nodes) if a microbench measured it, else the newest of any engine's there."""
+    network, nodes) if a microbench measured it, else the newest ring fit of any engine's
+    there."""
     key = network_key(config)
     own = fitted.get((plain_key(config.get("backend")), *key))
     if own is not None:
         return own
-    others = [found for k, found in fitted.items() if k[1:] == key]
+    # another engine's all-reduce stands in for it, never another pattern (a kvstore's ps)
+    others = [found for k, found in fitted.items() if k[1:] == key and found.pattern == "ring"]
     return max(others, key=lambda found: found.started_at, default=None)
+
+
+def link_lookup(
+    fitted: dict[tuple[Any, ...], Fitted],
+) -> tuple[Callable[[dict[str, Any]], Link | None], dict[str, str]]:
+    """``link_of(point)`` over stored fits (:func:`fitted_networks`, :func:`fitted_for`), and
+    the words of each fit it has used so far, keyed "<backend> on <network>"."""
+    used: dict[str, str] = {}
+
+    def link_of(point: dict[str, Any]) -> Link | None:
+        found = fitted_for(fitted, point["config"])
+        if found is None:
+            return None
+        key = network_key(point["config"])
+        used[f"{point['config'].get('backend')} on {key[1] or key[0]}"] = found.said
+        return found.link
+
+    return link_of, used

@@ -8,12 +8,12 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
 
-from dlscale.perfmodel.networks import stored_fit
+from dlscale.perfmodel.networks import link_lookup, stored_fit
 from dlscale.perfmodel.validate import network_key
 from dlscale.report.columns import Column, human_layout
 from dlscale.report.figures import Figure, Row, study_figures, study_slugs
 from dlscale.report.interactive import to_plotly
-from dlscale.report.model import collectives, network_lookup, predictable, prediction
+from dlscale.report.model import collectives, predictable, prediction
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;
@@ -161,7 +161,7 @@ def _prediction(rows: list[Row], fitted: dict[Any, Any], div_id: str) -> tuple[s
     candidates = predictable(rows)
     if not candidates:
         return "", 0
-    link_of, sources = network_lookup(fitted)
+    link_of, sources = link_lookup(fitted)
     figure = prediction(rows, link_of, sources)
     if figure is not None:
         return _figure(figure, div_id), 1

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dlscale.perfmodel.costs import ring_allreduce_s
-from dlscale.perfmodel.networks import Fitted, finite_number, fitted_for, stored_fit
-from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors, network_key
+from dlscale.perfmodel.networks import finite_number, stored_fit
+from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors
 from dlscale.report.figures import Figure, Row, Series, by_series
 
 LinkOf = Callable[[Row], Link | None]
@@ -74,22 +74,6 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
         f"the network a microbench measured there ({networks}). 0 is exact; above 0 the model "
         "is too optimistic. The measured point should lie between the two bounds.",
     )
-
-
-def network_lookup(fitted: dict[tuple[Any, ...], Fitted]) -> tuple[LinkOf, dict[str, str]]:
-    """``link_of(point)`` over stored fits (:func:`dlscale.perfmodel.networks.fitted_networks`)
-    by the point's launcher, emulated network and nodes, and the words of each one used."""
-    used: dict[str, str] = {}
-
-    def link_of(point: Row) -> Link | None:
-        found = fitted_for(fitted, point["config"])
-        if found is None:
-            return None
-        key = network_key(point["config"])
-        used[f"{point['config'].get('backend')} on {key[1] or key[0]}"] = found.said
-        return found.link
-
-    return link_of, used
 
 
 def collectives(run: dict[str, Any]) -> list[Figure]:
