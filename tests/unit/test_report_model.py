@@ -125,7 +125,7 @@ def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmle
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in SAFE_ID.findall(page))
     written = save_static(collectives(runs[0])[1], tmp_path / "time")
     assert all(path.stat().st_size > 0 for path in written)
-    fake = type("F", (), {"said": "s", "link": 1, "started_at": 1.0})()
+    fake = type("F", (), {"said": "s", "link": 1, "started_at": 1.0, "pattern": "ring"})()
     link_of, used = link_lookup({("torch-ddp", "local", "", 1): fake})
     point = {"config": {"backend": "horovod-torch", "launcher": "local", "options": {}}}
     assert link_of(point) == 1 and used == {"horovod-torch on local": "s"}
