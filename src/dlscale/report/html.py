@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
 
-from dlscale.perfmodel.networks import link_lookup, stored_fit
+from dlscale.perfmodel.networks import link_lookup, stored_fit, stored_fits
 from dlscale.perfmodel.validate import network_key
 from dlscale.report.columns import Column, human_layout
 from dlscale.report.figures import Figure, Row, study_figures, study_slugs
@@ -192,12 +192,9 @@ def microbench_section(runs: list[dict[str, Any]], slug_of: dict[str, str]) -> t
             + (f" ({_e(', '.join(where))})" if where else "")
             + f", {_e(_when(run.get('started_at')))}</p>"
         )
-        fits: Any = run.get("fits")
-        if not isinstance(fits, dict):
-            fits = {"ring": run.get("fit")}  # a run stored before the per-pattern fits
         if run.get("error"):
             parts.append(f'<p class="flag">failed: {_e(run["error"])}</p>')
-        for pattern, stored in fits.items():
+        for pattern, stored in stored_fits(run).items():
             fit = stored_fit(stored)
             if fit is not None and not run.get("error"):
                 source = stored.get("collective")
