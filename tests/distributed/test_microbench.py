@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.metrics.events import events_path, read_events
+from tests.distributed.microbench_events import slowest_per_iteration
 
 pytestmark = pytest.mark.dist
 
@@ -36,13 +37,8 @@ def test_every_collective_is_exact_and_its_figures_come_from_the_ranks_records(c
     # one figure by hand: the 1 MiB all-reduce, from both ranks' own times
     row = next(r for r in rows if r["collective"] == "all_reduce" and r["bytes"] == 1 << 20)
     run_dir = tmp_path / stored["run_id"]
-    mine = [
-        next(e["times_s"] for e in read_events(events_path(run_dir, rank))
-             if e["event"] == "collective" and e["collective"] == "all_reduce"
-             and e["bytes"] == 1 << 20)
-        for rank in (0, 1)
-    ]  # fmt: skip
-    slowest = [max(a, b) for a, b in zip(*mine, strict=True)]
+    events = [read_events(events_path(run_dir, rank)) for rank in (0, 1)]
+    slowest = slowest_per_iteration(events, "all_reduce", 1 << 20)
     assert row["time_s"] == statistics.median(slowest) and len(slowest) == 5
     assert row["busbw_bytes_s"] == pytest.approx((1 << 20) / row["time_s"])  # 2(p-1)/p = 1
     fit = stored["fit"]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.metrics.events import events_path, read_events
+from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
 
 pytestmark = pytest.mark.dist
 
@@ -49,16 +50,9 @@ def test_horovods_collectives_are_exact_and_send_recv_is_said_not_measured(cli, 
     # one figure by hand: the 64 KiB all-reduce, from both ranks' own times
     row = next(r for r in rows if r["collective"] == "all_reduce" and r["bytes"] == 64 << 10)
     run_dir = path.parent
-    assert (run_dir / "pythonpath" / "dlscale").resolve() == (
-        Path(__import__("dlscale").__file__).resolve().parent
-    )  # the ranks ran this checkout's dlscale
-    mine = [
-        next(e["times_s"] for e in read_events(events_path(run_dir, rank))
-             if e["event"] == "collective" and e["collective"] == "all_reduce"
-             and e["bytes"] == 64 << 10)
-        for rank in (0, 1)
-    ]  # fmt: skip
-    slowest = [max(a, b) for a, b in zip(*mine, strict=True)]
+    assert ran_this_checkout(run_dir)  # the ranks ran this checkout's dlscale
+    events = [read_events(events_path(run_dir, rank)) for rank in (0, 1)]
+    slowest = slowest_per_iteration(events, "all_reduce", 64 << 10)
     assert row["time_s"] == statistics.median(slowest) and len(slowest) == 20
     assert row["busbw_bytes_s"] == pytest.approx((64 << 10) / row["time_s"])  # 2(p-1)/p = 1
     events = [e for rank in (0, 1) for e in read_events(events_path(run_dir, rank))]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.metrics.events import events_path, read_events
+from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
 from tests.distributed.processes import alive
 
 pytestmark = pytest.mark.dist
@@ -45,9 +46,7 @@ def test_the_kvstores_push_pull_and_broadcast_are_exact_and_fit_the_ps_pattern(c
     )
     (path,) = tmp_path.glob("microbench-mxnet-kv-w2-local-*/microbench.json")
     run_dir = path.parent
-    assert (run_dir / "pythonpath" / "dlscale").resolve() == (
-        Path(__import__("dlscale").__file__).resolve().parent
-    )  # the ranks ran this checkout's dlscale
+    assert ran_this_checkout(run_dir)  # the ranks ran this checkout's dlscale
     stored = json.loads(path.read_text())
     assert stored["error"] is None and stored["processes"] == 2  # the workers, not the servers
     assert stored["not_measured"] == dict.fromkeys(
@@ -67,13 +66,7 @@ def test_the_kvstores_push_pull_and_broadcast_are_exact_and_fit_the_ps_pattern(c
     assert not [e for rank in (2, 3) for e in events[rank] if e["event"] == "collective"]
     # one figure by hand: the 64 KiB push and pull, from both workers' own times
     row = next(r for r in rows if r["collective"] == "ps_pushpull" and r["bytes"] == 64 << 10)
-    mine = [
-        next(e["times_s"] for e in events[rank]
-             if e["event"] == "collective" and e["collective"] == "ps_pushpull"
-             and e["bytes"] == 64 << 10)
-        for rank in (0, 1)
-    ]  # fmt: skip
-    slowest = [max(a, b) for a, b in zip(*mine, strict=True)]
+    slowest = slowest_per_iteration([events[0], events[1]], "ps_pushpull", 64 << 10)
     assert row["time_s"] == statistics.median(slowest) and len(slowest) == 20
     assert row["busbw_bytes_s"] == pytest.approx((64 << 10) / row["time_s"])  # 2(p-1)/p = 1
     # the ps pattern from the push and pull; no ring (no all_reduce) and no tree: the

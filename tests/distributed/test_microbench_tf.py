@@ -7,11 +7,11 @@ ranks gone when the command returns."""
 
 import json
 import statistics
-from pathlib import Path
 
 import pytest
 
 from dlscale.metrics.events import events_path, read_events
+from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
 from tests.distributed.processes import processes_naming, wait_gone
 
 pytestmark = pytest.mark.dist
@@ -44,17 +44,9 @@ def test_tensorflows_collectives_are_exact_and_the_others_are_said_not_measured(
     # one figure by hand: the 64 KiB all-reduce, from both ranks' own times
     row = next(r for r in rows if r["collective"] == "all_reduce" and r["bytes"] == 64 << 10)
     run_dir = path.parent
-    assert (run_dir / "pythonpath" / "dlscale").resolve() == (
-        Path(__import__("dlscale").__file__).resolve().parent
-    )  # the ranks ran this checkout's dlscale
+    assert ran_this_checkout(run_dir)  # the ranks ran this checkout's dlscale
     events = {rank: read_events(events_path(run_dir, rank)) for rank in (0, 1)}
-    mine = [
-        next(e["times_s"] for e in events[rank]
-             if e["event"] == "collective" and e["collective"] == "all_reduce"
-             and e["bytes"] == 64 << 10)
-        for rank in (0, 1)
-    ]  # fmt: skip
-    slowest = [max(a, b) for a, b in zip(*mine, strict=True)]
+    slowest = slowest_per_iteration([events[0], events[1]], "all_reduce", 64 << 10)
     assert row["time_s"] == statistics.median(slowest) and len(slowest) == 20
     assert row["busbw_bytes_s"] == pytest.approx((64 << 10) / row["time_s"])  # 2(p-1)/p = 1
     assert not [
