@@ -66,6 +66,17 @@ def _job_state(job: str, env: dict[str, str]) -> str:
     return re.search(r"JobState=(\S+)", _show_job(job, env)).group(1)
 
 
+def _final_state(job: str, env: dict[str, str], timeout: float = 60) -> str:
+    """The job's state once it has ended: a job whose finishing step has written its result can
+    still read RUNNING or COMPLETING for a moment while Slurm closes it."""
+    end = time.monotonic() + timeout
+    state = _job_state(job, env)
+    while state in ("PENDING", "RUNNING", "COMPLETING") and time.monotonic() < end:
+        time.sleep(0.5)
+        state = _job_state(job, env)
+    return state
+
+
 def _job_comment(job: str, env: dict[str, str]) -> str:
     """The Comment field, which scontrol prints on a line of its own (spaces and all)."""
     return re.search(r"Comment=(.*)", _show_job(job, env)).group(1).rstrip()
@@ -93,7 +104,7 @@ def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, 
         script = (run_dir / "job.sbatch").read_text()  # kept beside the results
         assert f"#SBATCH --ntasks={result['config']['workers']}" in script
         job = (run_dir / "slurm-job-id").read_text().strip()
-        assert _job_state(job, slurm) == "COMPLETED"
+        assert _final_state(job, slurm) == "COMPLETED"
         assert _job_comment(job, slurm) == "dlscale test; a b"  # one option, kept whole
         assert result["metrics"]["measured_steps"] > 0
     # the ranks took their ranks from Slurm: both ranks of the DDP point wrote their events
@@ -171,7 +182,7 @@ def test_a_job_cancelled_from_outside_is_recorded_cancelled(tmp_path: Path, slur
         assert "Traceback" not in err
         (result,) = RunStore(tmp_path).results()
         assert result["status"] == "failed"
-        assert _job_state(job, slurm) == "CANCELLED"
+        assert _final_state(job, slurm) == "CANCELLED"
         assert not processes_naming(tmp_path)
 
 
@@ -181,7 +192,7 @@ def test_stopping_dlscale_cancels_its_job(tmp_path: Path, slurm):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=120)
         assert proc.returncode != 0
-        assert _job_state(job, slurm) == "CANCELLED"
+        assert _final_state(job, slurm) == "CANCELLED"
         end = time.monotonic() + 30
         while processes_naming(tmp_path) and time.monotonic() < end:
             time.sleep(0.2)
@@ -229,7 +240,7 @@ def test_a_study_submitted_without_waiting_records_its_results_from_its_jobs(
         run_dir = results / result["run_id"]
         assert "-m dlscale.finish" in (run_dir / "job.sbatch").read_text()
         job = (run_dir / "slurm-job-id").read_text().strip()
-        assert _job_state(job, slurm) == "COMPLETED"
+        assert _final_state(job, slurm) == "COMPLETED"
         assert result["metrics"]["measured_steps"] > 0 and result["duration_s"] > 0
     listing = _ls_runs(results, slurm)
     assert listing.count(" ok ") == 3 and "no result yet" not in listing, listing
