@@ -19,3 +19,8 @@ class SchemaError(UserError):
 
 class UnsupportedPoint(UserError):
     """A valid setting that the chosen backend cannot run (a grid skips such points)."""
+
+
+class WorkerFault(Exception):
+    """A worker's failure that is not the user's input but needs no traceback to explain (a
+    loader process killed from outside): the worker exits 1 with this one line."""

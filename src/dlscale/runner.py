@@ -57,14 +57,19 @@ def interpreter(config: RunConfig) -> str:
     return config.python or BACKENDS.get(config.backend).python or sys.executable
 
 
-def check_inputs(points: tuple[RunConfig, ...]) -> None:
-    """Checks that need the file system (data files): before anything is launched."""
-    seen = set()
+def check_inputs(points: tuple[RunConfig, ...]) -> list[str]:
+    """Checks that need the file system (data files): before anything is launched; the data
+    sets' notes (e.g. bad images left out), each once."""
+    seen, notes = set(), []
     for config in points:
-        key = (config.dataset, config.data_dir)
+        options = config.grouped_options()["dataset"]
+        key = (config.dataset, config.data_dir, tuple(sorted(options.items())))
         if key not in seen:
             seen.add(key)
-            DATASETS.get(config.dataset).check(Path(config.data_dir) if config.data_dir else None)
+            data_dir = Path(config.data_dir) if config.data_dir else None
+            found = DATASETS.get(config.dataset).check(data_dir, options)
+            notes += [n for n in (f"{config.dataset}: {note}" for note in found) if n not in notes]
+    return notes
 
 
 def run_point(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
+from dlscale.errors import UserError, WorkerFault
 from dlscale.launchers import LAUNCHERS
 from dlscale.layout import Addresses
 from dlscale.metrics.events import EventWriter, events_path
@@ -91,6 +91,10 @@ def main(argv: list[str]) -> int:
         events.write(Error(kind="user", message=str(error)))
         print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)
         return 2
+    except WorkerFault as error:
+        events.write(Error(kind="fault", message=str(error)))
+        print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)
+        return 1
     except BaseException as error:  # a worker must leave a record of any failure
         events.write(
             Error(kind=type(error).__name__, message=str(error), traceback=traceback.format_exc())

@@ -163,7 +163,7 @@ def test_dry_run_prints_commands_and_launches_nothing(tmp_path: Path, cli):
     [
         (["run", "--model", "resnet45"], "unknown model 'resnet45'; choose one of:"),
         (["run", "--backend", "mpi"], "unknown backend 'mpi'; choose one of:"),
-        (["run", "--dataset", "imagenet"], "unknown dataset 'imagenet'; choose one of:"),
+        (["run", "--dataset", "imagenet-22k"], "unknown dataset 'imagenet-22k'; choose one of:"),
         (["run", "--workers", "0"], "workers must be an integer >= 1"),
         (["run", "--workers", "two"], "workers must be int"),
         (["run", "--batch-size", "0"], "batch_size must be an integer >= 1"),

@@ -25,7 +25,7 @@ def test_defaults_are_valid_and_derived_values():
             "horovod-torch, keras-fit, mxnet-kv, mxnet-single, tf-mirrored, tf-mwms, tf-ps, "
             "tf-single, torch-ddp, torch-ps, torch-ring, torch-single",
         ),
-        ({"dataset": "imagenet"}, "unknown dataset 'imagenet'; choose one of: cifar10"),
+        ({"dataset": "imagenet-22k"}, "unknown dataset 'imagenet-22k'; choose one of: cifar10"),
         ({"workers": 0}, "workers must be an integer >= 1, got 0"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1"),
         ({"target_accuracy": 0.0}, "target_accuracy must be in (0, 1]"),

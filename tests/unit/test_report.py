@@ -116,6 +116,8 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "eff.: speedup / workers, in percent; "
         "baseline: the 1-worker point with the same threads per worker that speedup is over; "
         "vs 1×all: img/s over the same machine used as 1 worker with every core; "
+        "input: input wait, the share of step time spent waiting for the next batch "
+        "(-: synthetic data, whose one batch stays on the device); "
         "comm: exposed communication, the share of a step not hidden behind computation ±95% "
         "(n.s.: not distinguishable from 0); "
         "acc.: evaluation accuracy; TTA: seconds to the target accuracy; "
@@ -125,7 +127,8 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "figures; oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker; "
         "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
-        "seconds that cost. Definitions: docs/metrics.md."
+        "seconds that cost; loader only: the input pipeline timed alone (loader_only), img/s "
+        "is what the loaders deliver. Definitions: docs/metrics.md."
     )
     assert all(c.definition for c in COLUMNS if c.label in ("img/s", "speedup", "TTA s"))
 

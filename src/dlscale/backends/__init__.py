@@ -89,6 +89,10 @@ class BackendSpec:
     collectives: str | None = None
     """``module:function(ctx, settings)`` running ``dlscale microbench``'s collectives on this
     engine's communication library (:mod:`dlscale.microbench`); ``None``: none to measure."""
+    loader_only: bool = True
+    """Its engine takes each step's batch itself, so ``loader_only`` can time the input
+    pipeline alone; ``False``: the framework reads its own batches (Keras ``fit``, the
+    parameter-server coordinator), and such a point is skipped."""
     device_probe: str | None = None
     """``module:function`` run under the workers' interpreter before launch, returning the
     number of CUDA devices the framework sees (so ``--device cuda`` without a GPU is refused
@@ -243,6 +247,7 @@ for _spec in (
         roles=tfd.ps_roles,
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
+        loader_only=False,
         **_TF,
     ),
     BackendSpec(
@@ -252,6 +257,7 @@ for _spec in (
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS + tfd.FIT_OPTIONS,
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
+        loader_only=False,
         **_TF,
     ),
     BackendSpec(
@@ -267,6 +273,7 @@ for _spec in (
         description="Horovod DistributedOptimizer with Keras model.fit (legacy Keras 2)",
         worker="dlscale.backends.keras_fit:run_horovod",
         options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,
+        loader_only=False,
         **_HOROVOD_TF,
     ),
 ):

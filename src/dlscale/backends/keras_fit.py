@@ -103,13 +103,17 @@ class FitEngine(Engine):
         data: Any = pipeline
         if self.horovod is None:
             data = tf.keras.utils.experimental.DatasetCreator(lambda _: pipeline)
-        history = self.model.fit(
-            data,
-            steps_per_epoch=steps,
-            epochs=1,
-            verbose=0,
-            callbacks=self._callbacks,
-        )
+        try:
+            history = self.model.fit(
+                data,
+                steps_per_epoch=steps,
+                epochs=1,
+                verbose=0,
+                callbacks=self._callbacks,
+            )
+        except tf.errors.OpError as error:
+            window = range(start, start + steps)
+            raise self.data.explain(error, epoch, window) from None
         self._payload += steps * self._step_payload
         return [history.history["loss"][-1]] * steps
 

@@ -27,7 +27,7 @@ import numpy as np
 from dlscale.backends.tf_sgd import torch_sgd
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
-from dlscale.datasets.tf_adapter import TFDataset, to_tf
+from dlscale.datasets.tf_adapter import TFDataset, checked_batches, to_tf
 from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.models.keras_transfer import keras_state, load_torch_weights, torch_state
 from dlscale.registry import load_object
@@ -219,7 +219,7 @@ class TFEngine(ModelledSyncEngine):
         ``batch_per_worker`` images). Not through ``distribute_datasets_from_function``: at one
         inter-op thread its iterator slowed every step of a ResNet-44 by ~45% on this machine,
         even steps that did not read it (docs/benchmarks.md, "TensorFlow")."""
-        local = iter(self.data.train_batches(epoch))
+        local = checked_batches(self.data, self.data.train_batches(epoch), epoch)
         if not self.strategy.distributes_values:
             yield from local
             return

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
-from dlscale.datasets.torch_adapter import TorchDataset, to_torch
+from dlscale.datasets.torch_adapter import TorchDataset, loader_died, to_torch
 from dlscale.metrics.records import Strategy
 from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
@@ -162,7 +162,13 @@ def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
     strategy.setup(ctx, device)
     try:
         if ctx.process.trains:
-            run_schedule(ctx, TorchEngine(ctx, strategy, device))
+            try:
+                run_schedule(ctx, TorchEngine(ctx, strategy, device))
+            except RuntimeError as error:
+                fault = loader_died(error)
+                if fault is None:
+                    raise
+                raise fault from None
         else:
             strategy.serve(ctx, device)
     finally:

@@ -32,6 +32,8 @@ JSON_KEYS = (
     "final_train_loss",
     "eval_accuracy",
     "time_to_accuracy_s",
+    "input_time_p50_ms",
+    "input_wait_fraction",
     "exposed_comm_fraction",
     "exposed_comm_ci95",
     "page_faults_per_step",
@@ -57,6 +59,7 @@ def json_record(row: dict[str, Any], kind: str = "run") -> dict[str, Any]:
         "global_batch_size": row["global_batch_size"],
         "scaling": cfg["scaling"],
         "repeat_id": cfg.get("repeat_id"),
+        "loader_only": bool(cfg.get("loader_only")),
     }
     record.update({key: metrics.get(key) for key in JSON_KEYS})
     if kind == "point":
@@ -148,6 +151,10 @@ def run_study(
         out = console()
         out.print(points_table(points, title=f"study {study.name}: {study.description}"))
         out.print(LEGEND, style="dim", highlight=False)
+        from dlscale.metrics.input_bound import input_findings
+
+        for finding in input_findings(points):
+            say(out, f"input: {finding.sentence()}")
         say(
             out,
             f"results: {results}/ (dlscale ls runs --results {results}; "

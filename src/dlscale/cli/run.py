@@ -54,6 +54,7 @@ FLAGS = {
     "--seed": "seed",
     "--scaling": "scaling",
     "--launcher": "launcher",
+    "--loader-only": "loader_only",
 }
 
 
@@ -154,7 +155,8 @@ def main(args: argparse.Namespace) -> int:
 
     settings, name, description = settings_from(args)
     study = expand(settings, name=name, description=description)
-    check_inputs(study.points)
+    for note in check_inputs(study.points):
+        print(f"dlscale: note: {visible(note)}", file=sys.stderr)
     from dlscale.preflight import check_points
 
     check_points(study.points, Path(args.results), create=not args.dry_run)

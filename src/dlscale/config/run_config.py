@@ -97,6 +97,13 @@ class RunConfig:
         default=900.0,
         metadata=_doc("a run still going after this many seconds is stopped", kind=OPERATIONAL),
     )
+    loader_only: bool = field(
+        default=False,
+        metadata=_doc(
+            "time the input pipeline alone: each step takes a batch and trains nothing "
+            "(images/s the loaders deliver)"
+        ),
+    )
     image_size: int | None = field(
         default=None, metadata=_doc("input height = width (default: the model's native size)")
     )
@@ -178,6 +185,11 @@ class RunConfig:
             )
         if self.device not in backend.devices:
             raise UnsupportedPoint(f"backend {self.backend} does not run on {self.device}")
+        if self.loader_only and not backend.loader_only:
+            raise UnsupportedPoint(
+                f"backend {self.backend} reads its own batches inside the framework, so "
+                "loader_only cannot time them alone; use its custom-loop twin"
+            )
         if self.scaling == "strong" and self.batch_size % self.workers:
             raise UserError(
                 f"strong scaling splits batch_size={self.batch_size} over {self.workers} workers: "
@@ -254,10 +266,15 @@ class RunConfig:
         return data
 
     def identity(self) -> dict[str, Any]:
-        """The keys that make a run what it is (not where or how long we wait for it)."""
+        """The keys that make a run what it is (not where or how long we wait for it); a key
+        added after results were stored counts only away from its default (:data:`_LATER_KEYS`),
+        so earlier points keep their ids."""
         data = self.to_dict()
         for key in keys_of_kind(OPERATIONAL):
             data.pop(key)
+        for key, default in _LATER_KEYS.items():
+            if data[key] == default:
+                data.pop(key)
         return data
 
     def run_id(self) -> str:
@@ -267,6 +284,8 @@ class RunConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+_LATER_KEYS: dict[str, Any] = {"loader_only": False}
+"""Core keys added after results were stored, with the value every earlier run had."""
 
 
 def keys_of_kind(*kinds: str) -> tuple[str, ...]:

@@ -28,15 +28,19 @@ class DatasetSpec:
     num_classes: int | None
     """Classes of the data set; ``None`` follows the model (synthetic data)."""
     checker: str | None = None
-    """``module:function(data_dir: Path) -> None`` run by the parent before launching; raises
-    :class:`dlscale.errors.DataError` naming the bad file. Needs only numpy."""
+    """``module:function(data_dir: Path | None, options: dict) -> list[str] | None`` run by the
+    parent before launching, with the data set's resolved options; raises
+    :class:`dlscale.errors.DataError` naming the bad file, or returns notes for the user (what
+    it left out). Needs no framework."""
 
     options: tuple[Option, ...] = ()
     """The data set's own settings (study keys)."""
 
-    def check(self, data_dir: Path | None) -> None:
-        if self.checker is not None:
-            load_object(self.checker)(data_dir)
+    def check(self, data_dir: Path | None, options: dict[str, Any] | None = None) -> list[str]:
+        """The checker's notes (none without a checker)."""
+        if self.checker is None:
+            return []
+        return list(load_object(self.checker)(data_dir, options or {}) or [])
 
     def load(self, *args: Any, **kwargs: Any) -> Any:
         return load_object(self.loader)(*args, **kwargs)
@@ -74,6 +78,87 @@ DATASETS.register(
         needs_data_dir=True,
         has_eval=True,
         num_classes=10,
+    ),
+)
+
+
+def _image_options(classes: int, per_class: int) -> tuple[Option, ...]:
+    """The settings of the data sets read from image files (:mod:`dlscale.datasets.imagenet`)."""
+    return (
+        Option(
+            name="layout",
+            type="str",
+            default="auto",
+            choices=("auto", "folder", "tfrecord"),
+            help="folder: train/<class>/*.JPEG (and val/); tfrecord: train-NNNNN-of-NNNNN "
+            "shards (and validation-); auto: whichever is there",
+        ),
+        Option(
+            name="classes",
+            type="int",
+            default=classes,
+            minimum=0,
+            help="train on the first N classes (sorted folder names, or labels below N); 0: all",
+        ),
+        Option(
+            name="images_per_class",
+            type="int",
+            default=per_class,
+            minimum=0,
+            help="training images per class (the first by name or shard order); 0: all",
+        ),
+        Option(
+            name="loader_workers",
+            type="int",
+            default=2,
+            minimum=0,
+            help="decoding processes per training process (0: decode in the training process)",
+        ),
+        Option(
+            name="verify",
+            type="str",
+            default="headers",
+            choices=("headers", "decode", "none"),
+            help="what the parent reads before training: every image's start and end bytes "
+            "and every TFRecord checksum (headers), every image decoded (decode), or nothing",
+        ),
+        Option(
+            name="bad_files",
+            type="str",
+            default="fail",
+            choices=("fail", "skip"),
+            help="fail: a bad image stops the run before training, naming the file; skip: "
+            "leave bad images out and say how many",
+        ),
+    )
+
+
+DATASETS.register(
+    "imagenet",
+    DatasetSpec(
+        name="imagenet",
+        description="ImageNet from --data-dir (JPEG class folders or TFRecord shards), "
+        "decoded and augmented at every step by loader processes",
+        loader="dlscale.datasets.imagenet:load",
+        checker="dlscale.datasets.imagenet:check",
+        needs_data_dir=True,
+        has_eval=True,
+        num_classes=1000,
+        options=_image_options(classes=0, per_class=0),
+    ),
+)
+DATASETS.register(
+    "imagenet-subset",
+    DatasetSpec(
+        name="imagenet-subset",
+        description="a slice of an ImageNet directory (first `classes` classes, "
+        "`images_per_class` each) to time the input pipeline on less data",
+        loader="dlscale.datasets.imagenet:load",
+        checker="dlscale.datasets.imagenet:check",
+        needs_data_dir=True,
+        has_eval=True,
+        num_classes=None,
+        options=_image_options(classes=10, per_class=100),
     ),
 )
 DATASETS.register(

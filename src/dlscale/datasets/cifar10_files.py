@@ -54,8 +54,9 @@ Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 # Public API
 
 
-def check(data_dir: Path | str | None) -> None:
-    """Validate a CIFAR-10 directory (every file is read and checked, nothing is kept).
+def check(data_dir: Path | str | None, options: dict[str, Any] | None = None) -> None:
+    """Validate a CIFAR-10 directory (every file is read and checked, nothing is kept); the
+    data set has no options.
 
     Raises :class:`DataError` naming the first bad file and what was expected.
     """

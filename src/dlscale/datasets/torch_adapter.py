@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,8 @@ from dlscale.datasets.arrays import (
     SyntheticArrays,
     Transform,
 )
+from dlscale.datasets.imagenet import LOADER_DIED, BadImage, ImageFiles
+from dlscale.errors import WorkerFault
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -49,6 +52,15 @@ class TorchDataset(ABC):
         return iter(())
 
 
+def loader_died(error: RuntimeError) -> WorkerFault | None:
+    """torch's error for a ``DataLoader`` worker that died (raised by its SIGCHLD handler
+    wherever the training process is, or by the next batch) as one line; ``None`` for any
+    other error."""
+    if not str(error).startswith("DataLoader worker"):
+        return None
+    return WorkerFault(LOADER_DIED.format(detail=f" ({str(error).strip()})"))
+
+
 def to_torch(data: NumpyDataset, device: torch.device | str) -> TorchDataset:
     """``data`` on ``device``: its arrays uploaded once, its transform done there per batch."""
     device = torch.device(device)
@@ -56,6 +68,8 @@ def to_torch(data: NumpyDataset, device: torch.device | str) -> TorchDataset:
         return TorchArrays(data, device)
     if isinstance(data, SyntheticArrays):
         return TorchSynthetic(data, device)
+    if isinstance(data, ImageFiles):
+        return TorchImageFiles(data, device)
     raise TypeError(f"no torch adapter for {type(data).__name__}")
 
 
@@ -212,3 +226,94 @@ def resize(images: torch.Tensor, size: int) -> torch.Tensor:
     return F.interpolate(
         images, size=(size, size), mode="bilinear", align_corners=False, antialias=shrink
     )
+
+
+class TorchImageFiles(TorchDataset):
+    """Images decoded from disk (:class:`~dlscale.datasets.imagenet.ImageFiles`) by a torch
+    ``DataLoader``: ``loader_workers`` worker processes (persistent across epochs), each
+    decoding whole batches of the plan, ``PREFETCH`` batches ahead per worker; the uint8
+    batches are pinned when the device is a GPU, copied without blocking, and scaled and
+    normalized there. An image a loader cannot read stops the run with a
+    :class:`~dlscale.errors.DataError` naming it (a loader returns what went wrong; it never
+    raises, so no worker's traceback reaches the user)."""
+
+    def __init__(self, data: ImageFiles, device: torch.device) -> None:
+        self.data = data
+        self.device = device
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self.transform = DeviceTransform(data.transform, 3, device)
+        self.steps = _Steps(data)
+        self.loader = self._loader(self.steps)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.data.steps_per_epoch
+
+    def _loader(self, steps: torch.utils.data.Sampler[Any]) -> torch.utils.data.DataLoader[Any]:
+        from dlscale.datasets.imagenet import PREFETCH
+
+        workers = self.data.loader_workers
+        return torch.utils.data.DataLoader(
+            _Batches(self.data),
+            batch_size=None,  # the data set gives whole batches
+            sampler=steps,
+            num_workers=workers,
+            pin_memory=self.device.type == "cuda",
+            prefetch_factor=PREFETCH if workers else None,
+            persistent_workers=workers > 0,
+        )
+
+    def train_batches(self, epoch: int) -> Iterator[Batch]:
+        self.steps.jobs = self.steps.plan(epoch)
+        yield from self._inputs(self.loader)
+
+    def eval_batches(self) -> Iterator[Batch]:
+        jobs = [(i, None) for i in self.data.eval_steps()]
+        if not jobs:
+            return
+        steps = _Steps(self.data)
+        steps.jobs = jobs
+        # its own loader: the training one's workers stay alive for the next epoch
+        yield from self._inputs(self._loader(steps))
+
+    def _inputs(self, loader: Any) -> Iterator[Batch]:
+        for batch in loader:
+            if isinstance(batch, BadImage):
+                raise batch.error()
+            images, labels = (t.to(self.device, non_blocking=True) for t in batch)
+            yield self.transform(images), labels
+
+
+class _Steps(torch.utils.data.Sampler[Any]):
+    """The jobs of the current epoch (``(indices, seeds)`` per step), set before iterating; a
+    ``Sampler`` runs in the training process, so persistent loader workers see each epoch."""
+
+    def __init__(self, data: ImageFiles) -> None:
+        self.data = data
+        self.jobs: list[tuple[Any, Any]] = []
+
+    def plan(self, epoch: int) -> list[tuple[Any, Any]]:
+        indices, seeds = self.data.train_plan(epoch)
+        return list(zip(indices, seeds, strict=True))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.jobs)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+
+class _Batches(torch.utils.data.Dataset[Any]):
+    """A map-style data set whose keys are whole steps: ``(indices, seeds)`` -> the decoded
+    batch as tensors, or the :class:`BadImage` that stopped it."""
+
+    def __init__(self, data: ImageFiles) -> None:
+        self.data = data
+
+    def __getitem__(self, job: tuple[Any, Any]) -> Any:
+        result = self.data.load_batch(*job)
+        if isinstance(result, BadImage):
+            return result
+        images, labels = result
+        return torch.from_numpy(images), torch.from_numpy(labels)

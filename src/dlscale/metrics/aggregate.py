@@ -57,11 +57,12 @@ def aggregate(
         steps, per_step = _step_times(measure)
         out["step_time_p50_ms"] = percentile(steps, 50)
         out["step_time_p95_ms"] = percentile(steps, 95) if per_step else None
-        with_data = [w for w in measure if w["data_ms"] is not None]
+        with_data = [w for w in measure if w["data_ms"] is not None and w["step_ms"] is not None]
         if with_data:
-            out["input_time_p50_ms"] = percentile(
-                np.concatenate([w["data_ms"] for w in with_data]), 50
-            )
+            waits = np.concatenate([w["data_ms"] for w in with_data])
+            out["input_time_p50_ms"] = percentile(waits, 50)
+            total = float(np.sum(np.concatenate([w["step_ms"] for w in with_data])))
+            out["input_wait_fraction"] = float(np.sum(waits)) / total if total > 0 else None
         out["measured_steps"] = int(sum(w["steps"] for w in measure))
         out["measured_images"] = int(sum(w["samples"] for w in measure))
         epochs = [w for w in measure if w["epoch"] is not None]
@@ -83,7 +84,7 @@ def aggregate(
         losses = [w["loss"] for w in measure if w["loss"] is not None]
         out["final_train_loss"] = losses[-1] if losses else None
         out["train_loss_by_window"] = losses
-        out["loss_diverged"] = any(w["loss"] is None for w in measure)
+        out["loss_diverged"] = any(w["diverged"] for w in measure)
         out["rank_step_time_mean_ms"] = _rank_means(per_rank)
     if measure:
         out.update(_exposed_comm(per_rank, all_ranks))
@@ -110,6 +111,7 @@ METRIC_KEYS = (
     "step_time_p50_ms",
     "step_time_p95_ms",
     "input_time_p50_ms",
+    "input_wait_fraction",
     "step_time_nosync_p50_ms",
     "exposed_comm_fraction",
     "exposed_comm_ci95",
@@ -188,6 +190,7 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
                 "step_ms": _max_over_ranks([p.step_ms for p in parts]),
                 "data_ms": _max_over_ranks([p.data_ms for p in parts]),
                 "loss": loss_sum / loss_count if loss_count else None,
+                "diverged": not finite,
                 "bytes_sent": sum(p.bytes_sent or 0.0 for p in parts)
                 if all(p.bytes_sent is not None for p in parts)
                 else None,

@@ -29,6 +29,7 @@ MEAN_OVER_RUNS = (
     "step_time_p50_ms",
     "step_time_p95_ms",
     "input_time_p50_ms",
+    "input_wait_fraction",
     "step_time_nosync_p50_ms",
     "epoch_time_s",
     "final_train_loss",

@@ -125,9 +125,19 @@ def _notes(row: Row) -> str | None:
         notes.append("oversubscribed")
     if row.get("baseline_threads_differ"):
         notes.append("baseline threads differ")
+    if (row.get("config") or {}).get("loader_only"):
+        notes.append("loader only")
     if metrics.get("restarts"):
         notes.append(f"restarted {metrics['restarts']}x, {metrics['restart_lost_s']:.1f} s lost")
     return ", ".join(notes) or None
+
+
+def _input(row: Row) -> Any:
+    """The input wait of a data set read by loaders (none for synthetic data: its one batch
+    sits on the device)."""
+    if (row.get("config") or {}).get("dataset") == "synthetic":
+        return None
+    return (row.get("metrics") or {}).get("input_wait_fraction")
 
 
 def _bound(key: str, index: int) -> Callable[[Row], Any]:
@@ -260,6 +270,17 @@ COLUMNS: tuple[Column, ...] = (
         definition="img/s over the same machine used as 1 worker with every core",
     ),
     Column(
+        "input_wait_fraction",
+        "input",
+        _input,
+        _percent(0),
+        ".3f",
+        numeric=True,
+        show="present",
+        definition="input wait, the share of step time spent waiting for the next batch "
+        "(-: synthetic data, whose one batch stays on the device)",
+    ),
+    Column(
         "exposed_comm_fraction",
         "comm",
         _metric("exposed_comm_fraction"),
@@ -299,7 +320,8 @@ COLUMNS: tuple[Column, ...] = (
         "figures; oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker; "
         "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
-        "seconds that cost",
+        "seconds that cost; loader only: the input pipeline timed alone (loader_only), img/s "
+        "is what the loaders deliver",
     ),
     Column("status", "status", _field("status"), _status),
     Column("run_id", "run_id", _field("run_id"), show="on_request"),

@@ -114,6 +114,17 @@ def _failures(rows: list[Row]) -> str:
     )
 
 
+def _input(rows: list[Row]) -> str:
+    """The input pipeline's findings (data read from disk), one line per training point."""
+    from dlscale.metrics.input_bound import input_findings
+
+    findings = input_findings(rows)
+    if not findings:
+        return ""
+    items = "".join(f"<li>{_e(f.sentence())}</li>" for f in findings)
+    return f'<h3>Input pipeline</h3><ul class="input">{items}</ul>'
+
+
 def traces(rows: list[Row], results_href: str) -> str:
     """Links to the trace files runs left in their directories (Horovod's timeline), which
     open in Perfetto (ui.perfetto.dev) or chrome://tracing; ``results_href``: the results
@@ -241,6 +252,7 @@ def build_html(
         )
         parts.append(runs_table(study_rows))
         parts.append(_failures(study_rows))
+        parts.append(_input(study_rows))
         parts.append(traces(study_rows, results_href))
         for figure in study_figures(study_rows):
             parts.append(_figure(figure, f"plot-{slugs[name]}-{figure.key}"))

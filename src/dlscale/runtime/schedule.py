@@ -119,6 +119,35 @@ class Engine:
         return {}
 
 
+class LoaderOnly(Engine):
+    """An engine's input pipeline without its training (``loader_only``): every step takes a
+    batch from the engine (on its device) and does nothing with it, so a window's images/s is
+    the rate at which the loaders deliver; nothing synchronizes, evaluates or checkpoints."""
+
+    synchronizes = False
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.steps_per_epoch = engine.steps_per_epoch
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        return self.engine.batches(epoch)
+
+    def step(self, batch: Any) -> None:
+        return None
+
+    def train_window(self, batches: Iterator[Any], steps: int) -> list[Any]:
+        for _ in range(steps):
+            next(batches)
+        return []
+
+    def sync(self) -> None:
+        self.engine.sync()
+
+    def framework_facts(self) -> dict[str, Any]:
+        return self.engine.framework_facts()
+
+
 class ModelledSyncEngine(Engine):
     """An engine whose steps skip synchronization while :meth:`no_sync` holds (the flag
     ``_sync``) and whose bytes are the algorithm's model per synchronized step
@@ -194,6 +223,8 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
     with checkpoints (:mod:`dlscale.runtime.checkpoint`), a restarted process resumes after
     the last saved window."""
     cfg = ctx.config
+    if cfg.loader_only:
+        engine = LoaderOnly(engine)
     if ctx.rank == ctx.layout.training_ranks[0]:
         ctx.events.write(
             worker_environment(engine.framework_facts(), synchronizes=engine.synchronizes)
@@ -288,7 +319,8 @@ class _WindowTimer:
                 batch = next(batches)
                 engine.sync()
                 t1 = clock()
-                losses.append(engine.step(batch))
+                if (loss := engine.step(batch)) is not None:
+                    losses.append(loss)
                 engine.sync()
                 t2 = clock()
                 data_ms.append((t1 - t0) * 1e3)

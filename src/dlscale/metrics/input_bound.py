@@ -1,0 +1,87 @@
+"""What the measured points say about the input pipeline: its cap per worker and the steps it
+holds up (definitions: docs/metrics.md, "Input")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Row = dict[str, Any]
+
+INPUT_BOUND = 0.10
+"""A training point whose steps wait for input at least this share of their time is called
+input-bound."""
+_NOT_MATCHED = {"loader_only", "repeat_id", "timeout_s", "comm_probe_steps", "save_params"}
+
+
+@dataclass(frozen=True)
+class InputFinding:
+    """One training point beside what its input pipeline delivers alone, if that was measured."""
+
+    label: str
+    """``backend xN``."""
+    dataset: str
+    train_per_worker: float
+    """Images per second per worker while training."""
+    wait_fraction: float | None
+    """Share of step time spent waiting for a batch (``input_wait_fraction``)."""
+    loader_per_worker: float | None
+    """Images per second per worker of the same point with ``loader_only``; ``None``: not run."""
+
+    def sentence(self) -> str:
+        wait = (
+            f"{self.wait_fraction:.0%} of its step time waits for input"
+            if self.wait_fraction is not None
+            else "its input wait was not measured"
+        )
+        text = (
+            f"{self.label} on {self.dataset}: trains at {self.train_per_worker:.1f} img/s per "
+            f"worker; {wait}"
+        )
+        if self.loader_per_worker is not None:
+            share = self.train_per_worker / self.loader_per_worker
+            text += (
+                f"; input caps you at {self.loader_per_worker:.1f} img/s per worker "
+                f"(training uses {share:.0%} of it)"
+            )
+        if self.wait_fraction is not None and self.wait_fraction >= INPUT_BOUND:
+            text += ": input-bound"
+        return text
+
+
+def _key(row: Row) -> tuple[tuple[str, Any], ...]:
+    config = row.get("config") or {}
+    groups = (row.get("config_options") or {}).values()
+    options = tuple(sorted((k, str(v)) for group in groups for k, v in group.items()))
+    return (*sorted((k, str(v)) for k, v in config.items() if k not in _NOT_MATCHED), *options)
+
+
+def _per_worker(row: Row) -> float | None:
+    throughput = (row.get("metrics") or {}).get("throughput_img_s")
+    workers = (row.get("config") or {}).get("workers") or 0
+    return throughput / workers if throughput is not None and workers > 0 else None
+
+
+def input_findings(points: list[Row]) -> list[InputFinding]:
+    """Every completed training point on data read from disk, with the loader-only point of
+    the same settings where there is one (same backend, workers, batch, loader processes...)."""
+    done = [p for p in points if p.get("status") == "completed" and _per_worker(p) is not None]
+    loaders = {_key(p): p for p in done if (p.get("config") or {}).get("loader_only")}
+    findings = []
+    for point in done:
+        config = point.get("config") or {}
+        if config.get("loader_only") or config.get("dataset") in (None, "synthetic"):
+            continue
+        loader = loaders.get(_key(point))
+        train = _per_worker(point)
+        assert train is not None
+        findings.append(
+            InputFinding(
+                label=f"{config.get('backend')} x{config.get('workers')}",
+                dataset=str(config.get("dataset")),
+                train_per_worker=train,
+                wait_fraction=(point.get("metrics") or {}).get("input_wait_fraction"),
+                loader_per_worker=_per_worker(loader) if loader is not None else None,
+            )
+        )
+    return findings
