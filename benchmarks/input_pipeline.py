@@ -12,6 +12,7 @@ The folder is written here first: ``--classes`` x ``--per-class`` JPEGs of 500 x
 (ImageNet's most common size; a smooth random field plus grain, quality 90, about 60 KB each).
 
 Usage: python benchmarks/input_pipeline.py [--model resnet50] [--batch 16] [--workers 1,2]
+       [--image-size 224]  (tiny at 224: a model too light to hide its input)
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--backend", default="torch-ddp")
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--image-size", type=int, default=224, help="input height = width")
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--windows", type=int, default=2)
@@ -89,15 +91,18 @@ def main() -> None:
         size = write_folder(root, args.classes, args.per_class)
         images = args.classes * args.per_class
         print(f"folder: {images} JPEGs of 500 x 375, {size / images / 1e3:.0f} KB each")
-        print(f"1. decode + crop + flip, one core: {decode_ms(root, 224):.2f} ms per image")
+        cost = decode_ms(root, args.image_size)
+        print(f"1. decode + crop + flip, one core: {cost:.2f} ms per image")
         base = ["--model", args.model, "--batch-size", str(args.batch), "--steps",
                 str(args.steps), "--windows", str(args.windows), "--warmup-steps", "2",
-                "--repeats", "1", "--set", "machine_reference=false"]  # fmt: skip
+                "--repeats", "1", "--set", "machine_reference=false",
+                "--set", f"image_size={args.image_size}"]  # fmt: skip
         data = ["--dataset", "imagenet-subset", "--data-dir", str(root),
                 "--set", f"classes={args.classes}",
                 "--set", f"images_per_class={args.per_class}"]  # fmt: skip
         results = Path(tmp) / "res"
-        print(f"2. loader only ({args.backend} x1, batch {args.batch}, 224 x 224):")
+        side = args.image_size
+        print(f"2. loader only ({args.backend} x1, batch {args.batch}, {side} x {side}):")
         rates = {}
         for loaders in (1, 2):
             (point,) = run(results, [*base, *data], "--backend", args.backend,

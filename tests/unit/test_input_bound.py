@@ -3,7 +3,7 @@
 import pytest
 
 from dlscale.metrics.aggregate import aggregate
-from dlscale.metrics.input_bound import input_findings
+from dlscale.metrics.input_bound import input_findings, share
 from tests.unit.test_metrics import typed, window
 
 
@@ -53,7 +53,8 @@ def test_a_training_point_is_put_beside_the_loader_only_point_of_its_settings():
         "input-bound"
     )
     assert one.loader_per_worker is None
+    assert share(0.0021) == "0.2%" and share(0.1) == "10%" and share(1.0) == "100%"
     assert one.sentence() == (
-        "torch-ddp x1 on imagenet: trains at 80.0 img/s per worker; 5% of its step time waits "
+        "torch-ddp x1 on imagenet: trains at 80.0 img/s per worker; 5.0% of its step time waits "
         "for input"
     )

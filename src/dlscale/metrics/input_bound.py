@@ -30,7 +30,7 @@ class InputFinding:
 
     def sentence(self) -> str:
         wait = (
-            f"{self.wait_fraction:.0%} of its step time waits for input"
+            f"{share(self.wait_fraction)} of its step time waits for input"
             if self.wait_fraction is not None
             else "its input wait was not measured"
         )
@@ -39,14 +39,19 @@ class InputFinding:
             f"worker; {wait}"
         )
         if self.loader_per_worker is not None:
-            share = self.train_per_worker / self.loader_per_worker
+            used = self.train_per_worker / self.loader_per_worker
             text += (
                 f"; input caps you at {self.loader_per_worker:.1f} img/s per worker "
-                f"(training uses {share:.0%} of it)"
+                f"(training uses {share(used)} of it)"
             )
         if self.wait_fraction is not None and self.wait_fraction >= INPUT_BOUND:
             text += ": input-bound"
         return text
+
+
+def share(fraction: float) -> str:
+    """A fraction as a percentage, with a decimal below 10% (0.2%, not 0%)."""
+    return f"{fraction:.1%}" if abs(fraction) < 0.1 else f"{fraction:.0%}"
 
 
 def _key(row: Row) -> tuple[tuple[str, Any], ...]:

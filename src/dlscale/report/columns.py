@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dlscale.metrics.aggregate import OUTSIDE_LOAD_LIMIT, STEAL_LIMIT
+from dlscale.metrics.input_bound import share
 
 Row = dict[str, Any]
 Show = Literal["always", "varying", "present", "on_request", "exports"]
@@ -273,7 +274,7 @@ COLUMNS: tuple[Column, ...] = (
         "input_wait_fraction",
         "input",
         _input,
-        _percent(0),
+        lambda value, row: share(value),
         ".3f",
         numeric=True,
         show="present",
