@@ -29,6 +29,7 @@ from pathlib import Path
 
 from dlscale.backends import BACKENDS, BackendSpec
 from dlscale.config.run_config import RunConfig
+from dlscale.datasets import DATASETS
 from dlscale.errors import UserError
 from dlscale.launchers import LAUNCHERS
 from dlscale.models import MODELS
@@ -185,17 +186,30 @@ def memory_lower_bound_bytes(config: RunConfig) -> int:
     size = config.image_size or MODELS.get(config.model).input_size
     batch_bytes = config.batch_per_worker * 3 * size * size * 4
     trained = sum(p.replicas for p in layout.processes)
-    return layout.size * PROCESS_BASE_BYTES + 2 * batch_bytes * trained
+    return process_count(config) * PROCESS_BASE_BYTES + 2 * batch_bytes * trained
+
+
+def loader_count(config: RunConfig) -> int:
+    """The data set's loader processes over all training processes of the point."""
+    per_process = DATASETS.get(config.dataset).helper_processes(config.options)
+    return per_process * sum(1 for p in config.layout().processes if p.trains)
+
+
+def process_count(config: RunConfig) -> int:
+    """Every process the point starts on its machines: its ranks and their loaders."""
+    return config.layout().size + loader_count(config)
 
 
 def check_resources(config: RunConfig) -> None:
     if not LAUNCHERS.get(config.launcher).same_machine:
         return
-    processes, cores = config.layout().size, usable_cores()
+    processes, cores = process_count(config), usable_cores()
     if processes > MAX_PROCESSES_PER_CORE * cores:
+        loaders = loader_count(config)
+        which = f" ({loaders} of them loader processes: fewer loader_workers)" if loaders else ""
         raise UserError(
             f"{config.backend} x{config.workers} needs {processes} processes on {cores} cores "
-            f"(more than {MAX_PROCESSES_PER_CORE} per core); use fewer workers, or "
+            f"(more than {MAX_PROCESSES_PER_CORE} per core){which}; use fewer workers, or "
             "--set resource_guard=false to run it anyway"
         )
     total = memory_gib()

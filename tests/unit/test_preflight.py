@@ -150,3 +150,21 @@ def test_a_backend_whose_modules_are_missing_is_refused_with_its_install_command
         UserError, match=r"needs .*bare/bin/horovodrun, which is not installed: make"
     ):
         HorovodrunLauncher().check(python)
+
+
+def test_loader_processes_count_in_the_resource_guard(tmp_path: Path, capsys):
+    from tests.image_data import write_folder
+
+    data = write_folder(tmp_path / "imagenet", classes=2, per_class=2)
+    config = RunConfig.make(
+        model="tiny", dataset="imagenet", data_dir=str(data), workers=2, batch_size=2,
+        options={"loader_workers": 3},
+    )  # fmt: skip
+    # 2 ranks and their 3 loaders each: 8 interpreters
+    assert memory_lower_bound_bytes(config) == 8 * 100 * 2**20 + 2 * 2 * 3 * 32 * 32 * 4 * 2
+    loaders = MAX_PROCESSES_PER_CORE * usable_cores()  # one rank with that many loaders
+    err = one_line(capsys, ["run", "--backend", "torch-single", "--workers", "1", "--model",
+                            "tiny", "--dataset", "imagenet", "--data-dir", str(data),
+                            "--set", f"loader_workers={loaders}", "--results",
+                            str(tmp_path / "r")])  # fmt: skip
+    assert f"needs {loaders + 1} processes" in err and f"{loaders} of them loader processes" in err

@@ -35,6 +35,13 @@ class DatasetSpec:
 
     options: tuple[Option, ...] = ()
     """The data set's own settings (study keys)."""
+    loader_processes: str | None = None
+    """The option whose value is how many processes each training process starts to load
+    data (the resource guard counts them); ``None``: none."""
+
+    def helper_processes(self, options: dict[str, Any]) -> int:
+        """Loader processes per training process under ``options``."""
+        return int(options[self.loader_processes]) if self.loader_processes else 0
 
     def check(self, data_dir: Path | None, options: dict[str, Any] | None = None) -> list[str]:
         """The checker's notes (none without a checker)."""
@@ -145,6 +152,7 @@ DATASETS.register(
         has_eval=True,
         num_classes=1000,
         options=_image_options(classes=0, per_class=0),
+        loader_processes="loader_workers",
     ),
 )
 DATASETS.register(
@@ -159,6 +167,7 @@ DATASETS.register(
         has_eval=True,
         num_classes=None,
         options=_image_options(classes=10, per_class=100),
+        loader_processes="loader_workers",
     ),
 )
 DATASETS.register(
