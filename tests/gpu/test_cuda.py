@@ -57,3 +57,27 @@ def test_ddp_one_gpu_nccl(tmp_path: Path):
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
     assert outcome.state == "completed", outcome.result and outcome.result["error"]
     assert outcome.result["metrics"]["eval_accuracy"] is not None
+
+
+def test_jpeg_batches_come_pinned_to_the_gpu_and_equal_the_cpu_ones(tmp_path: Path):
+    from dlscale.datasets import imagenet
+    from dlscale.datasets.torch_adapter import to_torch
+    from tests.image_data import write_folder
+
+    root = write_folder(tmp_path / "imagenet", classes=2, per_class=8)
+    options = {"layout": "auto", "classes": 0, "images_per_class": 0, "loader_workers": 2,
+               "verify": "headers", "bad_files": "fail"}  # fmt: skip
+    train, held_out = imagenet.splits(root, options, checked=False)
+
+    def data() -> imagenet.ImageFiles:
+        return imagenet.ImageFiles(name="imagenet", train=train, eval=held_out, num_classes=1000,
+                                   size=16, batch=4, seed=0, shard=0, shards=1)  # fmt: skip
+
+    on_gpu = to_torch(data(), "cuda")
+    assert on_gpu.loader.pin_memory
+    for (x, y), (xc, yc) in zip(
+        on_gpu.train_batches(0), to_torch(data(), "cpu").train_batches(0), strict=True
+    ):
+        assert x.is_cuda and y.is_cuda
+        torch.testing.assert_close(x.cpu(), xc, rtol=1e-5, atol=1e-5)
+        assert torch.equal(y.cpu(), yc)
