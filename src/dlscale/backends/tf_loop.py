@@ -103,7 +103,7 @@ def load_tf_data(ctx: WorkerContext, *, replicas: int | None = None) -> tuple[TF
         input_size=cfg.image_size or spec.input_size,
         num_classes=spec.default_classes,
     )
-    return to_tf(data), dataset.has_eval
+    return to_tf(data), dataset.has_eval and data.has_eval  # e.g. a folder without val/
 
 
 def trainable_bytes(model: Any) -> int:

@@ -196,19 +196,17 @@ class TorchEngine(Engine):
         self.resumable = strategy.resumable
         model_spec = MODELS.get(cfg.model)
         dataset = DATASETS.get(cfg.dataset)
-        self.data: TorchDataset = to_torch(
-            dataset.load(
-                cfg,
-                shard=ctx.layout.first_replica(ctx.rank),
-                shards=cfg.workers,  # servers hold no data
-                replicas=ctx.process.replicas,
-                input_size=cfg.image_size or model_spec.input_size,
-                num_classes=model_spec.default_classes,
-            ),
-            device,
+        loaded = dataset.load(
+            cfg,
+            shard=ctx.layout.first_replica(ctx.rank),
+            shards=cfg.workers,  # servers hold no data
+            replicas=ctx.process.replicas,
+            input_size=cfg.image_size or model_spec.input_size,
+            num_classes=model_spec.default_classes,
         )
+        self.data: TorchDataset = to_torch(loaded, device)
         self.steps_per_epoch = self.data.steps_per_epoch
-        self.has_eval = dataset.has_eval
+        self.has_eval = dataset.has_eval and loaded.has_eval  # e.g. a folder without val/
         self.memory_format = (
             torch.channels_last if cfg.option("channels_last") else torch.contiguous_format
         )
