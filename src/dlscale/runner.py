@@ -28,6 +28,7 @@ from dlscale.runtime.environment import host_environment, usable_cores
 from dlscale.runtime.worker_path import prepare_worker_path
 from dlscale.store.files import read_json, write_json_atomic
 from dlscale.store.results import RunStore, Stored, describe_owner
+from dlscale.store.rundir import config_problem
 
 STOP_GRACE_S = 60.0
 """How long, beyond its ``timeout_s``, a run may take to stop its workers and write its result.
@@ -93,6 +94,7 @@ def run_point(
     warning); a result of a newer dlscale is kept (with a warning) unless ``force``.
     """
     run_id = config.run_id()
+    store.check_run_dir(run_id)  # a link planted there: one line, before anything is read
     seen = store.read(run_id)
     if seen.result is None and (live := _still_submitted(store, run_id)) is not None:
         return PointOutcome(config=config, run_id=run_id, state="submitted", result=None,
@@ -173,6 +175,7 @@ def _launch(
     )
     if isinstance(outcome, str):
         return outcome
+    store.check_held(run_id)  # its directory removed while it ran: said, not recorded as failed
     return result_of(spec, config, store.run_dir(run_id), outcome, started_at)
 
 
@@ -231,6 +234,9 @@ def result_of(
 ) -> dict[str, Any]:
     """The point's result from its spec, its ranks' events and how its launch ended: here
     after a watched run, or in the point's own finishing step (:mod:`dlscale.finish`)."""
+    from dlscale.metrics.aggregate import impossible_figures
+    from dlscale.store.validate import ENVIRONMENT, without_problems
+
     layout = config.layout()
     per_rank = rank_records(config, run_dir)
     metrics = aggregate(
@@ -239,6 +245,9 @@ def result_of(
     error = launch_error(outcome, per_rank)
     if error is None and not metrics["windows"]:
         error = "the workers exited without recording a measurement window"
+    # a figure no reader would accept (NaN, negative, huge) is never stored, nor completed
+    metrics, impossible = impossible_figures(metrics)
+    error = error or impossible
     environment = host_environment()
     first = per_rank.get(layout.training_ranks[0], [])
     worker = next((r for r in first if isinstance(r, Environment)), None)
@@ -246,6 +255,7 @@ def result_of(
         environment["worker"] = worker.payload()
         environment["packages"] = worker.packages
         environment.update(worker.framework)  # e.g. torch_version, gpu_names (flat columns)
+    environment = without_problems(environment, ENVIRONMENT)
     return {
         "run_id": spec["run_id"],
         "status": "failed" if error else "completed",
@@ -293,11 +303,15 @@ def settle_submitted(store: RunStore, run_id: str) -> Submitted | None:
         return None
     try:
         spec = read_json(spec_path, "spec")
+        if (problem := config_problem(spec)) is not None:  # damaged, or not a dlscale spec
+            store.warn_once(spec_path, f"skipped {spec_path}: {problem}; rerun that point with "
+                            "dlscale run, or remove its directory")  # fmt: skip
+            return None
         config = RunConfig.from_dict(spec["config"])
         submitted = LAUNCHERS.get(config.launcher).create().submitted(store.run_dir(run_id), config)
-    except (SchemaError, UserError, KeyError, TypeError):
+    except (SchemaError, UserError, KeyError, TypeError, ValueError, AttributeError):
         return None  # not a point of this dlscale's making: left to the run that owns it
-    if submitted is not None and submitted.ended and store.reserve(run_id):
+    if submitted is not None and submitted.ended and _reserve_quietly(store, run_id):
         try:
             if not store.result_path(run_id).exists():  # its finishing step may have run since
                 outcome = LaunchOutcome(ok=False, returncodes={0: submitted.code},
@@ -311,13 +325,24 @@ def settle_submitted(store: RunStore, run_id: str) -> Submitted | None:
     return submitted
 
 
+def _reserve_quietly(store: RunStore, run_id: str) -> bool:
+    """Take a detached point's lock to record it; a run directory the store refuses (a lock
+    that is a directory) is said once and the point left as it is."""
+    try:
+        return store.reserve(run_id)
+    except UserError as error:
+        store.warn_once(store.run_dir(run_id), str(error))
+        return False
+
+
 def submitted_points(store: RunStore) -> list[tuple[str, Submitted]]:
     """Every point of the store started detached that has no result yet, with where it
-    stands; those whose job ended without one are recorded as failed on the way."""
+    stands; those whose job ended without one are recorded as failed on the way. A link in
+    the results directory is not followed (it is no run this store made)."""
     if not store.root.is_dir():
         return []
     found = []
-    for run_dir in sorted(p for p in store.root.iterdir() if p.is_dir()):
+    for run_dir in sorted(p for p in store.root.iterdir() if p.is_dir() and not p.is_symlink()):
         submitted = settle_submitted(store, run_dir.name)
         if submitted is not None and not submitted.ended:
             found.append((run_dir.name, submitted))

@@ -18,6 +18,7 @@ from dlscale.store import RunStore, read_json, write_json_atomic
 
 def test_atomic_write_and_schema_checks(tmp_path: Path):
     path = tmp_path / "r" / "result.json"
+    path.parent.mkdir()  # the run directory is made (and checked) by the store, not the writer
     write_json_atomic(path, "result", {"status": "completed"})
     assert read_json(path, "result") == {"schema": "dlscale.result/3", "status": "completed"}
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]  # no temp file left
@@ -178,7 +179,7 @@ def test_two_takeovers_of_one_stale_lock_have_one_winner(tmp_path: Path, monkeyp
     not remove the first one's new lock."""
     import threading
 
-    from dlscale.store import results
+    from dlscale.store import locks
 
     store = RunStore(tmp_path)
     (tmp_path / "same").mkdir()
@@ -186,7 +187,7 @@ def test_two_takeovers_of_one_stale_lock_have_one_winner(tmp_path: Path, monkeyp
         json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "time": 0})
     )
     both_judged = threading.Barrier(2, timeout=2)
-    judge = results._stale
+    judge = locks._stale
 
     def slow_judge(lock: Path) -> bool:
         verdict = judge(lock)
@@ -194,7 +195,7 @@ def test_two_takeovers_of_one_stale_lock_have_one_winner(tmp_path: Path, monkeyp
             both_judged.wait()
         return verdict
 
-    monkeypatch.setattr(results, "_stale", slow_judge)
+    monkeypatch.setattr(locks, "_stale", slow_judge)
     wins: list[bool] = []
     threads = [threading.Thread(target=lambda: wins.append(store.reserve("same"))) for _ in "ab"]
     for thread in threads:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlscale.errors import SchemaError
 from dlscale.metrics.events import events_path, read_events
-from dlscale.store.files import read_json, write_json_atomic
+from dlscale.store.files import make_directory, read_json, write_json_atomic
 
 if TYPE_CHECKING:
     from dlscale.runtime.context import WorkerContext
@@ -104,7 +104,7 @@ class Checkpoints:
         the others (:meth:`Engine.barrier`), so the save's time is in no rank's next window
         (the other ranks' clocks would otherwise start while it writes)."""
         if self.saver:
-            self.folder.mkdir(exist_ok=True)
+            make_directory(self.folder, "checkpoint folder")  # never through a planted link
             name = f"state-{windows_done}"
             self.engine.checkpoint(self.folder / name)
             previous = self.latest()

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import dlscale
+from dlscale.store.files import make_directory, output_failure
 
 
 def worker_path_dir(run_dir: Path) -> Path:
@@ -20,9 +21,12 @@ def worker_path_dir(run_dir: Path) -> Path:
 
 
 def prepare_worker_path(run_dir: Path, plugins: list[str]) -> Path:
-    """Create the run's link directory (idempotent); returns it."""
+    """Create the run's link directory (idempotent); returns it. The run directory must exist
+    (one removed is not made again); a link or a file planted at ``pythonpath`` is refused with
+    one line (:class:`OutputError`), never written through, and an old link inside it is
+    replaced (the link, never its target)."""
     directory = worker_path_dir(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_directory(directory, "the workers' import path")
     sources = {"dlscale": Path(dlscale.__file__).resolve().parent}
     for module in plugins:
         top = module.partition(".")[0]
@@ -35,6 +39,9 @@ def prepare_worker_path(run_dir: Path, plugins: list[str]) -> Path:
         link = directory / (source.name if source.is_file() else top)
         if link.is_symlink() and Path(os.readlink(link)) == source:
             continue
-        link.unlink(missing_ok=True)
-        link.symlink_to(source, target_is_directory=source.is_dir())
+        try:
+            link.unlink(missing_ok=True)  # our link to an older source: the link, not its target
+            link.symlink_to(source, target_is_directory=source.is_dir())
+        except OSError as error:
+            raise output_failure(link, error) from None
     return directory

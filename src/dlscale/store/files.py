@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from dlscale.errors import SchemaError
+from dlscale.errors import SchemaError, UserError
 
 SCHEMAS = {"spec": 3, "result": 3, "checkpoint": 1, "microbench": 1}
 """Current version of each persisted document kind; bump on an incompatible change.
@@ -38,20 +40,138 @@ def schema_version(document: dict[str, Any]) -> int:
     return int(str(document["schema"]).rpartition("/")[2])
 
 
-def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:
-    """Write ``data`` with its schema stamp so readers never see a half-written file."""
-    document = {"schema": f"dlscale.{kind}/{SCHEMAS[kind]}", **data}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+class OutputError(UserError):
+    """A file dlscale was asked to write cannot be written safely (a link planted where it
+    goes, a full disk, no permission): one line naming the path; earlier files are as they
+    were."""
+
+
+def refuse_link(path: Path, what: str = "") -> None:
+    """Raise :class:`OutputError` if ``path`` is a symbolic link (dangling or not): dlscale
+    never writes or deletes through a link it did not make, since anyone who can write to a
+    shared directory could point it at another user's files."""
+    if path.is_symlink():
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise OutputError(
+            f"{path}{f' ({what})' if what else ''} is a symbolic link (to {target}); dlscale "
+            "does not write or delete through links it did not make: remove the link or choose "
+            "another path"
+        )
+
+
+def output_failure(path: Path, error: OSError) -> OutputError:
+    """The one line for an ``OSError`` met writing ``path`` (full disk, permission, ...)."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputError(
+            f"no space left on the device writing {path}: nothing was replaced (an earlier "
+            "file there is as it was); free some space and run the command again"
+        )
+    reason = error.strerror or str(error)
+    return OutputError(f"cannot write {path}: {reason}; nothing was replaced")
+
+
+def refuse_non_directory(path: Path, what: str = "") -> None:
+    """Raise :class:`OutputError` unless ``path`` is missing or a real directory (not a link to
+    one, not a file): what dlscale may create or empty there."""
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(document, handle, indent=1, allow_nan=False, default=str)
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise output_failure(path, error) from None
+    if stat.S_ISLNK(mode):
+        refuse_link(path, what)
+    if not stat.S_ISDIR(mode):
+        raise OutputError(
+            f"{path}{f' ({what})' if what else ''} is a file, not a directory; dlscale keeps its "
+            "files in a directory of that name and does not replace what it did not make: move "
+            "the file away or choose another path"
+        )
+
+
+def make_directory(path: Path, what: str = "") -> bool:
+    """Create the directory ``path`` (its parent must exist: a directory removed while dlscale
+    runs is not made again), or accept a real directory already there; True if made here. A
+    link (even to a directory), a file or a missing parent is refused with one line."""
+    try:
+        os.mkdir(path)
+        return True
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        raise OutputError(
+            f"cannot create {path}{f' ({what})' if what else ''}: {path.parent} does not exist "
+            "(removed while dlscale ran?); nothing was written there, and dlscale does not "
+            "recreate it: run the command again"
+        ) from None
+    except OSError as error:
+        raise output_failure(path, error) from None
+    refuse_non_directory(path, what)
+    return False
+
+
+def open_directory(path: Path, what: str = "") -> int:
+    """A file descriptor of the real directory ``path``, opened without following a link (the
+    names under it are then removed relative to it, so a swap of ``path`` for a link cannot
+    redirect them)."""
+    refuse_non_directory(path, what)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            refuse_non_directory(path, what)  # replaced since: says what is there now
+        raise output_failure(path, error) from None
+
+
+def read_small_file(path: Path | str, limit: int = 65536, *, dir_fd: int | None = None) -> bytes:
+    """The first ``limit`` bytes of the regular file ``path`` (relative to ``dir_fd`` if
+    given), never through a link and never blocking on a FIFO or a device planted there
+    (``OSError`` for those)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` as one step: a temporary file in the same directory, fsync,
+    rename. A reader sees the old file or the new one, never half of one; a failure (a full
+    disk) leaves the old file as it was and raises :class:`OutputError`. A symbolic link at
+    ``path`` is refused, never followed or replaced. The directory must exist."""
+    refuse_link(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise output_failure(path, error) from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        refuse_link(path)  # planted while we wrote: the rename would replace the link
         os.replace(tmp, path)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        raise output_failure(path, error) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:
+    """Write ``data`` with its schema stamp so readers never see a half-written file
+    (:func:`write_atomic`: the directory must exist; a link at ``path`` is refused)."""
+    document = {"schema": f"dlscale.{kind}/{SCHEMAS[kind]}", **data}
+    text = json.dumps(document, indent=1, allow_nan=False, default=str)
+    write_atomic(path, text)
 
 
 def read_json(path: Path, kind: str) -> dict[str, Any]:
@@ -86,6 +206,10 @@ def parse_json(raw: bytes, path: Path, kind: str) -> dict[str, Any]:
             else ": nested too deeply"
         )
         raise UnreadableFile(path, f"not valid JSON (truncated?){where}") from None
+    except ValueError:  # JSONDecodeError is one too: this is an integer past Python's limit
+        raise UnreadableFile(
+            path, "holds an integer of more than 4300 digits (no measured value has that many)"
+        ) from None
     if not isinstance(document, dict):
         raise UnreadableFile(path, f"a JSON {_json_type(document)}, not a dlscale {kind} object")
     schema = str(document.get("schema", ""))

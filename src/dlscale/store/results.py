@@ -2,41 +2,60 @@
 
 Layout of ``<root>/<run_id>/``: ``spec.json`` (resolved config, written before launch),
 ``events.rank<r>.jsonl`` (per-rank records), ``rank<r>.stdout`` / ``rank<r>.stderr``,
-``result.json`` (written last, atomically) and, while a run is going, ``lock``.
-The store has no separate index: listing scans ``*/result.json``, so it cannot go stale.
+``result.json`` (written last, atomically) and, while a run is going, ``lock``
+(:mod:`dlscale.store.locks`). The store has no separate index: listing scans
+``*/result.json``, so it cannot go stale.
+
+The store never writes or deletes through a link it did not make: a run directory is created
+by the store itself (a link, a file or a dangling link at its path is refused with one line),
+cleared of a run's own files only (:mod:`dlscale.store.rundir`), and never created again once
+removed: neither it nor the results directory is recreated behind the user's back.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import shutil
-import socket
+import stat
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlscale.errors import UserError
-from dlscale.runtime.procfs import boot_id, is_alive, process_start
-from dlscale.store.files import NewerSchema, UnreadableFile, parse_json, write_json_atomic
+from dlscale.store import locks, rundir
+from dlscale.store.files import (
+    NewerSchema,
+    OutputError,
+    UnreadableFile,
+    make_directory,
+    open_directory,
+    output_failure,
+    parse_json,
+    refuse_non_directory,
+    write_json_atomic,
+)
+from dlscale.store.locks import LOCK, TAKEOVER, describe_owner
 from dlscale.text import visible
 
 if TYPE_CHECKING:
     import pandas as pd
 
-DEFAULT_ROOT = Path("dlscale-results")
+__all__ = [
+    "DEFAULT_ROOT",
+    "LOCK",
+    "TAKEOVER",
+    "RunStore",
+    "Stored",
+    "describe_owner",
+    "flatten",
+    "load_results",
+    "print_warning",
+    "skipped_message",
+]
 
-LOCK = "lock"
-TAKEOVER = "lock.takeover"
-"""Held (briefly) by whoever removes a stale lock, so that two processes that both judged a lock
-stale cannot remove each other's new one. One left by a crash is ignored after a few seconds."""
-TAKEOVER_STALE_S = 10.0
-UNREADABLE_LOCK_STALE_S = 60.0
-"""A lock that cannot be parsed (its owner died between creating and writing it) is stale after
-this long; younger, it may be one being written."""
+DEFAULT_ROOT = Path("dlscale-results")
 
 
 def print_warning(message: str) -> None:
@@ -71,7 +90,8 @@ class Stored:
 class RunStore:
     """The runs under ``root``. Readers never fail on one bad run: a result that cannot be
     read is skipped and reported once (per store and file) through ``on_warning``, by default
-    one ``dlscale: warning:`` line on stderr."""
+    one ``dlscale: warning:`` line on stderr. Writers refuse, with one line (an
+    :class:`OutputError`), anything they did not make where they write."""
 
     def __init__(
         self, root: Path | str = DEFAULT_ROOT, *, on_warning: Callable[[str], None] | None = None
@@ -79,6 +99,10 @@ class RunStore:
         self.root = Path(root)
         self.on_warning = on_warning or print_warning
         self._warned: set[Path] = set()
+        self._held: dict[str, tuple[int, int]] = {}
+        """run id -> (device, inode) of its directory, for each lock this store holds."""
+        self._root: tuple[int, int] | None = None
+        """(device, inode) of the results directory once this store has written under it."""
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / run_id
@@ -105,56 +129,142 @@ class RunStore:
         stored = self.read(run_id)
         return stored.result if stored.completed else None
 
+    def check_run_dir(self, run_id: str) -> None:
+        """Refuse (:class:`OutputError`, one line naming the path and the fix) a run directory
+        the store cannot use: a link (dangling or not) or a file at its path, or a lock that is
+        not a lock file (a directory). Nothing is changed."""
+        refuse_non_directory(self.run_dir(run_id), "run directory")
+        locks.refuse_foreign(self.lock_path(run_id))
+
+    def check_run_dirs(self, run_ids: Iterable[str]) -> None:
+        """:meth:`check_run_dir` for every point of a study, before any of them runs."""
+        for run_id in run_ids:
+            self.check_run_dir(run_id)
+
     def reserve(self, run_id: str) -> bool:
-        """Take the run's lock (atomic create). False if a live process holds it already.
+        """Take the run's lock (atomic, with its content). False if a live process holds it.
 
         The lock names its owner: host, pid, the process's start time and the boot it ran in.
         A lock of this host whose process is gone, is a zombie, or whose pid now belongs to a
         process started at another time (pid reused), or one from before a reboot, is taken
         over; several studies writing to one results directory therefore never run the same
-        point at once.
+        point at once. The run directory is made here, and the results directory on the
+        store's first write (never again once removed); a link or a file at the run
+        directory's path is refused, as is a full disk (no lock is left behind).
         """
         directory = self.run_dir(run_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        lock = directory / LOCK
-        owner = json.dumps(_this_process())
-        for _ in range(3):
+        self._check_root()
+        made = make_directory(directory, "run directory")
+        try:
+            fd = open_directory(directory, "run directory")
             try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if not _take_over(lock):
-                    return False
-                continue
-            with os.fdopen(fd, "w") as handle:
-                handle.write(owner)
-            return True
-        return False
+                taken = locks.acquire(directory / LOCK, fd)
+                info = os.fstat(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            if made:
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)  # empty unless another process came in meanwhile
+            raise
+        if taken:
+            self._held[run_id] = (info.st_dev, info.st_ino)
+        return taken
 
     def release(self, run_id: str) -> None:
-        self.lock_path(run_id).unlink(missing_ok=True)
+        """Give the run's lock back (never raises; a lock that is no longer this process's, or
+        one under a directory that is no longer the one reserved, is left alone)."""
+        held = self._held.pop(run_id, None)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(self.run_dir(run_id), flags)
+        except OSError:
+            return  # removed, or a link now: nothing of ours to remove there
+        try:
+            info = os.fstat(fd)
+            if held in (None, (info.st_dev, info.st_ino)):
+                locks.release(self.lock_path(run_id), fd)
+        finally:
+            os.close(fd)
+
+    def check_held(self, run_id: str) -> None:
+        """Raise :class:`OutputError` if the directory of a run this store reserved was removed
+        or replaced since (the results directory deleted while the point ran)."""
+        held = self._held.get(run_id)
+        if held is None:
+            return
+        directory = self.run_dir(run_id)
+        try:
+            info = os.lstat(directory)
+            if stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) == held:
+                return
+        except OSError:
+            pass
+        gone = (
+            f"the results directory {self.root}"
+            if not os.path.lexists(self.root)
+            else f"the run directory {directory}"
+        )
+        raise OutputError(
+            f"{gone} was removed (or replaced) while point {run_id} ran: its result was not "
+            "recorded, and dlscale does not recreate it; run the command again to rerun the point"
+        )
+
+    def _check_root(self) -> None:
+        """Make the results directory (and its parents) the first time this store writes under
+        it; from then on, one removed or replaced (a study's earlier points gone with it) is
+        refused, never made again. A link the user chose as the results directory is followed."""
+        try:
+            info = os.stat(self.root)
+        except FileNotFoundError:
+            if self._root is not None:
+                raise self._root_gone() from None
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+                info = os.stat(self.root)
+            except OSError as error:
+                raise output_failure(self.root, error) from None
+        except OSError as error:
+            raise output_failure(self.root, error) from None
+        if not stat.S_ISDIR(info.st_mode):
+            raise OutputError(f"results directory {self.root} is a file; choose another --results")
+        if self._root is None:
+            self._root = (info.st_dev, info.st_ino)
+        elif self._root != (info.st_dev, info.st_ino):
+            raise self._root_gone()
+
+    def _root_gone(self) -> OutputError:
+        return OutputError(
+            f"the results directory {self.root} was removed (or replaced) while dlscale ran: "
+            "the results written there before are gone, and dlscale does not recreate it; run "
+            "the command again"
+        )
 
     def lock_owner(self, run_id: str) -> dict[str, Any] | None:
         """Who holds the run's lock, as written in it; None: no lock, or not readable."""
-        try:
-            owner = json.loads(self.lock_path(run_id).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return owner if isinstance(owner, dict) else None
+        return locks.read_owner(self.lock_path(run_id))
 
     def clear(self, run_id: str) -> None:
-        """Remove a previous attempt's files (kept: the lock we hold, and another process's
-        takeover guard). The caller decides whether a stored result may go (run_point keeps a
-        completed or newer one unless --force)."""
-        for path in self.run_dir(run_id).iterdir():
-            if path.name in (LOCK, TAKEOVER):
-                continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+        """Remove a previous attempt's files: only what a run writes, links unlinked, never
+        followed (kept: the lock we hold, another process's takeover guard, anything else).
+        The caller decides whether a stored result may go (run_point keeps a completed or
+        newer one unless --force)."""
+        rundir.clear(self.run_dir(run_id), self._held.get(run_id))
 
     def write_result(self, run_id: str, result: dict[str, Any]) -> None:
-        write_json_atomic(self.result_path(run_id), "result", result)
+        """Write ``result.json`` atomically: on a failure (a full disk) the earlier one is as it
+        was. The run directory is made if needed, unless this store reserved it: then it must
+        still be the one reserved (a removed one is said, never recreated)."""
+        if run_id in self._held:
+            self.check_held(run_id)
+        else:
+            self._check_root()
+            make_directory(self.run_dir(run_id), "run directory")
+        try:
+            write_json_atomic(self.result_path(run_id), "result", result)
+        except OutputError:
+            self.check_held(run_id)  # removed while it was written: say that instead
+            raise
 
     def results(self) -> list[dict[str, Any]]:
         """Every readable stored result, oldest first. One that is damaged or from a newer
@@ -204,80 +314,6 @@ def _read(path: Path) -> Stored:
     except ShapeError as error:
         return Stored(path, problem=f"not a usable result: {error}", fingerprint=fingerprint)
     return Stored(path, result=result, fingerprint=fingerprint)
-
-
-# --------------------------------------------------------------------------------------------
-# locks
-
-
-def _this_process() -> dict[str, Any]:
-    pid = os.getpid()
-    return {
-        "host": socket.gethostname(),
-        "pid": pid,
-        "start": process_start(pid),
-        "boot": boot_id(),
-        "time": time.time(),
-    }
-
-
-def describe_owner(owner: dict[str, Any] | None) -> str:
-    """A lock's owner in words: ``pid 123 on host h, since 12:03:04``."""
-    if not owner:
-        return "owner unknown"
-    since = owner.get("time")
-    when = (
-        f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}"
-        if isinstance(since, int | float)
-        else ""
-    )
-    return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}{when}"
-
-
-def _take_over(lock: Path) -> bool:
-    """Remove ``lock`` if it is stale; True if it is gone (removed here or released)."""
-    guard = lock.with_name(TAKEOVER)
-    try:
-        os.close(os.open(guard, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-    except FileExistsError:
-        try:  # another process is taking it over, or one crashed doing so
-            if time.time() - guard.stat().st_mtime > TAKEOVER_STALE_S:
-                guard.unlink(missing_ok=True)
-        except FileNotFoundError:
-            pass
-        return False
-    try:
-        if not _stale(lock):
-            return False
-        lock.unlink(missing_ok=True)
-        return True
-    finally:
-        guard.unlink(missing_ok=True)
-
-
-def _stale(lock: Path) -> bool:
-    """Whether ``lock`` is gone or its owner certainly is (only this host can tell)."""
-    try:
-        owner = json.loads(lock.read_text(encoding="utf-8"))
-        if not isinstance(owner, dict):
-            raise ValueError("not an object")
-        pid = int(owner["pid"])
-        if pid <= 0:
-            raise ValueError(f"pid {pid}")
-    except FileNotFoundError:
-        return True
-    except (OSError, ValueError, KeyError, TypeError):
-        try:
-            return time.time() - lock.stat().st_mtime > UNREADABLE_LOCK_STALE_S
-        except FileNotFoundError:
-            return True
-    if owner.get("host") != socket.gethostname():
-        return False  # another host's run: only that host can tell
-    boot = boot_id()
-    if owner.get("boot") and boot and owner["boot"] != boot:
-        return True  # written before this machine rebooted
-    start = owner.get("start")
-    return not is_alive(pid, start if isinstance(start, int) else None)  # gone, zombie, reused
 
 
 def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.DataFrame:

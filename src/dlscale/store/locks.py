@@ -1,0 +1,238 @@
+"""The lock of a run directory: which process runs the point.
+
+A lock appears with its content in one step: the owner is written to a temporary file in the
+run directory, which is then hard-linked to ``lock`` (``link`` fails if a lock is there, as
+``O_EXCL`` does). No process can see, or leave behind, a lock without an owner; a full disk
+fails the write before any lock exists. A lock whose owner is certainly gone is taken over
+under a ``lock.takeover`` guard. Nothing here follows a link at the lock's or the guard's path,
+and something there that dlscale does not make (a directory, a link) is refused with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import socket
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from dlscale.runtime.procfs import boot_id, is_alive, process_start
+from dlscale.store.files import OutputError, output_failure, read_small_file, refuse_link
+from dlscale.text import shell_command
+
+LOCK = "lock"
+TAKEOVER = "lock.takeover"
+"""Held (briefly) by whoever removes a stale lock, so that two processes that both judged a lock
+stale cannot remove each other's new one. One left by a crash is ignored after a few seconds."""
+TEMP_PREFIX = ".lock."
+"""A lock being written: ``.lock.XXXXXXXX.tmp``, removed by its writer once linked (or not)."""
+TAKEOVER_STALE_S = 10.0
+UNREADABLE_LOCK_STALE_S = 60.0
+"""A lock that cannot be parsed (one left by an older dlscale, whose owner died between
+creating and writing it) is stale after this long; younger, it may be one being written."""
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
+
+
+def this_process() -> dict[str, Any]:
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start": process_start(pid),
+        "boot": boot_id(),
+        "time": time.time(),
+    }
+
+
+def describe_owner(owner: dict[str, Any] | None) -> str:
+    """A lock's owner in words: ``pid 123 on host h, since 12:03:04``."""
+    if not owner:
+        return "owner unknown"
+    since = owner.get("time")
+    when = (
+        f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}"
+        if isinstance(since, int | float)
+        else ""
+    )
+    return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}{when}"
+
+
+def read_owner(lock: Path) -> dict[str, Any] | None:
+    """Who holds ``lock``, as written in it; None: no lock, or not a readable one."""
+    try:
+        owner = json.loads(read_small_file(lock))
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def refuse_foreign(path: Path, fd: int | None = None) -> None:
+    """Raise :class:`OutputError` if ``path`` (a lock or its guard; with ``fd``, its name under
+    that directory) holds what dlscale never makes there: a link, a directory, a FIFO. A
+    regular file, or nothing, passes."""
+    try:
+        mode = os.lstat(path if fd is None else path.name, dir_fd=fd).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise output_failure(path, error) from None
+    if stat.S_ISLNK(mode):
+        refuse_link(path, "a run's lock")  # a link with ``fd``: said by its path alone
+        raise OutputError(f"{path} is a symbolic link; remove it and run the command again")
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        remove = shell_command(["rm", "-r" if stat.S_ISDIR(mode) else "-f", path])
+        raise OutputError(
+            f"{path} is {kind}, not a dlscale lock file; dlscale does not remove what it did "
+            f"not make: if no dlscale process is running that point, remove it ({remove}) and "
+            "run the command again"
+        )
+
+
+def acquire(lock: Path, fd: int) -> bool:
+    """Take ``lock`` for this process; False if a live process holds it. ``fd``: the run
+    directory, opened without following a link; every name is made and removed under it."""
+    owner = json.dumps(this_process())
+    for _ in range(3):
+        if _create(lock, fd, owner):
+            return True
+        refuse_foreign(lock, fd)
+        if not take_over(lock, fd):
+            return False
+    return False
+
+
+def release(lock: Path, fd: int) -> None:
+    """Remove ``lock`` if it is this process's (or unreadable); another process's lock (ours
+    was removed by hand and the point taken since) stays. Never raises: it runs in ``finally``
+    blocks, where an error would hide the one that ended the run."""
+    try:
+        owner = json.loads(read_small_file(lock.name, dir_fd=fd))
+    except (OSError, ValueError):
+        owner = None
+    me = this_process()
+    if isinstance(owner, dict) and any(owner.get(k) != me[k] for k in ("host", "pid", "start")):
+        return
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(lock.name, dir_fd=fd).st_mode):
+            os.unlink(lock.name, dir_fd=fd)
+
+
+def _create(lock: Path, fd: int, owner: str) -> bool:
+    """Create ``lock`` holding ``owner`` at once; False if a lock (or anything) is there."""
+    tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}.tmp"
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        handle = os.fdopen(os.open(tmp, flags, 0o644, dir_fd=fd), "w", encoding="utf-8")
+    except FileNotFoundError:
+        raise _gone(lock) from None
+    except OSError as error:
+        raise output_failure(lock, error) from None
+    try:
+        try:
+            with handle:
+                handle.write(owner)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as error:
+            raise output_failure(lock, error) from None
+        try:  # fails if anything is at ``lock``, and never follows a link there
+            os.link(tmp, lock.name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        except FileNotFoundError:
+            raise _gone(lock) from None
+        except OSError as error:
+            if error.errno not in _NO_HARD_LINKS:
+                raise output_failure(lock, error) from None
+            return _create_in_place(lock, fd, owner)
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=fd)
+
+
+def _create_in_place(lock: Path, fd: int, owner: str) -> bool:
+    """On a file system without hard links: ``O_EXCL``, then the owner; a failed write removes
+    the lock it made, so a full disk leaves none."""
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        handle = os.fdopen(os.open(lock.name, flags, 0o644, dir_fd=fd), "w", encoding="utf-8")
+    except FileExistsError:
+        return False
+    except OSError as error:
+        raise output_failure(lock, error) from None
+    try:
+        with handle:
+            handle.write(owner)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            os.unlink(lock.name, dir_fd=fd)
+        raise output_failure(lock, error) from None
+    return True
+
+
+def _gone(lock: Path) -> OutputError:
+    return OutputError(
+        f"cannot take {lock}: its run directory {lock.parent} was removed; dlscale does not "
+        "recreate it: run the command again"
+    )
+
+
+def take_over(lock: Path, fd: int) -> bool:
+    """Remove ``lock`` if it is stale; True if it is gone (removed here or released)."""
+    guard = lock.with_name(TAKEOVER)
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        os.close(os.open(TAKEOVER, flags, 0o644, dir_fd=fd))
+    except FileExistsError:
+        refuse_foreign(guard, fd)
+        try:  # another process is taking it over, or one crashed doing so
+            if time.time() - os.lstat(TAKEOVER, dir_fd=fd).st_mtime > TAKEOVER_STALE_S:
+                os.unlink(TAKEOVER, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        return False
+    except FileNotFoundError:
+        raise _gone(lock) from None
+    except OSError as error:
+        raise output_failure(guard, error) from None
+    try:
+        if not _stale(lock):
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock.name, dir_fd=fd)
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(TAKEOVER, dir_fd=fd)
+
+
+def _stale(lock: Path) -> bool:
+    """Whether ``lock`` is gone or its owner certainly is (only this host can tell)."""
+    try:
+        owner = json.loads(read_small_file(lock))
+        if not isinstance(owner, dict):
+            raise ValueError("not an object")
+        pid = int(owner["pid"])
+        if pid <= 0:
+            raise ValueError(f"pid {pid}")
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            return time.time() - os.lstat(lock).st_mtime > UNREADABLE_LOCK_STALE_S
+        except FileNotFoundError:
+            return True
+    if owner.get("host") != socket.gethostname():
+        return False  # another host's run: only that host can tell
+    boot = boot_id()
+    if owner.get("boot") and boot and owner["boot"] != boot:
+        return True  # written before this machine rebooted
+    start = owner.get("start")
+    return not is_alive(pid, start if isinstance(start, int) else None)  # gone, zombie, reused
