@@ -6,6 +6,7 @@ maximum over ranks; images are summed over ranks, never rank 0 times the world s
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
@@ -22,6 +23,7 @@ from dlscale.metrics.records import (
     Window,
 )
 from dlscale.metrics.stats import mean_ci95, percentile
+from dlscale.store.validate import COMPLETED, MEASURED, METRICS, Problem, problems, show
 
 Events = list[Record]
 
@@ -51,8 +53,9 @@ def aggregate(
     out["windows"] = len(measure)
     out["windows_recorded"] = len(every)
     if measure:
-        per_window = [w["samples"] / w["duration_s"] for w in measure]
-        out["throughput_img_s"], out["throughput_ci95_img_s"] = mean_ci95(per_window)
+        per_window = [_per_second(w["samples"], w["duration_s"]) for w in measure]
+        with np.errstate(all="ignore"):  # an impossible window is named by the result's check
+            out["throughput_img_s"], out["throughput_ci95_img_s"] = mean_ci95(per_window)
         out["throughput_windows_img_s"] = per_window
         steps, per_step = _step_times(measure)
         out["step_time_p50_ms"] = percentile(steps, 50)
@@ -104,44 +107,53 @@ def aggregate(
     return out
 
 
-METRIC_KEYS = (
-    "throughput_img_s",
-    "throughput_ci95_img_s",
-    "throughput_windows_img_s",
-    "step_time_p50_ms",
-    "step_time_p95_ms",
-    "input_time_p50_ms",
-    "input_wait_fraction",
-    "step_time_nosync_p50_ms",
-    "exposed_comm_fraction",
-    "exposed_comm_ci95",
-    "exposed_comm_significant",
-    "page_faults_per_step",
-    "outside_load_max",
-    "steal_max",
-    "windows_loaded",
-    "windows_recorded",
-    "noisy",
-    "epoch_time_s",
-    "final_train_loss",
-    "loss_diverged",
-    "train_loss_by_window",
-    "eval_accuracy",
-    "time_to_accuracy_s",
-    "epochs_to_accuracy",
-    "measured_steps",
-    "measured_images",
-    "rank_step_time_mean_ms",
-    "bytes_sent_per_step_model",
-    "bytes_sent_per_step_counted",
-    "gradient_bytes",
-    "staleness_mean",
-    "staleness_p50",
-    "staleness_max",
-    "staleness_histogram",
-    "restarts",
-    "restart_lost_s",
-)
+METRIC_KEYS = tuple(METRICS)
+"""Every metric of a run, each ``None`` until measured: the keys, and each one's shape, are
+declared once, in :data:`dlscale.store.validate.METRICS`, which readers check results against."""
+
+
+def impossible_figures(metrics: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """A run's metrics as they may be stored, and what is wrong with them (None: nothing).
+
+    A figure outside its declared shape (a window's throughput NaN, negative or beyond
+    :data:`~dlscale.store.validate.MAX_QUANTITY`: a clock or a counter gave an impossible
+    reading) is no measurement: it is stored as ``None`` (with every throughput figure, when a
+    window's is wrong), and the words say which value, so the run is recorded as failed."""
+    found = list(problems({k: metrics.get(k) for k in MEASURED}, COMPLETED, "metric"))
+    found += [p for p in problems(metrics, METRICS, "metric") if p.key not in MEASURED]
+    if not found:
+        return metrics, None
+    bad = {p.key for p in found}
+    if bad & set(MEASURED):  # a wrong window makes every throughput figure wrong
+        bad |= set(_THROUGHPUT)
+    first = found[0]
+    rest = [p for p in found[1:] if not (p.key in _THROUGHPUT and first.key in _THROUGHPUT)]
+    more = f" (and {len(rest)} more)" if rest else ""
+    return {**metrics, **dict.fromkeys(bad)}, (
+        f"{_said(first)}{more}: a measured figure must be {first.shape.expected} (a clock or "
+        "counter gave an impossible reading); the run is recorded as failed, not completed"
+    )
+
+
+_THROUGHPUT = ("throughput_img_s", "throughput_ci95_img_s", "throughput_windows_img_s")
+
+
+def _said(problem: Problem) -> str:
+    """One stored figure in words: ``throughput of window 2 is nan img/s``."""
+    value, unit = show(problem.value), problem.shape.unit
+    if problem.key == "throughput_windows_img_s" and problem.where[1:-1].isdigit():
+        return f"throughput of window {int(problem.where[1:-1]) + 1} is {value} img/s"
+    if problem.key == "throughput_img_s":
+        return f"throughput is {value} img/s"
+    return f"{problem.key}{problem.where} is {value}" + (f" {unit}" if unit else "")
+
+
+def _per_second(count: float, seconds: float) -> float:
+    """``count / seconds``; a window of no time reads as an infinite (or, empty, NaN) rate,
+    which :func:`impossible_figures` turns into a failed run instead of a crash."""
+    if seconds == 0:
+        return math.nan if count == 0 else math.copysign(math.inf, count)
+    return float(count / seconds)
 
 
 def latest_attempt(events: Events) -> Events:

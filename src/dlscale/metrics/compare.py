@@ -7,7 +7,8 @@ Definitions (also in docs/metrics.md, "Comparing two sets of runs"):
   compared; several completed runs of one point on one side (``repeat_id``, ``--repeats``) give
   one sample each (their mean throughputs) when both sides have two runs or more, else the
   runs' per-window throughputs are pooled. Points with completed runs on one side only, and
-  every run that did not complete, are listed, never silently dropped.
+  every run that did not complete or has no usable throughput (its mean or a window not a
+  finite number above 0), are listed, never silently dropped.
 - **Throughput ratio** ``mean(B samples) / mean(A samples)`` (above 1: B is faster).
 - **Its 95% confidence interval** is computed on log throughput: Welch's t interval
   (Welch 1947; Welch-Satterthwaite degrees of freedom) for the difference of the means of
@@ -48,6 +49,7 @@ import numpy as np
 
 from dlscale.config.run_config import NOT_MATCHED_KEYS
 from dlscale.metrics.points import PointKey, point_key, run_throughputs
+from dlscale.store.validate import finite_number, show
 
 NOT_IN_POINT_KEY = NOT_MATCHED_KEYS
 """Config keys that label a run without changing what is measured: ignored when matching."""
@@ -289,9 +291,24 @@ def closest_pair(
 def _completed_by_point(results: Iterable[dict[str, Any]]) -> dict[PointKey, list[dict[str, Any]]]:
     groups: dict[PointKey, list[dict[str, Any]]] = defaultdict(list)
     for row in results:
-        if row.get("status") == "completed" and _windows([row]):
+        if row.get("status") == "completed" and _unusable(row) is None:
             groups[point_key(row["config"])].append(row)
     return groups
+
+
+def _unusable(run: dict[str, Any]) -> str | None:
+    """Why a completed run has no throughput to compare (None: it has): its mean, or one of
+    its windows, is not a finite number above 0. Such a run is listed with the failed ones,
+    never dropped unseen (a reader's checks keep them out of a store: this guards callers
+    that pass rows of their own)."""
+    metrics = run.get("metrics") or {}
+    windows = metrics.get("throughput_windows_img_s") or []
+    values = [("throughput", metrics.get("throughput_img_s"))]
+    values += [(f"throughput of window {i + 1}", w) for i, w in enumerate(windows)]
+    for name, value in values:
+        if not (finite_number(value) and value > 0):
+            return f"completed, but its {name} is {show(value)}, not a number above 0: not compared"
+    return None
 
 
 def _unmatched(
@@ -305,17 +322,24 @@ def _unmatched(
 
 
 def _failed(results: Iterable[dict[str, Any]], side: str) -> list[FailedRun]:
-    return [
-        FailedRun(
-            side=side,
-            run_id=row["run_id"],
-            status=str(row.get("status")),
-            config=row["config"],
-            error=row.get("error"),
+    """Every run that did not complete, and every completed one without a usable throughput
+    (status ``unusable``)."""
+    failed = []
+    for row in results:
+        completed = row.get("status") == "completed"
+        unusable = _unusable(row) if completed else None
+        if completed and unusable is None:
+            continue
+        failed.append(
+            FailedRun(
+                side=side,
+                run_id=row["run_id"],
+                status="unusable" if completed else str(row.get("status")),
+                config=row["config"],
+                error=unusable if completed else row.get("error"),
+            )
         )
-        for row in results
-        if row.get("status") != "completed"
-    ]
+    return failed
 
 
 def _throughput_samples(
@@ -330,16 +354,14 @@ def _throughput_samples(
 
 
 def _windows(runs: Iterable[dict[str, Any]]) -> list[float]:
-    """Per-window throughputs of the runs, pooled; a run without them gives its mean."""
+    """Per-window throughputs of the runs (usable ones: :func:`_unusable`), pooled; a run
+    without them gives its mean."""
     pooled: list[float] = []
     for run in runs:
         metrics = run.get("metrics") or {}
         windows = metrics.get("throughput_windows_img_s")
-        if windows:
-            pooled.extend(float(w) for w in windows)
-        elif metrics.get("throughput_img_s"):
-            pooled.append(float(metrics["throughput_img_s"]))
-    return [w for w in pooled if math.isfinite(w) and w > 0]
+        pooled.extend(float(w) for w in windows or [metrics["throughput_img_s"]])
+    return pooled
 
 
 def _tta(runs: Iterable[dict[str, Any]]) -> list[float]:

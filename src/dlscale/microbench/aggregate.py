@@ -2,7 +2,8 @@
 message size: the time (per iteration the slowest rank, as a collective ends when its last
 rank does; then the median over iterations), algorithm and bus bandwidth (nccl-tests'
 definitions, :data:`dlscale.perfmodel.costs.BUS_FACTOR`), whether every rank's result was
-exact, and the parameter servers that held the message (0: none)."""
+exact, and the parameter servers that held the message (0: none). An iteration some rank timed
+as no finite positive time (a hand-edited or damaged record) is left out, never stored."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 
 from dlscale.metrics.records import Collective, Record
 from dlscale.perfmodel.costs import bus_bandwidth
+from dlscale.store.validate import MAX_QUANTITY, finite_number
 
 
 def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[dict[str, Any]]:
@@ -24,7 +26,9 @@ def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[d
         active = [r.times_s for r in ranks if r.times_s]
         if not active:
             continue
-        slowest = [max(times) for times in zip(*active, strict=False)]
+        slowest = [max(times) for times in zip(*active, strict=False) if all(map(_timed, times))]
+        if not slowest:
+            continue
         time_s = statistics.median(slowest)
         algbw, busbw = bus_bandwidth(collective, size, time_s, processes)
         rows.append(
@@ -44,3 +48,7 @@ def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[d
             }
         )
     return sorted(rows, key=lambda row: (row["collective"], row["bytes"]))
+
+
+def _timed(seconds: Any) -> bool:
+    return finite_number(seconds) and 0 < seconds <= MAX_QUANTITY

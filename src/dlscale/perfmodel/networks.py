@@ -4,7 +4,6 @@ and the report."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +12,8 @@ from typing import Any, TypeGuard
 from dlscale.errors import SchemaError
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.validate import Link, network_key, plain_key
+from dlscale.store.validate import MAX_QUANTITY, TIMESTAMP, show
+from dlscale.store.validate import finite_number as is_finite
 
 
 @dataclass(frozen=True)
@@ -44,38 +45,57 @@ class Fitted:
 def microbench_runs(
     results: Path, on_problem: Callable[[str], None] | None = None
 ) -> list[dict[str, Any]]:
-    """Every readable stored microbench run in ``results``, oldest first; a damaged one or one
-    from a newer dlscale is left out (``on_problem`` hears which and why)."""
+    """Every readable stored microbench run in ``results``, oldest first; a damaged one, one
+    from a newer dlscale, or one without a configuration or a plausible start time (seconds
+    since the epoch in :data:`~dlscale.store.validate.TIMESTAMP_RANGE_S`) is left out, and
+    ``on_problem`` hears which file and what is wrong with it, in one line."""
     from dlscale.store.files import read_json
 
     runs = []
     for path in sorted(results.glob("microbench-*/microbench.json")):
         try:
             stored = read_json(path, "microbench")
+            problem = _unusable_run(stored)
         except SchemaError as error:
+            problem = str(error).removeprefix(f"{path}: ")
+        except ValueError as error:  # a number of more digits than Python reads
+            problem = f"not readable JSON ({str(error)[:80]})"
+        if problem is not None:
             if on_problem is not None:
-                on_problem(f"skipped {path}: {error}")
-            continue
-        started, config = stored.get("started_at"), stored.get("config")
-        if not (finite_number(started) and isinstance(config, dict)):
-            if on_problem is not None:
-                on_problem(f"skipped {path}: no start time or configuration in it (damaged?)")
+                on_problem(f"skipped {path}: {problem}")
             continue
         runs.append({**stored, "run_id": path.parent.name})
     return sorted(runs, key=lambda run: float(run["started_at"]))
 
 
+def _unusable_run(stored: dict[str, Any]) -> str | None:
+    """What makes a stored microbench run unusable as a whole (its rows and fits are checked
+    one by one where they are used: a bad one is left out, not the run)."""
+    started = stored.get("started_at")
+    if started is None:
+        return "no start time in it (damaged?)"
+    if not (finite_number(started) and TIMESTAMP.low <= started <= TIMESTAMP.high):
+        return f"started_at is {show(started)}, not {TIMESTAMP.expected}"
+    config = stored.get("config")
+    if not isinstance(config, dict):
+        return f"config is {show(config)}, not an object (damaged?)"
+    return None
+
+
 def fitted_networks(
-    results: Path, on_problem: Callable[[str], None] | None = None
+    results: Path,
+    on_problem: Callable[[str], None] | None = None,
+    on_skipped: Callable[[str], None] | None = None,
 ) -> dict[tuple[Any, ...], Fitted]:
     """The network of the newest microbench in ``results`` with a fit (its all-reduce's ring
     fit, else another pattern's: :func:`stored_fits`) and no error for each engine (backend),
     launcher, emulated network and node count: keyed ``(backend, *network_key)``. A newest fit
-    that cannot be used (not finite, no bandwidth) is left out and ``on_problem`` hears why."""
+    that cannot be used (not finite, no bandwidth) is left out and ``on_problem`` hears why;
+    ``on_skipped`` hears each file :func:`microbench_runs` leaves out."""
     from dlscale.perfmodel.fit import PATTERNS
 
     newest: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for run in microbench_runs(results):
+    for run in microbench_runs(results, on_skipped):
         if not stored_fits(run) or run.get("error"):
             continue  # a failed or wrong run measured nothing to trust
         config = run["config"]
@@ -88,8 +108,13 @@ def fitted_networks(
         network = stored_fit(fit)
         if network is None:
             if on_problem is not None:
-                alpha, beta = fit.get("alpha_s"), fit.get("beta_s_per_byte")
-                on_problem(f"{run['run_id']}: its fit (alpha {alpha}, beta {beta}) cannot be used")
+                alpha, beta = _word(fit.get("alpha_s")), _word(fit.get("beta_s_per_byte"))
+                path = results / run["run_id"] / "microbench.json"
+                on_problem(
+                    f"{run['run_id']}: its fit (alpha {alpha}, beta {beta}) cannot be used "
+                    f"({path}: alpha_s must be a number in [0, {MAX_QUANTITY:g}] s and "
+                    f"beta_s_per_byte one in (0, {MAX_QUANTITY:g}])"
+                )
             continue
         error = fit.get("median_error")
         error_words = f"{error:.1%}" if finite_number(error) else "unknown"
@@ -130,8 +155,17 @@ def stored_fits(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def finite_number(value: Any) -> TypeGuard[float]:
-    """A real number, finite (not a bool, not a string, not NaN): what a stored figure must be."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """What a stored figure must be: a real number, finite, no larger in size than
+    :data:`~dlscale.store.validate.MAX_QUANTITY` (not a bool, a string, NaN, nor an integer
+    too large for a float)."""
+    return is_finite(value) and abs(value) <= MAX_QUANTITY
+
+
+def _word(value: Any) -> str:
+    """A stored value in a message: as written, cut when long (a huge integer by its size)."""
+    if isinstance(value, int) and abs(value) >= 10**20:
+        return show(value)
+    return str(value)[:40]
 
 
 def stored_fit(fit: Any) -> Network | None:

@@ -12,13 +12,19 @@ here by what the backend and data set declare today.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import config_defaults, core_keys
 from dlscale.datasets import DATASETS
 from dlscale.store.files import schema_version
+from dlscale.store.validate import (  # ShapeError: readers catch it from here
+    MAX_QUANTITY,
+    ShapeError,
+    check_result,
+    finite_number,
+    show,
+)
 
 SCHEMA_1_PLUGIN_KEYS = {
     "amp": "backend",
@@ -36,18 +42,14 @@ SCHEMA_1_PLUGIN_KEYS = {
 """Keys that were core fields in schema 1 and are plug-in options now, by plug-in kind."""
 
 
-class ShapeError(ValueError):
-    """A stored result lacks a key every reader needs, or holds one of the wrong type. The
-    message says which, in a few words (it ends up in a one-line warning)."""
-
-
 def result_view(document: dict[str, Any]) -> dict[str, Any]:
     """A result ``read_json`` accepted, checked and read into the current reader shape.
 
     Raises :class:`ShapeError` for a result that readers (tables, figures, scaling, compare,
     ``load_results``) cannot use: no run id, status or config, a config without its backend,
-    model, data set or worker count, or keys of the wrong type. ``metrics`` and ``environment``
-    left out read as empty.
+    model, data set or worker count, keys of the wrong type, or a value outside its declared
+    shape (:mod:`dlscale.store.validate`: a number that is not finite or out of its range, a
+    nested metric of the wrong type). ``metrics`` and ``environment`` left out read as empty.
     """
     check_stored(document)
     try:
@@ -57,6 +59,8 @@ def result_view(document: dict[str, Any]) -> dict[str, Any]:
     for key, value in view["config"].items():
         if not _scalar(value):
             raise ShapeError(f"config key {key} is a {type(value).__name__}, not a value")
+        if _number(value) and not finite_number(value):
+            raise ShapeError(f"config key {key} is {show(value)}, not a finite number")
     for key, kinds in _CONFIG_TYPES.items():
         _check_type(f"config key {key}", view["config"].get(key), kinds)
     return view
@@ -70,19 +74,9 @@ _CONFIG_TYPES: dict[str, tuple[type, ...]] = {
     "epochs": (int, type(None)),
     "steps": (int, type(None)),
     "target_accuracy": (*_NUMBER, type(None)),
+    "threads_per_worker": (int, type(None)),
 }
 """Types of the core keys readers compute with (after defaults are filled in)."""
-
-_TOP_LEVEL_TYPES: dict[str, tuple[type, ...]] = {
-    "error": (str, type(None)),
-    "framework": (str, type(None)),
-    "reference": (bool, type(None)),
-    "started_at": (*_NUMBER, type(None)),
-    "finished_at": (*_NUMBER, type(None)),
-    "duration_s": (*_NUMBER, type(None)),
-    "batch_size_per_worker": (*_NUMBER, type(None)),
-    "global_batch_size": (*_NUMBER, type(None)),
-}
 
 
 def check_stored(document: dict[str, Any]) -> None:
@@ -92,7 +86,7 @@ def check_stored(document: dict[str, Any]) -> None:
         if key not in document:
             raise ShapeError(f"no {key}")
         if not isinstance(document[key], str) or not document[key]:
-            raise ShapeError(f"{key} is {_show(document[key])}, not a name")
+            raise ShapeError(f"{key} is {show(document[key])}, not a name")
     config = document.get("config")
     if config is None:
         raise ShapeError("no config")
@@ -103,52 +97,42 @@ def check_stored(document: dict[str, Any]) -> None:
             raise ShapeError(f"config has no {key}")
     for key in ("backend", "model", "dataset"):
         if not isinstance(config[key], str) or not config[key]:
-            raise ShapeError(f"config key {key} is {_show(config[key])}, not a name")
+            raise ShapeError(f"config key {key} is {show(config[key])}, not a name")
     workers = config["workers"]
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ShapeError(f"config key workers is {_show(workers)}, not a count")
+    if (
+        isinstance(workers, bool)
+        or not isinstance(workers, int)
+        or not 1 <= workers <= MAX_QUANTITY
+    ):
+        raise ShapeError(f"config key workers is {show(workers)}, not a count")
     options = config.get("options")
     if options is not None and (
         not isinstance(options, dict) or not all(isinstance(g, dict) for g in options.values())
     ):
         raise ShapeError("config key options is not an object of objects")
-    for key, kinds in _TOP_LEVEL_TYPES.items():
-        _check_type(key, document.get(key), kinds)
     for key in ("metrics", "environment"):
         if document.get(key) is None:
             document[key] = {}
         elif not isinstance(document[key], dict):
             raise ShapeError(f"{key} is a {type(document[key]).__name__}, not an object")
-    for key, value in document["metrics"].items():
-        if not isinstance(value, list | dict) and not _number_or_none(value):
-            raise ShapeError(f"metric {key} is {_show(value)}, not a number")
-    windows = document["metrics"].get("throughput_windows_img_s")
-    if windows is not None and (
-        not isinstance(windows, list) or not all(_number_or_none(w) for w in windows)
-    ):
-        raise ShapeError("metric throughput_windows_img_s is not a list of numbers")
+    check_result(document)
 
 
 def _check_type(name: str, value: Any, kinds: tuple[type, ...]) -> None:
     if isinstance(value, bool) and bool not in kinds:
-        raise ShapeError(f"{name} is {_show(value)}, not a {kinds[0].__name__}")
+        raise ShapeError(f"{name} is {show(value)}, not a {kinds[0].__name__}")
     if not isinstance(value, kinds):
-        raise ShapeError(f"{name} is {_show(value)}, not a {kinds[0].__name__}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ShapeError(f"{name} is {_show(value)}, not a finite number")
+        raise ShapeError(f"{name} is {show(value)}, not a {kinds[0].__name__}")
+    if isinstance(value, int | float) and not finite_number(value):
+        raise ShapeError(f"{name} is {show(value)}, not a finite number")
 
 
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
-
-
-def _number_or_none(value: Any) -> bool:
-    return value is None or isinstance(value, int | float)  # bool is an int: loss_diverged
 
 
 def read_view(document: dict[str, Any], schema: int) -> dict[str, Any]:
