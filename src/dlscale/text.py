@@ -3,14 +3,41 @@
 from __future__ import annotations
 
 import re
+import shlex
+import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_CONTROL_BUT_NEWLINE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_HIDDEN = frozenset({"Cc", "Cf", "Cs", "Cn", "Zl", "Zp"})
+"""Unicode categories shown as escapes: controls (ESC, BEL, NUL, C1 such as CSI), format
+characters (the bidirectional overrides and isolates U+202A-U+202E, U+2066-U+2069, the marks
+U+200E/U+200F, zero-width characters, tags), lone surrogates (an undecodable file name, which
+would also fail to print), unassigned code points (a terminal with newer Unicode tables may
+give them a meaning) and the line and paragraph separators. Each can move the cursor, reorder,
+hide or break the text around it."""
+
+_CANDIDATE = re.compile(r"[^\x20-\x7e]")
+"""Everything but printable ASCII; its category decides (ASCII text takes the fast path)."""
+
+
+def _escape(match: re.Match[str], keep_newline: bool) -> str:
+    char = match.group()
+    if char == "\n" and keep_newline:
+        return char
+    if unicodedata.category(char) in _HIDDEN:
+        return repr(char)[1:-1]  # \x1b, \u202e, \U000e0001, \udcff: what Python would type
+    return char
 
 
 def visible(text: Any, *, lines: bool = False) -> str:
-    """``str(text)`` on one line (or its own lines, with ``lines``), its control characters
-    written as Python escapes."""
-    control = _CONTROL_BUT_NEWLINE if lines else _CONTROL
-    return control.sub(lambda m: repr(m.group())[1:-1], str(text))
+    """``str(text)`` on one line (or its own lines, with ``lines``), its control and format
+    characters (see ``_HIDDEN``) written as Python escapes: the one function every text a user
+    or a stored file supplied goes through before it reaches a terminal."""
+    return _CANDIDATE.sub(lambda match: _escape(match, lines), str(text))
+
+
+def shell_command(argv: Iterable[Any]) -> str:
+    """``argv`` as one line to paste into a POSIX shell: every word quoted where it needs it
+    (a space, ``;``, ``$(...)``), then control characters made visible (a line break inside a
+    word would otherwise end the command)."""
+    return visible(shlex.join(str(word) for word in argv))

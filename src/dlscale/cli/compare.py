@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +57,7 @@ def main(args: argparse.Namespace) -> int:
     threshold = _threshold(args.fail_on_regression, DEFAULT_THRESHOLD)
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha must be in (0, 1), got {args.alpha}")
-    results_a, results_b = _load(args.baseline), _load(args.candidate)
+    (results_a, _), (results_b, skipped_b) = _load(args.baseline), _load(args.candidate)
     comparison = compare(results_a, results_b, threshold=threshold, alpha=args.alpha)
     if not comparison.matched:
         raise UserError(_nothing_matched(args.baseline, args.candidate, results_a, results_b))
@@ -64,8 +65,25 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(_to_json(comparison, args), allow_nan=False))
     else:
         _print(comparison, args)
-    failing = args.fail_on_regression is not None and comparison.regressions
-    return 1 if failing else 0
+    if args.fail_on_regression is None:
+        return 0
+    unread = _unread_candidates(comparison, skipped_b)
+    if unread:  # a gate must not pass on what it could not read
+        print(f"dlscale: regression gate failed: {unread}", file=sys.stderr)
+        return 1
+    return 1 if comparison.regressions else 0
+
+
+def _unread_candidates(comparison: Any, skipped: int) -> str:
+    """Why the candidate cannot be judged in full ('' if it can): result files skipped as
+    unreadable (each named in its warning), or completed runs without a usable throughput."""
+    unusable = [f.run_id for f in comparison.failed if f.side == "B" and f.status == "unusable"]
+    reasons = []
+    if skipped:
+        reasons.append(f"{skipped} result file(s) of the candidate could not be read (named above)")
+    if unusable:
+        reasons.append(f"candidate run(s) {', '.join(unusable)} have no usable throughput")
+    return "; ".join(reasons)
 
 
 def _threshold(pct: float | None, default: float) -> float:
@@ -76,15 +94,23 @@ def _threshold(pct: float | None, default: float) -> float:
     return pct / 100
 
 
-def _load(directory: Path) -> list[dict[str, Any]]:
-    from dlscale.store.results import RunStore
+def _load(directory: Path) -> tuple[list[dict[str, Any]], int]:
+    """The readable results in ``directory`` and how many result files were skipped (each
+    with its one warning)."""
+    from dlscale.store.results import RunStore, print_warning
 
     if not directory.is_dir():
         raise UserError(f"results directory {directory} does not exist")
-    results = RunStore(directory).results()
+    skipped: list[str] = []
+
+    def warn(message: str) -> None:
+        skipped.append(message)
+        print_warning(message)
+
+    results = RunStore(directory, on_warning=warn).results()
     if not results:
         raise UserError(f"no readable results in {directory} (none, or every one skipped above)")
-    return results
+    return results, len(skipped)
 
 
 def _nothing_matched(
@@ -169,11 +195,12 @@ def _table(comparison: Comparison, args: argparse.Namespace) -> Table:
 
 
 def _row(point: PointComparison, extra: list[str]) -> list[str]:
-    """The cells of one point: settings escaped (user text, never markup), verdicts coloured."""
-    from dlscale.cli.tables import cell
+    """The cells of one point: settings escaped (user text, never markup, one line each),
+    verdicts coloured."""
+    from dlscale.cli.tables import markup
 
     cfg, est = point.config, point.throughput
-    row = [cell(cfg.get(key)) for key in _SHOWN]
+    row = [markup(cfg.get(key)) for key in _SHOWN]
     row += [
         f"{est.mean_a:.1f}",
         f"{est.mean_b:.1f}",
@@ -185,7 +212,7 @@ def _row(point: PointComparison, extra: list[str]) -> list[str]:
         _tta_text(point),
     ]
     if extra:
-        row.append(cell(" ".join(f"{k}={cfg.get(k)}" for k in extra)))
+        row.append(markup(" ".join(f"{k}={cfg.get(k)}" for k in extra)))
     return row
 
 

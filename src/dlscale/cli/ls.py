@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from dlscale.cli.tables import cell, console
+from dlscale.cli.tables import cell, console, markup
 from dlscale.errors import UserError
 from dlscale.options import Option
 
@@ -196,7 +196,9 @@ def _runs(results: str) -> list[Table]:
         table = Table(title=f"submitted, no result yet ({len(waiting)})")
         for column in ("run", "state", "where it stands", "to stop it"):
             table.add_column(column)
-        for run_id, submitted in waiting:
-            _add(table, run_id, submitted.state, submitted.words, submitted.stop_hint)
+        for run_id, submitted in waiting:  # stored text: each cell one line, literally
+            table.add_row(
+                *map(markup, (run_id, submitted.state, submitted.words, submitted.stop_hint))
+            )
         tables.append(table)
     return tables

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
+from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dlscale.cli.tables import LEGEND, console, points_table, say
+from dlscale.cli.tables import LEGEND, console, markup, points_table, results_command, say
 from dlscale.config.study import Repeats, Study
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
@@ -94,21 +94,15 @@ def run_study(
     started = time.monotonic()
 
     def line(text: str) -> None:
-        """One line on stderr, never wrapped (a path may be longer than the console)."""
+        """One line of markup on stderr, never wrapped (a path may be longer than the console);
+        user text in it has been through `markup`."""
         err.print(visible(text), highlight=False, soft_wrap=True)
 
     def warn(message: str) -> None:
-        line(f"dlscale: [yellow]warning:[/] {escape(message)}")
+        line(f"dlscale: [yellow]warning:[/] {markup(message)}")
 
     store = RunStore(results, on_warning=warn)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err,
-        disable=as_json or not err.is_terminal,
-    )
+    progress = study_progress(err, disable=as_json)
     run_ids: dict[int, list[str]] = {i: [] for i in range(len(study.points))}
 
     def run_round(number: int, indices: list[int]) -> None:
@@ -118,17 +112,14 @@ def run_study(
             config = dataclasses.replace(
                 study.points[i], repeat_id=study.points[i].repeat_id + number
             )
-            progress.update(
-                task,
-                description=escape(f"{config.backend} x{config.workers} {config.model} #{number}"),
-            )
+            progress.update(task, description=point_description(config, number))
             run_ids[i].append(config.run_id())
             _run_one(config, store, force, command, study.name, as_json, line, warn, tally)
             progress.advance(task)
 
     with progress:
         task = progress.add_task(
-            escape(f"study {study.name}"), total=len(study.points) * plan.repeats
+            study_description(study.name), total=len(study.points) * plan.repeats
         )
         everyone = list(range(len(study.points)))
         for number in range(plan.repeats):
@@ -157,17 +148,17 @@ def run_study(
             say(out, f"input: {finding.sentence()}")
         say(
             out,
-            f"results: {results}/ (dlscale ls runs --results {results}; "
+            f"results: {results}/ ({results_command('ls', 'runs', results=results)}; "
             f"dlscale.load_results({str(results)!r}))",
         )
     if plan.target_ci is not None and stop is not None:
-        line(f"dlscale: stopping rule: {escape(stop)}")
+        line(f"dlscale: stopping rule: {markup(stop)}")
     if tally.submitted:
         line(
-            escape(
+            markup(
                 f"dlscale: {tally.submitted} point(s) submitted; each records its result when "
-                f"its job ends: `dlscale ls runs --results {results}` shows where they stand, "
-                f"`dlscale report --results {results}` reads them once done"
+                f"its job ends: `{results_command('ls', 'runs', results=results)}` shows where "
+                f"they stand, `{results_command('report', results=results)}` reads them once done"
             )
         )
     if tally.failed or tally.busy:
@@ -176,6 +167,31 @@ def run_study(
         )
         return 1
     return 0
+
+
+def study_progress(err: Console, *, disable: bool) -> Progress:
+    """The live progress line of a study on ``err`` (off for ``--json`` or off a terminal).
+    Its descriptions are plain text, not markup: rich would turn ``:smile:`` in a study name
+    into an emoji there whatever the console says (`study_description`)."""
+    return Progress(
+        TextColumn("{task.description}", markup=False),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=disable or not err.is_terminal,
+    )
+
+
+def study_description(name: str) -> str:
+    """The progress line's text before a study's first point starts: plain text, one line,
+    control characters shown as escapes."""
+    return visible(f"study {name}")
+
+
+def point_description(config: Any, number: int) -> str:
+    """The progress line's text while a point runs (as `study_description`)."""
+    return visible(f"{config.backend} x{config.workers} {config.model} #{number}")
 
 
 def round_order(indices: list[int], number: int, plan: Repeats) -> list[int]:
@@ -248,7 +264,7 @@ def _run_one(
         command=command,
         study=study,
         on_warning=warn,
-        on_wait=lambda message: line(f"dlscale: {escape(message)}"),
+        on_wait=lambda message: line(f"dlscale: {markup(message)}"),
     )
     if outcome.state == "busy":
         tally.busy += 1
@@ -262,11 +278,11 @@ def _run_one(
             record = {"kind": "submitted", "run_id": outcome.run_id, "detail": outcome.detail}
             print(json.dumps(record), flush=True)
         else:
-            line(escape(f"{outcome.run_id}: submitted: {outcome.detail}"))
+            line(markup(f"{outcome.run_id}: submitted: {outcome.detail}"))
         return
     if outcome.state == "skipped" and not as_json:
         line(
-            escape(
+            markup(
                 f"{outcome.run_id}: completed by another dlscale process"
                 if outcome.elsewhere
                 else f"{outcome.run_id}: already completed (use --force to rerun)"
@@ -276,7 +292,7 @@ def _run_one(
         tally.failed += 1
         assert outcome.result is not None
         where = " (in another dlscale process)" if outcome.elsewhere else ""
-        error = escape(f"{outcome.run_id}{where}: {outcome.result.get('error')}")
+        error = markup(f"{outcome.run_id}{where}: {outcome.result.get('error')}")
         line(f"[red]failed:[/] {error}")
         for text in (outcome.result.get("failure") or {}).get("stderr_tail", [])[-5:]:
             say(console(stderr=True), f"    {text}")

@@ -1,4 +1,10 @@
-"""dlscale report: the HTML report, paper figures and exported tables, from the store only."""
+"""dlscale report: the HTML report, paper figures and exported tables, from the store only.
+
+Every file is written whole or not at all (`dlscale.store.files.write_atomic`: a full disk leaves
+the file there as it was, and says so in one line), and never through a symbolic link: a link
+where an output goes (``--out``, a table, ``--figures DIR`` itself or a figure file in it) is
+refused before anything is written.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from dlscale.errors import UserError
+from dlscale.store.files import OutputError, output_failure, refuse_link, write_atomic
 from dlscale.text import visible
+
+if TYPE_CHECKING:
+    from dlscale.report.figures import Figure
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,12 +55,21 @@ def main(args: argparse.Namespace) -> int:
     from dlscale.runner import submitted_points
     from dlscale.store.results import RunStore
 
+    files = [(args.out, "--out"), (args.markdown, "--markdown"), (args.csv, "--csv")]
+    for path, flag in files:
+        if path is not None:
+            refuse_link(path, flag)  # before any work: never followed, never replaced
+    if args.figures is not None:
+        refuse_link(args.figures, "--figures")
     store = RunStore(args.results)
     waiting = submitted_points(store)  # and jobs that ended without a result recorded failed
     if waiting:
+        from dlscale.cli.tables import results_command
+
+        listing = results_command("ls", "runs", results=args.results)
         print(
             f"dlscale: {len(waiting)} submitted point(s) have no result yet and are not in this "
-            f"report (dlscale ls runs --results {visible(args.results)} shows where they stand)",
+            f"report ({listing} shows where they stand)",
             file=sys.stderr,
         )
     runs = store.results()
@@ -61,71 +81,103 @@ def main(args: argparse.Namespace) -> int:
             "run `dlscale run` first"
         )
     fitted = fitted_networks(Path(args.results), on_problem=store.on_warning)
+    figures = _planned_figures(rows, microbench, fitted) if args.figures is not None else []
+    if args.figures is not None:
+        for stem, _ in figures:
+            for path in _figure_files(args.figures, stem):
+                refuse_link(path, "a figure of --figures")
     href = os.path.relpath(Path(args.results).absolute(), args.out.absolute().parent)
     page, plots = build_html(
         rows, title=args.title, source=str(args.results), results_href=Path(href).as_posix(),
         microbench=microbench, fitted=fitted,
     )  # fmt: skip
-    _write(args.out, page)
+    size = _write(args.out, page)
     print(
-        f"report: {args.out} ({len(rows)} points of {len(runs)} runs, "
-        + (f"{len(microbench)} microbench runs, " if microbench else "")
-        + f"{plots} plots, "
-        f"{args.out.stat().st_size / 1e6:.1f} MB; opens offline in any browser)"
+        visible(
+            f"report: {args.out} ({len(rows)} points of {len(runs)} runs, "
+            + (f"{len(microbench)} microbench runs, " if microbench else "")
+            + f"{plots} plots, {size / 1e6:.1f} MB; opens offline in any browser)"
+        )
     )
     if args.markdown:
         _write(args.markdown, to_markdown(rows))
-        print(f"table: {args.markdown}")
+        print(visible(f"table: {args.markdown}"))
     if args.csv:
         _write(args.csv, to_csv(rows))
-        print(f"table: {args.csv}")
-    if args.figures:
-        written = _figures(rows, microbench, fitted, args.figures)
-        print(f"figures: {len(written)} files (PNG + PDF) in {args.figures}")
+        print(visible(f"table: {args.csv}"))
+    if args.figures is not None:
+        written = _write_figures(figures, args.figures)
+        print(visible(f"figures: {len(written)} files (PNG + PDF) in {args.figures}"))
     return 0
 
 
-def _write(path: Path, text: str) -> None:
+def _directory(directory: Path, flag: str = "") -> None:
+    """Make ``directory`` (and its parents) if it is missing. With ``flag``, the directory the
+    user named for dlscale's files: refused if it is a symbolic link, before and after."""
+    if flag:
+        refuse_link(directory, flag)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputError(
+            f"cannot create the directory {directory}: a file that is not a directory is in the "
+            "way; choose another path"
+        ) from None
     except OSError as error:
-        raise UserError(f"cannot write {path}: {error.strerror}") from None
+        raise output_failure(directory, error) from None
+    if flag:
+        refuse_link(directory, flag)  # planted while we made it
 
 
-def _figures(rows: list[dict], microbench: list[dict], fitted: dict, directory: Path) -> list[Path]:
-    """Every study's figures as ``<study slug>-<figure>.png/.pdf`` directly in ``directory``
-    (with the model's predictions where a microbench measured the network), and each microbench
-    run's as ``<run slug>-<figure>``: the slugs (``study_slugs``) have no dots or slashes, so
-    nothing shares, hides or escapes."""
+def _write(path: Path, text: str) -> int:
+    """Write ``text`` to ``path`` whole or not at all; its size in bytes."""
+    data = text.encode("utf-8")
+    _directory(path.parent)
+    write_atomic(path, data)
+    return len(data)
+
+
+def _figure_files(directory: Path, stem: str) -> list[Path]:
+    """The files `save_static` writes for ``stem``."""
+    from dlscale.report.static import FORMATS
+
+    return [directory / f"{stem}.{suffix}" for suffix in FORMATS]
+
+
+def _planned_figures(
+    rows: list[dict[str, Any]], microbench: list[dict[str, Any]], fitted: dict[Any, Any]
+) -> list[tuple[str, Figure]]:
+    """Every study's figures as ``<study slug>-<figure>`` (with the model's predictions where a
+    microbench measured the network), and each microbench run's as ``<run slug>-<figure>``:
+    the slugs (``study_slugs``) have no dots or slashes, so nothing shares, hides or escapes
+    the directory."""
     from collections import defaultdict
 
     from dlscale.perfmodel.networks import link_lookup
-    from dlscale.report.figures import Figure, study_figures, study_slugs
+    from dlscale.report.figures import study_figures, study_slugs
     from dlscale.report.model import collectives, prediction
-    from dlscale.report.static import save_static
 
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise UserError(f"cannot create {directory}: {error.strerror}") from None
-    studies: dict[str, list[dict]] = defaultdict(list)
+    studies: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         studies[str(row.get("study") or "unnamed")].append(row)
     slugs = study_slugs([*studies, *(run["run_id"] for run in microbench)])
-    drawn: list[tuple[str, Figure]] = []
+    planned: list[tuple[str, Figure]] = []
     for name, study_rows in sorted(studies.items()):
         link_of, sources = link_lookup(fitted)
         predicted = prediction(study_rows, link_of, sources)
         figures = study_figures(study_rows) + ([predicted] if predicted else [])
-        drawn += [(slugs[name], figure) for figure in figures]
+        planned += [(f"{slugs[name]}-{figure.key}", figure) for figure in figures]
     for run in microbench:
-        drawn += [(slugs[run["run_id"]], figure) for figure in collectives(run)]
+        planned += [(f"{slugs[run['run_id']]}-{f.key}", f) for f in collectives(run)]
+    return planned
+
+
+def _write_figures(planned: list[tuple[str, Figure]], directory: Path) -> list[Path]:
+    """Draw each planned figure as PNG and PDF directly in ``directory``, each file whole."""
+    from dlscale.report.static import save_static
+
+    _directory(directory, "--figures")
     written: list[Path] = []
-    for slug, figure in drawn:
-        stem = directory / f"{slug}-{figure.key}"
-        try:
-            written += save_static(figure, stem)
-        except OSError as error:
-            raise UserError(f"cannot write {stem}.png/.pdf: {error.strerror}") from None
+    for stem, figure in planned:
+        written += save_static(figure, directory / stem)
     return written

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from dlscale.config.describe import study_description
 from dlscale.config.study import (
     SCALE,
     Repeats,
+    Study,
     apply_scale,
     coerce,
     coerce_study,
@@ -19,7 +22,7 @@ from dlscale.config.study import (
     parse_set,
 )
 from dlscale.errors import UserError
-from dlscale.text import visible
+from dlscale.text import shell_command, visible
 
 DEFAULT_STUDY: dict[str, Any] = {
     "name": "quick",
@@ -147,14 +150,35 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     return settings, name, description
 
 
+def study_from(args: argparse.Namespace) -> Study:
+    """The study to run, its description kept only while the flags and ``--set`` leave the
+    grid it was written for as it was (a torch-ring study is not "plain PyTorch against
+    DDP"); otherwise it says what the points run."""
+    settings, name, description = settings_from(args)
+    written_for, _, _ = settings_from(_without_grid_flags(args))
+    study = expand(settings, name=name, description=description)
+    described = study_description(description, written_for, settings, study.points)
+    return dataclasses.replace(study, description=described)
+
+
+def _without_grid_flags(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` with every flag and ``--set`` that changes the grid taken away (the scale
+    and the runs per point kept): the settings the study's description was written for."""
+    plain = argparse.Namespace(**vars(args))
+    for key in FLAGS.values():
+        setattr(plain, key, None)
+    kept = {SCALE, *(key for _, key, _ in STUDY_FLAGS)}
+    plain.overrides = [o for o in args.overrides if o.partition("=")[0].strip() in kept]
+    return plain
+
+
 def main(args: argparse.Namespace) -> int:
     if args.keys:
         _print_keys()
         return 0
     from dlscale.runner import check_inputs
 
-    settings, name, description = settings_from(args)
-    study = expand(settings, name=name, description=description)
+    study = study_from(args)
     for note in check_inputs(study.points):
         print(f"dlscale: note: {visible(note)}", file=sys.stderr)
     from dlscale.preflight import check_points
@@ -189,7 +213,7 @@ def _print_keys() -> None:
     defaults = config_defaults()
     print("core keys (every run):")
     for key, doc in fields_doc().items():
-        print(f"  {key:24} {doc} (default: {defaults[key]!r})")
+        print(visible(f"  {key:24} {doc} (default: {defaults[key]!r})"))
     from dlscale.config.study import Repeats
 
     print("study keys (the runs of every point; a study file, --set, or their flags):")
@@ -203,59 +227,73 @@ def _print_keys() -> None:
     by_owner: dict[str, list[str]] = {}
     for name, declarations in declared_options().items():
         for owner, option in declarations:
-            by_owner.setdefault(owner, []).append(f"  {name:24} {option.describe()}")
-    for owner in sorted(by_owner):
-        print(f"options of {owner}:")
+            by_owner.setdefault(owner, []).append(visible(f"  {name:24} {option.describe()}"))
+    for owner in sorted(by_owner):  # plug-ins' text: each line shown literally
+        print(visible(f"options of {owner}:"))
         print("\n".join(by_owner[owner]))
 
 
 def _dry_run(points: Any, results: Path, repeats: Repeats) -> int:
-    import shlex
+    """Each point's commands, to read or paste: a command is quoted for the shell (an argument
+    with a space, ``;`` or ``$(...)`` stays one word), and every line is shown literally (a
+    setting with a control character cannot move the cursor or start a line of its own)."""
+    for config in points:
+        for text in _planned(config, results, repeats, first=config is points[0]):
+            print(visible(text))
+    print(json.dumps({"points": len(points)}), file=sys.stderr)
+    return 0
 
+
+def _assignments(env: dict[str, str]) -> str:
+    """``KEY=value`` words a shell reads as variable assignments (the value quoted, the key not:
+    a quoted ``'KEY=value'`` would be a command name)."""
+    return " ".join(f"{key}={shell_command([value])}" for key, value in env.items())
+
+
+def _planned(config: Any, results: Path, repeats: Repeats, *, first: bool) -> list[str]:
+    """The dry-run lines of one point."""
     from dlscale.backends import BACKENDS
     from dlscale.launchers import LAUNCHERS
     from dlscale.runner import interpreter
 
-    for config in points:
-        run_id = config.run_id()
-        plan = (
-            LAUNCHERS.get(config.launcher)
-            .create()
-            .plan(config, results / run_id / "spec.json", interpreter(config))
+    run_id = config.run_id()
+    plan = (
+        LAUNCHERS.get(config.launcher)
+        .create()
+        .plan(config, results / run_id / "spec.json", interpreter(config))
+    )
+    roles = ", ".join(f"{p.role}{p.index}=rank{p.rank}" for p in plan.layout.processes)
+    lines = [
+        f"# {run_id}: {config.backend} x{config.workers} {config.model} {config.dataset} "
+        f"({plan.threads_per_worker} threads/process; {roles})"
+    ]
+    lines += [f"#   warning: {warning}" for warning in plan.warnings]
+    for setup in plan.setups:
+        lines.append("# made before the commands start, removed after:")
+        lines += [f"#   {line}" for line in setup.describe()]
+    if first and repeats.repeats > 1:
+        last = repeats.repeats - 1
+        lines.append(f"#   every point runs {repeats.repeats} times (repeat_id +0..+{last})")
+    for entry in plan.entries:
+        ranks = (
+            f"rank {entry.ranks[0]}"
+            if len(entry.ranks) == 1
+            else (f"ranks {entry.ranks[0]}-{entry.ranks[-1]}")
         )
-        roles = ", ".join(f"{p.role}{p.index}=rank{p.rank}" for p in plan.layout.processes)
-        print(
-            f"# {run_id}: {config.backend} x{config.workers} {config.model} {config.dataset} "
-            f"({plan.threads_per_worker} threads/process; {roles})"
-        )
-        for warning in plan.warnings:
-            print(f"#   warning: {warning}")
-        for setup in plan.setups:
-            print("# made before the commands start, removed after:")
-            print("\n".join(f"#   {line}" for line in setup.describe()))
-        if config is points[0] and repeats.repeats > 1:
-            last = repeats.repeats - 1
-            print(f"#   every point runs {repeats.repeats} times (repeat_id +0..+{last})")
-        for entry in plan.entries:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(entry.env.items()))
-            ranks = (
-                f"rank {entry.ranks[0]}"
-                if len(entry.ranks) == 1
-                else (f"ranks {entry.ranks[0]}-{entry.ranks[-1]}")
-            )
-            print(f"# {ranks}")
-            if not plan.addresses.hosts:
-                print("#   each rank sets its cluster variables once the scheduler placed it")
-            elif len(entry.ranks) > 1:  # one command: each rank sets its cluster variables
-                backend = BACKENDS.get(config.backend)
-                for rank in entry.ranks:
-                    process = plan.layout.processes[rank]
-                    cluster = backend.cluster_env(process, plan.layout, plan.addresses, config)
-                    variables = " ".join(f"{k}={shlex.quote(v)}" for k, v in cluster.items())
-                    print(f"#   rank {rank} ({process.role}) sets: {variables or '-'}")
-            for path, text in entry.files.items():
-                print(f"# {path}:")
-                print("\n".join(f"#   {line}" for line in text.splitlines()))
-            print(f"{env} {shlex.join(entry.argv)}".lstrip())
-    print(json.dumps({"points": len(points)}), file=sys.stderr)
-    return 0
+        lines.append(f"# {ranks}")
+        if not plan.addresses.hosts:
+            lines.append("#   each rank sets its cluster variables once the scheduler placed it")
+        elif len(entry.ranks) > 1:  # one command: each rank sets its cluster variables
+            backend = BACKENDS.get(config.backend)
+            for rank in entry.ranks:
+                process = plan.layout.processes[rank]
+                cluster = backend.cluster_env(process, plan.layout, plan.addresses, config)
+                lines.append(
+                    f"#   rank {rank} ({process.role}) sets: {_assignments(cluster) or '-'}"
+                )
+        for path, text in entry.files.items():
+            lines.append(f"# {path}:")
+            lines += [f"#   {line}" for line in text.splitlines()]
+        env = _assignments(dict(sorted(entry.env.items())))
+        lines.append(f"{env} {shell_command(entry.argv)}".lstrip())
+    return lines

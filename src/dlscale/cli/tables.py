@@ -5,10 +5,12 @@ this module only draws them.
 
 User text (study names, paths, settings, errors) is never rich markup: ``[/x]`` in a study name
 would end a tag that was never opened (a crash) and ``[bold]`` would vanish. Titles and messages
-are passed as `Text` (`literal`, `say`), cells and captions as escaped markup (`cell`), and
-`console()` replaces no ``:emoji:`` codes. Control characters are shown as escapes (`visible`),
-so no text moves the cursor or colours the terminal, and a message stays one line (a cell may
-keep its own line breaks).
+are passed as `Text` (`literal`, `say`), text inside markup (table cells and captions, progress
+descriptions, coloured messages) through `markup`, which both escapes the markup and shows
+control characters as escapes (`dlscale.text.visible`), and `console()` replaces no ``:emoji:``
+codes. So no text moves the cursor, sets the window title or colours the terminal, and a
+message, a caption and a cell of the runs table stay one line (only `cell`, for plug-in text
+such as a list of options, keeps its own line breaks).
 """
 
 from __future__ import annotations
@@ -21,9 +23,19 @@ from rich.table import Table
 from rich.text import Text
 
 from dlscale.report.columns import LEGEND, human_layout
-from dlscale.text import visible
+from dlscale.text import shell_command, visible
 
-__all__ = ["LEGEND", "cell", "console", "literal", "points_table", "say", "visible"]
+__all__ = [
+    "LEGEND",
+    "cell",
+    "console",
+    "literal",
+    "markup",
+    "points_table",
+    "results_command",
+    "say",
+    "visible",
+]
 
 
 def console(stderr: bool = False) -> Console:
@@ -38,14 +50,26 @@ def literal(text: Any, style: str = "") -> Text:
     return Text(visible(text), style=style)
 
 
+def markup(text: Any, *, lines: bool = False) -> str:
+    """User text as a markup string that renders literally, on one line (with ``lines``: its
+    own lines): the one helper for user text that rich reads as markup."""
+    return escape(visible(text, lines=lines))
+
+
 def cell(text: Any) -> str:
-    """User text as a markup string that renders literally (a table cell: it may have lines)."""
-    return escape(visible(text, lines=True))
+    """Plug-in text for a table cell (a list of options): literal, keeping its line breaks."""
+    return markup(text, lines=True)
 
 
 def say(out: Console, text: Any, style: str = "") -> None:
     """Print a message as one line, literally: never wrapped at the console's width."""
     out.print(literal(text, style), soft_wrap=True)
+
+
+def results_command(*words: str, results: Any) -> str:
+    """``dlscale WORDS --results RESULTS``, to paste into a shell: quoted, so that a results
+    path with a space, ``;`` or ``$(...)`` stays one word and runs nothing."""
+    return shell_command(["dlscale", *words, "--results", str(results)])
 
 
 def points_table(
@@ -56,7 +80,7 @@ def points_table(
     table = Table(
         title=literal(title, "table.title"),
         title_justify="left",
-        caption=escape(visible(", ".join(caption))) or None,
+        caption=markup(", ".join(caption)) or None,
         caption_justify="left",
     )
     for column in columns:
@@ -67,5 +91,5 @@ def points_table(
         else:
             table.add_column(column.label, overflow="fold")
     for row in rows:
-        table.add_row(*(cell(column.text(row)) for column in columns))
+        table.add_row(*(markup(column.text(row)) for column in columns))
     return table

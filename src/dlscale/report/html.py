@@ -14,6 +14,7 @@ from dlscale.report.columns import Column, human_layout
 from dlscale.report.figures import Figure, Row, study_figures, study_slugs
 from dlscale.report.interactive import to_plotly
 from dlscale.report.model import collectives, predictable, prediction
+from dlscale.text import shell_command
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;
@@ -30,6 +31,19 @@ th{background:#f5f5f5} .note{color:#555;font-size:.9rem;margin:.2rem 0 1.5rem}
 
 def _e(value: Any) -> str:
     return html.escape("-" if value is None else str(value))
+
+
+def reproduce(rows: list[Row]) -> list[str]:
+    """The distinct commands that made ``rows``, each quoted for pasting into a shell: the
+    stored ``command`` is the argv list (a path with a space, ``;`` or ``$(...)`` stays one
+    word); text that is not a list (a damaged or foreign result) is one quoted word, which
+    runs nothing."""
+    commands = set()
+    for row in rows:
+        argv = row.get("command")
+        if argv:
+            commands.add(shell_command(argv if isinstance(argv, list) else [argv]))
+    return sorted(commands)
 
 
 def _when(timestamp: float | None) -> str:
@@ -177,11 +191,13 @@ def _prediction(rows: list[Row], fitted: dict[Any, Any], div_id: str) -> tuple[s
     if figure is not None:
         return _figure(figure, div_id), 1
     launchers = sorted({str(r["config"].get("launcher")) for r in candidates})
+    microbench = ["dlscale", "microbench", "--workers", "2", "--launcher"]
+    commands = " or ".join(f"<code>{_e(shell_command([*microbench, x]))}</code>" for x in launchers)
     return (
         '<p class="note">The model (docs/perfmodel.md) can predict this study\'s points of 2 '
-        "workers or more once the network they ran on is measured: run <code>dlscale microbench"
-        f" --workers 2 --launcher {_e(' / '.join(launchers))}</code> (with the same network and "
-        "nodes settings) into this results directory, then this report again.</p>",
+        f"workers or more once the network they ran on is measured: run {commands} (with the "
+        "same network and nodes settings) into this results directory, then this report "
+        "again.</p>",
         0,
     )
 
@@ -243,7 +259,7 @@ def build_html(
     slugs = study_slugs(studies)
     sections, plots = [], 0
     for name, study_rows in sorted(studies.items()):
-        commands = sorted({" ".join(map(str, r.get("command") or [])) for r in study_rows} - {""})
+        commands = reproduce(study_rows)
         parts = [f'<section class="study" id="study-{slugs[name]}"><h2>Study {_e(name)}</h2>']
         parts.append(
             "<p>Reproduce: " + "<br>".join(f"<code>{_e(c)}</code>" for c in commands) + "</p>"

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
+from typing import Any
 
 from dlscale.report.figures import Figure, x_ticks
 from dlscale.report.interactive import PALETTE
+from dlscale.store.files import write_atomic
+
+FORMATS = ("png", "pdf")
 
 
 def _t(text: str) -> str:
@@ -16,14 +21,38 @@ def _t(text: str) -> str:
 
 def save_static(figure: Figure, stem: Path) -> list[Path]:
     """Draw ``figure`` into ``stem.png`` and ``stem.pdf``. The stem is used whole: a dot in it
-    is no suffix to replace."""
+    is no suffix to replace. Each file is drawn in memory, then written whole or not at all,
+    never through a symbolic link (`write_atomic`)."""
+    drawn = render_static(figure)
+    paths = [stem.with_name(f"{stem.name}.{suffix}") for suffix in FORMATS]
+    for path, suffix in zip(paths, FORMATS, strict=True):
+        write_atomic(path, drawn[suffix])
+    return paths
+
+
+def render_static(figure: Figure) -> dict[str, bytes]:
+    """``figure`` drawn as the bytes of each of ``FORMATS``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import PercentFormatter
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), constrained_layout=True)
+    try:
+        _draw(figure, ax)
+        drawn = {}
+        for suffix in FORMATS:
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=suffix, dpi=150)
+            drawn[suffix] = buffer.getvalue()
+    finally:
+        plt.close(fig)
+    return drawn
+
+
+def _draw(figure: Figure, ax: Any) -> None:
+    from matplotlib.ticker import PercentFormatter
+
     colours: dict[str, str] = {}
     bars = [s for s in figure.series if s.kind == "bar"]
     if bars:
@@ -96,8 +125,3 @@ def save_static(figure: Figure, stem: Path) -> list[Path]:
         ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    paths = [stem.with_name(f"{stem.name}.png"), stem.with_name(f"{stem.name}.pdf")]
-    for path in paths:
-        fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return paths

@@ -9,6 +9,7 @@ import io
 import re
 
 from dlscale.report.columns import COLUMNS, Row
+from dlscale.text import visible
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:
@@ -20,9 +21,11 @@ _BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
 
 
 def _markdown_cell(cell: str) -> str:
-    """One table cell whatever the text: line breaks become spaces (a row is one line), ``|`` is
+    """One table cell whatever the text: line breaks become spaces (a row is one line), other
+    control characters are shown as escapes (the file is read in terminals too), ``|`` is
     escaped, and HTML is entity-escaped (Markdown passes raw HTML through to the page)."""
-    return html.escape(_BREAKS.sub(" ", cell), quote=False).replace("|", "\\|") or "-"
+    text = visible(_BREAKS.sub(" ", cell))
+    return html.escape(text, quote=False).replace("|", "\\|") or "-"
 
 
 def to_markdown(rows: list[Row]) -> str:
