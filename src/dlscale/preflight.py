@@ -1,18 +1,22 @@
 """Checks made before anything is launched, so that bad input costs one line, not a run.
 
 * the results directory can be created and written;
-* the workers' interpreter exists and runs, and imports the backend's framework and the
-  modules it requires (``BackendSpec.requires``; the message names the install command);
+* the workers' interpreter exists and is Python 3.11 or newer (workers start with ``-P``),
+  and imports the backend's framework and the modules it requires (``BackendSpec.requires``;
+  the message names the install command);
 * the launcher's tool is installed (``Launcher.check``: horovodrun beside that interpreter,
-  mpirun on the PATH), and this machine can run the point's launcher options
-  (``Launcher.check_point``: an emulated network needs root, iproute2, netem for a latency);
+  mpirun on the PATH), this machine can run the point's launcher options
+  (``Launcher.check_point``: an emulated network needs root, iproute2, netem for a latency),
+  and, unless it is a dry run, the launcher's scheduler takes work now
+  (``Launcher.check_ready``: Slurm's controller answers);
 * ``--device cuda``: the backend's framework sees a CUDA device under that interpreter;
 * ``allocator = jemalloc`` or ``tcmalloc``: its library is installed (the message names the
   Debian package and ``scripts/install-allocators.sh``);
 * the resource guard (``resource_guard = true``, the default), for launchers that run every
   process on this machine: at most :data:`MAX_PROCESSES_PER_CORE` processes per usable core,
-  and a lower bound of the point's memory (see :func:`memory_lower_bound_bytes`) within the
-  machine's memory. ``--set resource_guard=false`` runs such a point anyway.
+  and a lower bound of the point's memory (see :func:`memory_lower_bound_bytes`; a
+  microbench's: :func:`microbench_bytes`) within :data:`MEMORY_SHARE` of the memory available
+  now. ``--set resource_guard=false`` runs such a point anyway.
 
 Each failure is a :class:`UserError` naming the key and the fix (exit 2, before launch).
 """
@@ -32,22 +36,40 @@ from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.errors import UserError
 from dlscale.launchers import LAUNCHERS
+from dlscale.launchers.base import SAFE_PATH
+from dlscale.microbench import Settings
 from dlscale.models import MODELS
 from dlscale.runner import interpreter
 from dlscale.runtime import allocator
-from dlscale.runtime.environment import memory_gib, usable_cores
+from dlscale.runtime.environment import memory_available_gib, memory_gib, usable_cores
 from dlscale.runtime.worker_path import prepare_worker_path
+from dlscale.store.results import RunStore
 
 MAX_PROCESSES_PER_CORE = 4
 """Beyond this, each process gets under a quarter of a core: the measurement says nothing
 about the engine, and hundreds of interpreters exhaust memory before the first step."""
 PROCESS_BASE_BYTES = 100 * 2**20
+MEMORY_SHARE = 0.9
+"""The share of the memory available when the study starts that a point's lower bound may
+take: the bound leaves out each interpreter's framework (torch: about 130 MiB more), the
+dlscale parent and the libraries' threads, and a machine with under a tenth of its memory
+left evicts its page cache and stalls."""
 """A Python interpreter with numpy loaded: the least any process of a run takes."""
 PROBE_TIMEOUT_S = 120.0
+MIN_WORKER_PYTHON = (3, 11)
 
 
-def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool = True) -> None:
-    """Every check; the results directory is created last, once nothing was refused."""
+def check_points(
+    points: tuple[RunConfig, ...],
+    results: Path,
+    *,
+    create: bool = True,
+    microbench: Settings | None = None,
+) -> None:
+    """Every check; the results directory is created last, once nothing was refused.
+    ``create`` (not a dry run): the launchers' schedulers are asked too whether they take work
+    now (:meth:`~dlscale.launchers.base.Launcher.check_ready`). ``microbench``: the points run
+    these collectives, whose buffers the resource guard counts."""
     check_results_dir(results, create=False)
     checked: set[tuple[str, ...]] = set()
     for config in points:
@@ -59,6 +81,9 @@ def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool =
         if ("launcher", python, config.launcher) not in checked:
             LAUNCHERS.get(config.launcher).create().check(python)
             checked.add(("launcher", python, config.launcher))
+        if create and ("ready", config.launcher) not in checked:
+            LAUNCHERS.get(config.launcher).create().check_ready()
+            checked.add(("ready", config.launcher))
         LAUNCHERS.get(config.launcher).create().check_point(config)
         if ("backend", python, config.backend) not in checked:
             check_requirements(python, config.backend)
@@ -71,9 +96,12 @@ def check_points(points: tuple[RunConfig, ...], results: Path, *, create: bool =
             check_allocator(config.allocator)
             checked.add(("allocator", config.allocator))
         if config.resource_guard:
-            check_resources(config)
+            check_resources(config, microbench)
     if create:
         check_results_dir(results, create=True)
+        # a link or a file planted where a point's run directory goes stops the study before
+        # any point runs (the runner refuses it again for later repeats)
+        RunStore(results).check_run_dirs(config.run_id() for config in points)
 
 
 def check_results_dir(results: Path, *, create: bool = True) -> None:
@@ -87,6 +115,11 @@ def check_results_dir(results: Path, *, create: bool = True) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"results directory {existing} is not writable; choose another --results")
     if create:
+        if results.is_symlink() and not results.exists():
+            raise UserError(
+                f"--results {results} is a link to {os.readlink(results)}, which does not "
+                "exist; create that directory or choose another --results"
+            )
         try:
             results.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -101,6 +134,7 @@ def check_interpreter(python: str, backend: BackendSpec, *, given: str | None = 
     backend's own environment (named with its install command), else the parent's."""
     found = shutil.which(python)
     if found is not None and os.access(found, os.X_OK):
+        check_python_version(python)
         return
     if given is None and backend.python is not None:
         raise UserError(
@@ -113,6 +147,36 @@ def check_interpreter(python: str, backend: BackendSpec, *, given: str | None = 
     )
 
 
+def check_python_version(python: str) -> None:
+    """The workers' interpreter is Python >= 3.11: a worker starts with ``-P`` (the working
+    directory kept off its import path: :data:`dlscale.launchers.base.SAFE_PATH`), which an
+    older one refuses, and dlscale needs 3.11 anyway."""
+    if python == sys.executable:
+        return
+    code = "import sys; sys.stdout.write('%d %d' % sys.version_info[:2])"  # Python 2 too
+    try:  # imports only builtins (the working directory is on the path of -c before 3.11)
+        done = subprocess.run(
+            [python, "-E", "-s", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+        version = tuple(int(part) for part in done.stdout.split())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        version = ()
+    if len(version) != 2:
+        raise UserError(
+            f"python = {python!r} does not run as a Python interpreter; set the python key "
+            "to a venv's bin/python (Python 3.11 or newer)"
+        )
+    if version < MIN_WORKER_PYTHON:
+        raise UserError(
+            f"python = {python!r} is Python {version[0]}.{version[1]}; dlscale's workers need "
+            f"Python {'.'.join(map(str, MIN_WORKER_PYTHON))} or newer: set the python key to "
+            "such an interpreter"
+        )
+
+
 def missing_modules(python: str, modules: tuple[str, ...]) -> list[str]:
     """The modules of ``modules`` the interpreter cannot import (found, not imported)."""
     if python == sys.executable:
@@ -123,7 +187,7 @@ def missing_modules(python: str, modules: tuple[str, ...]) -> list[str]:
     )
     try:
         done = subprocess.run(
-            [python, "-c", code, *modules],
+            [python, *SAFE_PATH, "-c", code, *modules],
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,
@@ -152,11 +216,11 @@ def check_cuda(python: str, probe: str) -> None:
         code = f"from dlscale.registry import load_object; print(load_object({probe!r})())"
         try:
             done = subprocess.run(
-                [python, "-c", code],
+                [python, *SAFE_PATH, "-c", code],
                 capture_output=True,
                 text=True,
                 timeout=PROBE_TIMEOUT_S,
-                env={**os.environ, "PYTHONPATH": str(path)},
+                env={**os.environ, "PYTHONPATH": str(path), "PYTHONSAFEPATH": "1"},
             )
             count = int(done.stdout.strip().splitlines()[-1])
         except (OSError, subprocess.SubprocessError, ValueError, IndexError):
@@ -200,7 +264,9 @@ def process_count(config: RunConfig) -> int:
     return config.layout().size + loader_count(config)
 
 
-def check_resources(config: RunConfig) -> None:
+def check_resources(config: RunConfig, microbench: Settings | None = None) -> None:
+    """The resource guard (module docstring); ``microbench``: the point runs these
+    collectives instead of training, and its memory is their buffers."""
     if not LAUNCHERS.get(config.launcher).same_machine:
         return
     processes, cores = process_count(config), usable_cores()
@@ -212,12 +278,73 @@ def check_resources(config: RunConfig) -> None:
             f"(more than {MAX_PROCESSES_PER_CORE} per core){which}; use fewer workers, or "
             "--set resource_guard=false to run it anyway"
         )
-    total = memory_gib()
-    if config.device == "cpu" and total is not None:
-        needed = memory_lower_bound_bytes(config) / 2**30
-        if needed > total:
+    available = memory_available_gib()
+    available = memory_gib() if available is None else available
+    if config.device != "cpu" or available is None:
+        return
+    usable = MEMORY_SHARE * available
+    room = f"more than {MEMORY_SHARE:.0%} of the {available:g} GiB available here"
+    if microbench is not None:
+        needed, collective, size = microbench_bytes(config, microbench)
+        if needed / 2**30 > usable:
             raise UserError(
-                f"{config.backend} x{config.workers} at batch {config.batch_per_worker} needs "
-                f"at least {needed:,.1f} GiB of memory, the machine has {total:g} GiB; use a "
-                "smaller batch_size or fewer workers, or --set resource_guard=false"
+                f"microbench {collective} of {_gib(size)} on {config.workers} ranks needs at "
+                f"least {needed / 2**30:,.1f} GiB of memory (its messages, results and checks), "
+                f"{room}; use smaller --sizes or fewer --workers, or --set resource_guard=false"
             )
+        return
+    gib = memory_lower_bound_bytes(config) / 2**30
+    if gib > usable:
+        raise UserError(
+            f"{config.backend} x{config.workers} at batch {config.batch_per_worker} needs "
+            f"at least {gib:,.1f} GiB of memory, {room}; use a smaller batch_size or fewer "
+            "workers, or --set resource_guard=false"
+        )
+
+
+COLLECTIVE_BUFFERS = {
+    "all_reduce": (4, 0),
+    "broadcast": (4, 0),
+    "all_gather": (5, 1),
+    "reduce_scatter": (2, 3),
+    "send_recv": (3, 0),
+    "ps_pushpull": (4, 0),
+}
+"""What a rank of ``dlscale microbench`` holds at once for a message of ``size`` bytes, as
+(whole messages, messages / processes): the input, the output or in-place buffer, the
+expected result, the check's difference and its absolute value, and the library's own copy.
+Measured (peak resident memory, VmHWM, less the same run's at 4 bytes) for
+torch.distributed's kernel on gloo at 256 MiB on 2 and 4 ranks: all_reduce 4.0 (its input and
+in-place buffer, the check's two), broadcast 4.0 (gloo's staging copy), all_gather 5.3-5.5
+(input size/p, output, expected, the check's two, gloo's flat output), reduce_scatter 4.0-5.5
+(counted: input, a copy, output, the check's two of size/p); Horovod's kernel holds one message
+less for broadcast and all_gather, and more for reduce_scatter (6.0-6.5)."""
+
+
+def collective_bytes(collective: str, size: int, processes: int, rank: int = 0) -> int:
+    """Bytes a rank holds at once for ``collective`` of ``size`` bytes
+    (:data:`COLLECTIVE_BUFFERS`); send_recv's other ranks than 0 and 1 hold only its buffer."""
+    whole, part = COLLECTIVE_BUFFERS[collective]
+    if collective == "send_recv" and rank >= 2:
+        whole = 1
+    return whole * size + part * size // max(1, processes)
+
+
+def microbench_bytes(config: RunConfig, settings: Settings) -> tuple[int, str, int]:
+    """A microbench point's memory: every process's interpreter, and each measuring rank's
+    buffers for the collective and size that take the most; (bytes, that collective, size)."""
+    measuring = config.layout().training_ranks
+    size = max(settings.sizes)
+    ranked = [
+        (sum(collective_bytes(c, size, len(measuring), r) for r in range(len(measuring))), c)
+        for c in settings.collectives
+    ]
+    buffers, collective = max(ranked)
+    return process_count(config) * PROCESS_BASE_BYTES + buffers, collective, size
+
+
+def _gib(size: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"

@@ -9,6 +9,10 @@ gets them from the launcher (``Launcher.hosts``: the step's node list). A microb
 (``task``) runs the backend's collectives in the processes that train; the others (a parameter
 server's scheduler and servers) run the backend's worker as in training, serving them.
 
+Every launcher starts it as ``python -P -m dlscale.worker`` with ``PYTHONSAFEPATH=1``
+(:func:`dlscale.launchers.base.worker_command`): nothing is imported from the working
+directory, where a user's ``random.py`` would otherwise run in every rank.
+
 A worker started by dlscale (``DLSCALE_PARENT_PID`` set) first starts a watchdog thread
 (:mod:`dlscale.runtime.watchdog`): once the dlscale process that started it is gone, whatever
 killed it, the worker kills its process group, so no rank outlives its run. One started by hand
@@ -41,6 +45,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m dlscale.worker RUN_DIR/spec.json", file=sys.stderr)
         return 2
     start_watchdog()
+    _forget_working_directory()
     spec_path = Path(argv[0])
     rank, local_rank, processes = WorkerContext.rank_from_environment()
     events = EventWriter(events_path(spec_path.parent, rank), rank)
@@ -104,6 +109,15 @@ def main(argv: list[str]) -> int:
     events.write(End())
     events.close()
     return 0
+
+
+def _forget_working_directory() -> None:
+    """Take the working directory off the import path where a launcher started the worker
+    without ``-P`` or ``PYTHONSAFEPATH`` (a plug-in's tool, by hand): a ``numpy.py`` or
+    ``torch.py`` where the run was started is then not what the backend imports. Modules this
+    file imported before are loaded already; dlscale's launchers keep even those safe."""
+    if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
+        del sys.path[0]
 
 
 def _exit(code: int) -> None:

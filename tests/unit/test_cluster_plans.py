@@ -30,7 +30,7 @@ def test_torchrun_on_one_node_uses_c10d_and_leaves_the_torch_rendezvous_to_it():
     (entry,) = plan.entries
     assert list(entry.ranks) == [0, 1]
     assert entry.argv == (
-        "/py", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+        "/py", "-P", "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
         "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:29600", "--rdzv-id", "x",
         "--max-restarts", "0", "--monitor-interval", "0.5", "-m", "dlscale.worker", str(SPEC),
     )  # fmt: skip
@@ -99,7 +99,7 @@ def test_srun_plan_is_one_step_of_every_rank_with_its_allocation():
     assert entry.argv == (
         "srun", "--job-name=dlscale-x", "--ntasks=4", "--cpus-per-task=1", "--time=15",
         "--partition=gpu", "--nodes=2", "--account=p1", "--qos=short q",
-        "--kill-on-bad-exit=1", "--export=ALL", "/py", "-m", "dlscale.worker", str(SPEC),
+        "--kill-on-bad-exit=1", "--export=ALL", "/py", "-P", "-m", "dlscale.worker", str(SPEC),
     )  # fmt: skip
     assert entry.env["DLSCALE_RANK_VARS"] == "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
     assert plan.addresses.hosts == ()  # placed by Slurm: each rank reads the step's nodes
@@ -117,7 +117,7 @@ def test_sbatch_plan_writes_a_batch_script_that_runs_one_srun_step():
     assert "#SBATCH --output=/r/x/slurm.stdout" in lines
     assert "export OMP_NUM_THREADS=4" in lines
     assert lines[-1] == (
-        "exec srun --kill-on-bad-exit=1 --export=ALL /py -m dlscale.worker /r/x/spec.json"
+        "exec srun --kill-on-bad-exit=1 --export=ALL /py -P -m dlscale.worker /r/x/spec.json"
     )
 
 
@@ -128,8 +128,8 @@ def test_a_detached_batch_script_records_its_point_after_the_ranks_step():
     assert launcher.detaches(cfg) and not launcher.detaches(_slurm("sbatch"))
     (entry,) = launcher.plan(cfg, SPEC, "/py", ports=(1, 2, 3, 4)).entries
     lines = entry.files[Path("/r/x/job.sbatch")].splitlines()
-    step = "srun --kill-on-bad-exit=1 --export=ALL /py -m dlscale.worker /r/x/spec.json"
-    finish = f"{sys.executable} -m dlscale.finish /r/x/spec.json"
+    step = "srun --kill-on-bad-exit=1 --export=ALL /py -P -m dlscale.worker /r/x/spec.json"
+    finish = f"{sys.executable} -P -m dlscale.finish /r/x/spec.json"
     assert lines[-5:] == [
         "started=$(date +%s.%N)",
         step,

@@ -39,6 +39,7 @@ def test_horovodrun_plan_is_one_command_with_the_gloo_rendezvous_left_to_it():
         "--start-timeout",
         "120",
         "/venv/bin/python",
+        "-P",
         "-m",
         "dlscale.worker",
         "/r/x/spec.json",
@@ -62,7 +63,7 @@ def test_mpirun_plan_exports_the_worker_variables_and_mpi_controls_horovod():
     assert argv[argv.index("--bind-to") + 1] == "none"
     exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
     assert exported == set(entry.env)  # every worker variable reaches every rank by name
-    assert argv[-4:] == ["/py", "-m", "dlscale.worker", "/r/x/spec.json"]
+    assert argv[-5:] == ["/py", "-P", "-m", "dlscale.worker", "/r/x/spec.json"]
     assert entry.env["DLSCALE_RANK_VARS"].startswith("OMPI_COMM_WORLD_RANK,")
     assert _cluster(cfg, plan, 2) == {"HOROVOD_CONTROLLER": "mpi", "HOROVOD_CPU_OPERATIONS": "mpi"}
 

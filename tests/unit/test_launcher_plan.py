@@ -14,7 +14,7 @@ def test_plan_sets_rank_variables_and_thread_budget():
     assert [list(e.ranks) for e in plan.entries] == [[0], [1]]
     assert plan.addresses.ports == (29555,) and plan.layout.size == 2
     p1 = plan.entries[1]
-    assert p1.argv == ("/py", "-m", "dlscale.worker", "/r/x/spec.json")
+    assert p1.argv == ("/py", "-P", "-m", "dlscale.worker", "/r/x/spec.json")
     assert {
         k: p1.env[k]
         for k in (

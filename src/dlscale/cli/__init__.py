@@ -4,6 +4,7 @@ so ``dlscale --help`` starts fast and imports no deep-learning framework."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import signal
 import sys
@@ -49,22 +50,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = {
+    "run": "completed points are kept; rerun the same command to resume from the first "
+    "point not completed",
+    "microbench": "the runs measured before are kept; microbench does not resume: rerun "
+    "measures every size again",
+    "predict": "a profile run that completed is kept and not measured again",
+}
+"""What an interrupted command leaves, in its own words (a command that writes nothing: none)."""
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal that stops dlscale the way Ctrl-C does (workers stopped, locks freed), with
+    the exit status a shell gives a process it killed: 128 + the signal's number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM takes the Ctrl-C path: workers are stopped, locks freed
+    raise Stopped(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's choice is kept
+        signal.signal(signal.SIGHUP, _interrupt)  # a closed terminal stops it cleanly too
     try:
         load_plugins()
         return int(importlib.import_module(args.module).main(args) or 0)
     except UserError as error:
         print(f"dlscale: error: {visible(error)}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        print("dlscale: interrupted; completed runs are kept, rerun to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as error:
+        signum = error.signum if isinstance(error, Stopped) else int(signal.SIGINT)
+        left = INTERRUPTED.get(args.command)
+        said = f"dlscale: {args.command} {_signal_name(signum)}" + (f"; {left}" if left else "")
+        _say_quietly(said)
+        return 128 + signum
+
+
+def _signal_name(signum: int) -> str:
+    if signum == signal.SIGINT:
+        return "interrupted (Ctrl-C)"
+    return f"stopped by {signal.Signals(signum).name}"
+
+
+def _say_quietly(line: str) -> None:
+    """One line on stderr; nothing where stderr is gone (a closed terminal after SIGHUP)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
 
 
 def entry() -> None:

@@ -70,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     if LAUNCHERS.get(args.launcher).create().detaches(configs[0]):
         raise UserError("dlscale microbench waits for its ranks: leave wait = true")
     results = Path(args.results)
-    check_points(tuple(configs), results)
+    check_points(tuple(configs), results, microbench=settings)
     failed = 0
     for config in configs:
         stored = measure(config, settings, results)

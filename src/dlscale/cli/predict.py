@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from dlscale.launchers.network import parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import Fitted
 from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
+from dlscale.text import shell_command
 
 MAX_WORKERS = 1_000_000
 
@@ -256,18 +258,25 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
 
 def fitted_networks(results: Path) -> dict[tuple[Any, ...], Fitted]:
     """The stored fitted networks of ``results`` (:mod:`dlscale.perfmodel.networks`); one that
-    cannot be used, or none at all, is one line."""
+    cannot be used, or none at all, is one line (naming the files left out as damaged). Beside
+    a usable fit, each file left out is one warning line."""
     from dlscale.perfmodel.networks import fitted_networks as stored
+    from dlscale.store.results import print_warning
 
     def refuse(problem: str) -> None:
         raise UserError(problem)
 
-    found = stored(results, on_problem=refuse)
+    skipped: list[str] = []
+    found = stored(results, on_problem=refuse, on_skipped=skipped.append)
     if not found:
+        why = f" ({'; '.join(skipped)})" if skipped else ""
         raise UserError(
-            f"no microbench with a fitted network in {results}: run `dlscale microbench "
-            f"--workers 2 --results {results}` first, or give --bandwidth"
+            f"no microbench with a fitted network in {results}{why}: run `"
+            + shell_command(["dlscale", "microbench", "--workers", "2", "--results", results])
+            + "` first, or give --bandwidth"
         )
+    for problem in skipped:
+        print_warning(problem)
     return found
 
 
@@ -295,6 +304,7 @@ def _profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]:
 def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     """One worker's step of the model, from a short stored run (run now if not stored)."""
     from dlscale.config.run_config import RunConfig
+    from dlscale.preflight import check_points
     from dlscale.runner import run_point
     from dlscale.store.results import RunStore
 
@@ -304,6 +314,8 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     )  # fmt: skip
     store = RunStore(args.results)
     if store.completed(config.run_id()) is None:
+        _check_can_store(Path(args.results), args.model)
+        check_points((config,), Path(args.results))
         say(console(stderr=True), f"dlscale: measuring {args.model}'s step at batch {batch}")
     outcome = run_point(
         config, store, force=False, command=["dlscale", "predict"],
@@ -314,6 +326,21 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     if result.get("status") != "completed" or not metrics.get("step_time_p50_ms"):
         raise UserError(f"the profile run of {args.model} failed: {result.get('error')}")
     return {**metrics, "run_id": outcome.run_id}
+
+
+def _check_can_store(results: Path, model: str) -> None:
+    """The measured profile run is stored (and reused) in ``--results``: one line naming the
+    directory and the ways out when it cannot be written (a read-only working directory)."""
+    where = results.absolute()
+    existing = where
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(
+            f"predict measures {model}'s step in a short run stored in --results {where}, and "
+            f"{existing} cannot be written (read-only?); give --results DIR where you can "
+            "write, or --compute-ms MS to measure nothing"
+        )
 
 
 def _gradient_bytes(model: str) -> int:

@@ -128,6 +128,12 @@ class Launcher(ABC):
         (the tool, and the command that installs it); by default nothing is needed."""
         return None
 
+    def check_ready(self) -> None:
+        """Before a launch (not a dry run), once per launcher: raise
+        :class:`~dlscale.errors.UserError` when the launcher's scheduler cannot take work now
+        (Slurm's controller unreachable), naming the fix; by default nothing to ask."""
+        return None
+
     def blame(self, entry: PlanEntry) -> int | None:
         """The rank a failed one-command entry reports as the cause (mpirun and horovodrun
         print it); ``None``: unknown, and the watcher reads the per-rank events instead."""
@@ -224,21 +230,37 @@ def thread_budget(processes: int, threads: int | None, cores: int) -> tuple[int,
     return threads, warnings
 
 
+SAFE_PATH = ("-P",)
+"""The interpreter flag that keeps the working directory (``-m``, ``-c``) or a script's
+directory off ``sys.path``; every Python command a plan starts takes it or
+``PYTHONSAFEPATH=1`` (:func:`common_env`), which also reaches the interpreters a tool starts
+itself (torchrun's ranks, multiprocessing's spawned children)."""
+
+
+def worker_command(python: str, spec_path: Path, module: str = "dlscale.worker") -> tuple[str, ...]:
+    """``python -P -m dlscale.worker spec.json``: ``-P`` (Python >= 3.11, which preflight
+    checks) keeps the working directory off the worker's import path, so a ``random.py`` or
+    ``numpy.py`` where ``dlscale run`` was started never runs inside a worker."""
+    return (python, *SAFE_PATH, "-m", module, str(spec_path))
+
+
 def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, str]:
     """What every worker command gets, whatever the launcher: thread counts, a path that
-    holds dlscale and the plug-ins but not the parent's site-packages, and the variables of
-    the point's memory allocator (:mod:`dlscale.runtime.allocator`: thresholds, a preloaded
-    library in front of the parent's ``LD_PRELOAD``)."""
+    holds dlscale and the plug-ins but not the parent's site-packages nor the working
+    directory (``PYTHONSAFEPATH``; an empty entry of the parent's ``PYTHONPATH``, which
+    Python reads as the working directory, is dropped), and the variables of the point's
+    memory allocator (:mod:`dlscale.runtime.allocator`: thresholds, a preloaded library in
+    front of the parent's ``LD_PRELOAD``)."""
+    inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     pythonpath = os.pathsep.join(
-        p
-        for p in (str(worker_path_dir(spec_path.parent).absolute()), os.environ.get("PYTHONPATH"))
-        if p
+        p for p in (str(worker_path_dir(spec_path.parent).absolute()), *inherited) if p
     )
     return {
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
         "DLSCALE_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
+        "PYTHONSAFEPATH": "1",
         "PYTHONPATH": pythonpath,
         **allocator_env(config.allocator),
     }

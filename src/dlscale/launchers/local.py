@@ -21,6 +21,7 @@ from dlscale.launchers.base import (
     PlanEntry,
     common_env,
     thread_budget,
+    worker_command,
 )
 from dlscale.layout import Addresses, ProcessLayout
 from dlscale.runtime.environment import usable_cores
@@ -107,7 +108,7 @@ class LocalLauncher(Launcher):
             entries.append(
                 PlanEntry(
                     ranks=range(rank, rank + 1),
-                    argv=(python, "-m", "dlscale.worker", str(spec_path)),
+                    argv=worker_command(python, spec_path),
                     env=env,
                     stdout=spec_path.parent / f"rank{rank}.stdout",
                     stderr=spec_path.parent / f"rank{rank}.stderr",

@@ -1,6 +1,6 @@
 """What launchers that start every rank from one command share (horovodrun, mpirun).
 
-The tool's command wraps the worker's (``python -m dlscale.worker spec.json``); every rank runs
+The tool's command wraps the worker's (``python -P -m dlscale.worker spec.json``); every rank runs
 on this machine, the tool names ranks its own way (``rank_vars``), and when a rank fails the
 tool prints which one, which :meth:`OneCommandLauncher.blame` reads from its output.
 """
@@ -14,7 +14,14 @@ from pathlib import Path
 
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
-from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
+from dlscale.launchers.base import (
+    Launcher,
+    LaunchPlan,
+    PlanEntry,
+    common_env,
+    output_text,
+    worker_command,
+)
 from dlscale.launchers.local import on_this_machine
 
 
@@ -47,7 +54,7 @@ class OneCommandLauncher(Launcher):
     ) -> LaunchPlan:
         here = on_this_machine(config, ports=ports, cores=cores)
         env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": self.rank_vars}
-        worker = (python, "-m", "dlscale.worker", str(spec_path))
+        worker = worker_command(python, spec_path)
         entry = PlanEntry(
             ranks=range(here.layout.size),
             argv=(*self.tool(here.layout.size, python, env), *worker),

@@ -13,7 +13,7 @@ the command itself also gets ``PR_SET_PDEATHSIG=SIGKILL``, so a tool that runs n
 dies at once; that signal follows the *thread* that started the command, so the commands are
 started and watched from one thread that outlives the run (the runner does both in one call).
 
-SIGINT and SIGTERM are held while a command is started and recorded: one that lands then is
+SIGINT, SIGTERM and SIGHUP are held while a command is started and recorded: one that lands then is
 delivered once the command is in the list, so stopping reaches it (the command itself starts
 with the signal mask the caller had). The holding is per thread: it protects a caller that
 starts the commands from its main thread, where Python runs signal handlers.
@@ -35,7 +35,8 @@ from dlscale.launchers.base import LaunchPlan, PlanEntry, Running
 from dlscale.runtime.watchdog import parent_env
 
 GRACE_S = 5.0
-HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+HELD_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+"""The signals that stop dlscale (:mod:`dlscale.cli`), held while a command is spawned."""
 _PR_SET_PDEATHSIG = 1
 _Mask = set[int | signal.Signals]
 
@@ -90,7 +91,7 @@ def _spawn(entry: PlanEntry, parent: dict[str, str], mask: _Mask | None) -> subp
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[_Mask | None]:
-    """SIGINT and SIGTERM blocked in this thread; yields the mask to restore (``None`` where
+    """The stopping signals blocked in this thread; yields the mask to restore (``None`` where
     signals cannot be blocked). One that came meanwhile is delivered on leaving."""
     if not hasattr(signal, "pthread_sigmask"):
         yield None

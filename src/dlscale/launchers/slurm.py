@@ -1,7 +1,7 @@
 """``--launcher slurm``: the ranks as the tasks of a Slurm job step (``srun``), started from
 inside an allocation or submitted as a batch job (``sbatch``) and polled.
 
-``slurm_mode``: ``srun`` runs ``srun --ntasks N ... python -m dlscale.worker spec.json`` and
+``slurm_mode``: ``srun`` runs ``srun --ntasks N ... python -P -m dlscale.worker spec.json`` and
 watches it like any local command (inside ``salloc``/an sbatch script it is a step of that
 allocation; elsewhere srun asks for one and waits for it); ``sbatch`` writes the batch script
 into the run's directory (kept there: ``job.sbatch``), submits it, and polls the job with
@@ -46,9 +46,11 @@ from dlscale.launchers.base import (
     Running,
     Submitted,
     common_env,
+    worker_command,
     write_files,
 )
 from dlscale.launchers.local import reserved_ports
+from dlscale.launchers.slurm_controller import START, controller_problem, said
 from dlscale.layout import Addresses
 
 RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
@@ -149,7 +151,7 @@ class SlurmLauncher(Launcher):
         addresses = Addresses(hosts=(), ports=reserved_ports(config, ports))
         env = {**common_env(config, spec_path, threads), "DLSCALE_RANK_VARS": RANK_VARS}
         args = job_arguments(config, layout.size, threads, f"dlscale-{run_dir.name}")
-        worker = (python, "-m", "dlscale.worker", str(spec_path))
+        worker = worker_command(python, spec_path)
         if slurm_mode(config) == "srun":
             entry = PlanEntry(
                 ranks=range(layout.size),
@@ -163,7 +165,7 @@ class SlurmLauncher(Launcher):
             script = run_dir / "job.sbatch"
             finisher = None
             if self.detaches(config):  # this dlscale's interpreter records the result
-                finisher = (sys.executable, "-m", "dlscale.finish", str(spec_path))
+                finisher = worker_command(sys.executable, spec_path, "dlscale.finish")
             entry = PlanEntry(
                 ranks=range(layout.size),
                 argv=("sbatch", "--parsable", str(script)),
@@ -186,10 +188,15 @@ class SlurmLauncher(Launcher):
         write_files(plan)
         done = subprocess.run(entry.argv, capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
-            raise UserError(f"sbatch refused the job: {done.stderr.strip() or done.stdout.strip()}")
+            raise UserError(f"sbatch refused the job: {said(done.stderr or done.stdout)}")
         job = done.stdout.strip().split(";")[0]
         (entry.stdout.parent / "slurm-job-id").write_text(job + "\n")
         return SlurmJob(job)
+
+    def check_ready(self) -> None:
+        problem = controller_problem(dict(os.environ))
+        if problem is not None:
+            raise UserError(f"--launcher slurm: {problem}; {START}")
 
     def hosts(self, size: int) -> tuple[str, ...]:
         return slurm_hosts(dict(os.environ), size)

@@ -1,4 +1,4 @@
-"""``--launcher torchrun``: PyTorch's elastic agent (``python -m torch.distributed.run``).
+"""``--launcher torchrun``: PyTorch's elastic agent (``python -P -m torch.distributed.run``).
 
 One torchrun agent per node (``nnodes``), each starting ``nproc-per-node`` ranks of the run;
 here every agent runs on this machine, so ``nnodes = 2`` is two nodes' agents side by side, as
@@ -15,7 +15,9 @@ torchrun gives every rank RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_P
 the store torch.distributed's ``env://`` joins (``provides = ("torch",)``): the torch backends
 take their rendezvous from it; other backends find their rank in RANK and their peers on the
 loopback from the plan, as under the local launcher. The agent runs under the workers'
-interpreter, which must hold torch (the MXNet environment does).
+interpreter, which must hold torch (the MXNet environment does), with ``-P``; the ranks it
+starts (``python -u -m dlscale.worker``) keep the working directory off their import path
+through ``PYTHONSAFEPATH`` (:func:`~dlscale.launchers.base.common_env`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,14 @@ from pathlib import Path
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
-from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env, output_text
+from dlscale.launchers.base import (
+    SAFE_PATH,
+    Launcher,
+    LaunchPlan,
+    PlanEntry,
+    common_env,
+    output_text,
+)
 from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
 from dlscale.launchers.network import MAX_NODES, EmulatedNetwork, Link, address, interface_env
 from dlscale.layout import Addresses
@@ -121,6 +130,7 @@ class TorchrunLauncher(Launcher):
                     argv=(
                         *(network.exec_prefix(node) if network else ()),
                         python,
+                        *SAFE_PATH,  # the agent too imports nothing from the working directory
                         "-m",
                         "torch.distributed.run",
                         "--nnodes",

@@ -5,10 +5,12 @@ The run is over when every entry has exited 0; or when every training process ha
 (parameter servers of some engines): those are stopped, which is not a failure; or when a
 command fails or the run passes its timeout, and then everything is stopped. Which rank failed
 is read from the per-rank event files: a rank with an ``error`` record, else one without its
-``end`` record. On a timeout, the rank that looks hung (:func:`hung_rank`): one whose process is
-stopped, else the training rank with the fewest windows, else the one whose last record is the
-oldest. The loop polls the commands every 50 ms; the event files are read every 0.5 s only
-while a role that never exits runs, and once on a timeout.
+``end`` record; a rank the kernel's OOM killer killed is said to be out of memory where the
+kernel shows it (:mod:`dlscale.launchers.oom`). On a timeout, the rank that looks hung
+(:func:`hung_rank`): one whose process is stopped, else the training rank with the fewest
+windows, else the one whose last record is the oldest. The loop polls the commands every
+50 ms; the event files are read every 0.5 s only while a role that never exits runs, and once
+on a timeout.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, PlanEntry, Running
+from dlscale.launchers.oom import OomWatch, out_of_memory
 from dlscale.layout import ProcessLayout
 from dlscale.metrics.events import events_path, read_events
 from dlscale.runtime.procfs import process_state
@@ -38,6 +41,7 @@ def watch(
     timeout_s: float,
     blame: Callable[[PlanEntry], int | None] = lambda entry: None,
 ) -> LaunchOutcome:
+    oom = OomWatch.start()  # the OOM killer's counters before any rank allocates much
     try:
         started = last = time.monotonic()
         queued_s = 0.0  # waited for a scheduler: counts neither to the timeout nor the duration
@@ -54,6 +58,8 @@ def watch(
                 index = min(bad, key=lambda i: (codes[i] >= 0, i))  # type: ignore[operator]
                 entry = plan.entries[index]
                 failed = failed_rank(entry, codes[index], run_dir, blame(entry))
+                if (evidence := oom.evidence(_pids(run_dir, entry.ranks))) is not None:
+                    failed = (failed[0], out_of_memory(failed[1], evidence))
                 if (how := running.describe(index)) is not None:
                     failed = (failed[0], f"{how}: {failed[1]}")
                 break
@@ -193,6 +199,16 @@ def hung_rank(ranks: list[int], layout: ProcessLayout, run_dir: Path) -> tuple[i
         most = max(windows[r] for r in others)
         return rank, f"it recorded the fewest windows ({windows[rank]}; the others up to {most})"
     return rank, f"its last record is the oldest ({time.time() - last[rank]:.0f} s ago)"
+
+
+def _pids(run_dir: Path, ranks: range) -> set[int]:
+    """The pids the ranks' processes recorded at their start (every attempt's)."""
+    return {
+        pid
+        for rank in ranks
+        for record in read_events(events_path(run_dir, rank))
+        if record.get("event") == "start" and isinstance(pid := record.get("pid"), int)
+    }
 
 
 def _since_last_start(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
