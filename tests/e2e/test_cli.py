@@ -95,6 +95,13 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
     assert ddp2["global_batch_size"] == 128
     assert "skipped torch-single at 2 worker(s)" in run.stderr
+    # A rerun deletes only the names a run writes (store/rundir.py): every file these real
+    # runs left must be on that list, or a rerun would keep a previous attempt's file.
+    from dlscale.store.rundir import is_output
+
+    for run_dir in (p for p in results.iterdir() if p.is_dir()):
+        left = [p.name for p in run_dir.iterdir() if not is_output(p.name, set())]
+        assert left == [], (run_dir, left)  # the lock too is gone once the point ended
 
     listing = cli("ls", "runs", "--results", str(results))
     assert listing.returncode == 0
