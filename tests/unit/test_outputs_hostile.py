@@ -5,7 +5,6 @@ one line) with every command printed for pasting quoted for the shell."""
 
 from __future__ import annotations
 
-import errno
 import html
 import io
 import json
@@ -29,6 +28,7 @@ from dlscale.config.study import expand
 from dlscale.report.html import build_html
 from dlscale.store import read_json, write_json_atomic
 from dlscale.text import shell_command, visible
+from tests.filesystem import fill, small_tmpfs, snapshot
 from tests.unit.test_report_hostile import _rows, _text, hostile_results
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -53,20 +53,6 @@ def few_figures(monkeypatch):
     monkeypatch.setattr(dlscale.report.figures, "study_figures", lambda rows: every(rows)[2:4])
 
 
-def _snapshot(root: Path) -> dict[str, bytes | str]:
-    """Every entry under ``root``: a file's bytes, a link's target (never followed)."""
-    found: dict[str, bytes | str] = {}
-    for path in sorted(root.rglob("*")):
-        key = str(path.relative_to(root))
-        if path.is_symlink():
-            found[key] = f"-> {os.readlink(path)}"
-        elif path.is_file():
-            found[key] = path.read_bytes()
-        else:
-            found[key] = "<dir>"
-    return found
-
-
 def _report(capsys, *args: str) -> tuple[int, str, str]:
     code = dlscale_main(["report", *args])
     captured = capsys.readouterr()
@@ -85,30 +71,9 @@ def _one_error_line(err: str) -> str:
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    """A 24 MiB tmpfs of its own (as root), unmounted afterwards."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mount = ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(disk)]
-    done = subprocess.run(mount, capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root): {done.stderr.strip()}")
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
-def _fill(disk: Path) -> None:
-    """Write to ``disk`` until not one more byte fits."""
-    fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        for size in (1 << 20, 4096, 1):
-            chunk = b"\0" * size
-            try:
-                while True:
-                    os.write(fd, chunk)
-            except OSError as error:
-                assert error.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
+    """A 24 MiB tmpfs of its own, unmounted afterwards."""
+    with small_tmpfs(tmp_path / "disk", "24m") as disk:
+        yield disk
 
 
 def test_a_full_disk_replaces_no_report_file(tmp_path: Path, small_disk: Path, capsys, few_figures):
@@ -119,8 +84,8 @@ def test_a_full_disk_replaces_no_report_file(tmp_path: Path, small_disk: Path, c
     code, _, err = _report(capsys, *every)
     assert code == 0, err
     assert len(list(figures.iterdir())) == 4
-    _fill(small_disk)
-    before = _snapshot(small_disk)
+    fill(small_disk)
+    before = snapshot(small_disk)
     elsewhere = str(tmp_path / "elsewhere.html")
     for flags, victim in (
         (["--out", str(out)], out),
@@ -134,7 +99,7 @@ def test_a_full_disk_replaces_no_report_file(tmp_path: Path, small_disk: Path, c
         assert line.startswith(f"dlscale: error: no space left on the device writing {victim}")
         assert "nothing was replaced" in line
         # every earlier file byte for byte, and no temporary file left beside them
-        assert _snapshot(small_disk) == before, flags
+        assert snapshot(small_disk) == before, flags
 
 
 # --- 2. links where an output goes --------------------------------------------------------------
@@ -190,7 +155,7 @@ def test_a_figures_directory_that_is_a_link_is_refused(tmp_path: Path, capsys, d
     if dangling:
         assert not target.exists()  # never made through the link
     else:
-        assert _snapshot(target) == {"keep.txt": b"precious\n"}
+        assert snapshot(target) == {"keep.txt": b"precious\n"}
 
 
 @pytest.mark.parametrize("flag", ["--out", "--markdown", "--csv"])

@@ -8,7 +8,6 @@ line naming the path and the fix, never a traceback, and nothing outside the sto
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from dlscale.runner import run_point
 from dlscale.runtime.worker_path import prepare_worker_path
 from dlscale.store import RunStore
 from dlscale.store.files import OutputError
+from tests.filesystem import fill, small_tmpfs, snapshot
 from tests.unit.test_store_damage import good_result
 
 TINY = {"backend": "torch-single", "model": "tiny", "steps": 2, "windows": 2, "warmup_steps": 1}
@@ -37,20 +37,6 @@ STUDY = (
     "run", "--repeats", "1", "--set", "machine_reference=false", "--backend", "torch-single",
     "--model", "tiny", "--steps", "2", "--windows", "2", "--warmup-steps", "1", "--seed", "0,1",
 )  # fmt: skip
-
-
-def snapshot(root: Path) -> dict[str, bytes | str]:
-    """Every name under ``root`` with a file's bytes or a link's target, without following."""
-    found: dict[str, bytes | str] = {}
-    for path in sorted(root.rglob("*")):
-        key = str(path.relative_to(root))
-        if path.is_symlink():
-            found[key] = f"-> {os.readlink(path)}"
-        elif path.is_file():
-            found[key] = path.read_bytes()
-        else:
-            found[key] = "dir"
-    return found
 
 
 @pytest.fixture
@@ -311,33 +297,8 @@ def test_release_leaves_another_process_lock(tmp_path: Path):
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Write to ``disk`` until it is full; returns the filler (remove it to free the space)."""
-    filler = disk / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    try:
-        with pytest.raises(OSError) as error:
-            while True:
-                os.write(fd, b"\0" * 4096)
-        assert error.value.errno == errno.ENOSPC
-    finally:
-        os.close(fd)
-    return filler
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
+        yield disk
 
 
 def test_a_full_disk_when_reserving_leaves_no_lock(small_disk: Path):

@@ -29,7 +29,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlscale.runtime.environment import MemoryCgroup, memory_cgroup
+from dlscale.runtime.environment import MemoryCgroup, counter, memory_cgroup
 
 KMSG = Path("/dev/kmsg")
 VMSTAT = Path("/proc/vmstat")
@@ -101,14 +101,8 @@ def out_of_memory(why: str, evidence: str) -> str:
 
 
 def machine_oom_kills(vmstat: Path = VMSTAT) -> int | None:
-    try:
-        for line in vmstat.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
+    """Processes the OOM killer killed on this machine since it booted."""
+    return counter(vmstat, "oom_kill")
 
 
 def killed_in_log(kmsg: Path, pids: set[int], since: float) -> tuple[int, str] | None:

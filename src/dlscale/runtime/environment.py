@@ -77,14 +77,7 @@ class MemoryCgroup:
         killer since the cgroup was made: the ``oom_kill`` counter; ``None`` where
         unreadable."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
-        try:
-            for line in (self.path / name).read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-        except (OSError, ValueError):
-            pass
-        return None
+        return counter(self.path / name, "oom_kill")
 
     def counter_name(self) -> str:
         return str(self.path / ("memory.events" if self.version == 2 else "memory.oom_control"))
@@ -107,6 +100,19 @@ class MemoryCgroup:
             if directory == self.top or directory.parent == directory:
                 return least
             directory = directory.parent
+
+
+def counter(path: Path, key: str) -> int | None:
+    """The value of ``key`` in a kernel file of ``key value`` lines (``/proc/vmstat``, a
+    cgroup's ``memory.events``); ``None`` where unreadable or absent."""
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def memory_cgroup(proc: Path = Path("/proc/self")) -> MemoryCgroup | None:
