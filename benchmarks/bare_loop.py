@@ -76,7 +76,7 @@ def _dlscale_batch(
     """The fixed batch a dlscale torch-single run on synthetic data feeds (seed 0, CPU)."""
     from dlscale.config.run_config import RunConfig
     from dlscale.datasets import DATASETS
-    from dlscale.datasets.torch_adapter import to_torch
+    from dlscale.frameworks.torch.data import to_torch
 
     cfg = RunConfig(backend="torch-single", model=model, batch_size=batch, workers=1, seed=0)
     data = DATASETS.get("synthetic").load(

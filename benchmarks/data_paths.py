@@ -53,10 +53,10 @@ def trainer(path: str, args: argparse.Namespace):
     import torch
     import torch.nn.functional as F
 
-    from dlscale.backends.torch_loop import build_model, sgd
     from dlscale.config.run_config import RunConfig
     from dlscale.datasets import DATASETS
-    from dlscale.datasets.torch_adapter import to_torch
+    from dlscale.frameworks.torch.data import to_torch
+    from dlscale.frameworks.torch.loop import build_model, sgd
     from dlscale.models import MODELS
 
     torch.set_num_threads(args.threads)

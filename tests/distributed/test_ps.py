@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlscale.backends import ps_shards
 from dlscale.config import RunConfig
+from dlscale.frameworks.torch import ps_shards
 from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore

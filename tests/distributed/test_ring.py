@@ -14,14 +14,14 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
-from dlscale.backends.ring_allreduce import (
+from dlscale.config import RunConfig
+from dlscale.frameworks.torch.ring_allreduce import (
     Fusion,
     ring_allreduce_,
     ring_bytes_mean,
     ring_bytes_per_rank,
     ring_chunk_sizes,
 )
-from dlscale.config import RunConfig
 from dlscale.metrics.events import read_events
 from dlscale.models import MODELS
 from dlscale.runner import run_point

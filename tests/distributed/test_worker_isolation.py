@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.backends.mxnet_declare import mxnet_python
+from dlscale.frameworks.mxnet.declare import mxnet_python
 from dlscale.runtime.environment import memory_cgroup
 
 pytestmark = pytest.mark.dist

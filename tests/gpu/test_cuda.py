@@ -61,7 +61,7 @@ def test_ddp_one_gpu_nccl(tmp_path: Path):
 
 def test_jpeg_batches_come_pinned_to_the_gpu_and_equal_the_cpu_ones(tmp_path: Path):
     from dlscale.datasets import imagenet
-    from dlscale.datasets.torch_adapter import to_torch
+    from dlscale.frameworks.torch.data import to_torch
     from tests.image_data import write_folder
 
     root = write_folder(tmp_path / "imagenet", classes=2, per_class=8)

@@ -11,15 +11,15 @@ import sys
 import numpy as np
 import torch
 
-from dlscale.runtime.mx_env import import_mxnet
+from dlscale.frameworks.mxnet.env import import_mxnet
 
 mx = import_mxnet(mkldnn=False, threads=1)  # float64 kernels are the plain ones anyway
 
-from dlscale.backends.mxnet_sgd import make_sgd  # noqa: E402
 from dlscale.config import RunConfig  # noqa: E402
+from dlscale.frameworks.mxnet.sgd import make_sgd  # noqa: E402
+from dlscale.frameworks.mxnet.transfer import gluon_state, load_torch_weights  # noqa: E402
+from dlscale.frameworks.tensorflow.transfer import torch_state  # noqa: E402
 from dlscale.models import MODELS  # noqa: E402
-from dlscale.models.gluon_transfer import gluon_state, load_torch_weights  # noqa: E402
-from dlscale.models.keras_transfer import torch_state  # noqa: E402
 
 STEPS = 3
 LR, MOMENTUM, WD = 2**-7, 0.875, 2**-11
@@ -33,15 +33,15 @@ SIZE_BATCH = {"alexnet": (224, 2), "googlenet": (100, 4), "resnet50": (64, 4)}
 
 
 def _models(name: str) -> tuple:
-    from dlscale.models import gluon_models as gm
+    from dlscale.frameworks.mxnet import models as gm
 
     spec = MODELS.get(name)
     if name == "alexnet":
-        from dlscale.models.alexnet import AlexNet
+        from dlscale.frameworks.torch.models.alexnet import AlexNet
 
         return AlexNet(10, dropout=0.0), gm.alexnet(10, dropout=0.0)
     if name == "googlenet":
-        from dlscale.models.googlenet import GoogLeNet
+        from dlscale.frameworks.torch.models.googlenet import GoogLeNet
 
         return GoogLeNet(10, dropout=0.0), gm.googlenet(10, dropout=0.0)
     return spec.build(10, "torch"), spec.build(10, "mxnet")

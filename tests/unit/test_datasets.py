@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dlscale.datasets import DATASETS, cifar10, cifar10_files, digits, synthetic, torch_adapter
+from dlscale.datasets import DATASETS, cifar10, cifar10_files, digits, synthetic
 from dlscale.datasets.arrays import (
     ArrayDataset,
     NumpyDataset,
@@ -34,8 +34,9 @@ from dlscale.datasets.arrays import (
     shard_indices,
     transform_images,
 )
-from dlscale.datasets.torch_adapter import to_torch
 from dlscale.errors import DataError
+from dlscale.frameworks.torch import data as torch_adapter
+from dlscale.frameworks.torch.data import to_torch
 from dlscale.runtime.allocator import allocator_env, loaded_allocator
 
 CPU = torch.device("cpu")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dlscale
-from dlscale.backends.mxnet_declare import mxnet_python
+from dlscale.frameworks.mxnet.declare import mxnet_python
 from dlscale.models import MODELS
 
 SCRIPT = Path(__file__).parents[1] / "mxnet_env" / "twins.py"

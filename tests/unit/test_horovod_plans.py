@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from dlscale.backends import BACKENDS
-from dlscale.backends.horovod_declare import RENDEZVOUS_ENV, horovod_build
 from dlscale.config import RunConfig
 from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV, horovod_build
 from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.horovodrun import HorovodrunLauncher
 from dlscale.launchers.local import LocalLauncher

@@ -308,7 +308,7 @@ def test_a_killed_loader_process_is_one_line_not_a_hang(tmp_path: Path) -> None:
 
 def test_the_torch_loader_gives_the_numpy_batches(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    from dlscale.datasets.torch_adapter import to_torch
+    from dlscale.frameworks.torch.data import to_torch
 
     root = write_folder(tmp_path, classes=2, per_class=8)
     reference = _data(root, workers=0)
@@ -326,7 +326,7 @@ def test_the_torch_loader_gives_the_numpy_batches(tmp_path: Path) -> None:
 
 def test_the_torch_loader_names_an_image_it_cannot_decode(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from dlscale.datasets.torch_adapter import to_torch
+    from dlscale.frameworks.torch.data import to_torch
 
     root = write_folder(tmp_path, classes=1, per_class=4)
     target = sorted((root / "train" / "n00000000").iterdir())[2]
@@ -337,7 +337,7 @@ def test_the_torch_loader_names_an_image_it_cannot_decode(tmp_path: Path) -> Non
 
 def test_the_tensorflow_pipeline_reads_both_layouts_and_names_a_bad_image(tmp_path: Path) -> None:
     pytest.importorskip("tensorflow")
-    from dlscale.datasets.tf_adapter import checked_batches, to_tf
+    from dlscale.frameworks.tensorflow.data import checked_batches, to_tf
 
     folder = write_folder(tmp_path / "folder", classes=2, per_class=8)
     records = write_tfrecords(tmp_path / "records", classes=2, per_class=8, shards=2)

@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 import torch
 
-from dlscale.backends.tf_sgd import TorchSGD
+from dlscale.frameworks.tensorflow import models as km
+from dlscale.frameworks.tensorflow.env import import_tensorflow
+from dlscale.frameworks.tensorflow.sgd import TorchSGD
+from dlscale.frameworks.tensorflow.transfer import load_torch_weights, torch_state
 from dlscale.models import MODELS
-from dlscale.models import keras_models as km
-from dlscale.models.keras_transfer import load_torch_weights, torch_state
-from dlscale.runtime.tf_env import import_tensorflow
 
 tf = import_tensorflow()
 
@@ -65,13 +65,13 @@ CASES = {
 
 
 def _torch_alexnet_without_dropout() -> torch.nn.Module:
-    from dlscale.models.alexnet import AlexNet
+    from dlscale.frameworks.torch.models.alexnet import AlexNet
 
     return AlexNet(10, dropout=0.0)
 
 
 def _torch_googlenet_without_dropout() -> torch.nn.Module:
-    from dlscale.models.googlenet import GoogLeNet
+    from dlscale.frameworks.torch.models.googlenet import GoogLeNet
 
     return GoogLeNet(10, dropout=0.0)
 
@@ -102,7 +102,7 @@ def _torch_losses(model: torch.nn.Module, batches) -> list[float]:
 
 def _keras_losses(model, batches) -> list[float]:
     """The TensorFlow engines' step: mean loss, gradient, PyTorch's SGD rule as a Keras optimizer
-    (dlscale.backends.tf_sgd.TorchSGD: g + wd w, v = m v + g, w -= lr v)."""
+    (dlscale.frameworks.tensorflow.sgd.TorchSGD: g + wd w, v = m v + g, w -= lr v)."""
     optimizer = TorchSGD(learning_rate=LR, momentum=MOMENTUM, l2=WEIGHT_DECAY)
     losses = []
     for x, y in batches:
@@ -177,7 +177,7 @@ def test_keras_3_is_refused_with_the_reason() -> None:
     """A user who forces Keras 3 gets one line naming the variable, not a failure deep inside
     a backend."""
     code = (
-        "from dlscale.runtime.tf_env import import_tensorflow\n"
+        "from dlscale.frameworks.tensorflow.env import import_tensorflow\n"
         "from dlscale.errors import UserError\n"
         "try:\n    import_tensorflow()\nexcept UserError as e:\n    print('REFUSED', e)\n"
     )

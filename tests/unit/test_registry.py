@@ -24,7 +24,7 @@ def test_a_model_twin_is_registered_per_framework(monkeypatch):
     spec = ModelSpec(
         name="twin-test",
         description="",
-        builders={"torch": "dlscale.models.tiny:tiny"},
+        builders={"torch": "dlscale.frameworks.torch.models.tiny:tiny"},
         input_size=32,
         default_classes=10,
         has_batchnorm=False,

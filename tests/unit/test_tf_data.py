@@ -11,7 +11,7 @@ import pytest
 
 from dlscale.datasets import cifar10_files, digits
 from dlscale.datasets.arrays import NumpyDataset
-from dlscale.datasets.tf_adapter import to_tf
+from dlscale.frameworks.tensorflow.data import to_tf
 from tests.unit.test_datasets import Cfg, _assert_same_batches, _cifar, _synthetic
 
 

@@ -91,7 +91,7 @@ def test_tf_single_is_the_tensorflow_baseline():
 
 
 def test_ls_says_whether_horovod_has_its_tensorflow_binding(tmp_path):
-    from dlscale.backends.horovod_declare import horovod_tensorflow_build
+    from dlscale.frameworks.horovod.declare import horovod_tensorflow_build
 
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

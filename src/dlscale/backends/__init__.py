@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlscale.backends import mxnet_declare as mxd
-from dlscale.backends import tf_declare as tfd
-from dlscale.backends.horovod_declare import HOROVOD_OPTIONS, horovod_cluster_env
-from dlscale.backends.torch_cluster import torch_cluster_env
-from dlscale.backends.torch_options import (
+from dlscale.frameworks.horovod.declare import HOROVOD_OPTIONS, horovod_cluster_env
+from dlscale.frameworks.mxnet import declare as mxd
+from dlscale.frameworks.tensorflow import declare as tfd
+from dlscale.frameworks.torch.cluster import torch_cluster_env
+from dlscale.frameworks.torch.options import (
     DDP_OPTIONS,
     PS_OPTIONS,
     RING_OPTIONS,
@@ -106,7 +106,7 @@ class BackendSpec:
 BACKENDS: Registry[BackendSpec] = Registry("backend")
 
 _TORCH_INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
-_TORCH_PROBE = "dlscale.runtime.torch_env:cuda_device_count"
+_TORCH_PROBE = "dlscale.frameworks.torch.env:cuda_device_count"
 BACKENDS.register(
     "torch-single",
     BackendSpec(
@@ -114,7 +114,7 @@ BACKENDS.register(
         resumable=True,
         description="plain PyTorch model, one process, no wrapper (the 1-worker baseline)",
         framework="torch",
-        worker="dlscale.backends.torch_single:run",
+        worker="dlscale.frameworks.torch.single:run",
         max_workers=1,
         reference=True,
         install=_TORCH_INSTALL,
@@ -131,8 +131,8 @@ BACKENDS.register(
         resumable=True,
         description="PyTorch DistributedDataParallel (gloo on CPU, NCCL on CUDA)",
         framework="torch",
-        worker="dlscale.backends.torch_ddp:run",
-        collectives="dlscale.microbench.torch_collectives:run",
+        worker="dlscale.frameworks.torch.ddp:run",
+        collectives="dlscale.frameworks.torch.collectives:run",
         measures_exposed_comm=True,
         install=_TORCH_INSTALL,
         options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,
@@ -148,8 +148,8 @@ BACKENDS.register(
         resumable=True,
         description="explicit ring all-reduce on send/recv, tensor fusion (Horovod's algorithm)",
         framework="torch",
-        worker="dlscale.backends.torch_ring:run",
-        collectives="dlscale.microbench.ring_collectives:run",
+        worker="dlscale.frameworks.torch.ring:run",
+        collectives="dlscale.frameworks.torch.ring_collectives:run",
         measures_exposed_comm=True,
         install=_TORCH_INSTALL,
         options=TORCH_LOOP_OPTIONS + RING_OPTIONS,
@@ -164,7 +164,7 @@ BACKENDS.register(
         name="torch-ps",
         description="parameter server: num_servers server ranks, sync or async (ps_mode)",
         framework="torch",
-        worker="dlscale.backends.torch_ps:run",
+        worker="dlscale.frameworks.torch.ps:run",
         measures_exposed_comm=True,
         install=_TORCH_INSTALL,
         options=TORCH_LOOP_OPTIONS + PS_OPTIONS,
@@ -180,12 +180,12 @@ BACKENDS.register(
         name="horovod-torch",
         description="Horovod DistributedOptimizer on PyTorch (Gloo, or MPI under mpirun)",
         framework="torch",
-        worker="dlscale.backends.torch_horovod:run",
-        collectives="dlscale.microbench.horovod_collectives:run",
+        worker="dlscale.frameworks.horovod.torch_strategy:run",
+        collectives="dlscale.frameworks.horovod.collectives:run",
         measures_exposed_comm=True,
         install="make horovod",
         requires=("horovod",),
-        installed="dlscale.backends.horovod_declare:horovod_build",
+        installed="dlscale.frameworks.horovod.declare:horovod_build",
         options=TORCH_LOOP_OPTIONS + HOROVOD_OPTIONS,
         cluster_env=horovod_cluster_env,
         ports=1,
@@ -203,7 +203,7 @@ _HOROVOD_TF: dict[str, Any] = {
     **_TF,
     "install": "make tensorflow",
     "requires": (*tfd.TF_REQUIRES, "horovod"),
-    "installed": "dlscale.backends.horovod_declare:horovod_tensorflow_build",
+    "installed": "dlscale.frameworks.horovod.declare:horovod_tensorflow_build",
     "cluster_env": horovod_cluster_env,
     "ports": 1,
 }
@@ -211,7 +211,7 @@ for _spec in (
     BackendSpec(
         name="tf-single",
         description="TensorFlow custom training loop, one process (the TensorFlow baseline)",
-        worker="dlscale.backends.tf_strategies:run_single",
+        worker="dlscale.frameworks.tensorflow.strategies:run_single",
         max_workers=1,
         reference=True,
         options=tfd.TF_LOOP_OPTIONS,
@@ -221,7 +221,7 @@ for _spec in (
         name="tf-mirrored",
         description="TensorFlow MirroredStrategy: every replica in one process (logical CPU "
         "devices on a CPU)",
-        worker="dlscale.backends.tf_strategies:run_mirrored",
+        worker="dlscale.frameworks.tensorflow.strategies:run_mirrored",
         measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS,
         roles=tfd.mirrored_roles,
@@ -230,8 +230,8 @@ for _spec in (
     BackendSpec(
         name="tf-mwms",
         description="TensorFlow MultiWorkerMirroredStrategy: collective all-reduce, custom loop",
-        worker="dlscale.backends.tf_strategies:run_mwms",
-        collectives="dlscale.microbench.tf_collectives:run",
+        worker="dlscale.frameworks.tensorflow.strategies:run_mwms",
+        collectives="dlscale.frameworks.tensorflow.collectives:run",
         measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS,
         cluster_env=tfd.tf_config_env,
@@ -242,7 +242,7 @@ for _spec in (
         name="tf-ps",
         description="TensorFlow ParameterServerStrategy: a coordinator, num_ps ps tasks, "
         "asynchronous workers",
-        worker="dlscale.backends.tf_ps:run",
+        worker="dlscale.frameworks.tensorflow.ps:run",
         options=tfd.TF_LOOP_OPTIONS + tfd.PS_OPTIONS,
         roles=tfd.ps_roles,
         cluster_env=tfd.tf_config_env,
@@ -253,7 +253,7 @@ for _spec in (
     BackendSpec(
         name="keras-fit",
         description="Keras model.fit under MultiWorkerMirroredStrategy (legacy Keras 2)",
-        worker="dlscale.backends.keras_fit:run_mwms",
+        worker="dlscale.frameworks.tensorflow.keras_fit:run_mwms",
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS + tfd.FIT_OPTIONS,
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
@@ -263,7 +263,7 @@ for _spec in (
     BackendSpec(
         name="horovod-tf",
         description="Horovod DistributedGradientTape on TensorFlow, custom loop",
-        worker="dlscale.backends.tf_strategies:run_horovod",
+        worker="dlscale.frameworks.tensorflow.strategies:run_horovod",
         measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS,
         **_HOROVOD_TF,
@@ -271,7 +271,7 @@ for _spec in (
     BackendSpec(
         name="horovod-keras",
         description="Horovod DistributedOptimizer with Keras model.fit (legacy Keras 2)",
-        worker="dlscale.backends.keras_fit:run_horovod",
+        worker="dlscale.frameworks.tensorflow.keras_fit:run_horovod",
         options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,
         loader_only=False,
         **_HOROVOD_TF,
@@ -284,13 +284,13 @@ _MX: dict[str, Any] = {
     "python": mxd.mxnet_python(),
     "install": mxd.INSTALL,
     "devices": ("cpu",),  # the mxnet 1.9.1 wheel is CPU-only (CUDA builds were other wheels)
-    "installed": "dlscale.backends.mxnet_declare:mxnet_installed",
+    "installed": "dlscale.frameworks.mxnet.declare:mxnet_installed",
 }
 for _spec in (
     BackendSpec(
         name="mxnet-single",
         description="MXNet Gluon training loop, one process (the MXNet baseline)",
-        worker="dlscale.backends.mxnet_loop:run_single",
+        worker="dlscale.frameworks.mxnet.loop:run_single",
         max_workers=1,
         reference=True,
         options=mxd.MX_LOOP_OPTIONS,
@@ -300,8 +300,8 @@ for _spec in (
         name="mxnet-kv",
         description="MXNet Gluon Trainer on a kvstore: local, or ps-lite's parameter server "
         "(dist_sync, dist_async, dist_device_sync)",
-        worker="dlscale.backends.mxnet_kv:run",
-        collectives="dlscale.microbench.mxnet_collectives:run",
+        worker="dlscale.frameworks.mxnet.kv:run",
+        collectives="dlscale.frameworks.mxnet.collectives:run",
         measures_exposed_comm=True,
         options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,
         roles=mxd.kv_roles,
@@ -312,13 +312,13 @@ for _spec in (
     BackendSpec(
         name="horovod-mxnet",
         description="Horovod DistributedTrainer on MXNet Gluon (MKLDNN off)",
-        worker="dlscale.backends.mxnet_loop:run_horovod",
+        worker="dlscale.frameworks.mxnet.loop:run_horovod",
         measures_exposed_comm=True,
         options=mxd.HOROVOD_MX_OPTIONS,
         cluster_env=horovod_cluster_env,
         ports=1,
         requires=("horovod",),
-        **{**_MX, "installed": "dlscale.backends.mxnet_declare:horovod_mxnet_build"},
+        **{**_MX, "installed": "dlscale.frameworks.mxnet.declare:horovod_mxnet_build"},
     ),
 ):
     BACKENDS.register(_spec.name, _spec)

@@ -21,7 +21,7 @@ def main(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("torch") is not None:
         import torch
 
-        from dlscale.runtime.torch_env import torch_environment
+        from dlscale.frameworks.torch.env import torch_environment
 
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         env.update(torch_environment(device))

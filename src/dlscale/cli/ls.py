@@ -48,8 +48,8 @@ def _models() -> Table:
             "listing models builds them with PyTorch, which is not installed: "
             "pip install 'dlscale[torch]' -c constraints.txt"
         )
+    from dlscale.frameworks.torch.profile import profile
     from dlscale.models import MODELS
-    from dlscale.models.profile import profile
 
     table = Table(
         title="models (parameters and forward FLOPs per image at the native size, "

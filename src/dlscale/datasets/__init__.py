@@ -21,7 +21,7 @@ class DatasetSpec:
     ``load(cfg, *, shard, shards, replicas=1, input_size, num_classes)``; returns a
     :class:`dlscale.datasets.arrays.NumpyDataset` (numpy only) of the process that trains
     replicas ``shard`` to ``shard + replicas - 1`` of ``shards``;
-    :func:`dlscale.datasets.torch_adapter.to_torch` puts it on a torch device."""
+    :func:`dlscale.frameworks.torch.data.to_torch` puts it on a torch device."""
     needs_data_dir: bool
     has_eval: bool
     """Whether an accuracy on held-out data means anything (not for synthetic data)."""

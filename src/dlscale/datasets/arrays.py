@@ -11,7 +11,7 @@ samples with the same crops and flips:
   (:meth:`ArrayDataset.train_plan`).
 
 An engine either applies the transform with its own ops on its device (e.g.
-:func:`dlscale.datasets.torch_adapter.to_torch`) or takes the numpy reference batches from
+:func:`dlscale.frameworks.torch.data.to_torch`) or takes the numpy reference batches from
 :meth:`ArrayDataset.train_batches`. This module imports numpy only.
 """
 

@@ -15,7 +15,7 @@ the augmentation, and decodes whole batches (:meth:`ImageFiles.load_batch`) for 
   ``size x size`` cut out. Both give uint8 images; scaling to [0, 1] and the ImageNet mean and
   standard deviation are the engine's, on its device (:attr:`ImageFiles.transform`).
 * Loaders: the torch engine's ``DataLoader`` worker processes
-  (:mod:`dlscale.datasets.torch_adapter`); for other engines :meth:`ImageFiles.train_batches`
+  (:mod:`dlscale.frameworks.torch.data`); for other engines :meth:`ImageFiles.train_batches`
   decodes in a pool of ``loader_workers`` processes of its own (numpy batches).
 """
 

@@ -47,8 +47,8 @@ MODELS: Registry[ModelSpec] = Registry("model")
 PARAMS_FILE = "final_params.npz"
 """A run's trained parameters as numpy arrays under PyTorch's state-dict keys and layouts
 (TensorFlow and MXNet runs; torch runs save ``final_params.pt``)."""
-_KERAS = "dlscale.models.keras_models"
-_GLUON = "dlscale.models.gluon_models"
+_KERAS = "dlscale.frameworks.tensorflow.models"
+_GLUON = "dlscale.frameworks.mxnet.models"
 
 for _depth in (20, 32, 44, 56, 110):
     MODELS.register(
@@ -57,7 +57,7 @@ for _depth in (20, 32, 44, 56, 110):
             name=f"resnet{_depth}",
             description=f"CIFAR ResNet-{_depth} (He et al. 2016, 6n+2 layers, option-A shortcuts)",
             builders={
-                "torch": f"dlscale.models.resnet_cifar:resnet{_depth}",
+                "torch": f"dlscale.frameworks.torch.models.resnet_cifar:resnet{_depth}",
                 "tensorflow": f"{_KERAS}:resnet{_depth}",
                 "mxnet": f"{_GLUON}:resnet{_depth}",
             },
@@ -72,7 +72,7 @@ MODELS.register(
         name="resnet50",
         description="ResNet-50 (He et al. 2016, bottleneck blocks, ImageNet)",
         builders={
-            "torch": "dlscale.models.resnet_imagenet:resnet50",
+            "torch": "dlscale.frameworks.torch.models.resnet_imagenet:resnet50",
             "tensorflow": f"{_KERAS}:resnet50",
             "mxnet": f"{_GLUON}:resnet50",
         },
@@ -87,7 +87,7 @@ MODELS.register(
         name="alexnet",
         description="AlexNet (Krizhevsky 2014 one-tower variant, ImageNet)",
         builders={
-            "torch": "dlscale.models.alexnet:alexnet",
+            "torch": "dlscale.frameworks.torch.models.alexnet:alexnet",
             "tensorflow": f"{_KERAS}:alexnet",
             "mxnet": f"{_GLUON}:alexnet",
         },
@@ -102,7 +102,7 @@ MODELS.register(
         name="googlenet",
         description="GoogLeNet / Inception v1 (Szegedy et al. 2015, BatchNorm, no aux heads)",
         builders={
-            "torch": "dlscale.models.googlenet:googlenet",
+            "torch": "dlscale.frameworks.torch.models.googlenet:googlenet",
             "tensorflow": f"{_KERAS}:googlenet",
             "mxnet": f"{_GLUON}:googlenet",
         },
@@ -117,7 +117,7 @@ MODELS.register(
         name="tiny",
         description="Tiny CNN for tests (2 conv + 1 linear, no BatchNorm)",
         builders={
-            "torch": "dlscale.models.tiny:tiny",
+            "torch": "dlscale.frameworks.torch.models.tiny:tiny",
             "tensorflow": f"{_KERAS}:tiny",
             "mxnet": f"{_GLUON}:tiny",
         },

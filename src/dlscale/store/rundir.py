@@ -28,7 +28,7 @@ OUTPUT_FILES = (
     "network.json",  # launchers/torchrun (the emulated network's record)
     "job.sbatch",  # launchers/slurm
     "slurm-job-id",
-    "horovod-timeline.json",  # backends/horovod_session (horovod_timeline)
+    "horovod-timeline.json",  # frameworks/horovod/session (horovod_timeline)
 )
 OUTPUT_PATTERNS = (
     "events.rank*.jsonl",  # metrics/events

@@ -1,0 +1,1 @@
+"""Horovod over PyTorch, TensorFlow, Keras and MXNet: its declaration, session and kernel."""

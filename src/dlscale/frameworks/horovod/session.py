@@ -1,0 +1,107 @@
+"""Starting and leaving Horovod in a worker, the same for every framework's binding.
+
+``hvd`` is the framework's binding (``horovod.torch``, ``horovod.tensorflow``): they share one
+core, configured by the same variables, so every horovod-* backend starts the same way:
+Horovod's variables from the run's options (fusion threshold, cycle time, the timeline), the
+Gloo rendezvous server in rank 0 when no launcher tool serves one
+(:mod:`dlscale.frameworks.horovod.declare`), MPI checked before ``init`` (which fails without a
+word of why when the controller is not built), and the world checked against the layout.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dlscale.errors import UserError
+from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV
+from dlscale.runtime.context import WorkerContext
+
+TIMELINE = "horovod-timeline.json"
+"""Horovod's timeline of a run (Chrome trace format), in the run's directory."""
+
+
+class HorovodSession:
+    """``init`` then ``shutdown`` of one process's Horovod, for any framework binding."""
+
+    def __init__(self) -> None:
+        self._rendezvous: Any = None
+        self._hvd: Any = None
+
+    def start(self, ctx: WorkerContext, hvd_module: str) -> Any:
+        """Set Horovod's variables, serve the rendezvous if this rank must, import the binding
+        (``hvd_module``), ``init`` it and check the world; returns the binding."""
+        import importlib
+
+        cfg = ctx.config
+        if cfg.option("horovod_timeline"):
+            os.environ["HOROVOD_TIMELINE"] = str(ctx.run_dir / TIMELINE)
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(cfg.option("fusion_mb") * 2**20))
+        os.environ["HOROVOD_CYCLE_TIME"] = str(cfg.option("cycle_ms"))
+        if plan := os.environ.get(RENDEZVOUS_ENV):
+            self._rendezvous = start_rendezvous(plan, int(os.environ["HOROVOD_SIZE"]))
+        try:
+            hvd = importlib.import_module(hvd_module)
+        except ImportError as error:  # built before this framework was installed
+            raise UserError(
+                f"Horovod has no {hvd_module} binding here ({error}): make horovod rebuilds it "
+                "for every framework installed"
+            ) from error
+        if os.environ.get("HOROVOD_CONTROLLER") == "mpi" and not hvd.mpi_built():
+            raise UserError(
+                "this Horovod was built without MPI, which --launcher mpirun needs: "
+                "scripts/install-openmpi.sh, then make horovod (rebuilds it with MPI)"
+            )
+        hvd.init()
+        self._hvd = hvd
+        if hvd.size() != ctx.processes or hvd.rank() != ctx.rank:
+            raise RuntimeError(
+                f"horovod says rank {hvd.rank()} of {hvd.size()}, dlscale rank {ctx.rank} of "
+                f"{ctx.processes}: the launcher and the layout disagree"
+            )
+        return hvd
+
+    def facts(self, cfg: Any) -> dict[str, Any]:
+        """What the run's ``strategy`` record says of Horovod."""
+        import horovod
+
+        hvd = self._hvd
+        controller = "mpi" if hvd.mpi_enabled() else "gloo"
+        return {
+            "horovod_version": horovod.__version__,
+            "horovod_controller": controller,
+            "horovod_built": {
+                "gloo": hvd.gloo_built(),
+                "mpi": hvd.mpi_built(),
+                "nccl": bool(hvd.nccl_built()),
+            },
+            "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
+            "cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
+            "traces": [TIMELINE] if cfg.option("horovod_timeline") else [],
+        }
+
+    def shutdown(self) -> None:
+        if self._hvd is not None and self._hvd.is_initialized():
+            self._hvd.shutdown()
+        if self._rendezvous is not None:
+            self._rendezvous.shutdown()
+            self._rendezvous.server_close()
+
+
+def start_rendezvous(plan: str, size: int) -> Any:
+    """Horovod's Gloo rendezvous server (the HTTP key-value store horovodrun serves) in a thread
+    of this process: rank 0's under a launcher other than horovodrun, on the address and port
+    every rank was given, with the host plan horovodrun would make (``host:slots,...``).
+    (``RendezvousServer.start()`` picks its own port, which the other ranks could not know.)"""
+    from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+    from horovod.runner.util.threads import in_thread
+
+    address = (
+        os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+        int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
+    )
+    server = RendezvousHTTPServer(address, RendezvousHandler, 0)
+    server.init(get_host_assignments(parse_hosts(plan), size))
+    in_thread(target=server.serve_forever)
+    return server

@@ -1,0 +1,139 @@
+"""What the MXNet backends declare: their interpreter, options, roles, DMLC variables (no MXNet).
+
+MXNet 1.9.1 needs numpy 1.23 (it uses aliases numpy 1.24 removed), so it lives in its own
+virtual environment (``make mxnet``: ``.venv-mxnet`` beside the parent's ``.venv``, or
+``$DLSCALE_MXNET_PYTHON``; a study's ``python`` key overrides both). The engines are in
+``loop`` (the Gluon training loop, mxnet-single and horovod-mxnet) and ``kv``
+(Gluon's Trainer on a kvstore, the ps-lite roles).
+
+Processes and roles of ``mxnet-kv``:
+
+* ``kvstore = "local"``: one process, a ``local`` KVStore inside it (no other role);
+* ``dist_sync``, ``dist_async``, ``dist_device_sync``: ``worker`` processes (ranks 0..N-1, they
+  train), then ps-lite's ``scheduler`` and ``num_servers`` ``server`` processes. The scheduler
+  and servers serve inside ``import mxnet`` and leave by themselves once every worker has
+  finished (they exit, as workers do). Every process learns the cluster from DMLC_* variables:
+  the scheduler's address and port, the number of servers and workers, and its own role.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dlscale.errors import UnsupportedPoint
+from dlscale.frameworks.horovod.declare import HOROVOD_OPTIONS, horovod_build
+from dlscale.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.options import Option
+
+if TYPE_CHECKING:
+    from dlscale.config.run_config import RunConfig
+
+INSTALL = "make mxnet"
+PYTHON_ENV = "DLSCALE_MXNET_PYTHON"
+"""An MXNet environment's interpreter other than ``.venv-mxnet/bin/python``."""
+
+
+def mxnet_python() -> str:
+    """The interpreter of the MXNet environment: ``$DLSCALE_MXNET_PYTHON``, else
+    ``.venv-mxnet/bin/python`` beside the environment dlscale runs in (``make mxnet``)."""
+    return os.environ.get(PYTHON_ENV) or str(
+        Path(sys.prefix).absolute().parent / ".venv-mxnet" / "bin" / "python"
+    )
+
+
+MKLDNN = Option(
+    name="mkldnn",
+    type="bool",
+    default=True,
+    help="MXNet's MKLDNN (oneDNN) CPU kernels (MXNET_MKLDNN_ENABLED)",
+)
+WEIGHTS = Option(
+    name="weights",
+    type="str",
+    default="torch",
+    choices=("torch", "gluon"),
+    help="initial weights: the PyTorch twin's (same seed as the torch backends) or Gluon's own",
+)
+MX_LOOP_OPTIONS = (WEIGHTS, MKLDNN)
+"""Read by every MXNet engine."""
+KV_OPTIONS = (
+    Option(
+        name="kvstore",
+        type="str",
+        default="dist_sync",
+        choices=("local", "dist_sync", "dist_async", "dist_device_sync"),
+        help="MXNet kvstore: local (one process) or ps-lite's parameter server",
+    ),
+    Option(name="num_servers", type="int", default=1, minimum=1, help="ps-lite server processes"),
+)
+HOROVOD_MX_OPTIONS = (
+    WEIGHTS,
+    Option(
+        name="mkldnn",
+        type="bool",
+        default=False,
+        choices=(False,),
+        help="off: Horovod's MXNet ops fail on MKLDNN-layout arrays",
+    ),
+    *(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step"),
+)
+"""Horovod's options less micro-batching (DistributedTrainer has none), MKLDNN off."""
+
+
+def kv_roles(config: RunConfig) -> tuple[Role, ...]:
+    """Workers first (rank 0 trains), then ps-lite's scheduler and servers for a dist kvstore."""
+    if config.option("kvstore") == "local":
+        if config.workers != 1:
+            raise UnsupportedPoint(
+                f"kvstore=local trains in one process, got workers={config.workers}; "
+                "use kvstore=dist_sync or dist_async across processes"
+            )
+        return (Role(name="worker", count=1),)
+    return (
+        Role(name="worker", count=config.workers),
+        Role(name="scheduler", count=1, trains=False),
+        Role(name="server", count=config.option("num_servers"), trains=False),
+    )
+
+
+def kv_ports(config: RunConfig) -> int:
+    """The scheduler's port (the others bind their own)."""
+    return 0 if config.option("kvstore") == "local" else 1
+
+
+def dmlc_env(
+    process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
+) -> dict[str, str]:
+    """ps-lite's variables: where the scheduler listens, how many servers and workers, the
+    role, and the address this process binds (its host, so a loopback run stays on loopback)."""
+    if config.option("kvstore") == "local":
+        return {}
+    scheduler = next(p.rank for p in layout.processes if p.role == "scheduler")
+    return {
+        "DMLC_PS_ROOT_URI": addresses.hosts[scheduler],
+        "DMLC_PS_ROOT_PORT": str(addresses.ports[0]),
+        "DMLC_NUM_SERVER": str(config.option("num_servers")),
+        "DMLC_NUM_WORKER": str(config.workers),
+        "DMLC_ROLE": process.role,
+        "DMLC_NODE_HOST": addresses.hosts[process.rank],
+    }
+
+
+def mxnet_installed(python: str | None) -> str:
+    """What ``dlscale ls backends`` says of mxnet-single and mxnet-kv."""
+    path = Path(python or mxnet_python())
+    if not path.exists():
+        return f"no: {INSTALL}"
+    stamp = path.absolute().parent.parent / ".installed-mxnet"
+    return "yes: .venv-mxnet" if stamp.exists() else f"yes: {path}"
+
+
+def horovod_mxnet_build(python: str | None) -> str:
+    """:func:`horovod_build` of the MXNet environment's Horovod (built with ``make mxnet``)."""
+    built = horovod_build(python or mxnet_python())
+    if built.startswith("yes") and "mxnet" not in built.split(";")[0]:
+        return "no: this Horovod has no MXNet binding; make mxnet rebuilds it"
+    return built if built.startswith("yes") else f"no: {INSTALL}"

@@ -1,0 +1,1 @@
+"""TensorFlow and Keras: tf.distribute strategies, a parameter server and Keras ``fit``."""

@@ -1,0 +1,401 @@
+"""The TensorFlow view of a numpy data set: tf.data pipelines giving the numpy reference's batches.
+
+:func:`to_tf` wraps a :class:`~dlscale.datasets.arrays.NumpyDataset`. The stored uint8 images
+become one constant; each epoch, the numpy plan (sample indices, crop offsets, flips: the same
+shards and order as every other engine for a given seed) becomes a ``tf.data.Dataset`` of steps,
+and a ``map`` (parallel, deterministic, prefetched with AUTOTUNE) gathers, crops, flips,
+normalizes and resizes each batch with TensorFlow ops (a data set without augmentation is
+transformed once, when wrapped, as the torch adapter does: neither engine pays more per step).
+The resize multiplies by the numpy reference's own interpolation matrices, so every engine
+interpolates with PyTorch's weights.
+Batches come out NHWC (TensorFlow's CPU convolutions want channels last) and equal
+:meth:`ArrayDataset.train_batches` transposed (up to float rounding).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from dlscale.datasets.arrays import (
+    PREPARE_CHUNK,
+    ArrayDataset,
+    NumpyDataset,
+    SyntheticArrays,
+    TrainPlan,
+    interpolation_matrix,
+)
+from dlscale.datasets.image_files import Split, decode_problem, read_bytes
+from dlscale.datasets.imagenet import (
+    CROP_TRIES,
+    EVAL_CROP,
+    MEAN,
+    RATIO,
+    SCALE,
+    STD,
+    BadImage,
+    ImageFiles,
+)
+from dlscale.errors import DataError
+from dlscale.frameworks.tensorflow.env import import_tensorflow
+
+tf = import_tensorflow()
+
+
+class TFDataset:
+    """One process's view of a data set as tf.data pipelines of ``(images NHWC float32,
+    labels int64)``: ``train_batches(epoch)`` has exactly ``steps_per_epoch`` elements,
+    ``eval_batches()`` this process's part of the held-out set (none without one)."""
+
+    num_classes: int
+    input_shape: tuple[int, int, int]
+    """``(C, H, W)``, as the numpy data set says it (the batches are NHWC)."""
+    steps_per_epoch: int
+    same_every_epoch = False
+    """Every epoch gives the same batches (synthetic data): a long run repeats one epoch."""
+
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        """The epoch's batches of this process; ``part = (replica, batch)``: only that
+        replica's ``batch`` images of each step (``replica`` an int or a scalar tensor, such as
+        a parameter-server worker's index)."""
+        raise NotImplementedError
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        """Every batch from step ``start`` of ``epoch`` on, epoch after epoch with no end (for a
+        consumer that reads across epochs, such as one Keras ``fit`` call). In this process
+        only: the plans come from Python as they are reached."""
+        raise NotImplementedError
+
+    def eval_batches(self) -> Any:
+        return None
+
+    def explain(self, error: Exception, epoch: int, steps: range) -> Exception:
+        """What to raise for ``error`` from reading ``steps`` of ``epoch`` (data read from disk
+        names the image that failed); by default ``error`` itself."""
+        return error
+
+
+def checked_batches(data: TFDataset, pipeline: Any, epoch: int) -> Iterator[Any]:
+    """The elements of ``pipeline`` (the batches of ``epoch`` from step 0); an op error from
+    reading them is raised as ``data.explain`` says (e.g. the image it could not decode)."""
+    batches = iter(pipeline)
+    for step in itertools.count():
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except tf.errors.OpError as error:
+            raise data.explain(error, epoch, range(step, step + 1)) from None
+        yield batch
+
+
+def to_tf(data: NumpyDataset) -> TFDataset:
+    """``data`` as tf.data pipelines."""
+    if isinstance(data, ArrayDataset):
+        return TFArrays(data)
+    if isinstance(data, SyntheticArrays):
+        return TFSynthetic(data)
+    if isinstance(data, ImageFiles):
+        return TFImageFiles(data)
+    raise TypeError(f"no TensorFlow adapter for {type(data).__name__}")
+
+
+class TFArrays(TFDataset):
+    """An :class:`ArrayDataset` held whole as one constant: uint8, transformed per batch after
+    the crop when training augments; else transformed once here (float32, the stored channels;
+    the repeat to the input channels stays per batch)."""
+
+    def __init__(self, data: ArrayDataset) -> None:
+        self.data = data
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self.steps_per_epoch = data.steps_per_epoch
+        transform = data.transform
+        channels, height, width = data.x_train.shape[1:]
+        mean, std = transform.channel_stats(channels)
+        self._mean = tf.constant(mean.reshape(1, channels, 1, 1))
+        self._std = tf.constant(std.reshape(1, channels, 1, 1))
+        self._scale = np.float32(transform.scale)
+        self._pad, self._channels = transform.pad, transform.channels
+        self._rows = self._cols = None
+        if (height, width) != (transform.size, transform.size):
+            antialias = transform.size < min(height, width)
+            self._rows = tf.constant(interpolation_matrix(height, transform.size, antialias))
+            self._cols = tf.constant(interpolation_matrix(width, transform.size, antialias))
+        self._prepared = not transform.augments
+        x_train, x_test = data.x_train, data.x_test
+        if self._prepared:
+            x_train, x_test = self._prepare_all(x_train), self._prepare_all(x_test)
+        self._x_train, self._x_test = tf.constant(x_train), tf.constant(x_test)
+        self._y_train, self._y_test = tf.constant(data.y_train), tf.constant(data.y_test)
+
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        columns = self._columns(self.data.train_plan(epoch))
+        steps = tf.data.Dataset.from_tensor_slices(columns)
+        if part is not None:  # the replica's columns of the plan, before any image work
+            steps = steps.map(lambda *cols: _part(cols, part))
+        return self._batches(steps, len(columns))
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        def rows() -> Iterator[tuple[np.ndarray, ...]]:
+            for e in itertools.count(epoch):
+                columns = self._columns(self.data.train_plan(e))
+                for step in range(start if e == epoch else 0, self.steps_per_epoch):
+                    yield tuple(column[step] for column in columns)
+
+        width = self.data.batch * self.data.replicas
+        kinds = [tf.int64, tf.int64, tf.int64, tf.bool][: 1 if self._prepared else 4]
+        spec = tuple(tf.TensorSpec((width,), kind) for kind in kinds)
+        return self._batches(tf.data.Dataset.from_generator(rows, output_signature=spec), len(spec))
+
+    def _columns(self, plan: TrainPlan) -> tuple[np.ndarray, ...]:
+        """A plan's arrays, one row a step: indices, then crop offsets and flips if it augments."""
+        if plan.top is None or plan.left is None or plan.flip is None:
+            return (plan.indices.astype(np.int64),)
+        return (
+            plan.indices.astype(np.int64),
+            plan.top.astype(np.int64),
+            plan.left.astype(np.int64),
+            plan.flip.astype(bool),
+        )
+
+    def _batches(self, steps: Any, columns: int) -> Any:
+        batch: Callable[..., tuple[Any, Any]] = (
+            self._gather if columns == 1 else self._gather_crop_flip
+        )
+        mapped = steps.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return mapped.prefetch(tf.data.AUTOTUNE)
+
+    def eval_batches(self) -> Any:
+        start, stop = self.data.eval_range()
+        if start >= stop:
+            return None
+        size = self.data.batch * self.data.replicas
+        pipeline = tf.data.Dataset.from_tensor_slices(
+            (self._x_test[start:stop], self._y_test[start:stop])
+        ).batch(size)
+        return pipeline.map(lambda x, y: (self._inputs(x), y)).prefetch(tf.data.AUTOTUNE)
+
+    def _gather(self, indices: Any) -> tuple[Any, Any]:
+        return self._inputs(tf.gather(self._x_train, indices)), tf.gather(self._y_train, indices)
+
+    def _gather_crop_flip(self, indices: Any, top: Any, left: Any, flip: Any) -> tuple[Any, Any]:
+        images = _crop_flip(tf.gather(self._x_train, indices), top, left, flip, self._pad)
+        return self._inputs(images), tf.gather(self._y_train, indices)
+
+    def _inputs(self, images: Any) -> Any:
+        """Model inputs, NHWC, from stored images (or prepared ones)."""
+        return self._finish(images if self._prepared else self._prepare(images))
+
+    def _prepare(self, images: Any) -> Any:
+        """Steps 2-4 of the :class:`~dlscale.datasets.arrays.Transform`: uint8 NCHW to
+        float32 NCHW at the input size, the stored channels."""
+        x = (tf.cast(images, tf.float32) * self._scale - self._mean) / self._std
+        if self._rows is not None:
+            # einsum, not tf.matmul of the (S, H) matrix by (B, 1, H, W): that broadcast
+            # segfaulted inside tf.data's graph on TensorFlow 2.21's CPU build (seen here).
+            x = tf.einsum("sh,bchw,tw->bcst", self._rows, x, self._cols)
+        return x
+
+    def _prepare_all(self, images: np.ndarray) -> np.ndarray:
+        """:meth:`_prepare` of a whole stored set, in chunks."""
+        chunks = [
+            self._prepare(images[i : i + PREPARE_CHUNK]).numpy()
+            for i in range(0, len(images), PREPARE_CHUNK)
+        ]
+        return np.concatenate(chunks) if chunks else self._prepare(images).numpy()
+
+    def _finish(self, x: Any) -> Any:
+        """Step 5 (a single channel repeated) and NCHW to NHWC."""
+        if x.shape[1] != self._channels:
+            x = tf.repeat(x, self._channels, axis=1)
+        return tf.transpose(x, (0, 2, 3, 1))
+
+
+def _part(columns: tuple[Any, ...], part: tuple[Any, int]) -> tuple[Any, ...]:
+    """One replica's slice of each step's columns (a step's batch is its replicas' batches in
+    replica order)."""
+    replica, size = part
+    return tuple(column[replica * size : (replica + 1) * size] for column in columns)
+
+
+def _crop_flip(images: Any, top: Any, left: Any, flip: Any, pad: int) -> Any:
+    """:func:`dlscale.datasets.arrays.crop_flip` in TensorFlow ops, on uint8 NCHW."""
+    height, width = images.shape[2], images.shape[3]
+    padded = tf.pad(images, [[0, 0], [0, 0], [pad, pad], [pad, pad]])
+    rows = tf.cast(top, tf.int32)[:, None] + tf.range(height)  # (B, H)
+    cols = tf.cast(left, tf.int32)[:, None] + tf.range(width)  # (B, W)
+    cols = tf.where(flip[:, None], tf.reverse(cols, axis=[1]), cols)
+    picked = tf.gather(padded, rows, axis=2, batch_dims=1)  # (B, C, H, W + 2 pad)
+    return tf.gather(picked, cols, axis=3, batch_dims=1)
+
+
+class TFSynthetic(TFDataset):
+    """The fixed batch of :class:`SyntheticArrays`, one constant, fed at every step."""
+
+    same_every_epoch = True
+
+    def __init__(self, data: SyntheticArrays) -> None:
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self.steps_per_epoch = data.steps_per_epoch
+        self._batch = (
+            tf.constant(np.ascontiguousarray(data.images.transpose(0, 2, 3, 1))),
+            tf.constant(data.labels),
+        )
+
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        batch = self._batch if part is None else _part(self._batch, part)
+        return tf.data.Dataset.from_tensors(batch).repeat(self.steps_per_epoch)
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        return tf.data.Dataset.from_tensors(self._batch).repeat()
+
+
+class TFImageFiles(TFDataset):
+    """Images decoded from disk (:class:`~dlscale.datasets.imagenet.ImageFiles`) by tf.data:
+    the numpy plan's samples (the same images per step as every other engine) read and decoded
+    by TensorFlow's ops in a parallel ``map`` (AUTOTUNE), batched, normalized and prefetched.
+
+    A file is read with ``tf.io.read_file``; a TFRecord image (``offset`` bytes into its shard)
+    by dlscale's seek-and-read in a ``tf.numpy_function`` (TensorFlow has no op that reads a
+    byte range; its record readers read a shard from its start). Decoding is
+    ``tf.io.decode_image`` (libjpeg-turbo, PNG too); the crop is TensorFlow's own random
+    resized crop, ``stateless_sample_distorted_bounding_box`` with torchvision's area and
+    aspect ranges and ten tries, seeded with the sample's seed from the plan, so the crops
+    are reproducible but not the same pixels as the Pillow loaders'; then an antialiased
+    bilinear resize and a seeded flip. Evaluation: the shorter side to ``size / 0.875``, the
+    centre crop."""
+
+    def __init__(self, data: ImageFiles) -> None:
+        self.data = data
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+        self.steps_per_epoch = data.steps_per_epoch
+        self._size = data.size
+        self._mean = tf.constant(np.asarray(MEAN, np.float32) * 255)
+        self._std = tf.constant(np.asarray(STD, np.float32) * 255)
+        self._train = _Sources(data.train)
+        self._eval = _Sources(data.eval) if data.eval is not None else None
+
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        indices, seeds = self.data.train_plan(epoch)
+        steps = tf.data.Dataset.from_tensor_slices((indices, seeds))
+        width = self.data.batch * self.data.replicas
+        if part is not None:
+            steps = steps.map(lambda *cols: _part(cols, part))
+            width = part[1]
+        return self._batches(steps, width)
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        def rows() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for e in itertools.count(epoch):
+                indices, seeds = self.data.train_plan(e)
+                for step in range(start if e == epoch else 0, self.steps_per_epoch):
+                    yield indices[step], seeds[step]
+
+        width = self.data.batch * self.data.replicas
+        spec = (tf.TensorSpec((width,), tf.int64), tf.TensorSpec((width,), tf.int64))
+        return self._batches(tf.data.Dataset.from_generator(rows, output_signature=spec), width)
+
+    def _batches(self, steps: Any, width: int) -> Any:
+        samples = steps.unbatch().map(
+            self._train_sample, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        batches = samples.batch(width, drop_remainder=True).map(self._normalize)
+        return batches.prefetch(tf.data.AUTOTUNE)
+
+    def eval_batches(self) -> Any:
+        steps = self.data.eval_steps()
+        if self._eval is None or not steps:
+            return None
+        first, last = int(steps[0][0]), int(steps[-1][-1]) + 1
+        samples = tf.data.Dataset.range(first, last).map(
+            self._eval_sample, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        size = self.data.batch * self.data.replicas
+        return samples.batch(size).map(self._normalize).prefetch(tf.data.AUTOTUNE)
+
+    def explain(self, error: Exception, epoch: int, steps: range) -> Exception:
+        """A decoding error names the first image of those steps that Pillow cannot decode
+        either (TensorFlow's message names no file); else it says which steps failed."""
+        if not isinstance(error, tf.errors.InvalidArgumentError):
+            return error
+        plans: dict[int, np.ndarray] = {}
+        for step in steps:  # a window of a stream may run into the next epochs
+            at = epoch + step // self.steps_per_epoch
+            if at not in plans:
+                plans[at] = self.data.train_plan(at)[0]
+            for index in plans[at][step % self.steps_per_epoch]:
+                entry = self.data.train.entries[int(index)]
+                try:
+                    problem = decode_problem(read_bytes(entry))
+                except OSError as failure:
+                    problem = f"unreadable ({failure.strerror or failure})"
+                if problem is not None:
+                    return BadImage(entry.where(), problem).error()
+        first = str(error.message).splitlines()[0] if error.message else type(error).__name__
+        return DataError(
+            f"TensorFlow could not read an image of steps {steps.start}-{steps.stop - 1} of "
+            f'epoch {epoch} ({first}); Pillow reads them all; run with verify = "decode" '
+            "or convert the images to baseline JPEG"
+        )
+
+    def _train_sample(self, index: Any, seed: Any) -> tuple[Any, Any]:
+        image = self._train.image(index)
+        pair = tf.stack([seed, tf.constant(0, tf.int64)])
+        begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+            tf.shape(image),
+            bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+            seed=pair,
+            min_object_covered=0.0,
+            aspect_ratio_range=RATIO,
+            area_range=SCALE,
+            max_attempts=CROP_TRIES,
+            use_image_if_no_bounding_boxes=True,
+        )
+        crop = tf.slice(image, begin, size)
+        resized = tf.image.resize(crop, (self._size, self._size), antialias=True)
+        flip = tf.random.stateless_uniform((), seed=pair + tf.constant([0, 1], tf.int64)) < 0.5
+        resized = tf.cond(flip, lambda: tf.reverse(resized, axis=[1]), lambda: resized)
+        return resized, self._train.labels[index]
+
+    def _eval_sample(self, index: Any) -> tuple[Any, Any]:
+        assert self._eval is not None
+        image = self._eval.image(index)
+        shape = tf.cast(tf.shape(image)[:2], tf.float32)
+        short = float(int(self._size / EVAL_CROP))
+        scaled = tf.cast(tf.round(shape * short / tf.reduce_min(shape)), tf.int32)
+        scaled = tf.maximum(scaled, int(short))
+        resized = tf.image.resize(image, scaled, antialias=True)
+        top, left = (scaled[0] - self._size) // 2, (scaled[1] - self._size) // 2
+        return resized[top : top + self._size, left : left + self._size], self._eval.labels[index]
+
+    def _normalize(self, images: Any, labels: Any) -> tuple[Any, Any]:
+        """uint8-valued float32 NHWC to model inputs (scale, ImageNet mean and std)."""
+        return (images - self._mean) / self._std, labels
+
+
+class _Sources:
+    """A split's images as TensorFlow reads them: files, or records of TFRecord shards."""
+
+    def __init__(self, split: Split) -> None:
+        self.entries = split.entries
+        self.labels = tf.constant(split.labels)
+        self.records = any(e.offset >= 0 for e in split.entries)
+        self.paths = tf.constant([e.path for e in split.entries])
+
+    def image(self, index: Any) -> Any:
+        if self.records:
+            data = tf.numpy_function(self._record, [index], tf.string, stateful=False)
+            data = tf.ensure_shape(data, ())
+        else:
+            data = tf.io.read_file(self.paths[index])
+        image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        return tf.ensure_shape(image, (None, None, 3))
+
+    def _record(self, index: np.ndarray) -> bytes:
+        return read_bytes(self.entries[int(index)])

@@ -1,0 +1,100 @@
+"""What the TensorFlow and Keras backends declare: options, roles, TF_CONFIG (no TensorFlow import).
+
+The parent reads this to plan a run and to list backends; the engines are in ``loop`` (custom
+training loops: tf-single, tf-mirrored, tf-mwms, horovod-tf), ``tf_ps`` (the parameter server)
+and ``keras_fit`` (``model.fit``: keras-fit, horovod-keras).
+
+Processes and roles:
+
+* ``tf-single``, ``horovod-tf``, ``horovod-keras``, ``tf-mwms``, ``keras-fit``: one process per
+  replica, role ``worker``;
+* ``tf-mirrored``: one process training every replica on its own logical CPU device
+  (``replicas_per_process = workers``);
+* ``tf-ps``: a ``chief`` (the coordinator: it schedules steps and records the windows, so it
+  is the training role, with every replica counted on it), ``worker`` tasks and ``ps`` tasks,
+  each a ``tf.distribute.Server`` that never exits by itself (the launcher stops them).
+
+TF_CONFIG is the JSON TensorFlow reads to find its cluster: every process of the roles above,
+``host:port`` in rank order, and this process's task (its role and index).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from dlscale.frameworks.horovod.declare import HOROVOD_OPTIONS
+from dlscale.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.options import Option
+
+if TYPE_CHECKING:
+    from dlscale.config.run_config import RunConfig
+
+INSTALL = "make tensorflow"
+TF_REQUIRES = ("tf_keras",)
+"""Legacy Keras 2, which every TensorFlow backend uses (frameworks/tensorflow/env.py says why)."""
+DEVICE_PROBE = "dlscale.frameworks.tensorflow.env:gpu_device_count"
+
+WEIGHTS = Option(
+    name="weights",
+    type="str",
+    default="torch",
+    choices=("torch", "keras"),
+    help="initial weights: the PyTorch twin's (same seed as the torch backends) or Keras' own",
+)
+TF_LOOP_OPTIONS = (WEIGHTS,)
+"""Read by every TensorFlow engine."""
+MWMS_OPTIONS = (
+    Option(
+        name="collective",
+        type="str",
+        default="auto",
+        choices=("auto", "ring", "nccl"),
+        help="MultiWorkerMirroredStrategy's all-reduce (CommunicationImplementation)",
+    ),
+)
+PS_OPTIONS = (
+    Option(name="num_ps", type="int", default=1, minimum=1, help="parameter server tasks"),
+)
+FIT_OPTIONS = (
+    Option(
+        name="steps_per_execution",
+        type="int",
+        default=1,
+        minimum=1,
+        help="Keras fit: steps run per call of the compiled train function",
+    ),
+)
+HOROVOD_TF_OPTIONS = tuple(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step")
+"""Horovod's options less micro-batching (DistributedGradientTape has none)."""
+
+
+def mirrored_roles(config: RunConfig) -> tuple[Role, ...]:
+    """One process training every replica, one logical device each."""
+    return (Role(name="worker", count=1, replicas_per_process=config.workers),)
+
+
+def ps_roles(config: RunConfig) -> tuple[Role, ...]:
+    """The coordinator (chief, rank 0) drives every replica; workers and ps tasks serve."""
+    return (
+        Role(name="chief", count=1, replicas_per_process=config.workers),
+        Role(name="worker", count=config.workers, trains=False, exits=False),
+        Role(name="ps", count=config.option("num_ps"), trains=False, exits=False),
+    )
+
+
+def one_port_per_process(config: RunConfig) -> int:
+    """A TensorFlow server (gRPC) in every process of the run."""
+    return config.layout().size
+
+
+def tf_config_env(
+    process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
+) -> dict[str, str]:
+    """TF_CONFIG: the cluster by role, ``host:port`` of each process, and this task."""
+    cluster: dict[str, list[str]] = {}
+    for other in layout.processes:
+        address = f"{addresses.hosts[other.rank]}:{addresses.ports[other.rank]}"
+        cluster.setdefault(other.role, []).append(address)
+    task = {"type": process.role, "index": process.index}
+    return {"TF_CONFIG": json.dumps({"cluster": cluster, "task": task}, sort_keys=True)}

@@ -1,0 +1,158 @@
+"""keras-fit and horovod-keras: training by Keras' own ``model.fit`` (legacy Keras 2).
+
+* ``keras-fit``: ``model.fit`` under ``MultiWorkerMirroredStrategy`` (one process per worker,
+  TF_CONFIG as for tf-mwms); the data go in through a ``DatasetCreator``, so each worker feeds
+  its own shard at the per-replica batch (Keras would otherwise treat the batch as global,
+  shard it again and split it).
+* ``horovod-keras``: ``model.fit`` with Horovod's ``DistributedOptimizer`` (which all-reduces
+  the gradients Keras computes) and no strategy.
+
+Why legacy Keras: Keras 3's ``fit`` failed under MultiWorkerMirroredStrategy here ("unsupported type
+(PerReplica) to a Tensor") and Horovod needs ``Variable.ref()``, which Keras 3 variables lack
+(frameworks/tensorflow/env.py). A user of current Keras gets the same route by installing tf-keras
+and setting ``TF_USE_LEGACY_KERAS=1``.
+
+Measurement: ``fit`` runs a whole window (``times_steps = False``): one ``fit`` call of
+``steps`` steps per window, ``steps_per_execution`` steps per call of Keras' compiled train
+function. So the windows carry no per-step or input times, and each window includes ``fit``'s
+own set-up (its data handler and callbacks: what a user pays once per ``fit`` call). Keras
+reports a window's mean loss, which stands for each of its steps. The data continue across
+windows exactly as the custom loops read them (the same epoch plans, shards and order). No
+step without the all-reduce exists inside ``fit``, so exposed communication is not measured
+here; tf-mwms and horovod-tf measure it on the same model and all-reduce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.frameworks.horovod.session import HorovodSession
+from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
+from dlscale.frameworks.tensorflow.loop import (
+    build_keras_model,
+    evaluate_model,
+    load_tf_data,
+    make_eval_step,
+    save_keras_params,
+    trainable_bytes,
+)
+from dlscale.frameworks.tensorflow.sgd import torch_sgd
+from dlscale.frameworks.tensorflow.strategies import MultiWorker
+from dlscale.metrics.records import Strategy
+from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.schedule import Engine, run_schedule
+
+tf = import_tensorflow()
+
+
+class FitEngine(Engine):
+    times_steps = False
+
+    def __init__(self, ctx: WorkerContext, dist: Any, horovod: Any = None) -> None:
+        cfg = ctx.config
+        self.ctx, self.dist, self.horovod = ctx, dist, horovod
+        self.data, self.has_eval = load_tf_data(ctx)
+        self.steps_per_epoch = self.data.steps_per_epoch
+        with dist.scope():
+            self.model = build_keras_model(cfg)
+            optimizer = torch_sgd(cfg)
+            if horovod is not None:
+                fp16 = cfg.option("compression") == "fp16"
+                compression = horovod.Compression.fp16 if fp16 else horovod.Compression.none
+                optimizer = horovod.DistributedOptimizer(optimizer, compression=compression)
+            self.model.compile(
+                optimizer=optimizer,
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                steps_per_execution=cfg.option("steps_per_execution"),
+            )
+        self._eval_step = make_eval_step(self.model)
+        self._callbacks: list[Any] = []
+        gradient = self._gradient_bytes = trainable_bytes(self.model)
+        replicas = dist.num_replicas_in_sync if horovod is None else horovod.size()
+        scale = 0.5 if horovod is not None and cfg.option("compression") == "fp16" else 1.0
+        self._step_payload = ring_bytes_mean(round(gradient * scale), replicas)
+        self._payload = 0.0
+        if horovod is not None:
+            self._callbacks = [horovod.callbacks.BroadcastGlobalVariablesCallback(0)]
+
+    def write_strategy(self, facts: dict[str, Any]) -> None:
+        if self.ctx.rank == self.ctx.layout.training_ranks[0]:
+            self.ctx.events.write(
+                Strategy(
+                    gradient_bytes=self._gradient_bytes,
+                    bytes_sent_per_step_model=self._step_payload,
+                    traces=facts.pop("traces", []),
+                    facts={
+                        "steps_per_execution": self.ctx.config.option("steps_per_execution"),
+                        "weights": self.ctx.config.option("weights"),
+                        **facts,
+                    },
+                )
+            )
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        """Where each step's batch is in the data (``fit`` reads the batches itself)."""
+        return iter([(epoch, index) for index in range(self.steps_per_epoch)])
+
+    def train_window(self, batches: Iterator[Any], steps: int) -> list[Any]:
+        marks = [next(batches) for _ in range(steps)]
+        epoch, start = marks[0]
+        pipeline = self.data.train_stream(epoch, start).take(steps)
+        data: Any = pipeline
+        if self.horovod is None:
+            data = tf.keras.utils.experimental.DatasetCreator(lambda _: pipeline)
+        try:
+            history = self.model.fit(
+                data,
+                steps_per_epoch=steps,
+                epochs=1,
+                verbose=0,
+                callbacks=self._callbacks,
+            )
+        except tf.errors.OpError as error:
+            window = range(start, start + steps)
+            raise self.data.explain(error, epoch, window) from None
+        self._payload += steps * self._step_payload
+        return [history.history["loss"][-1]] * steps
+
+    def take_bytes_sent(self) -> float | None:
+        sent, self._payload = self._payload, 0.0
+        return sent
+
+    def evaluate(self) -> tuple[int, int, float]:
+        return evaluate_model(
+            self.data, self._eval_step, self.dist if self.horovod is None else None
+        )
+
+    def save_params(self) -> None:
+        save_keras_params(self.model, self.ctx)
+
+    def framework_facts(self) -> dict[str, Any]:
+        return tensorflow_environment()
+
+
+def run_mwms(ctx: WorkerContext) -> None:
+    strategy = MultiWorker()
+    engine = FitEngine(ctx, strategy.setup(ctx))
+    engine.write_strategy({"strategy": "MultiWorkerMirroredStrategy", **strategy.describe(ctx)})
+    run_schedule(ctx, engine)
+
+
+def run_horovod(ctx: WorkerContext) -> None:
+    set_threads(ctx.threads, 1)
+    session = HorovodSession()
+    try:
+        session.start(ctx, "horovod.tensorflow")
+        import horovod.tensorflow.keras as hvd_keras
+
+        engine = FitEngine(ctx, tf.distribute.get_strategy(), hvd_keras)
+        facts = session.facts(ctx.config)
+        algorithm = f"Horovod all-reduce ({facts['horovod_controller']}), modelled as a ring"
+        engine.write_strategy(
+            {"strategy": "Horovod DistributedOptimizer", "algorithm": algorithm, **facts}
+        )
+        run_schedule(ctx, engine)
+    finally:
+        session.shutdown()

@@ -1,0 +1,255 @@
+"""The TensorFlow engine of the measurement kernel: a custom training loop under a strategy.
+
+A backend supplies a :class:`TFStrategy` (which ``tf.distribute`` strategy holds the variables, and
+how a step's gradients are synchronized); :class:`TFEngine` is the kernel's
+:class:`~dlscale.runtime.schedule.Engine` for it, so TensorFlow runs are timed exactly as the torch
+ones (:mod:`dlscale.runtime.schedule`). The step is the one PyTorch takes: the Keras twin of the
+model (:mod:`dlscale.frameworks.tensorflow.models`), started from the PyTorch twin's initial weights
+when ``weights = "torch"`` (the default: the same seed gives the same weights as every torch
+backend), the mean cross-entropy of the replica's batch, and PyTorch's SGD
+(:class:`~dlscale.frameworks.tensorflow.sgd.TorchSGD`). Each replica's loss is divided by the
+replicas in sync and the strategy sums the gradients (``apply_gradients`` all-reduces them), so a
+step applies the mean gradient over the global batch, as DDP's averaging does.
+
+The no-sync probe (exposed communication) runs the same step with
+``skip_gradients_aggregation=True``: forward, backward and the local update, no all-reduce.
+Per-step times: the kernel reads its clocks after :meth:`TFEngine.sync`, which waits for the
+step's loss (the step's function returns once every op it ran has finished on the CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from dlscale.config.run_config import RunConfig
+from dlscale.datasets import DATASETS
+from dlscale.frameworks.tensorflow.data import TFDataset, checked_batches, to_tf
+from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
+from dlscale.frameworks.tensorflow.sgd import torch_sgd
+from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weights, torch_state
+from dlscale.models import MODELS, PARAMS_FILE
+from dlscale.registry import load_object
+from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.schedule import ModelledSyncEngine, run_schedule
+
+tf = import_tensorflow()
+
+
+class TFStrategy:
+    """How a TensorFlow process distributes its training. The default is one replica and no
+    synchronization (tf-single); distributed strategies override what differs."""
+
+    synchronizes = False
+    aggregates_in_optimizer = True
+    """``apply_gradients`` all-reduces the gradients (tf.distribute); False: :meth:`gradients`
+    does (Horovod's tape)."""
+    distributes_values = False
+    """Each batch goes to the strategy's replicas as per-replica values (the tf.distribute
+    strategies); False: the batch is the one replica's (default strategy, Horovod)."""
+    evaluates_in_replica = False
+    """Evaluate inside ``strategy.run``: reading BatchNorm's sync-on-read statistics outside it
+    is an all-reduce across workers under MultiWorkerMirroredStrategy, which every worker would
+    have to join for every batch."""
+
+    def setup(self, ctx: WorkerContext) -> Any:
+        """Thread pools (before TensorFlow's first op), then the ``tf.distribute`` strategy."""
+        set_threads(ctx.threads, 1)
+        return tf.distribute.get_strategy()
+
+    def gradients(self, tape: Any, loss: Any, variables: list[Any], sync: bool) -> Any:
+        return tape.gradient(loss, variables)
+
+    def payload_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
+        """Bytes one replica sends per synchronized step, by the algorithm's model."""
+        return None
+
+    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+        return {"algorithm": "none (one replica)"}
+
+    def teardown(self) -> None:
+        """Leave the collective world, if any."""
+
+
+def build_keras_model(cfg: RunConfig) -> Any:
+    """The Keras twin of ``cfg.model`` at the run's input size and classes, with the PyTorch
+    twin's initial weights (``weights = "torch"``) or Keras' initializers, seeded."""
+    spec = MODELS.get(cfg.model)
+    classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
+    tf.keras.utils.set_random_seed(cfg.seed)
+    model = load_object(spec.builders["tensorflow"])(
+        classes, input_size=cfg.image_size or spec.input_size
+    )
+    if cfg.option("weights") == "torch":
+        from dlscale.frameworks.torch.loop import build_model
+
+        load_torch_weights(model, torch_state(build_model(cfg)))
+    return model
+
+
+def load_tf_data(ctx: WorkerContext, *, replicas: int | None = None) -> tuple[TFDataset, bool]:
+    """This process's shard of the run's data set as tf.data (``replicas`` of the run's
+    replicas from its first one), and whether the data set has held-out data."""
+    cfg = ctx.config
+    spec = MODELS.get(cfg.model)
+    dataset = DATASETS.get(cfg.dataset)
+    data = dataset.load(
+        cfg,
+        shard=ctx.layout.first_replica(ctx.rank),
+        shards=cfg.workers,
+        replicas=replicas or ctx.process.replicas,
+        input_size=cfg.image_size or spec.input_size,
+        num_classes=spec.default_classes,
+    )
+    return to_tf(data), dataset.has_eval and data.has_eval  # e.g. a folder without val/
+
+
+def trainable_bytes(model: Any) -> int:
+    return sum(int(v.shape.num_elements()) * v.dtype.size for v in model.trainable_variables)
+
+
+def mean_loss(labels: Any, logits: Any) -> Any:
+    """The batch's mean cross-entropy, as ``torch.nn.functional.cross_entropy``."""
+    return tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    )
+
+
+def make_eval_step(model: Any) -> Any:
+    """``(correct, loss_sum)`` of one held-out batch (a tf.function)."""
+
+    @tf.function(reduce_retracing=True)
+    def eval_step(x: Any, y: Any) -> tuple[Any, Any]:
+        logits = model(x, training=False)
+        losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        hits = tf.cast(tf.equal(tf.argmax(logits, axis=1), tf.cast(y, tf.int64)), tf.int64)
+        return tf.reduce_sum(hits), tf.reduce_sum(tf.cast(losses, tf.float64))
+
+    return eval_step
+
+
+def evaluate_model(data: TFDataset, eval_step: Any, dist: Any = None) -> tuple[int, int, float]:
+    """``(correct, total, loss_sum)`` over this process's held-out batches; with ``dist``, each
+    batch inside ``dist.run`` (see ``TFStrategy.evaluates_in_replica``), one replica's result."""
+    pipeline = data.eval_batches()
+    correct = total = 0
+    loss_sum = 0.0
+    for x, y in pipeline if pipeline is not None else ():
+        if dist is not None:
+            result = dist.run(eval_step, args=(x, y))
+            hits, losses = (dist.experimental_local_results(value)[0] for value in result)
+        else:
+            hits, losses = eval_step(x, y)
+        correct, loss_sum = correct + int(hits), loss_sum + float(losses)
+        total += int(y.shape[0])
+    return correct, total, loss_sum
+
+
+def save_keras_params(model: Any, ctx: WorkerContext) -> None:
+    """The trained parameters (BatchNorm's running statistics left out, as PyTorch's
+    ``named_parameters``) under PyTorch's keys and layouts."""
+    state = keras_state(model, parameters_only=True)
+    np.savez(ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
+
+
+def run_training(ctx: WorkerContext, strategy: TFStrategy) -> None:
+    """A TensorFlow worker process: every process of these backends trains."""
+    dist = strategy.setup(ctx)
+    try:
+        run_schedule(ctx, TFEngine(ctx, strategy, dist))
+    finally:
+        strategy.teardown()
+
+
+class TFEngine(ModelledSyncEngine):
+    """One TensorFlow training process: model, optimizer and data under a strategy."""
+
+    def __init__(self, ctx: WorkerContext, strategy: TFStrategy, dist: Any) -> None:
+        cfg = ctx.config
+        self.ctx, self.strategy, self.dist = ctx, strategy, dist
+        self.synchronizes = strategy.synchronizes
+        self.data, self.has_eval = load_tf_data(ctx)
+        self.steps_per_epoch = self.data.steps_per_epoch
+        self.local_replicas = ctx.process.replicas
+        with dist.scope():
+            self.model = build_keras_model(cfg)
+            self.optimizer = torch_sgd(cfg)
+            self.optimizer.build(self.model.trainable_variables)
+        self._steps = {sync: self._make_step(sync) for sync in (True, False)}
+        self._eval_step = make_eval_step(self.model)
+        self._last: Any = None
+        gradient = trainable_bytes(self.model)
+        facts = {
+            "strategy": type(dist).__name__,
+            "replicas_in_sync": dist.num_replicas_in_sync,
+            "weights": cfg.option("weights"),
+        }
+        if ctx.rank == ctx.layout.training_ranks[0]:
+            facts.update(strategy.describe(ctx))
+        payload = strategy.payload_bytes(gradient, dist.num_replicas_in_sync)
+        self.declare_payload(ctx, gradient, payload, facts)
+
+    def _make_step(self, sync: bool) -> Any:
+        dist, model, optimizer, strategy = self.dist, self.model, self.optimizer, self.strategy
+        in_sync = dist.num_replicas_in_sync
+        skip = not (sync and strategy.aggregates_in_optimizer)
+
+        def replica_step(x: Any, y: Any) -> Any:
+            with tf.GradientTape() as tape:
+                loss = mean_loss(y, model(x, training=True))
+                scaled = loss / in_sync  # summed over the replicas: the global batch's mean
+            variables = model.trainable_variables
+            grads = strategy.gradients(tape, scaled, variables, sync)
+            pairs = zip(grads, variables, strict=True)
+            optimizer.apply_gradients(pairs, skip_gradients_aggregation=skip)
+            return loss
+
+        @tf.function
+        def step(batch: Any) -> Any:
+            local = dist.experimental_local_results(dist.run(replica_step, args=batch))
+            return tf.add_n(list(local)) / len(local)
+
+        return step
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        """This process's batches from its own tf.data pipeline; under a strategy each batch
+        handed to the replicas as per-replica values (replica i of this process: its i-th
+        ``batch_per_worker`` images). Not through ``distribute_datasets_from_function``: at one
+        inter-op thread its iterator slowed every step of a ResNet-44 by ~45% on this machine,
+        even steps that did not read it (docs/benchmarks.md, "TensorFlow")."""
+        local = checked_batches(self.data, self.data.train_batches(epoch), epoch)
+        if not self.strategy.distributes_values:
+            yield from local
+            return
+        size, replicas = self.ctx.config.batch_per_worker, self.local_replicas
+        for x, y in local:
+
+            def part(context: Any, x: Any = x, y: Any = y) -> tuple[Any, Any]:
+                first = context.replica_id_in_sync_group % replicas * size
+                return x[first : first + size], y[first : first + size]
+
+            yield self.dist.experimental_distribute_values_from_function(part)
+
+    def step(self, batch: Any) -> Any:
+        self._last = self._steps[self._sync](batch)
+        if self._sync:
+            self.count_synced_step()
+        return self._last
+
+    def sync(self) -> None:
+        """Wait for the last step (its loss is its last output); once per step, not per call."""
+        if self._last is not None:
+            self._last.numpy()
+            self._last = None
+
+    def evaluate(self) -> tuple[int, int, float]:
+        in_replica = self.dist if self.strategy.evaluates_in_replica else None
+        return evaluate_model(self.data, self._eval_step, in_replica)
+
+    def save_params(self) -> None:
+        save_keras_params(self.model, self.ctx)
+
+    def framework_facts(self) -> dict[str, Any]:
+        return tensorflow_environment()

@@ -1,0 +1,1 @@
+"""PyTorch: the reference engine, DDP, a ring all-reduce and a parameter server."""

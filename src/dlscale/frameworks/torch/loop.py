@@ -1,0 +1,310 @@
+"""The PyTorch engine of the measurement kernel, shared by every torch.* backend.
+
+A backend supplies a :class:`TorchStrategy` (how the model is wrapped and gradients are
+synchronized); :class:`TorchEngine` turns it into the kernel's :class:`~dlscale.runtime.
+schedule.Engine` (one training step, evaluation, the no-sync context), and the kernel
+(:mod:`dlscale.runtime.schedule`) owns the timing, so every engine of every framework is
+measured the same way. Data comes from the neutral data sets through the torch adapter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from dlscale.config.run_config import RunConfig
+from dlscale.datasets import DATASETS
+from dlscale.frameworks.torch.data import TorchDataset, loader_died, to_torch
+from dlscale.frameworks.torch.env import torch_environment
+from dlscale.metrics.records import Strategy
+from dlscale.models import MODELS
+from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.schedule import Engine, run_schedule
+
+LossOf = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""The training loss of a batch (inputs, labels), with the engine's precision and layout."""
+
+
+class TorchStrategy:
+    """How gradients are synchronized. The default is a plain model with a local optimizer and no
+    synchronization (torch-single); distributed strategies override what differs."""
+
+    synchronizes = True
+    """Whether a step synchronizes gradients (False only for the plain local model)."""
+    resumable = False
+    """Whether every replica holds the same model and optimizer state, so one checkpoint
+    restores each of them (``Engine.resumable``; the backend declares it too)."""
+
+    def setup(self, ctx: WorkerContext, device: torch.device) -> None:
+        """Join the process group, if the strategy has one."""
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        return model
+
+    def make_optimizer(
+        self, model: torch.nn.Module, cfg: RunConfig
+    ) -> torch.optim.Optimizer | None:
+        """The worker's optimizer; ``None`` when another rank applies updates (servers)."""
+        return sgd(model.parameters(), cfg)
+
+    def backward(self, loss_of: LossOf, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one step's batch; the loss, detached. Horovod's
+        ``backward_passes_per_step`` runs it as several micro-batches."""
+        loss = loss_of(x, y)
+        loss.backward()
+        return loss.detach()
+
+    def update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        """After backward: synchronize gradients (if needed) and update the parameters."""
+        assert optimizer is not None
+        optimizer.step()
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any] | None:
+        """A context in which a step skips gradient synchronization; None if not measurable."""
+        return None
+
+    def take_bytes_sent(self) -> int | None:
+        """Bytes this rank sent for gradient synchronization since the last call, if counted."""
+        return None
+
+    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
+        """Facts for the run's ``strategy`` event, e.g. ``bytes_sent_per_step_model``."""
+        return {}
+
+    def serve(self, ctx: WorkerContext, device: torch.device) -> None:
+        """The loop of a non-worker rank (a parameter server); only strategies with such ranks."""
+        raise NotImplementedError(f"{type(self).__name__} has no non-worker ranks")
+
+    def finish(self) -> None:
+        """After the worker's last step (e.g. tell the servers it is done)."""
+
+    def teardown(self) -> None:
+        """Leave the process group."""
+
+
+def sgd(params: Any, cfg: RunConfig) -> torch.optim.Optimizer:
+    """The optimizer of every backend: SGD with momentum and weight decay, one definition."""
+    return torch.optim.SGD(
+        params, lr=cfg.effective_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+    )
+
+
+def init_process_group(ctx: WorkerContext, device: torch.device) -> None:
+    """gloo on CPU, NCCL on CUDA: how every torch.* strategy joins its process group."""
+    import torch.distributed as dist
+
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # A peer that died makes collectives fail rather than wait forever; the launcher's run
+    # timeout is the outer bound.
+    timeout = timedelta(seconds=max(60.0, min(ctx.config.timeout_s, 1800.0)))
+    dist.init_process_group(
+        backend,
+        rank=ctx.rank,
+        world_size=ctx.processes,
+        timeout=timeout,
+        device_id=device if device.type == "cuda" else None,
+        store=_attempt_store(ctx, timeout),
+    )
+
+
+def _attempt_store(ctx: WorkerContext, timeout: timedelta) -> Any:
+    """Under torchrun's agent store: that store with a prefix of its own for each restart,
+    else ``None`` (``env://``). One agent keeps one store across restarts (torch 2.13), so a
+    restarted rank could read a peer's address from the failed attempt and fail to connect
+    ("Connection refused" from a dead port): seen once in a loaded test run. Several agents
+    count their restarts each on its own, so there the launcher asks torchrun for a new store
+    every round instead (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``) and this returns ``None``."""
+    import torch.distributed as dist
+
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if (
+        attempt is None
+        or "MASTER_ADDR" not in os.environ
+        or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    ):
+        return None
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        ctx.processes,
+        is_master=False,
+        timeout=timeout,
+    )
+    return dist.PrefixStore(f"dlscale/attempt{attempt}", store)
+
+
+def build_model(cfg: RunConfig) -> torch.nn.Module:
+    """The model every rank of every backend builds: same seed, so identical initial weights;
+    the data set's classes (the model's default for synthetic data)."""
+    spec = MODELS.get(cfg.model)
+    torch.manual_seed(cfg.seed)
+    model: torch.nn.Module = spec.build(
+        DATASETS.get(cfg.dataset).num_classes or spec.default_classes, "torch"
+    )
+    return model
+
+
+def gradient_bytes(model: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
+    """A torch process: training roles run the kernel; other roles serve (e.g. servers)."""
+    torch.set_num_threads(ctx.threads)
+    device = _device(ctx.config.device, ctx.local_rank)
+    strategy.setup(ctx, device)
+    try:
+        if ctx.process.trains:
+            try:
+                run_schedule(ctx, TorchEngine(ctx, strategy, device))
+            except RuntimeError as error:
+                fault = loader_died(error)
+                if fault is None:
+                    raise
+                raise fault from None
+        else:
+            strategy.serve(ctx, device)
+    finally:
+        strategy.teardown()
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    if name == "cuda":
+        from dlscale.errors import UserError
+
+        if not torch.cuda.is_available():
+            raise UserError("device cuda requested but torch sees no CUDA GPU; use --device cpu")
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class TorchEngine(Engine):
+    """One torch training process: model, optimizer and data on the device."""
+
+    def __init__(self, ctx: WorkerContext, strategy: TorchStrategy, device: torch.device):
+        cfg = ctx.config
+        self.ctx, self.strategy, self.device = ctx, strategy, device
+        self.synchronizes = strategy.synchronizes
+        self.resumable = strategy.resumable
+        model_spec = MODELS.get(cfg.model)
+        dataset = DATASETS.get(cfg.dataset)
+        loaded = dataset.load(
+            cfg,
+            shard=ctx.layout.first_replica(ctx.rank),
+            shards=cfg.workers,  # servers hold no data
+            replicas=ctx.process.replicas,
+            input_size=cfg.image_size or model_spec.input_size,
+            num_classes=model_spec.default_classes,
+        )
+        self.data: TorchDataset = to_torch(loaded, device)
+        self.steps_per_epoch = self.data.steps_per_epoch
+        self.has_eval = dataset.has_eval and loaded.has_eval  # e.g. a folder without val/
+        self.memory_format = (
+            torch.channels_last if cfg.option("channels_last") else torch.contiguous_format
+        )
+        model = build_model(cfg).to(device)
+        # Module.to accepts memory_format at run time; its type stubs do not list it.
+        model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]
+        self.model = strategy.wrap(model, device)
+        self.optimizer = strategy.make_optimizer(self.model, cfg)
+        # Listed once: Module.zero_grad walks every module at every step (ResNet-44: 134
+        # modules, about 200 us a step more than clearing this list; docs/benchmarks.md).
+        self.params = list(self.model.parameters())
+        first = ctx.rank == ctx.layout.training_ranks[0]  # what aggregate reads the facts from
+        if first and (facts := strategy.describe(self.model, cfg)):
+            ctx.events.write(
+                Strategy(
+                    gradient_bytes=gradient_bytes(self.model),
+                    bytes_sent_per_step_model=facts.pop("bytes_sent_per_step_model", None),
+                    traces=facts.pop("traces", []),
+                    facts=facts,
+                )
+            )
+        self.forward = torch.compile(self.model) if cfg.option("compile") else self.model
+        self.autocast: contextlib.AbstractContextManager[Any] = (
+            torch.autocast(device.type, dtype=torch.bfloat16)
+            if cfg.option("amp") == "bf16"
+            else contextlib.nullcontext()
+        )
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        return self.data.train_batches(epoch)
+
+    def step(self, batch: Any) -> torch.Tensor:
+        x, y = batch
+        for param in self.params:
+            param.grad = None
+        loss = self.strategy.backward(self._loss, x, y)
+        self.strategy.update(self.model, self.optimizer)
+        return loss
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self.autocast:
+            return F.cross_entropy(self.forward(x.to(memory_format=self.memory_format)), y)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def loss_total(self, losses: list[Any]) -> float:
+        return float(torch.stack(losses).double().sum())
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[int, int, float]:
+        model = self.model
+        model.eval()
+        correct = total = 0
+        loss_sum = 0.0
+        for x, y in self.data.eval_batches():
+            with self.autocast:
+                logits = model(x)
+            loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
+            correct += int((logits.argmax(1) == y).sum())
+            total += int(y.numel())
+        model.train()
+        return correct, total, loss_sum
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any] | None:
+        return self.strategy.no_sync(self.model)
+
+    def take_bytes_sent(self) -> float | None:
+        return self.strategy.take_bytes_sent()
+
+    def save_params(self) -> None:
+        unwrapped = getattr(self.model, "module", self.model)
+        state = {name: p.detach().cpu() for name, p in unwrapped.named_parameters()}
+        torch.save(state, self.ctx.run_dir / "final_params.pt")
+
+    def checkpoint(self, path: Path) -> None:
+        unwrapped = getattr(self.model, "module", self.model)
+        optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
+        state = {"model": unwrapped.state_dict(), "optimizer": optimizer}
+        temporary = path.with_name(f".{path.name}.tmp")
+        torch.save(state, temporary)
+        os.replace(temporary, path)
+
+    def restore(self, path: Path) -> None:
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        getattr(self.model, "module", self.model).load_state_dict(state["model"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+
+    def finish(self) -> None:
+        self.strategy.finish()
+
+    def framework_facts(self) -> dict[str, Any]:
+        return torch_environment(self.device)

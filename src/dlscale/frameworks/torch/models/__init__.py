@@ -1,0 +1,1 @@
+"""The PyTorch models (the twins in the other frameworks follow these, layer by layer)."""
