@@ -1,5 +1,6 @@
-"""Plug-ins from outside dlscale: packages that register backends, launchers, models or data
-sets when imported, with no edit to dlscale.
+"""Plug-ins: packages that register backends, launchers, models or data sets when imported, with
+no edit to dlscale. The built-in frameworks are plug-ins too (each ``dlscale.frameworks.*.plugin``,
+named by dlscale's own entry points), so an outside engine is registered exactly as they are.
 
 Two ways to name them, both read by the parent and handed to every worker in spec.json:
 
@@ -22,6 +23,7 @@ from dlscale.errors import UserError
 ENV_VAR = "DLSCALE_PLUGINS"
 ENTRY_POINT_GROUP = "dlscale.plugins"
 _loaded: list[str] = []
+_state = {"discovered": False}
 
 
 def plugin_modules() -> list[str]:
@@ -44,3 +46,13 @@ def load_plugins(modules: list[str] | None = None) -> list[str]:
             ) from None
         _loaded.append(name)
     return list(_loaded)
+
+
+def load_plugins_once() -> None:
+    """The plug-ins named by entry points and ``DLSCALE_PLUGINS``, imported before the first
+    registry lookup (later calls return at once, and so does one made while a plug-in is being
+    imported: its own lookups see what is registered so far)."""
+    if _state["discovered"]:
+        return
+    _state["discovered"] = True
+    load_plugins()

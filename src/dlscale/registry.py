@@ -1,6 +1,8 @@
 """One generic registry, used once per plug-in axis (backends, models, datasets, launchers).
 
-Entries are light descriptors: looking a name up never imports a deep-learning framework.
+Entries are light descriptors: looking a name up never imports a deep-learning framework. The
+first lookup in any registry imports the plug-ins (:func:`dlscale.plugins.load_plugins`): the
+built-in frameworks' entries come through that door too, so every lookup sees them.
 """
 
 from __future__ import annotations
@@ -28,21 +30,37 @@ class Registry(Generic[T]):
         return entry
 
     def get(self, name: str) -> T:
+        _plugins_loaded()
         try:
             return self._entries[name]
         except KeyError:
+            if not self._entries:
+                raise UserError(
+                    f"no {self.kind} is registered, so {name!r} cannot be found: dlscale's "
+                    "entry points are missing (a copy not installed, or installed before they "
+                    "were added); reinstall it with make or pip install -e ."
+                ) from None
             raise UserError(
                 f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}"
             ) from None
 
     def names(self) -> list[str]:
+        _plugins_loaded()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        _plugins_loaded()
         return name in self._entries
 
     def __iter__(self) -> Iterator[tuple[str, T]]:
+        _plugins_loaded()
         return iter(sorted(self._entries.items()))
+
+
+def _plugins_loaded() -> None:
+    from dlscale.plugins import load_plugins_once  # lazy: a plug-in imports the registries
+
+    load_plugins_once()
 
 
 def load_object(reference: str) -> Any:

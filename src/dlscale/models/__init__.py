@@ -1,8 +1,9 @@
 """Model registry: light descriptors here, builders imported only when a model is built.
 
-A model is registered once by name, with a builder per framework (its twins: the same
-architecture and parameter count in each engine). ``dlscale ls models`` shows which frameworks
-have each model; a backend whose framework has no builder for a model refuses that point.
+A model is registered once by name; each framework adds its builder (its twin: the same architecture
+and parameter count in each engine) from its own folder, with :func:`register_builder` (the built-in
+models' builders: each ``dlscale.frameworks.*.plugin``). ``dlscale ls models`` shows which
+frameworks have each model; a backend whose framework has no builder for a model refuses that point.
 """
 
 from __future__ import annotations
@@ -47,8 +48,6 @@ MODELS: Registry[ModelSpec] = Registry("model")
 PARAMS_FILE = "final_params.npz"
 """A run's trained parameters as numpy arrays under PyTorch's state-dict keys and layouts
 (TensorFlow and MXNet runs; torch runs save ``final_params.pt``)."""
-_KERAS = "dlscale.frameworks.tensorflow.models"
-_GLUON = "dlscale.frameworks.mxnet.models"
 
 for _depth in (20, 32, 44, 56, 110):
     MODELS.register(
@@ -56,11 +55,6 @@ for _depth in (20, 32, 44, 56, 110):
         ModelSpec(
             name=f"resnet{_depth}",
             description=f"CIFAR ResNet-{_depth} (He et al. 2016, 6n+2 layers, option-A shortcuts)",
-            builders={
-                "torch": f"dlscale.frameworks.torch.models.resnet_cifar:resnet{_depth}",
-                "tensorflow": f"{_KERAS}:resnet{_depth}",
-                "mxnet": f"{_GLUON}:resnet{_depth}",
-            },
             input_size=32,
             default_classes=10,
             has_batchnorm=True,
@@ -71,11 +65,6 @@ MODELS.register(
     ModelSpec(
         name="resnet50",
         description="ResNet-50 (He et al. 2016, bottleneck blocks, ImageNet)",
-        builders={
-            "torch": "dlscale.frameworks.torch.models.resnet_imagenet:resnet50",
-            "tensorflow": f"{_KERAS}:resnet50",
-            "mxnet": f"{_GLUON}:resnet50",
-        },
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
@@ -86,11 +75,6 @@ MODELS.register(
     ModelSpec(
         name="alexnet",
         description="AlexNet (Krizhevsky 2014 one-tower variant, ImageNet)",
-        builders={
-            "torch": "dlscale.frameworks.torch.models.alexnet:alexnet",
-            "tensorflow": f"{_KERAS}:alexnet",
-            "mxnet": f"{_GLUON}:alexnet",
-        },
         input_size=224,
         default_classes=1000,
         has_batchnorm=False,
@@ -101,11 +85,6 @@ MODELS.register(
     ModelSpec(
         name="googlenet",
         description="GoogLeNet / Inception v1 (Szegedy et al. 2015, BatchNorm, no aux heads)",
-        builders={
-            "torch": "dlscale.frameworks.torch.models.googlenet:googlenet",
-            "tensorflow": f"{_KERAS}:googlenet",
-            "mxnet": f"{_GLUON}:googlenet",
-        },
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
@@ -116,11 +95,6 @@ MODELS.register(
     ModelSpec(
         name="tiny",
         description="Tiny CNN for tests (2 conv + 1 linear, no BatchNorm)",
-        builders={
-            "torch": "dlscale.frameworks.torch.models.tiny:tiny",
-            "tensorflow": f"{_KERAS}:tiny",
-            "mxnet": f"{_GLUON}:tiny",
-        },
         input_size=32,
         default_classes=10,
         has_batchnorm=False,

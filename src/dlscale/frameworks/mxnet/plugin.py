@@ -1,0 +1,69 @@
+"""MXNet's entry in dlscale (the ``dlscale.plugins`` entry point ``mxnet``): mxnet-single,
+mxnet-kv, horovod-mxnet and the Gluon twin of every built-in model. Importing it imports no
+framework (the workers run under the MXNet environment's interpreter, ``declare.mxnet_python``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlscale.backends import BACKENDS, BackendSpec
+from dlscale.frameworks.horovod.declare import horovod_cluster_env
+from dlscale.frameworks.mxnet import declare as mxd
+from dlscale.models import register_builder
+
+_MX: dict[str, Any] = {
+    "framework": "mxnet",
+    "python": mxd.mxnet_python(),
+    "install": mxd.INSTALL,
+    "devices": ("cpu",),  # the mxnet 1.9.1 wheel is CPU-only (CUDA builds were other wheels)
+    "installed": "dlscale.frameworks.mxnet.declare:mxnet_installed",
+}
+for _spec in (
+    BackendSpec(
+        name="mxnet-single",
+        description="MXNet Gluon training loop, one process (the MXNet baseline)",
+        worker="dlscale.frameworks.mxnet.loop:run_single",
+        max_workers=1,
+        reference=True,
+        options=mxd.MX_LOOP_OPTIONS,
+        **_MX,
+    ),
+    BackendSpec(
+        name="mxnet-kv",
+        description="MXNet Gluon Trainer on a kvstore: local, or ps-lite's parameter server "
+        "(dist_sync, dist_async, dist_device_sync)",
+        worker="dlscale.frameworks.mxnet.kv:run",
+        collectives="dlscale.frameworks.mxnet.collectives:run",
+        measures_exposed_comm=True,
+        options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,
+        roles=mxd.kv_roles,
+        cluster_env=mxd.dmlc_env,
+        ports=mxd.kv_ports,
+        **_MX,
+    ),
+    BackendSpec(
+        name="horovod-mxnet",
+        description="Horovod DistributedTrainer on MXNet Gluon (MKLDNN off)",
+        worker="dlscale.frameworks.mxnet.loop:run_horovod",
+        measures_exposed_comm=True,
+        options=mxd.HOROVOD_MX_OPTIONS,
+        cluster_env=horovod_cluster_env,
+        ports=1,
+        requires=("horovod",),
+        **{**_MX, "installed": "dlscale.frameworks.mxnet.declare:horovod_mxnet_build"},
+    ),
+):
+    BACKENDS.register(_spec.name, _spec)
+
+for _model in (
+    "resnet20",
+    "resnet32",
+    "resnet44",
+    "resnet56",
+    "resnet110",
+    "resnet50",
+    "alexnet",
+    "googlenet",
+    "tiny",
+):
+    register_builder(_model, "mxnet", f"dlscale.frameworks.mxnet.models:{_model}")

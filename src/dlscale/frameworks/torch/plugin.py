@@ -1,0 +1,97 @@
+"""PyTorch's entry in dlscale (the ``dlscale.plugins`` entry point ``torch``): the torch.*
+backends and the PyTorch builder of every built-in model. Importing it imports no framework."""
+
+from __future__ import annotations
+
+from dlscale.backends import BACKENDS, BackendSpec
+from dlscale.frameworks.torch.cluster import torch_cluster_env
+from dlscale.frameworks.torch.options import (
+    DDP_OPTIONS,
+    PS_OPTIONS,
+    RING_OPTIONS,
+    TORCH_LOOP_OPTIONS,
+    ps_roles,
+)
+from dlscale.models import register_builder
+
+INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
+DEVICE_PROBE = "dlscale.frameworks.torch.env:cuda_device_count"
+BACKENDS.register(
+    "torch-single",
+    BackendSpec(
+        name="torch-single",
+        resumable=True,
+        description="plain PyTorch model, one process, no wrapper (the 1-worker baseline)",
+        framework="torch",
+        worker="dlscale.frameworks.torch.single:run",
+        max_workers=1,
+        reference=True,
+        install=INSTALL,
+        options=TORCH_LOOP_OPTIONS,
+        cluster_env=torch_cluster_env,
+        ports=1,
+        device_probe=DEVICE_PROBE,
+    ),
+)
+BACKENDS.register(
+    "torch-ddp",
+    BackendSpec(
+        name="torch-ddp",
+        resumable=True,
+        description="PyTorch DistributedDataParallel (gloo on CPU, NCCL on CUDA)",
+        framework="torch",
+        worker="dlscale.frameworks.torch.ddp:run",
+        collectives="dlscale.frameworks.torch.collectives:run",
+        measures_exposed_comm=True,
+        install=INSTALL,
+        options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,
+        cluster_env=torch_cluster_env,
+        ports=1,
+        device_probe=DEVICE_PROBE,
+    ),
+)
+BACKENDS.register(
+    "torch-ring",
+    BackendSpec(
+        name="torch-ring",
+        resumable=True,
+        description="explicit ring all-reduce on send/recv, tensor fusion (Horovod's algorithm)",
+        framework="torch",
+        worker="dlscale.frameworks.torch.ring:run",
+        collectives="dlscale.frameworks.torch.ring_collectives:run",
+        measures_exposed_comm=True,
+        install=INSTALL,
+        options=TORCH_LOOP_OPTIONS + RING_OPTIONS,
+        cluster_env=torch_cluster_env,
+        ports=1,
+        device_probe=DEVICE_PROBE,
+    ),
+)
+BACKENDS.register(
+    "torch-ps",
+    BackendSpec(
+        name="torch-ps",
+        description="parameter server: num_servers server ranks, sync or async (ps_mode)",
+        framework="torch",
+        worker="dlscale.frameworks.torch.ps:run",
+        measures_exposed_comm=True,
+        install=INSTALL,
+        options=TORCH_LOOP_OPTIONS + PS_OPTIONS,
+        roles=ps_roles,
+        cluster_env=torch_cluster_env,
+        ports=1,
+        device_probe=DEVICE_PROBE,
+    ),
+)
+
+for _depth in (20, 32, 44, 56, 110):
+    register_builder(
+        f"resnet{_depth}", "torch", f"dlscale.frameworks.torch.models.resnet_cifar:resnet{_depth}"
+    )
+for _model, _reference in (
+    ("resnet50", "resnet_imagenet:resnet50"),
+    ("alexnet", "alexnet:alexnet"),
+    ("googlenet", "googlenet:googlenet"),
+    ("tiny", "tiny:tiny"),
+):
+    register_builder(_model, "torch", f"dlscale.frameworks.torch.models.{_reference}")
