@@ -40,6 +40,7 @@ test: $(VENV)/.installed-test $(VENV)/.installed-tensorflow
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # Debian's jemalloc and tcmalloc for the allocator key (allocator = jemalloc | tcmalloc).
@@ -76,6 +77,7 @@ slurm:
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.installed-test
 	$(BIN)/mypy

@@ -18,7 +18,7 @@ mx = import_mxnet(mkldnn=False, threads=1)  # float64 kernels are the plain ones
 from dlscale.config import RunConfig  # noqa: E402
 from dlscale.frameworks.mxnet.sgd import make_sgd  # noqa: E402
 from dlscale.frameworks.mxnet.transfer import gluon_state, load_torch_weights  # noqa: E402
-from dlscale.frameworks.tensorflow.transfer import torch_state  # noqa: E402
+from dlscale.frameworks.torch.weights import torch_state  # noqa: E402
 from dlscale.models import MODELS  # noqa: E402
 
 STEPS = 3

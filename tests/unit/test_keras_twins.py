@@ -27,7 +27,8 @@ import torch
 from dlscale.frameworks.tensorflow import models as km
 from dlscale.frameworks.tensorflow.env import import_tensorflow
 from dlscale.frameworks.tensorflow.sgd import TorchSGD
-from dlscale.frameworks.tensorflow.transfer import load_torch_weights, torch_state
+from dlscale.frameworks.tensorflow.transfer import load_torch_weights
+from dlscale.frameworks.torch.weights import torch_state
 from dlscale.models import MODELS
 
 tf = import_tensorflow()

@@ -37,3 +37,49 @@ def test_a_model_twin_is_registered_per_framework(monkeypatch):
         register_builder("twin-test", "numpy", "builtins:range")
     with pytest.raises(KeyError, match="no tensorflow builder"):
         spec.build(10, "tensorflow")
+
+
+def test_the_built_in_frameworks_come_through_the_plugin_door():
+    """No core module lists them: dlscale's own entry points name each folder's plugin.py, and
+    the first lookup loads them."""
+    from importlib import metadata
+
+    from dlscale.backends import BACKENDS
+    from dlscale.backends.frameworks import FRAMEWORKS, recorded_packages
+    from dlscale.plugins import ENTRY_POINT_GROUP
+
+    ours = {
+        ep.name: ep.value
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
+        if ep.value.startswith("dlscale.")
+    }
+    assert ours == {
+        name: f"dlscale.frameworks.{name}.plugin"
+        for name in ("torch", "horovod", "tensorflow", "mxnet")
+    }
+    assert FRAMEWORKS.names() == ["horovod", "mxnet", "tensorflow", "torch"]
+    frameworks = {spec.framework for _, spec in BACKENDS}
+    assert frameworks == {"torch", "tensorflow", "mxnet"}  # every backend's is registered
+    assert set(recorded_packages()) >= {
+        "numpy",
+        "torch",
+        "horovod",
+        "tensorflow",
+        "tensorflow-cpu",
+        "tf-keras",
+        "keras",
+        "mxnet",
+    }
+
+
+def test_a_model_is_counted_on_an_installed_twin_that_can_count():
+    from dlscale.backends.frameworks import profiler_for
+
+    assert profiler_for({"torch": "x:y", "tensorflow": "x:y"}).name == "torch"
+    assert profiler_for({"tensorflow": "x:y"}) is None  # TensorFlow counts nothing
+
+
+def test_an_empty_registry_says_the_install_lacks_its_entry_points():
+    registry: Registry[int] = Registry("widget")
+    with pytest.raises(UserError, match=r"no widget is registered.*reinstall"):
+        registry.get("torch-ddp")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 
 from rich.console import Console
@@ -15,16 +14,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from dlscale.backends.frameworks import FRAMEWORKS
     from dlscale.runtime.environment import host_environment
 
     env = host_environment()
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        from dlscale.frameworks.torch.env import torch_environment
-
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        env.update(torch_environment(device))
+    for _, framework in FRAMEWORKS:
+        if framework.facts and framework.installed():
+            env.update(framework.environment())
     if args.json:
         print(json.dumps(env, default=str))
         return 0

@@ -12,6 +12,7 @@ from rich.table import Table
 from dlscale.cli.tables import cell, console, markup
 from dlscale.errors import UserError
 from dlscale.options import Option
+from dlscale.registry import load_object
 
 if TYPE_CHECKING:
     from dlscale.backends import BackendSpec
@@ -43,21 +44,20 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _models() -> Table:
-    if importlib.util.find_spec("torch") is None:
-        raise UserError(
-            "listing models builds them with PyTorch, which is not installed: "
-            "pip install 'dlscale[torch]' -c constraints.txt"
-        )
-    from dlscale.frameworks.torch.profile import profile
+    from dlscale.backends.frameworks import missing_profiler, profiler_for
     from dlscale.models import MODELS
 
+    counters = {name: profiler_for(spec.builders) for name, spec in MODELS}
+    if not any(counters.values()):
+        raise UserError(f"{missing_profiler()}, and none is installed")
     table = Table(
-        title="models (parameters and forward FLOPs per image at the native size, "
-        "counted on the PyTorch twin)"
+        title="models (parameters and forward FLOPs per image at the native size, counted on "
+        "the twin in 'counted on')"
     )
     for column in (
         "name",
         "frameworks",
+        "counted on",
         "params (M)",
         "GFLOPs/image",
         "input",
@@ -67,10 +67,12 @@ def _models() -> Table:
     ):
         table.add_column(column)
     for name, spec in MODELS:
-        cells = ["-", "-", f"{spec.input_size}x{spec.input_size}", str(spec.default_classes)]
-        if "torch" in spec.builders:
-            p = profile(name)
+        cells = ["-", "-", "-", f"{spec.input_size}x{spec.input_size}", str(spec.default_classes)]
+        counter = counters[name]
+        if counter is not None and counter.profile is not None:
+            p = load_object(counter.profile)(name)
             cells = [
+                counter.name,
                 f"{p.params / 1e6:.2f}",
                 f"{p.forward_flops_per_sample / 1e9:.3f}",
                 "x".join(map(str, p.input_shape)),

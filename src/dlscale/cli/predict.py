@@ -25,6 +25,7 @@ from dlscale.launchers.network import parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import Fitted
 from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
+from dlscale.registry import load_object
 from dlscale.text import shell_command
 
 MAX_WORKERS = 1_000_000
@@ -344,12 +345,16 @@ def _check_can_store(results: Path, model: str) -> None:
 
 
 def _gradient_bytes(model: str) -> int:
-    """The bytes an all-reduce moves: the model's trainable parameters (torch's build)."""
+    """The bytes an all-reduce moves: the model's trainable parameters in float32, counted on
+    the first installed twin that can count them
+    (:func:`dlscale.backends.frameworks.profiler_for`)."""
+    from dlscale.backends.frameworks import missing_profiler, profiler_for
     from dlscale.models import MODELS
 
-    spec = MODELS.get(model)
-    built = spec.build(spec.default_classes, "torch")
-    return int(sum(p.numel() * p.element_size() for p in built.parameters() if p.requires_grad))
+    counter = profiler_for(MODELS.get(model).builders)
+    if counter is None or counter.profile is None:
+        raise UserError(f"{missing_profiler()} with a {model} twin, or give --gradient-bytes")
+    return 4 * int(load_object(counter.profile)(model).params)
 
 
 def _rate(bit_s: float) -> str:

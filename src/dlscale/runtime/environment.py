@@ -13,8 +13,6 @@ from typing import Any
 
 import dlscale
 
-FRAMEWORKS = ("torch", "horovod", "tensorflow", "tensorflow-cpu", "mxnet", "numpy")
-
 
 def usable_cores() -> int:
     """Cores this process may run on (affinity-aware, so containers and Slurm are right)."""
@@ -181,8 +179,10 @@ def git_commit() -> str | None:
 
 def framework_versions() -> dict[str, str]:
     """Installed versions, read from package metadata without importing anything."""
+    from dlscale.backends.frameworks import recorded_packages
+
     versions = {}
-    for name in FRAMEWORKS:
+    for name in recorded_packages():
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -43,9 +43,6 @@ from dlscale.runtime.watchdog import local_parent
 if TYPE_CHECKING:
     from dlscale.runtime.context import WorkerContext
 
-PACKAGES = ("numpy", "torch", "horovod", "tensorflow", "tf-keras", "keras", "mxnet")
-"""Packages whose versions a worker records from its own interpreter."""
-
 
 class Engine:
     """One process's training in some framework, as the kernel drives it.
@@ -204,8 +201,10 @@ class ModelledSyncEngine(Engine):
 
 def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) -> Environment:
     """The process's own interpreter, package versions and allocator (never the parent's)."""
+    from dlscale.backends.frameworks import recorded_packages
+
     packages = {}
-    for name in PACKAGES:
+    for name in recorded_packages():
         with contextlib.suppress(metadata.PackageNotFoundError):
             packages[name] = metadata.version(name)
     return Environment(

@@ -5,10 +5,15 @@ run it. Importing this imports no framework."""
 from __future__ import annotations
 
 from dlscale.backends import BACKENDS, BackendSpec
+from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.frameworks.horovod.declare import HOROVOD_OPTIONS, horovod_cluster_env
 from dlscale.frameworks.torch.options import TORCH_LOOP_OPTIONS
 from dlscale.frameworks.torch.plugin import DEVICE_PROBE
 
+FRAMEWORKS.register(
+    "horovod",
+    FrameworkSpec(name="horovod", module="horovod", packages=("horovod",), install="make horovod"),
+)
 BACKENDS.register(
     "horovod-torch",
     BackendSpec(

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.backends.frameworks import FRAMEWORKS
 from dlscale.datasets import DATASETS
 from dlscale.datasets.arrays import NumpyDataset
 from dlscale.frameworks.mxnet.env import import_mxnet, mxnet_environment
@@ -76,10 +77,7 @@ def torch_initial_state(cfg: Any) -> dict[str, np.ndarray] | None:
     ``horovod.mxnet``'s ``init`` crashed the process (SIGSEGV) here, importing it before did not."""
     if cfg.option("weights") != "torch":
         return None
-    from dlscale.frameworks.tensorflow.transfer import torch_state
-    from dlscale.frameworks.torch.loop import build_model
-
-    return torch_state(build_model(cfg))
+    return FRAMEWORKS.get("torch").initial_weights(cfg)
 
 
 def build_gluon_model(cfg: Any, mx: Any, initial: dict[str, np.ndarray] | None) -> Any:

@@ -7,10 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from dlscale.backends import BACKENDS, BackendSpec
+from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.frameworks.horovod.declare import horovod_cluster_env
 from dlscale.frameworks.mxnet import declare as mxd
 from dlscale.models import register_builder
 
+FRAMEWORKS.register(
+    "mxnet",
+    FrameworkSpec(name="mxnet", module="mxnet", packages=("mxnet",), install=mxd.INSTALL),
+)
 _MX: dict[str, Any] = {
     "framework": "mxnet",
     "python": mxd.mxnet_python(),

@@ -5,7 +5,7 @@ The twin's parameters carry the PyTorch keys as structural names, BatchNorm's ``
 ``beta`` standing for ``weight`` and ``bias``; layouts are the same (NCHW, (out, in)). Every
 PyTorch tensor must find its parameter and every parameter its tensor (``num_batches_tracked``
 aside), else the copy refuses: a twin that drifted from its model is a bug to see, not to
-train on. The state is numpy arrays (:func:`dlscale.frameworks.tensorflow.transfer.torch_state`).
+train on. The state is numpy arrays (:func:`dlscale.frameworks.torch.weights.torch_state`).
 """
 
 from __future__ import annotations

@@ -24,12 +24,13 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.backends.frameworks import FRAMEWORKS
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.frameworks.tensorflow.data import TFDataset, checked_batches, to_tf
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
-from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weights, torch_state
+from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weights
 from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
@@ -83,9 +84,7 @@ def build_keras_model(cfg: RunConfig) -> Any:
         classes, input_size=cfg.image_size or spec.input_size
     )
     if cfg.option("weights") == "torch":
-        from dlscale.frameworks.torch.loop import build_model
-
-        load_torch_weights(model, torch_state(build_model(cfg)))
+        load_torch_weights(model, FRAMEWORKS.get("torch").initial_weights(cfg))
     return model
 
 

@@ -7,10 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from dlscale.backends import BACKENDS, BackendSpec
+from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.frameworks.horovod.declare import horovod_cluster_env
 from dlscale.frameworks.tensorflow import declare as tfd
 from dlscale.models import register_builder
 
+FRAMEWORKS.register(
+    "tensorflow",
+    FrameworkSpec(
+        name="tensorflow",
+        module="tensorflow",
+        packages=("tensorflow", "tensorflow-cpu", "tf-keras", "keras"),
+        install=tfd.INSTALL,
+    ),
+)
 _TF: dict[str, Any] = {
     "framework": "tensorflow",
     "install": tfd.INSTALL,

@@ -8,7 +8,7 @@ layer and every Keras weight its tensor (``num_batches_tracked`` aside), else th
 a twin that drifted from its model is a bug to see, not to train on.
 
 The state is plain numpy arrays, so a TensorFlow process needs no torch to load one that a torch
-process saved (:func:`torch_state`).
+process saved (:func:`dlscale.frameworks.torch.weights.torch_state`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-
-def torch_state(model: Any) -> dict[str, np.ndarray]:
-    """A PyTorch module's parameters and buffers as float32 numpy arrays, by state-dict key."""
-    return {
-        key: value.detach().cpu().float().numpy()
-        for key, value in model.state_dict().items()
-        if not key.endswith("num_batches_tracked")
-    }
 
 
 def _keras_weights(layer: Any, state: dict[str, np.ndarray], used: set[str]) -> list[np.ndarray]:
@@ -48,7 +39,8 @@ def _keras_weights(layer: Any, state: dict[str, np.ndarray], used: set[str]) -> 
 
 
 def load_torch_weights(keras_model: Any, state: dict[str, np.ndarray]) -> None:
-    """Set every weight of ``keras_model`` from ``state`` (:func:`torch_state`)."""
+    """Set every weight of ``keras_model`` from ``state``, PyTorch's names and layouts
+    (:func:`dlscale.frameworks.torch.weights.torch_state`)."""
     used: set[str] = set()
     for layer in keras_model.layers:
         if not layer.weights:

@@ -27,3 +27,8 @@ def torch_environment(device: torch.device) -> dict[str, Any]:
 def cuda_device_count() -> int:
     """CUDA devices torch sees (the backends' device probe)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def this_interpreter() -> dict[str, Any]:
+    """``dlscale env``'s torch facts: those of the device a run here would use by default."""
+    return torch_environment(torch.device("cuda" if torch.cuda.is_available() else "cpu"))

@@ -4,6 +4,7 @@ backends and the PyTorch builder of every built-in model. Importing it imports n
 from __future__ import annotations
 
 from dlscale.backends import BACKENDS, BackendSpec
+from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.frameworks.torch.cluster import torch_cluster_env
 from dlscale.frameworks.torch.options import (
     DDP_OPTIONS,
@@ -16,6 +17,19 @@ from dlscale.models import register_builder
 
 INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
 DEVICE_PROBE = "dlscale.frameworks.torch.env:cuda_device_count"
+
+FRAMEWORKS.register(
+    "torch",
+    FrameworkSpec(
+        name="torch",
+        module="torch",
+        packages=("torch",),
+        install=INSTALL,
+        facts="dlscale.frameworks.torch.env:this_interpreter",
+        profile="dlscale.frameworks.torch.profile:profile",
+        initial_state="dlscale.frameworks.torch.weights:initial_state",
+    ),
+)
 BACKENDS.register(
     "torch-single",
     BackendSpec(

@@ -1,0 +1,78 @@
+"""Framework registry: what the core knows of a deep-learning framework without importing it.
+
+A framework's folder registers one :class:`FrameworkSpec` (``dlscale.frameworks.*.plugin``), as
+an outside plug-in would: the packages whose versions every run records, and the functions that
+tell this interpreter's facts and count a model, named as ``module:function`` and imported only
+when called. The core asks this registry instead of naming a framework.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+from dlscale.registry import Registry, load_object
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkSpec:
+    name: str
+    """As in ``BackendSpec.framework`` (and ``ModelSpec.builders``); Horovod registers one too,
+    for its version, though its backends name the framework they run on."""
+    module: str
+    """The module a worker imports (``import torch``): whether it is installed here."""
+    packages: tuple[str, ...]
+    """Distributions whose versions a run records, the parent's and the worker's own."""
+    install: str = ""
+    """The command that installs it, shown when it is missing."""
+    facts: str | None = None
+    """``module:function() -> dict`` of this interpreter's facts for ``dlscale env`` (imports
+    the framework); ``None``: only the versions are shown."""
+    profile: str | None = None
+    """``module:function(model: str)`` returning the model's trainable parameters
+    (``params``), forward FLOPs per image (``forward_flops_per_sample``), ``input_shape`` and
+    ``num_classes``, counted on this framework's builder; ``None``: it counts none."""
+    initial_state: str | None = None
+    """``module:function(config)`` returning the run's model as its ranks build it (the run's
+    seed), as float32 numpy arrays by this framework's parameter names: what another
+    framework's twin starts from when its ``weights`` option names this framework (TensorFlow
+    and MXNet: ``weights = "torch"``). ``None``: no other twin can start from it."""
+
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.module) is not None
+
+    def environment(self) -> dict[str, Any]:
+        return dict(load_object(self.facts)()) if self.facts else {}
+
+    def initial_weights(self, config: Any) -> dict[str, Any]:
+        """The run's initial weights from this framework (:attr:`initial_state`)."""
+        if self.initial_state is None:
+            raise ValueError(f"no other framework can start from {self.name}'s weights")
+        return dict(load_object(self.initial_state)(config))
+
+
+FRAMEWORKS: Registry[FrameworkSpec] = Registry("framework")
+
+
+def recorded_packages() -> tuple[str, ...]:
+    """numpy and every registered framework's packages, in name order: the versions a run
+    records (read from package metadata, importing nothing)."""
+    names = {"numpy"}
+    for _, spec in FRAMEWORKS:
+        names.update(spec.packages)
+    return tuple(sorted(names))
+
+
+def profiler_for(model_builders: dict[str, str]) -> FrameworkSpec | None:
+    """The first installed framework (by name) that can count a model with these builders."""
+    for name, spec in FRAMEWORKS:
+        if spec.profile and name in model_builders and spec.installed():
+            return spec
+    return None
+
+
+def missing_profiler() -> str:
+    """Why no model can be counted here, and how to fix it."""
+    ways = [f"{name} ({spec.install})" for name, spec in FRAMEWORKS if spec.profile]
+    return "counting a model's parameters needs one of " + (", ".join(ways) or "no framework")

@@ -1,0 +1,81 @@
+"""The layer rules of pyproject.toml's [tool.importlinter], checked by `make test` with
+lint-imports: the list of core modules stays whole, every rule holds on the tree, and each rule
+catches an import planted where it forbids one (inside a function: lazy imports count)."""
+
+from __future__ import annotations
+
+import pkgutil
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import dlscale
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).with_name("lint-imports")
+CONTRACTS = {
+    c["id"]: c
+    for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"
+    ]
+}
+
+
+def lint(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
+    only = [arg for contract in contracts for arg in ("--contract", contract)]
+    return subprocess.run(
+        [str(LINT), "--config", str(root / "pyproject.toml"), "--no-cache", *only],
+        cwd=root,
+        env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_every_core_module_is_held_to_the_core_rule():
+    """A module added to the core later is covered, or this fails naming it."""
+    top = {m.name for m in pkgutil.iter_modules(dlscale.__path__)} - {"frameworks", "__main__"}
+    listed = {
+        m.removeprefix("dlscale.") for m in CONTRACTS["core-imports-no-framework"]["source_modules"]
+    }
+    assert top - listed == set(), "add these to core-imports-no-framework in pyproject.toml"
+    assert listed - top == set()
+
+
+def test_the_tree_keeps_every_rule():
+    result = lint(ROOT)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert f"{len(CONTRACTS)} kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("contract", "module", "imported"),
+    [
+        ("core-imports-no-framework", "cli/report.py", "dlscale.frameworks.horovod.session"),
+        ("core-imports-no-framework", "cli/ls.py", "dlscale.frameworks.tensorflow.models"),
+        ("torch-stands-alone", "frameworks/torch/ddp.py", "dlscale.frameworks.horovod.session"),
+        (
+            "tensorflow-mxnet-independent",
+            "frameworks/mxnet/loop.py",
+            "dlscale.frameworks.tensorflow.transfer",
+        ),
+        (
+            "weights-through-the-registry",
+            "frameworks/tensorflow/loop.py",
+            "dlscale.frameworks.torch.weights",
+        ),
+    ],
+)
+def test_an_import_planted_against_a_rule_breaks_it(tmp_path, contract, module, imported):
+    shutil.copytree(ROOT / "src" / "dlscale", tmp_path / "src" / "dlscale")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with (tmp_path / "src" / "dlscale" / module).open("a") as planted:
+        planted.write(f"\n\ndef _planted() -> None:\n    import {imported}  # noqa: F401\n")
+    assert lint(tmp_path, contract).returncode != 0  # the rule sees it
+    others = [other for other in CONTRACTS if other != contract]
+    assert lint(tmp_path, *others).returncode == 0  # and only that rule
