@@ -23,6 +23,9 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlscale.frameworks.mxnet.declare import INSTALL as MXNET_INSTALL
+from dlscale.frameworks.mxnet.declare import WEIGHTS as MXNET_WEIGHTS
+from dlscale.frameworks.mxnet.declare import mxnet_python
 from dlscale.layout import Addresses, Process, ProcessLayout
 from dlscale.options import Option
 
@@ -132,3 +135,30 @@ def horovod_tensorflow_build(python: str | None) -> str:
     if built.startswith("yes") and "tensorflow" not in built.split(";")[0]:
         return "no: this Horovod has no TensorFlow binding; make tensorflow rebuilds it"
     return built if built.startswith("yes") else "no: make tensorflow"
+
+
+HOROVOD_TF_OPTIONS = tuple(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step")
+"""Horovod's options less micro-batching (DistributedGradientTape has none)."""
+
+
+HOROVOD_MX_OPTIONS = (
+    MXNET_WEIGHTS,
+    Option(
+        name="mkldnn",
+        type="bool",
+        default=False,
+        choices=(False,),
+        help="off: Horovod's MXNet ops fail on MKLDNN-layout arrays",
+    ),
+    *(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step"),
+)
+"""horovod-mxnet's: MXNet's ``weights``, MKLDNN off and Horovod's options less micro-batching
+(DistributedTrainer has none)."""
+
+
+def horovod_mxnet_build(python: str | None) -> str:
+    """:func:`horovod_build` of the MXNet environment's Horovod (built with ``make mxnet``)."""
+    built = horovod_build(python or mxnet_python())
+    if built.startswith("yes") and "mxnet" not in built.split(";")[0]:
+        return "no: this Horovod has no MXNet binding; make mxnet rebuilds it"
+    return built if built.startswith("yes") else f"no: {MXNET_INSTALL}"

@@ -1,12 +1,22 @@
-"""Horovod's entry in dlscale (the ``dlscale.plugins`` entry point ``horovod``): horovod-torch.
-Horovod on TensorFlow, Keras and MXNet is registered by those frameworks' folders, whose engines
-run it. Importing this imports no framework."""
+"""Horovod's entry in dlscale (the ``dlscale.plugins`` entry point ``horovod``): horovod-torch,
+horovod-tf, horovod-keras and horovod-mxnet, each on its framework's engine (this folder imports
+theirs; they never import this one). Importing this imports no framework."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dlscale.backends import BACKENDS, BackendSpec
 from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
-from dlscale.frameworks.horovod.declare import HOROVOD_OPTIONS, horovod_cluster_env
+from dlscale.frameworks.horovod.declare import (
+    HOROVOD_MX_OPTIONS,
+    HOROVOD_OPTIONS,
+    HOROVOD_TF_OPTIONS,
+    horovod_cluster_env,
+)
+from dlscale.frameworks.mxnet import plugin as mxnet_plugin
+from dlscale.frameworks.tensorflow import declare as tfd
+from dlscale.frameworks.tensorflow import plugin as tensorflow_plugin
 from dlscale.frameworks.torch.options import TORCH_LOOP_OPTIONS
 from dlscale.frameworks.torch.plugin import DEVICE_PROBE
 
@@ -32,3 +42,45 @@ BACKENDS.register(
         device_probe=DEVICE_PROBE,
     ),
 )
+
+_ON_TENSORFLOW: dict[str, Any] = {
+    **tensorflow_plugin.COMMON,
+    "install": "make tensorflow",
+    "requires": (*tfd.TF_REQUIRES, "horovod"),
+    "installed": "dlscale.frameworks.horovod.declare:horovod_tensorflow_build",
+    "cluster_env": horovod_cluster_env,
+    "ports": 1,
+}
+for _spec in (
+    BackendSpec(
+        name="horovod-tf",
+        description="Horovod DistributedGradientTape on TensorFlow, custom loop",
+        worker="dlscale.frameworks.horovod.tensorflow_strategy:run",
+        measures_exposed_comm=True,
+        options=tfd.TF_LOOP_OPTIONS + HOROVOD_TF_OPTIONS,
+        **_ON_TENSORFLOW,
+    ),
+    BackendSpec(
+        name="horovod-keras",
+        description="Horovod DistributedOptimizer with Keras model.fit (legacy Keras 2)",
+        worker="dlscale.frameworks.horovod.keras_fit:run",
+        options=tfd.TF_LOOP_OPTIONS + HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,
+        loader_only=False,
+        **_ON_TENSORFLOW,
+    ),
+    BackendSpec(
+        name="horovod-mxnet",
+        description="Horovod DistributedTrainer on MXNet Gluon (MKLDNN off)",
+        worker="dlscale.frameworks.horovod.mxnet_strategy:run",
+        measures_exposed_comm=True,
+        options=HOROVOD_MX_OPTIONS,
+        cluster_env=horovod_cluster_env,
+        ports=1,
+        requires=("horovod",),
+        **{
+            **mxnet_plugin.COMMON,
+            "installed": "dlscale.frameworks.horovod.declare:horovod_mxnet_build",
+        },
+    ),
+):
+    BACKENDS.register(_spec.name, _spec)

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlscale.errors import UnsupportedPoint
-from dlscale.frameworks.horovod.declare import HOROVOD_OPTIONS, horovod_build
 from dlscale.layout import Addresses, Process, ProcessLayout, Role
 from dlscale.options import Option
 
@@ -69,18 +68,6 @@ KV_OPTIONS = (
     ),
     Option(name="num_servers", type="int", default=1, minimum=1, help="ps-lite server processes"),
 )
-HOROVOD_MX_OPTIONS = (
-    WEIGHTS,
-    Option(
-        name="mkldnn",
-        type="bool",
-        default=False,
-        choices=(False,),
-        help="off: Horovod's MXNet ops fail on MKLDNN-layout arrays",
-    ),
-    *(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step"),
-)
-"""Horovod's options less micro-batching (DistributedTrainer has none), MKLDNN off."""
 
 
 def kv_roles(config: RunConfig) -> tuple[Role, ...]:
@@ -129,11 +116,3 @@ def mxnet_installed(python: str | None) -> str:
         return f"no: {INSTALL}"
     stamp = path.absolute().parent.parent / ".installed-mxnet"
     return "yes: .venv-mxnet" if stamp.exists() else f"yes: {path}"
-
-
-def horovod_mxnet_build(python: str | None) -> str:
-    """:func:`horovod_build` of the MXNet environment's Horovod (built with ``make mxnet``)."""
-    built = horovod_build(python or mxnet_python())
-    if built.startswith("yes") and "mxnet" not in built.split(";")[0]:
-        return "no: this Horovod has no MXNet binding; make mxnet rebuilds it"
-    return built if built.startswith("yes") else f"no: {INSTALL}"

@@ -1,7 +1,8 @@
 """The MXNet engine of the measurement kernel: a Gluon training loop, and how it synchronizes.
 
 A backend supplies an :class:`MXStrategy` (which ``gluon.Trainer`` updates the parameters: a
-plain one, one on a kvstore, Horovod's ``DistributedTrainer``); :class:`MXEngine` is the
+plain one, one on a kvstore, Horovod's ``DistributedTrainer`` in
+:mod:`dlscale.frameworks.horovod.mxnet_strategy`); :class:`MXEngine` is the
 kernel's :class:`~dlscale.runtime.schedule.Engine` for it, so MXNet runs are timed exactly as
 the others (:mod:`dlscale.runtime.schedule`). The step is the one PyTorch takes: the Gluon twin
 of the model (:mod:`dlscale.frameworks.mxnet.models`, hybridized), started from the PyTorch twin's
@@ -207,54 +208,5 @@ class MXEngine(ModelledSyncEngine):
         return mxnet_environment(self.mx)
 
 
-class HorovodMX(MXStrategy):
-    """Horovod's ``DistributedTrainer``: gradients all-reduced (averaged) before a local update;
-    MKLDNN off (Horovod's ops cannot read its arrays)."""
-
-    synchronizes = True
-
-    def __init__(self) -> None:
-        from dlscale.frameworks.horovod.session import HorovodSession
-
-        self.session = HorovodSession()
-        self.hvd: Any = None
-
-    def setup(self, ctx: WorkerContext, mx: Any) -> None:
-        self.hvd = self.session.start(ctx, "horovod.mxnet")
-
-    def trainer(self, params: Any, cfg: Any, mx: Any) -> Any:
-        from dlscale.frameworks.mxnet.sgd import make_sgd
-
-        hvd = self.hvd
-        hvd.broadcast_parameters(params, root_rank=0)
-        compression = hvd.Compression.fp16 if cfg.option("compression") == "fp16" else None
-        return hvd.DistributedTrainer(
-            params, make_sgd(cfg), compression=compression or hvd.Compression.none
-        )
-
-    def unsynced_update(self, trainer: Any, samples: int) -> None:
-        trainer.update(samples)  # the local update without the all-reduce
-
-    def payload_bytes(self, gradient_bytes: int, ctx: WorkerContext) -> float | None:
-        from dlscale.backends.comm_bytes import ring_bytes_mean
-
-        factor = 0.5 if ctx.config.option("compression") == "fp16" else 1.0
-        return ring_bytes_mean(round(gradient_bytes * factor), ctx.processes)
-
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
-        return {
-            "algorithm": "ring all-reduce (Horovod)",
-            "compression": ctx.config.option("compression"),
-            **self.session.facts(ctx.config),
-        }
-
-    def teardown(self, completed: bool = True) -> None:
-        self.session.shutdown()
-
-
 def run_single(ctx: WorkerContext) -> None:
     run_training(ctx, MXStrategy())
-
-
-def run_horovod(ctx: WorkerContext) -> None:
-    run_training(ctx, HorovodMX())

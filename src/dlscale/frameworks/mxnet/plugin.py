@@ -1,6 +1,7 @@
 """MXNet's entry in dlscale (the ``dlscale.plugins`` entry point ``mxnet``): mxnet-single,
-mxnet-kv, horovod-mxnet and the Gluon twin of every built-in model. Importing it imports no
-framework (the workers run under the MXNet environment's interpreter, ``declare.mxnet_python``)."""
+mxnet-kv and the Gluon twin of every built-in model (horovod-mxnet is Horovod's). Importing it
+imports no framework (the workers run under the MXNet environment's interpreter,
+``declare.mxnet_python``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from typing import Any
 
 from dlscale.backends import BACKENDS, BackendSpec
 from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
-from dlscale.frameworks.horovod.declare import horovod_cluster_env
 from dlscale.frameworks.mxnet import declare as mxd
 from dlscale.models import register_builder
 
@@ -16,7 +16,7 @@ FRAMEWORKS.register(
     "mxnet",
     FrameworkSpec(name="mxnet", module="mxnet", packages=("mxnet",), install=mxd.INSTALL),
 )
-_MX: dict[str, Any] = {
+COMMON: dict[str, Any] = {  # every backend on MXNet, Horovod's too
     "framework": "mxnet",
     "python": mxd.mxnet_python(),
     "install": mxd.INSTALL,
@@ -31,7 +31,7 @@ for _spec in (
         max_workers=1,
         reference=True,
         options=mxd.MX_LOOP_OPTIONS,
-        **_MX,
+        **COMMON,
     ),
     BackendSpec(
         name="mxnet-kv",
@@ -44,18 +44,7 @@ for _spec in (
         roles=mxd.kv_roles,
         cluster_env=mxd.dmlc_env,
         ports=mxd.kv_ports,
-        **_MX,
-    ),
-    BackendSpec(
-        name="horovod-mxnet",
-        description="Horovod DistributedTrainer on MXNet Gluon (MKLDNN off)",
-        worker="dlscale.frameworks.mxnet.loop:run_horovod",
-        measures_exposed_comm=True,
-        options=mxd.HOROVOD_MX_OPTIONS,
-        cluster_env=horovod_cluster_env,
-        ports=1,
-        requires=("horovod",),
-        **{**_MX, "installed": "dlscale.frameworks.mxnet.declare:horovod_mxnet_build"},
+        **COMMON,
     ),
 ):
     BACKENDS.register(_spec.name, _spec)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from dlscale.frameworks.horovod.declare import HOROVOD_OPTIONS
 from dlscale.layout import Addresses, Process, ProcessLayout, Role
 from dlscale.options import Option
 
@@ -65,8 +64,6 @@ FIT_OPTIONS = (
         help="Keras fit: steps run per call of the compiled train function",
     ),
 )
-HOROVOD_TF_OPTIONS = tuple(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step")
-"""Horovod's options less micro-batching (DistributedGradientTape has none)."""
 
 
 def mirrored_roles(config: RunConfig) -> tuple[Role, ...]:

@@ -1,11 +1,13 @@
-"""keras-fit and horovod-keras: training by Keras' own ``model.fit`` (legacy Keras 2).
+"""keras-fit, and the engine of horovod-keras: training by Keras' own ``model.fit`` (legacy
+Keras 2).
 
 * ``keras-fit``: ``model.fit`` under ``MultiWorkerMirroredStrategy`` (one process per worker,
   TF_CONFIG as for tf-mwms); the data go in through a ``DatasetCreator``, so each worker feeds
   its own shard at the per-replica batch (Keras would otherwise treat the batch as global,
   shard it again and split it).
-* ``horovod-keras``: ``model.fit`` with Horovod's ``DistributedOptimizer`` (which all-reduces
-  the gradients Keras computes) and no strategy.
+* ``horovod-keras`` (:mod:`dlscale.frameworks.horovod.keras_fit`): ``model.fit`` with Horovod's
+  ``DistributedOptimizer`` (which all-reduces the gradients Keras computes) and no strategy, on
+  this module's :class:`FitEngine`.
 
 Why legacy Keras: Keras 3's ``fit`` failed under MultiWorkerMirroredStrategy here ("unsupported type
 (PerReplica) to a Tensor") and Horovod needs ``Variable.ref()``, which Keras 3 variables lack
@@ -28,8 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlscale.backends.comm_bytes import ring_bytes_mean
-from dlscale.frameworks.horovod.session import HorovodSession
-from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
+from dlscale.frameworks.tensorflow.env import import_tensorflow, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
     evaluate_model,
@@ -138,21 +139,3 @@ def run_mwms(ctx: WorkerContext) -> None:
     engine = FitEngine(ctx, strategy.setup(ctx))
     engine.write_strategy({"strategy": "MultiWorkerMirroredStrategy", **strategy.describe(ctx)})
     run_schedule(ctx, engine)
-
-
-def run_horovod(ctx: WorkerContext) -> None:
-    set_threads(ctx.threads, 1)
-    session = HorovodSession()
-    try:
-        session.start(ctx, "horovod.tensorflow")
-        import horovod.tensorflow.keras as hvd_keras
-
-        engine = FitEngine(ctx, tf.distribute.get_strategy(), hvd_keras)
-        facts = session.facts(ctx.config)
-        algorithm = f"Horovod all-reduce ({facts['horovod_controller']}), modelled as a ring"
-        engine.write_strategy(
-            {"strategy": "Horovod DistributedOptimizer", "algorithm": algorithm, **facts}
-        )
-        run_schedule(ctx, engine)
-    finally:
-        session.shutdown()

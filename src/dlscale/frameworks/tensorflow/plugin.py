@@ -1,6 +1,6 @@
-"""TensorFlow's entry in dlscale (the ``dlscale.plugins`` entry point ``tensorflow``): the tf-*,
-keras-fit, horovod-tf and horovod-keras backends and the Keras twin of every built-in model.
-Importing it imports no framework."""
+"""TensorFlow's entry in dlscale (the ``dlscale.plugins`` entry point ``tensorflow``): the tf-*
+and keras-fit backends and the Keras twin of every built-in model (horovod-tf and horovod-keras
+are Horovod's: :mod:`dlscale.frameworks.horovod.plugin`). Importing it imports no framework."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 
 from dlscale.backends import BACKENDS, BackendSpec
 from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
-from dlscale.frameworks.horovod.declare import horovod_cluster_env
 from dlscale.frameworks.tensorflow import declare as tfd
 from dlscale.models import register_builder
 
@@ -21,19 +20,11 @@ FRAMEWORKS.register(
         install=tfd.INSTALL,
     ),
 )
-_TF: dict[str, Any] = {
+COMMON: dict[str, Any] = {  # every backend on TensorFlow, Horovod's too
     "framework": "tensorflow",
     "install": tfd.INSTALL,
     "requires": tfd.TF_REQUIRES,
     "device_probe": tfd.DEVICE_PROBE,
-}
-_HOROVOD_TF: dict[str, Any] = {
-    **_TF,
-    "install": "make tensorflow",
-    "requires": (*tfd.TF_REQUIRES, "horovod"),
-    "installed": "dlscale.frameworks.horovod.declare:horovod_tensorflow_build",
-    "cluster_env": horovod_cluster_env,
-    "ports": 1,
 }
 for _spec in (
     BackendSpec(
@@ -43,7 +34,7 @@ for _spec in (
         max_workers=1,
         reference=True,
         options=tfd.TF_LOOP_OPTIONS,
-        **_TF,
+        **COMMON,
     ),
     BackendSpec(
         name="tf-mirrored",
@@ -53,7 +44,7 @@ for _spec in (
         measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS,
         roles=tfd.mirrored_roles,
-        **_TF,
+        **COMMON,
     ),
     BackendSpec(
         name="tf-mwms",
@@ -64,7 +55,7 @@ for _spec in (
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS,
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
-        **_TF,
+        **COMMON,
     ),
     BackendSpec(
         name="tf-ps",
@@ -76,7 +67,7 @@ for _spec in (
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
         loader_only=False,
-        **_TF,
+        **COMMON,
     ),
     BackendSpec(
         name="keras-fit",
@@ -86,23 +77,7 @@ for _spec in (
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
         loader_only=False,
-        **_TF,
-    ),
-    BackendSpec(
-        name="horovod-tf",
-        description="Horovod DistributedGradientTape on TensorFlow, custom loop",
-        worker="dlscale.frameworks.tensorflow.strategies:run_horovod",
-        measures_exposed_comm=True,
-        options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS,
-        **_HOROVOD_TF,
-    ),
-    BackendSpec(
-        name="horovod-keras",
-        description="Horovod DistributedOptimizer with Keras model.fit (legacy Keras 2)",
-        worker="dlscale.frameworks.tensorflow.keras_fit:run_horovod",
-        options=tfd.TF_LOOP_OPTIONS + tfd.HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,
-        loader_only=False,
-        **_HOROVOD_TF,
+        **COMMON,
     ),
 ):
     BACKENDS.register(_spec.name, _spec)

@@ -1,4 +1,5 @@
-"""The custom-loop TensorFlow backends: tf-single, tf-mirrored, tf-mwms, horovod-tf.
+"""The custom-loop TensorFlow backends: tf-single, tf-mirrored, tf-mwms (horovod-tf, on the
+same loop, is in :mod:`dlscale.frameworks.horovod.tensorflow_strategy`).
 
 Each is a :class:`~dlscale.frameworks.tensorflow.loop.TFStrategy` run by the same engine:
 
@@ -11,9 +12,7 @@ Each is a :class:`~dlscale.frameworks.tensorflow.loop.TFStrategy` run by the sam
   machine (NCCL all-reduce) where GPUs exist;
 * ``tf-mwms``: ``MultiWorkerMirroredStrategy``: one process per worker, the cluster from
   TF_CONFIG, the gradients all-reduced by TensorFlow's collective ops (ring over gRPC on CPU;
-  ``collective`` chooses);
-* ``horovod-tf``: Horovod's ``DistributedGradientTape`` (Gloo or MPI) under the default
-  strategy, with its compression, fusion and cycle-time options.
+  ``collective`` chooses).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from typing import Any
 
 from dlscale.backends.comm_bytes import ring_bytes_mean
 from dlscale.errors import UserError
-from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads
 from dlscale.frameworks.tensorflow.loop import TFStrategy, run_training
 from dlscale.runtime.context import WorkerContext
@@ -93,44 +91,6 @@ class MultiWorker(TFStrategy):
         }
 
 
-class HorovodTape(TFStrategy):
-    synchronizes = True
-    aggregates_in_optimizer = False
-
-    def __init__(self) -> None:
-        self._session = HorovodSession()
-        self._compression: Any = None
-        self._scale = 1.0
-
-    def setup(self, ctx: WorkerContext) -> Any:
-        set_threads(ctx.threads, 1)
-        hvd = self._session.start(ctx, "horovod.tensorflow")
-        self.hvd = hvd
-        fp16 = ctx.config.option("compression") == "fp16"
-        self._compression = hvd.Compression.fp16 if fp16 else hvd.Compression.none
-        self._scale = 0.5 if fp16 else 1.0
-        return tf.distribute.get_strategy()
-
-    def gradients(self, tape: Any, loss: Any, variables: list[Any], sync: bool) -> Any:
-        if sync:
-            tape = self.hvd.DistributedGradientTape(tape, compression=self._compression)
-        return tape.gradient(loss, variables)
-
-    def payload_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
-        return ring_bytes_mean(round(gradient_bytes * self._scale), self.hvd.size())
-
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
-        facts = self._session.facts(ctx.config)
-        return {
-            "algorithm": f"Horovod all-reduce ({facts['horovod_controller']}), modelled as a "
-            "ring: 2(N-1)/N x payload",
-            **facts,
-        }
-
-    def teardown(self) -> None:
-        self._session.shutdown()
-
-
 def run_single(ctx: WorkerContext) -> None:
     run_training(ctx, TFStrategy())
 
@@ -141,7 +101,3 @@ def run_mirrored(ctx: WorkerContext) -> None:
 
 def run_mwms(ctx: WorkerContext) -> None:
     run_training(ctx, MultiWorker())
-
-
-def run_horovod(ctx: WorkerContext) -> None:
-    run_training(ctx, HorovodTape())

@@ -1,0 +1,56 @@
+"""horovod-mxnet: Horovod's ``DistributedTrainer`` on the MXNet Gluon loop
+(:mod:`dlscale.frameworks.mxnet.loop`): gradients all-reduced (averaged) before a local update."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.frameworks.horovod.session import HorovodSession
+from dlscale.frameworks.mxnet.loop import MXStrategy, run_training
+from dlscale.runtime.context import WorkerContext
+
+
+class HorovodMX(MXStrategy):
+    """Horovod's ``DistributedTrainer``: gradients all-reduced (averaged) before a local update;
+    MKLDNN off (Horovod's ops cannot read its arrays)."""
+
+    synchronizes = True
+
+    def __init__(self) -> None:
+        self.session = HorovodSession()
+        self.hvd: Any = None
+
+    def setup(self, ctx: WorkerContext, mx: Any) -> None:
+        self.hvd = self.session.start(ctx, "horovod.mxnet")
+
+    def trainer(self, params: Any, cfg: Any, mx: Any) -> Any:
+        from dlscale.frameworks.mxnet.sgd import make_sgd  # imports mxnet: after import_mxnet
+
+        hvd = self.hvd
+        hvd.broadcast_parameters(params, root_rank=0)
+        compression = hvd.Compression.fp16 if cfg.option("compression") == "fp16" else None
+        return hvd.DistributedTrainer(
+            params, make_sgd(cfg), compression=compression or hvd.Compression.none
+        )
+
+    def unsynced_update(self, trainer: Any, samples: int) -> None:
+        trainer.update(samples)  # the local update without the all-reduce
+
+    def payload_bytes(self, gradient_bytes: int, ctx: WorkerContext) -> float | None:
+        factor = 0.5 if ctx.config.option("compression") == "fp16" else 1.0
+        return ring_bytes_mean(round(gradient_bytes * factor), ctx.processes)
+
+    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+        return {
+            "algorithm": "ring all-reduce (Horovod)",
+            "compression": ctx.config.option("compression"),
+            **self.session.facts(ctx.config),
+        }
+
+    def teardown(self, completed: bool = True) -> None:
+        self.session.shutdown()
+
+
+def run(ctx: WorkerContext) -> None:
+    run_training(ctx, HorovodMX())
