@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from dlscale.backends import BACKENDS
 from dlscale.config import RunConfig, expand, load_study_file, parse_set
 from dlscale.errors import UserError
 
@@ -21,9 +22,8 @@ def test_defaults_are_valid_and_derived_values():
         ({"model": "resnet45"}, "unknown model 'resnet45'; choose one of: alexnet"),
         (
             {"backend": "nope"},
-            "unknown backend 'nope'; choose one of: horovod-keras, horovod-mxnet, horovod-tf, "
-            "horovod-torch, keras-fit, mxnet-kv, mxnet-single, tf-mirrored, tf-mwms, tf-ps, "
-            "tf-single, torch-ddp, torch-ps, torch-ring, torch-single",
+            # every registered backend, whatever registered it
+            "unknown backend 'nope'; choose one of: " + ", ".join(BACKENDS.names()),
         ),
         ({"dataset": "imagenet-22k"}, "unknown dataset 'imagenet-22k'; choose one of: cifar10"),
         ({"workers": 0}, "workers must be an integer >= 1, got 0"),
