@@ -48,6 +48,8 @@ def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
     # torch-ps (sync) is held to the same standard in test_ps.py, with its byte counts.
     [
         {"backend": "torch-ddp"},
+        {"backend": "torch-fsdp"},
+        {"backend": "torch-fsdp", "reshard_after_forward": False},
         {"backend": "torch-ring"},
         {"backend": "torch-ring", "bucket_mb": 0.001},
         # Horovod (tests/distributed/test_horovod.py): Gloo under the local launcher and under
@@ -59,6 +61,8 @@ def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
     ],
     ids=[
         "ddp",
+        "fsdp",
+        "fsdp-zero2",
         "ring",
         "ring-small-buckets",
         "horovod-local",

@@ -78,6 +78,16 @@ class TorchStrategy:
         """Facts for the run's ``strategy`` event, e.g. ``bytes_sent_per_step_model``."""
         return {}
 
+    def eval_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model an evaluation runs, on every training rank (a sharded one: gathered)."""
+        return model
+
+    def saved_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+        """The trained parameters ``save_params`` writes (on the first training rank only);
+        ``None``: the strategy writes them itself, at :meth:`finish` (every rank is needed)."""
+        unwrapped = getattr(model, "module", model)
+        return {name: p.detach().cpu() for name, p in unwrapped.named_parameters()}
+
     def serve(self, ctx: WorkerContext, device: torch.device) -> None:
         """The loop of a non-worker rank (a parameter server); only strategies with such ranks."""
         raise NotImplementedError(f"{type(self).__name__} has no non-worker ranks")
@@ -259,7 +269,7 @@ class TorchEngine(Engine):
 
     @torch.no_grad()
     def evaluate(self) -> tuple[int, int, float]:
-        model = self.model
+        model = self.strategy.eval_model(self.model)
         model.eval()
         correct = total = 0
         loss_sum = 0.0
@@ -279,9 +289,9 @@ class TorchEngine(Engine):
         return self.strategy.take_bytes_sent()
 
     def save_params(self) -> None:
-        unwrapped = getattr(self.model, "module", self.model)
-        state = {name: p.detach().cpu() for name, p in unwrapped.named_parameters()}
-        torch.save(state, self.ctx.run_dir / "final_params.pt")
+        state = self.strategy.saved_parameters(self.model)
+        if state is not None:
+            torch.save(state, self.ctx.run_dir / "final_params.pt")
 
     def checkpoint(self, path: Path) -> None:
         unwrapped = getattr(self.model, "module", self.model)

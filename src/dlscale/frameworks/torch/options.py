@@ -59,6 +59,15 @@ RING_OPTIONS = (
         help="gradient compression (cast before the ring, back after)",
     ),
 )
+FSDP_OPTIONS = (
+    Option(
+        name="reshard_after_forward",
+        type="bool",
+        default=True,
+        help="FSDP2: free each block's gathered parameters after its forward and gather them "
+        "again for its backward (ZeRO-3); false keeps them to the backward (ZeRO-2)",
+    ),
+)
 PS_OPTIONS = (
     Option(
         name="ps_mode",

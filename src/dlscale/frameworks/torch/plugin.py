@@ -8,6 +8,7 @@ from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.frameworks.torch.cluster import torch_cluster_env
 from dlscale.frameworks.torch.options import (
     DDP_OPTIONS,
+    FSDP_OPTIONS,
     PS_OPTIONS,
     RING_OPTIONS,
     TORCH_LOOP_OPTIONS,
@@ -59,6 +60,21 @@ BACKENDS.register(
         measures_exposed_comm=True,
         install=INSTALL,
         options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,
+        cluster_env=torch_cluster_env,
+        ports=1,
+        device_probe=DEVICE_PROBE,
+    ),
+)
+BACKENDS.register(
+    "torch-fsdp",
+    BackendSpec(
+        name="torch-fsdp",
+        description="PyTorch FSDP2 (fully_shard): parameters, gradients and optimizer state "
+        "sharded over the workers",
+        framework="torch",
+        worker="dlscale.frameworks.torch.fsdp:run",
+        install=INSTALL,
+        options=TORCH_LOOP_OPTIONS + FSDP_OPTIONS,
         cluster_env=torch_cluster_env,
         ports=1,
         device_probe=DEVICE_PROBE,
