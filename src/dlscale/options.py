@@ -16,6 +16,33 @@ from typing import Any
 from dlscale.errors import UnsupportedPoint, UserError
 
 _TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def parse_value(value: Any, kind: type, label: str, *, optional: bool = False) -> Any:
+    """A TOML or command-line value as ``kind`` (int, float, bool or str), or one
+    :class:`UserError` naming ``label``: the one parser of core keys, study settings and
+    plug-in options. Text is read as the type (``"yes"``/``"off"`` as a bool); an int is taken
+    for a float, never a bool for a number; ``optional``: ``none``/``null``/empty is ``None``."""
+    if value is None and optional:
+        return None
+    if isinstance(value, str) and kind is not str:
+        text = value.strip().lower()
+        if optional and text in ("none", "null", ""):
+            return None
+        if kind is bool and text in _TRUE + _FALSE:
+            return text in _TRUE
+        try:
+            if kind is not bool:
+                return kind(text)
+        except ValueError:
+            pass
+        raise UserError(f"{label} must be {kind.__name__}, got {value!r}")
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise UserError(f"{label} must be {kind.__name__}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,24 +69,7 @@ class Option:
 
     def parse(self, value: Any) -> Any:
         """A TOML or command-line value as this option's type, or :class:`UserError`."""
-        kind = _TYPES[self.type]
-        if isinstance(value, str) and kind is not str:
-            text = value.strip().lower()
-            try:
-                if kind is bool:
-                    if text in ("true", "1", "yes", "on"):
-                        return True
-                    if text in ("false", "0", "no", "off"):
-                        return False
-                    raise ValueError(text)
-                return kind(text)
-            except ValueError:
-                raise UserError(f"{self.name} must be {self.type}, got {value!r}") from None
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            return float(value)
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise UserError(f"{self.name} must be {self.type}, got {value!r}")
-        return value
+        return parse_value(value, _TYPES[self.type], self.name)
 
     def check(self, value: Any, owner: str) -> Any:
         """Parse and validate ``value`` for the plug-in ``owner``; returns the typed value.

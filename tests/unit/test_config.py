@@ -200,3 +200,39 @@ def test_an_option_value_no_plugin_accepts_is_an_error_not_a_skip():
     # a value some plug-in takes is a point to skip where it does not apply
     study = expand({"backend": ["torch-ddp", "torch-ring"], "compression": "powersgd"})
     assert [p.backend for p in study.points] == ["torch-ddp"] and len(study.skipped) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("true", True), (" Yes ", True), ("on", True), ("1", True), ("false", False), ("OFF", False),
+     ("0", False), ("no", False), (True, True), (False, False)],
+)  # fmt: skip
+def test_one_parser_reads_a_bool_the_same_for_core_keys_settings_and_options(text, expected):
+    """A core key (save_params), a study setting (machine_reference) and a plug-in option
+    (channels_last) take the same words, through options.parse_value."""
+    from dlscale.config.study import coerce, coerce_study
+    from dlscale.options import Option
+
+    assert coerce("save_params", text) is expected
+    assert coerce_study("machine_reference", text, origin="--set") is expected
+    assert Option(name="x", type="bool", default=False, help="").parse(text) is expected
+
+
+@pytest.mark.parametrize("text", ["maybe", "2", "", 1, 0.0, None])
+def test_anything_else_is_one_line_naming_the_key_for_each_reader(text):
+    from dlscale.config.study import coerce, coerce_study
+    from dlscale.options import Option
+
+    for read, label in (
+        (lambda: coerce("save_params", text), "save_params must be bool"),
+        (
+            lambda: coerce_study("machine_reference", text, origin="--set"),
+            "--set: machine_reference must be bool",
+        ),
+        (
+            lambda: Option(name="x", type="bool", default=False, help="").parse(text),
+            "x must be bool",
+        ),
+    ):
+        with pytest.raises(UserError, match=label):
+            read()

@@ -58,3 +58,16 @@ def test_a_training_point_is_put_beside_the_loader_only_point_of_its_settings():
         "torch-ddp x1 on imagenet: trains at 80.0 img/s per worker; 5.0% of its step time waits "
         "for input"
     )
+
+
+def test_keys_that_never_tell_points_apart_do_not_part_a_point_from_its_loader_twin():
+    """The same keys as everywhere runs are matched (run_config.NOT_MATCHED_KEYS): a twin run
+    with another resource_guard, python or timeout is still the point's."""
+    from dlscale.config.run_config import NOT_MATCHED_KEYS
+
+    assert {"resource_guard", "python", "timeout_s"} <= set(NOT_MATCHED_KEYS)
+    training = _point("torch-ddp", 2, 100.0, wait=0.25)
+    twin = _point("torch-ddp", 2, 400.0, loader_only=True, wait=1.0)
+    twin["config"].update(resource_guard=False, python="/other/python", timeout_s=9.0)
+    (finding,) = input_findings([training, twin])
+    assert finding.loader_per_worker == 200.0

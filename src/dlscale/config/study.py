@@ -19,6 +19,7 @@ from typing import Any
 from dlscale.backends import BACKENDS
 from dlscale.config.run_config import RunConfig, core_keys, declared_options
 from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.options import parse_value
 from dlscale.runtime.environment import usable_cores
 
 _HINTS = typing.get_type_hints(RunConfig)
@@ -198,25 +199,8 @@ def coerce_study(key: str, value: Any, origin: str) -> Any:
         kind = bool
     if kind is None:  # order
         return str(value).strip().lower() if isinstance(value, str) else value
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if kind is bool:
-            if text in ("true", "1", "yes", "on"):
-                return True
-            if text in ("false", "0", "no", "off"):
-                return False
-            raise UserError(f"{origin}: {key} must be true or false, got {value!r}")
-        if text in ("none", "null", "") and key in ("target_ci", "time_budget_s"):
-            return None
-        try:
-            return kind(text)
-        except ValueError:
-            raise UserError(f"{origin}: {key} must be {kind.__name__}, got {value!r}") from None
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise UserError(f"{origin}: {key} must be {kind.__name__}, got {value!r}")
-    return value
+    optional = key in ("target_ci", "time_budget_s")
+    return parse_value(value, kind, f"{origin}: {key}", optional=optional)
 
 
 def check_key(key: str, origin: str) -> None:
@@ -255,31 +239,10 @@ def coerce(key: str, value: Any) -> Any:
     hint = _HINTS[key]
     optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
     base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
-    if isinstance(value, str):
+    if isinstance(value, str) and base is str:
         text = value.strip()
-        if optional and text.lower() in ("none", "null", ""):
-            return None
-        try:
-            if base is bool:
-                if text.lower() in ("true", "1", "yes", "on"):
-                    return True
-                if text.lower() in ("false", "0", "no", "off"):
-                    return False
-                raise ValueError(text)
-            if base is int:
-                return int(text)
-            if base is float:
-                return float(text)
-        except ValueError:
-            raise UserError(f"{key} must be {base.__name__}, got {value!r}") from None
-        return text
-    if value is None and optional:
-        return None
-    if base is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, base) or (base is int and isinstance(value, bool)):
-        raise UserError(f"{key} must be {base.__name__}, got {value!r}")
-    return value
+        return None if optional and text.lower() in ("none", "null", "") else text
+    return parse_value(value, base, key, optional=optional)
 
 
 def expand(

@@ -6,12 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dlscale.config.run_config import NOT_MATCHED_KEYS
+
 Row = dict[str, Any]
 
 INPUT_BOUND = 0.10
 """A training point whose steps wait for input at least this share of their time is called
 input-bound."""
-_NOT_MATCHED = {"loader_only", "repeat_id", "timeout_s", "comm_probe_steps", "save_params"}
+_NOT_MATCHED = {"loader_only", *NOT_MATCHED_KEYS}
+"""A training point and its loader-only twin differ in ``loader_only`` alone: the keys that
+never tell points apart (:data:`dlscale.config.run_config.NOT_MATCHED_KEYS`) are ignored, as
+everywhere runs are matched."""
 
 
 @dataclass(frozen=True)
