@@ -294,3 +294,28 @@ def test_settings_that_differ_between_rows_of_one_backend_get_a_column():
     assert [shown[1].text(r) for r in rows] == ["-", "compression=none", "compression=fp16"]
     same, _ = human_layout(rows[:2])
     assert "settings" not in [c.label for c in same]
+
+
+def test_provenance_names_every_framework_of_the_study_as_its_workers_recorded_it():
+    """Not a PyTorch row only: each run's framework packages from its own workers' record
+    (Horovod's too where the backend needs it); an old result shows its torch_version."""
+    from dlscale.report.html import framework_versions, provenance
+
+    def run(backend: str, framework: str, packages: object) -> dict:
+        return {
+            "framework": framework,
+            "config": {"backend": backend, "framework": framework},
+            "environment": {"packages": packages},
+        }
+
+    rows = [
+        run("torch-ddp", "torch", {"torch": "2.13.0", "numpy": "2.4", "mxnet": "9"}),
+        run("tf-mwms", "tensorflow", {"tensorflow": "2.21.0", "tf-keras": "2.21.0"}),
+        run("horovod-mxnet", "mxnet", {"mxnet": "1.9.1", "horovod": "0.28.1"}),
+        {"framework": None, "environment": {"torch_version": "1.13"}},  # schema 1
+        run("toy-ps", "numpy", "not a dict"),  # damaged: nothing from it
+    ]
+    assert framework_versions(rows) == (
+        "horovod 0.28.1, mxnet 1.9.1, tensorflow 2.21.0, tf-keras 2.21.0, torch 1.13, torch 2.13.0"
+    )
+    assert "<th>frameworks</th><td>horovod 0.28.1, mxnet 1.9.1" in provenance(rows)

@@ -81,13 +81,38 @@ def provenance(rows: list[Row]) -> str:
         ("GPU", ", ".join(gpus) or "-"),
         ("OS", values("os")),
         ("Python", values("python")),
-        ("PyTorch", values("torch_version")),
+        ("frameworks", framework_versions(rows)),
         ("dlscale", values("dlscale_version")),
         ("git commit", values("git_commit")),
         ("runs", f"{_when(started)} to {_when(finished)}"),
     ]
     cells = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
     return f'<table class="provenance">{cells}</table>'
+
+
+def framework_versions(rows: list[Row]) -> str:
+    """The versions each run's workers had of its framework's packages (and Horovod's, for a
+    backend that needs it), as its workers recorded them: every framework of the study, not one.
+    A result older than the worker's package record shows its ``torch_version``."""
+    from dlscale.backends import BACKENDS
+    from dlscale.backends.frameworks import FRAMEWORKS
+
+    found: set[str] = set()
+    for row in rows:
+        env = row.get("environment") or {}
+        recorded = env.get("packages")
+        packages: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+        framework = str(row.get("framework") or (row.get("config") or {}).get("framework"))
+        names = list(FRAMEWORKS.get(framework).packages if framework in FRAMEWORKS else [])
+        names = names or [framework]
+        backend = (row.get("config") or {}).get("backend")
+        if backend in BACKENDS:
+            names += [n for n in BACKENDS.get(str(backend)).requires if n in FRAMEWORKS]
+        versions = {n: packages[n] for n in names if packages.get(n)}
+        if not versions and env.get("torch_version"):
+            versions = {"torch": env["torch_version"]}
+        found.update(f"{name} {version}" for name, version in versions.items())
+    return ", ".join(sorted(found)) or "-"
 
 
 def runs_table(rows: list[Row]) -> str:
