@@ -60,6 +60,10 @@ def test_the_built_in_frameworks_come_through_the_plugin_door():
     assert FRAMEWORKS.names() == ["horovod", "mxnet", "tensorflow", "torch"]
     frameworks = {spec.framework for _, spec in BACKENDS}
     assert frameworks == {"torch", "tensorflow", "mxnet"}  # every backend's is registered
+    from dlscale.models import BUILT_IN, MODELS
+
+    for model in BUILT_IN:  # every built-in framework builds every built-in model
+        assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "mxnet"}
     assert set(recorded_packages()) >= {
         "numpy",
         "torch",

@@ -100,3 +100,12 @@ MODELS.register(
         has_batchnorm=False,
     ),
 )
+
+BUILT_IN = (
+    *(f"resnet{depth}" for depth in (20, 32, 44, 56, 110)),
+    "resnet50",
+    "alexnet",
+    "googlenet",
+    "tiny",
+)
+"""The models registered above (each built-in framework builds every one of them)."""

@@ -9,7 +9,7 @@ from typing import Any
 from dlscale.backends import BACKENDS, BackendSpec
 from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.frameworks.tensorflow import declare as tfd
-from dlscale.models import register_builder
+from dlscale.models import BUILT_IN, register_builder
 
 FRAMEWORKS.register(
     "tensorflow",
@@ -82,15 +82,5 @@ for _spec in (
 ):
     BACKENDS.register(_spec.name, _spec)
 
-for _model in (
-    "resnet20",
-    "resnet32",
-    "resnet44",
-    "resnet56",
-    "resnet110",
-    "resnet50",
-    "alexnet",
-    "googlenet",
-    "tiny",
-):
+for _model in BUILT_IN:  # a twin of every built-in model, under the same name
     register_builder(_model, "tensorflow", f"dlscale.frameworks.tensorflow.models:{_model}")
