@@ -8,10 +8,12 @@ which keys are valid.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dlscale.errors import UnsupportedPoint, UserError
 
@@ -128,3 +130,44 @@ def resolve(
             f"(their options: {', '.join(sorted(out)) or 'none'})"
         )
     return out
+
+
+T = TypeVar("T")
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[Any, ...] | None = None,
+    minimum: float | None = None,
+    exclusive_minimum: bool = False,
+    validate: Callable[[Any], None] | None = None,
+) -> Any:
+    """One field of a plug-in's options dataclass: its default and what its :class:`Option`
+    says (the name and type come from the field). A plug-in declares its options once, as a
+    frozen dataclass of such fields; :func:`declared` derives the Options the core validates,
+    and :func:`typed` gives its code the resolved values as that dataclass."""
+    spec = {
+        "help": help,
+        "choices": choices,
+        "minimum": minimum,
+        "exclusive_minimum": exclusive_minimum,
+        "validate": validate,
+    }
+    return dataclasses.field(default=default, metadata={"option": spec})
+
+
+def declared(options: type) -> tuple[Option, ...]:
+    """The :class:`Option` of every field of an options dataclass, in field order."""
+    hints = typing.get_type_hints(options)
+    return tuple(
+        Option(name=f.name, type=hints[f.name].__name__, default=f.default, **f.metadata["option"])
+        for f in dataclasses.fields(options)
+    )
+
+
+def typed(options: type[T], values: Mapping[str, Any]) -> T:
+    """An options dataclass filled from resolved values (a run's ``RunConfig.options``)."""
+    fields = dataclasses.fields(options)  # type: ignore[arg-type]
+    return options(**{f.name: values[f.name] for f in fields})

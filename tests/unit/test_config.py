@@ -236,3 +236,18 @@ def test_anything_else_is_one_line_naming_the_key_for_each_reader(text):
     ):
         with pytest.raises(UserError, match=label):
             read()
+
+
+def test_a_plugin_declares_its_options_once_and_reads_them_typed():
+    """The Options the core validates come from the plug-in's dataclass, and its code gets the
+    resolved values as that dataclass (what --set gave, parsed, defaults filled in)."""
+    from dlscale.frameworks.torch.options import DDP_OPTIONS, DDPOptions
+    from dlscale.options import declared
+
+    assert declared(DDPOptions) == DDP_OPTIONS
+    bucket = next(o for o in DDP_OPTIONS if o.name == "bucket_mb")
+    assert (bucket.type, bucket.default, bucket.minimum) == ("float", 25.0, 0.0)
+    point = expand({"backend": "torch-ddp", "workers": 2, **parse_set(["bucket_mb=5"])}).points[0]
+    options = point.typed(DDPOptions)
+    assert options == DDPOptions(bucket_mb=5.0)  # every other field at its default
+    assert isinstance(options.bucket_mb, float) and options.compression == "none"

@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dlscale.backends import BACKENDS
 from dlscale.datasets import DATASETS
@@ -29,7 +29,9 @@ from dlscale.errors import UnsupportedPoint, UserError
 from dlscale.launchers import LAUNCHERS
 from dlscale.layout import ProcessLayout
 from dlscale.models import MODELS
-from dlscale.options import Option, resolve
+from dlscale.options import Option, resolve, typed
+
+T = TypeVar("T")
 
 POINT, LABEL, OPERATIONAL = "point", "label", "operational"
 ALLOCATORS = ("system", "glibc-tuned", "jemalloc", "tcmalloc")
@@ -230,6 +232,11 @@ class RunConfig:
     def option(self, name: str) -> Any:
         """The resolved value of one plug-in option (KeyError if no plug-in declares it)."""
         return self.options[name]
+
+    def typed(self, options: type[T]) -> T:
+        """This point's values of a plug-in's options dataclass (:func:`dlscale.options.typed`),
+        typed where they are used."""
+        return typed(options, self.options)
 
     def grouped_options(self) -> dict[str, dict[str, Any]]:
         """The options by plug-in kind: what a stored config holds."""

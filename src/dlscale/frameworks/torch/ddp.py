@@ -29,6 +29,7 @@ from dlscale.frameworks.torch.loop import (
     init_process_group,
     run_training,
 )
+from dlscale.frameworks.torch.options import DDPOptions
 from dlscale.runtime.context import WorkerContext
 
 _CAST_HOOKS = {
@@ -43,34 +44,33 @@ class DDPStrategy(TorchStrategy):
 
     def __init__(self) -> None:
         self.world = 1
-        self.cfg: RunConfig | None = None
+        self.options = DDPOptions()
         self._payload = 0.0
         self._counting = False
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
-        self.world, self.cfg = ctx.processes, ctx.config
+        self.world, self.options = ctx.processes, ctx.config.typed(DDPOptions)
         init_process_group(ctx, device)
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-        assert self.cfg is not None
-        cfg = self.cfg
+        options = self.options
         ids = [device.index] if device.type == "cuda" else None
         ddp = DistributedDataParallel(
             model,
             device_ids=ids,
-            bucket_cap_mb=cfg.option("bucket_mb"),
-            gradient_as_bucket_view=cfg.option("gradient_as_bucket_view"),
-            static_graph=cfg.option("static_graph"),
+            bucket_cap_mb=options.bucket_mb,
+            gradient_as_bucket_view=options.gradient_as_bucket_view,
+            static_graph=options.static_graph,
         )
-        if cfg.option("compression") == "powersgd":
+        if options.compression == "powersgd":
             state = powerSGD_hook.PowerSGDState(
                 process_group=None,
-                matrix_approximation_rank=cfg.option("powersgd_rank"),
+                matrix_approximation_rank=options.powersgd_rank,
                 start_powerSGD_iter=2,
             )
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         else:
-            hook, scale = _CAST_HOOKS[cfg.option("compression")]
+            hook, scale = _CAST_HOOKS[options.compression]
             self._counting = True
 
             # No annotation on `bucket`: DDP rejects any but the class dist.GradBucket, and
@@ -95,9 +95,10 @@ class DDPStrategy(TorchStrategy):
         return sent
 
     def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        if cfg.option("compression") == "powersgd":
-            return {"compression": "powersgd", "powersgd_rank": cfg.option("powersgd_rank")}
-        payload = gradient_bytes(model) * _CAST_HOOKS[cfg.option("compression")][1]
+        options = cfg.typed(DDPOptions)
+        if options.compression == "powersgd":
+            return {"compression": "powersgd", "powersgd_rank": options.powersgd_rank}
+        payload = gradient_bytes(model) * _CAST_HOOKS[options.compression][1]
         return {
             "bytes_sent_per_step_model": round(ring_bytes_mean(round(payload), self.world)),
             "algorithm": "library all-reduce, modelled as a ring: 2(N-1)/N x payload",

@@ -44,6 +44,7 @@ from dlscale.frameworks.torch.loop import (
     init_process_group,
     run_training,
 )
+from dlscale.frameworks.torch.options import FSDPOptions
 from dlscale.runtime.context import WorkerContext
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
@@ -112,7 +113,7 @@ class FSDPStrategy(TorchStrategy):
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         assert self.ctx is not None
-        reshard = bool(self.ctx.config.option("reshard_after_forward"))
+        reshard = self.ctx.config.typed(FSDPOptions).reshard_after_forward
         for unit in list(shard_units(model)):
             fully_shard(unit, reshard_after_forward=reshard)
         fully_shard(model, reshard_after_forward=reshard)
@@ -129,13 +130,14 @@ class FSDPStrategy(TorchStrategy):
         return sent * (self.world - 1) // self.world
 
     def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        gathers = 2 if cfg.option("reshard_after_forward") else 1
+        reshard = cfg.typed(FSDPOptions).reshard_after_forward
+        gathers = 2 if reshard else 1
         payload = (gathers + 1) * gradient_bytes(model)
         return {
             "bytes_sent_per_step_model": payload * (self.world - 1) // self.world,
             "algorithm": f"FSDP2: {gathers} all-gather(s) of the parameters and a "
             "reduce-scatter of the gradients a step, modelled as rings: (N-1)/N x each payload",
-            "reshard_after_forward": bool(cfg.option("reshard_after_forward")),
+            "reshard_after_forward": reshard,
             "units": sum(isinstance(m, FSDPModule) for m in model.modules()),
         }
 

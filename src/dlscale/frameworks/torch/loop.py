@@ -23,6 +23,7 @@ from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.frameworks.torch.data import TorchDataset, loader_died, to_torch
 from dlscale.frameworks.torch.env import torch_environment
+from dlscale.frameworks.torch.options import TorchLoopOptions
 from dlscale.metrics.records import Strategy
 from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
@@ -217,8 +218,9 @@ class TorchEngine(Engine):
         self.data: TorchDataset = to_torch(loaded, device)
         self.steps_per_epoch = self.data.steps_per_epoch
         self.has_eval = dataset.has_eval and loaded.has_eval  # e.g. a folder without val/
+        options = cfg.typed(TorchLoopOptions)
         self.memory_format = (
-            torch.channels_last if cfg.option("channels_last") else torch.contiguous_format
+            torch.channels_last if options.channels_last else torch.contiguous_format
         )
         model = build_model(cfg).to(device)
         # Module.to accepts memory_format at run time; its type stubs do not list it.
@@ -238,10 +240,10 @@ class TorchEngine(Engine):
                     facts=facts,
                 )
             )
-        self.forward = torch.compile(self.model) if cfg.option("compile") else self.model
+        self.forward = torch.compile(self.model) if options.compile else self.model
         self.autocast: contextlib.AbstractContextManager[Any] = (
             torch.autocast(device.type, dtype=torch.bfloat16)
-            if cfg.option("amp") == "bf16"
+            if options.amp == "bf16"
             else contextlib.nullcontext()
         )
 

@@ -1,89 +1,82 @@
-"""What the torch.* backends declare: their options and roles (no torch import)."""
+"""What the torch.* backends declare: their options, once each as a dataclass whose fields the
+core validates (:func:`dlscale.options.declared`) and the engines read typed
+(``cfg.typed(DDPOptions)``), and their roles. No torch import."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlscale.layout import Role
-from dlscale.options import Option
+from dlscale.options import declared, setting
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
 
-TORCH_LOOP_OPTIONS = (
-    Option(
-        name="amp",
-        type="str",
-        default="none",
-        choices=("none", "bf16"),
-        help="mixed precision on cuda",
-    ),
-    Option(name="channels_last", type="bool", default=False, help="channels_last memory format"),
-    Option(name="compile", type="bool", default=False, help="torch.compile the model"),
-)
-"""Read by the shared torch training loop, so every torch.* backend has them."""
 
-_BUCKET_MB = Option(
-    name="bucket_mb",
-    type="float",
-    default=25.0,
-    minimum=0.0,
-    exclusive_minimum=True,
-    help="gradient bucket / fusion buffer size in MB",
-)
-DDP_OPTIONS = (
-    _BUCKET_MB,
-    Option(
-        name="compression",
-        type="str",
-        default="none",
+@dataclass(frozen=True)
+class TorchLoopOptions:
+    """Read by the shared torch training loop, so every torch.* backend has them."""
+
+    amp: str = setting("none", "mixed precision on cuda", choices=("none", "bf16"))
+    channels_last: bool = setting(False, "channels_last memory format")
+    compile: bool = setting(False, "torch.compile the model")
+
+
+@dataclass(frozen=True)
+class Buckets:
+    bucket_mb: float = setting(
+        25.0, "gradient bucket / fusion buffer size in MB", minimum=0.0, exclusive_minimum=True
+    )
+
+
+@dataclass(frozen=True)
+class DDPOptions(Buckets):
+    compression: str = setting(
+        "none",
+        "gradient compression (comm hook)",
         choices=("none", "fp16", "bf16", "powersgd"),
-        help="gradient compression (comm hook)",
-    ),
-    Option(name="powersgd_rank", type="int", default=1, minimum=1, help="PowerSGD matrix rank"),
-    Option(
-        name="gradient_as_bucket_view",
-        type="bool",
-        default=False,
-        help="gradients are views into the buckets",
-    ),
-    Option(name="static_graph", type="bool", default=False, help="DDP static_graph=True"),
-)
-RING_OPTIONS = (
-    _BUCKET_MB,
-    Option(
-        name="compression",
-        type="str",
-        default="none",
+    )
+    powersgd_rank: int = setting(1, "PowerSGD matrix rank", minimum=1)
+    gradient_as_bucket_view: bool = setting(False, "gradients are views into the buckets")
+    static_graph: bool = setting(False, "DDP static_graph=True")
+
+
+@dataclass(frozen=True)
+class RingOptions(Buckets):
+    compression: str = setting(
+        "none",
+        "gradient compression (cast before the ring, back after)",
         choices=("none", "fp16", "bf16"),
-        help="gradient compression (cast before the ring, back after)",
-    ),
-)
-FSDP_OPTIONS = (
-    Option(
-        name="reshard_after_forward",
-        type="bool",
-        default=True,
-        help="FSDP2: free each block's gathered parameters after its forward and gather them "
-        "again for its backward (ZeRO-3); false keeps them to the backward (ZeRO-2)",
-    ),
-)
-PS_OPTIONS = (
-    Option(
-        name="ps_mode",
-        type="str",
-        default="sync",
+    )
+
+
+@dataclass(frozen=True)
+class FSDPOptions:
+    reshard_after_forward: bool = setting(
+        True,
+        "FSDP2: free each block's gathered parameters after its forward and gather them again "
+        "for its backward (ZeRO-3); false keeps them to the backward (ZeRO-2)",
+    )
+
+
+@dataclass(frozen=True)
+class PSOptions:
+    ps_mode: str = setting(
+        "sync",
+        "sync: wait for all workers (dist_sync); async: apply on arrival (dist_async)",
         choices=("sync", "async"),
-        help="sync: wait for all workers (dist_sync); async: apply on arrival (dist_async)",
-    ),
-    Option(
-        name="num_servers",
-        type="int",
-        default=1,
-        minimum=1,
-        help="server processes; parameters sharded over them by bytes",
-    ),
-)
+    )
+    num_servers: int = setting(
+        1, "server processes; parameters sharded over them by bytes", minimum=1
+    )
+
+
+TORCH_LOOP_OPTIONS = declared(TorchLoopOptions)
+DDP_OPTIONS = declared(DDPOptions)
+RING_OPTIONS = declared(RingOptions)
+FSDP_OPTIONS = declared(FSDPOptions)
+PS_OPTIONS = declared(PSOptions)
 
 
 def ps_roles(config: RunConfig) -> tuple[Role, ...]:
@@ -91,5 +84,5 @@ def ps_roles(config: RunConfig) -> tuple[Role, ...]:
     once every worker has told them it is done."""
     return (
         Role(name="worker", count=config.workers),
-        Role(name="server", count=config.option("num_servers"), trains=False),
+        Role(name="server", count=config.typed(PSOptions).num_servers, trains=False),
     )

@@ -61,6 +61,7 @@ from dlscale.frameworks.torch.loop import (
     run_training,
     sgd,
 )
+from dlscale.frameworks.torch.options import PSOptions
 from dlscale.frameworks.torch.ps_shards import DONE, FRAME, MAX_VERSION, Shard
 from dlscale.metrics.records import Server, Staleness
 from dlscale.runtime.context import WorkerContext
@@ -120,9 +121,8 @@ class PSStrategy(TorchStrategy):
         self.params = trainable(model)
         if any(p.dtype != torch.float32 for p in self.params):
             raise TypeError("torch-ps holds fp32 parameters only")
-        self.shards = ps_shards.plan(
-            [p.numel() for p in self.params], self.cfg.option("num_servers")
-        )
+        servers = self.cfg.typed(PSOptions).num_servers
+        self.shards = ps_shards.plan([p.numel() for p in self.params], servers)
         self._push = [torch.zeros(s.numel + FRAME) for s in self.shards]
         self._pull = [torch.zeros(s.numel + FRAME) for s in self.shards]
         self.versions = [0] * len(self.shards)
@@ -189,7 +189,7 @@ class PSStrategy(TorchStrategy):
             "bytes_sent_per_step_model": ps_shards.bytes_per_step(self.shards),
             "algorithm": "parameter server: push gradient + pull parameters of every shard",
             "servers": len(self.shards),
-            "mode": cfg.option("ps_mode"),
+            "mode": cfg.typed(PSOptions).ps_mode,
             "shard_bytes": [shard.nbytes for shard in self.shards],
         }
 
@@ -213,12 +213,13 @@ class PSStrategy(TorchStrategy):
     def serve(self, ctx: WorkerContext, device: torch.device) -> None:
         """A server's loop: initial parameters out, then updates until every worker is done."""
         cfg = ctx.config
+        options = cfg.typed(PSOptions)
         index = ctx.process.index
         params = trainable(build_model(cfg))
-        shard = ps_shards.plan([p.numel() for p in params], cfg.option("num_servers"))[index]
+        shard = ps_shards.plan([p.numel() for p in params], options.num_servers)[index]
         server = ShardServer(shard, [params[i] for i in shard.params], cfg)
         started = time.perf_counter()
-        if cfg.option("ps_mode") == "sync":
+        if options.ps_mode == "sync":
             server.run_sync()
         else:
             server.run_async()
@@ -232,7 +233,7 @@ class PSStrategy(TorchStrategy):
             Server(
                 server=index,
                 counters={
-                    "mode": cfg.option("ps_mode"),
+                    "mode": options.ps_mode,
                     "params": len(shard.params),
                     "shard_bytes": shard.nbytes,
                     "updates": server.version,

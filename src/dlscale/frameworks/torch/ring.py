@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from dlscale.config.run_config import RunConfig
 from dlscale.frameworks.torch.loop import TorchStrategy, init_process_group, run_training
+from dlscale.frameworks.torch.options import RingOptions
 from dlscale.frameworks.torch.ring_allreduce import Fusion
 from dlscale.runtime.context import WorkerContext
 
@@ -58,9 +59,8 @@ class RingStrategy(TorchStrategy):
         assert self.cfg is not None
         _broadcast_from_rank0(model)
         params = [p for p in model.parameters() if p.requires_grad]
-        self.fusion = Fusion(
-            params, self.cfg.option("bucket_mb"), compression=self.cfg.option("compression")
-        )
+        options = self.cfg.typed(RingOptions)
+        self.fusion = Fusion(params, options.bucket_mb, compression=options.compression)
         return model
 
     def update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
@@ -90,7 +90,7 @@ class RingStrategy(TorchStrategy):
         return {
             "bytes_sent_per_step_model": self.fusion.bytes_mean(self.world),
             "buckets": len(self.fusion.buckets),
-            "compression": cfg.option("compression"),
+            "compression": cfg.typed(RingOptions).compression,
             "algorithm": "ring reduce-scatter + all-gather, 2(N-1) steps",
         }
 
