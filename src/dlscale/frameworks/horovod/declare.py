@@ -20,6 +20,7 @@ import importlib.util
 import json
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ from dlscale.frameworks.mxnet.declare import INSTALL as MXNET_INSTALL
 from dlscale.frameworks.mxnet.declare import WEIGHTS as MXNET_WEIGHTS
 from dlscale.frameworks.mxnet.declare import mxnet_python
 from dlscale.layout import Addresses, Process, ProcessLayout
-from dlscale.options import Option
+from dlscale.options import declared, setting
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
@@ -38,43 +39,48 @@ BUILD_RECORD = "horovod-build.json"
 RENDEZVOUS_ENV = "DLSCALE_HOROVOD_RENDEZVOUS"
 """Set for rank 0 when it must start the Gloo rendezvous server itself."""
 
-HOROVOD_OPTIONS = (
-    Option(
-        name="compression",
-        type="str",
-        default="none",
-        choices=("none", "fp16"),
-        help="Horovod gradient compression (hvd.Compression)",
-    ),
-    Option(
-        name="fusion_mb",
-        type="float",
-        default=64.0,
+
+@dataclass(frozen=True)
+class HorovodCommon:
+    """Horovod's options on every binding."""
+
+    compression: str = setting(
+        "none", "Horovod gradient compression (hvd.Compression)", choices=("none", "fp16")
+    )
+    fusion_mb: float = setting(
+        64.0,
+        "tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD; 0 turns fusion off)",
         minimum=0.0,
-        help="tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD; 0 turns fusion off)",
-    ),
-    Option(
-        name="cycle_ms",
-        type="float",
-        default=1.0,
+    )
+    cycle_ms: float = setting(
+        1.0,
+        "background thread cycle time in ms (HOROVOD_CYCLE_TIME)",
         minimum=0.0,
         exclusive_minimum=True,
-        help="background thread cycle time in ms (HOROVOD_CYCLE_TIME)",
-    ),
-    Option(
-        name="backward_passes_per_step",
-        type="int",
-        default=1,
-        minimum=1,
-        help="k: each step's batch runs as k micro-batches, gradients all-reduced once",
-    ),
-    Option(
-        name="horovod_timeline",
-        type="bool",
-        default=False,
-        help="record Horovod's timeline (Chrome trace) into the run's directory",
-    ),
-)
+    )
+    horovod_timeline: bool = setting(
+        False, "record Horovod's timeline (Chrome trace) into the run's directory"
+    )
+
+
+@dataclass(frozen=True)
+class HorovodOptions(HorovodCommon):
+    """horovod-torch's: the common ones and micro-batching (DistributedOptimizer's
+    ``backward_passes_per_step``; DistributedGradientTape and DistributedTrainer have none)."""
+
+    backward_passes_per_step: int = setting(
+        1, "k: each step's batch runs as k micro-batches, gradients all-reduced once", minimum=1
+    )
+
+
+@dataclass(frozen=True)
+class HorovodMXNet:
+    mkldnn: bool = setting(
+        False, "off: Horovod's MXNet ops fail on MKLDNN-layout arrays", choices=(False,)
+    )
+
+
+HOROVOD_OPTIONS = declared(HorovodOptions)
 
 
 def horovod_cluster_env(
@@ -137,23 +143,9 @@ def horovod_tensorflow_build(python: str | None) -> str:
     return built if built.startswith("yes") else "no: make tensorflow"
 
 
-HOROVOD_TF_OPTIONS = tuple(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step")
-"""Horovod's options less micro-batching (DistributedGradientTape has none)."""
-
-
-HOROVOD_MX_OPTIONS = (
-    MXNET_WEIGHTS,
-    Option(
-        name="mkldnn",
-        type="bool",
-        default=False,
-        choices=(False,),
-        help="off: Horovod's MXNet ops fail on MKLDNN-layout arrays",
-    ),
-    *(o for o in HOROVOD_OPTIONS if o.name != "backward_passes_per_step"),
-)
-"""horovod-mxnet's: MXNet's ``weights``, MKLDNN off and Horovod's options less micro-batching
-(DistributedTrainer has none)."""
+HOROVOD_TF_OPTIONS = declared(HorovodCommon)
+HOROVOD_MX_OPTIONS = (MXNET_WEIGHTS, *declared(HorovodMXNet), *HOROVOD_TF_OPTIONS)
+"""horovod-mxnet's: MXNet's ``weights``, MKLDNN off and Horovod's common options."""
 
 
 def horovod_mxnet_build(python: str | None) -> str:

@@ -4,6 +4,7 @@ the gradients Keras computes) and no strategy, on the keras-fit engine
 
 from __future__ import annotations
 
+from dlscale.frameworks.horovod.declare import HorovodCommon
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads
 from dlscale.frameworks.tensorflow.keras_fit import FitEngine
@@ -20,7 +21,8 @@ def run(ctx: WorkerContext) -> None:
         session.start(ctx, "horovod.tensorflow")
         import horovod.tensorflow.keras as hvd_keras
 
-        engine = FitEngine(ctx, tf.distribute.get_strategy(), hvd_keras)
+        fp16 = ctx.config.typed(HorovodCommon).compression == "fp16"
+        engine = FitEngine(ctx, tf.distribute.get_strategy(), hvd_keras, fp16=fp16)
         facts = session.facts(ctx.config)
         algorithm = f"Horovod all-reduce ({facts['horovod_controller']}), modelled as a ring"
         engine.write_strategy(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.frameworks.horovod.declare import HorovodCommon
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.mxnet.loop import MXStrategy, run_training
 from dlscale.runtime.context import WorkerContext
@@ -29,7 +30,8 @@ class HorovodMX(MXStrategy):
 
         hvd = self.hvd
         hvd.broadcast_parameters(params, root_rank=0)
-        compression = hvd.Compression.fp16 if cfg.option("compression") == "fp16" else None
+        fp16 = cfg.typed(HorovodCommon).compression == "fp16"
+        compression = hvd.Compression.fp16 if fp16 else None
         return hvd.DistributedTrainer(
             params, make_sgd(cfg), compression=compression or hvd.Compression.none
         )
@@ -38,13 +40,13 @@ class HorovodMX(MXStrategy):
         trainer.update(samples)  # the local update without the all-reduce
 
     def payload_bytes(self, gradient_bytes: int, ctx: WorkerContext) -> float | None:
-        factor = 0.5 if ctx.config.option("compression") == "fp16" else 1.0
+        factor = 0.5 if ctx.config.typed(HorovodCommon).compression == "fp16" else 1.0
         return ring_bytes_mean(round(gradient_bytes * factor), ctx.processes)
 
     def describe(self, ctx: WorkerContext) -> dict[str, Any]:
         return {
             "algorithm": "ring all-reduce (Horovod)",
-            "compression": ctx.config.option("compression"),
+            "compression": ctx.config.typed(HorovodCommon).compression,
             **self.session.facts(ctx.config),
         }
 

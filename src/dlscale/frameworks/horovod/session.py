@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from dlscale.errors import UserError
-from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV
+from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV, HorovodCommon
 from dlscale.runtime.context import WorkerContext
 
 TIMELINE = "horovod-timeline.json"
@@ -33,11 +33,11 @@ class HorovodSession:
         (``hvd_module``), ``init`` it and check the world; returns the binding."""
         import importlib
 
-        cfg = ctx.config
-        if cfg.option("horovod_timeline"):
+        options = ctx.config.typed(HorovodCommon)
+        if options.horovod_timeline:
             os.environ["HOROVOD_TIMELINE"] = str(ctx.run_dir / TIMELINE)
-        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(cfg.option("fusion_mb") * 2**20))
-        os.environ["HOROVOD_CYCLE_TIME"] = str(cfg.option("cycle_ms"))
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(options.fusion_mb * 2**20))
+        os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_ms)
         if plan := os.environ.get(RENDEZVOUS_ENV):
             self._rendezvous = start_rendezvous(plan, int(os.environ["HOROVOD_SIZE"]))
         try:
@@ -77,7 +77,7 @@ class HorovodSession:
             },
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
             "cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
-            "traces": [TIMELINE] if cfg.option("horovod_timeline") else [],
+            "traces": [TIMELINE] if cfg.typed(HorovodCommon).horovod_timeline else [],
         }
 
     def shutdown(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.frameworks.horovod.declare import HorovodCommon
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads
 from dlscale.frameworks.tensorflow.loop import TFStrategy, run_training
@@ -28,7 +29,7 @@ class HorovodTape(TFStrategy):
         set_threads(ctx.threads, 1)
         hvd = self._session.start(ctx, "horovod.tensorflow")
         self.hvd = hvd
-        fp16 = ctx.config.option("compression") == "fp16"
+        fp16 = ctx.config.typed(HorovodCommon).compression == "fp16"
         self._compression = hvd.Compression.fp16 if fp16 else hvd.Compression.none
         self._scale = 0.5 if fp16 else 1.0
         return tf.distribute.get_strategy()

@@ -33,6 +33,7 @@ import torch
 from dlscale.backends.comm_bytes import ring_bytes_mean
 from dlscale.config.run_config import RunConfig
 from dlscale.errors import UserError
+from dlscale.frameworks.horovod.declare import HorovodOptions
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.torch.loop import (
     LossOf,
@@ -60,14 +61,14 @@ class HorovodStrategy(TorchStrategy):
         self._session = HorovodSession()
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
-        cfg = ctx.config
-        self.micro_batches = cfg.option("backward_passes_per_step")
+        cfg, options = ctx.config, ctx.config.typed(HorovodOptions)
+        self.micro_batches = options.backward_passes_per_step
         if cfg.batch_per_worker % self.micro_batches:
             raise UserError(
                 f"backward_passes_per_step = {self.micro_batches} does not divide the batch "
                 f"per worker ({cfg.batch_per_worker}); choose a divisor of it"
             )
-        self._scale = 0.5 if cfg.option("compression") == "fp16" else 1.0
+        self._scale = 0.5 if options.compression == "fp16" else 1.0
         hvd = self._session.start(ctx, "horovod.torch")
         self.world = hvd.size()
 

@@ -49,6 +49,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlscale.errors import UserError
+from dlscale.frameworks.mxnet.declare import KVOptions, MXLoopOptions
 from dlscale.frameworks.mxnet.env import import_mxnet
 from dlscale.microbench import Settings
 from dlscale.microbench.timing import Operation, time_offered
@@ -65,13 +66,13 @@ _LEFT_OPEN: list[Any] = []
 
 def run(ctx: WorkerContext, settings: Settings) -> None:
     cfg = ctx.config
-    kind = cfg.option("kvstore")
+    kind = cfg.typed(KVOptions).kvstore
     if kind not in SYNCHRONOUS:
         raise UserError(
             f"the microbench times the parameter servers' synchronous push and pull: "
             f"--set kvstore={' or '.join(SYNCHRONOUS)}, not {kind}"
         )
-    mx = import_mxnet(mkldnn=cfg.option("mkldnn"), threads=ctx.threads)
+    mx = import_mxnet(mkldnn=cfg.typed(MXLoopOptions).mkldnn, threads=ctx.threads)
     kv = mx.kv.create(kind)
     completed = False
     try:
@@ -89,7 +90,7 @@ def _measure(ctx: WorkerContext, settings: Settings, mx: Any, kv: Any) -> None:
     """Every offered collective at every size, one record each (nothing here outlives it that
     holds the kvstore)."""
     p, rank = kv.num_workers, kv.rank
-    servers = int(os.environ.get("DMLC_NUM_SERVER", ctx.config.option("num_servers")))
+    servers = int(os.environ.get("DMLC_NUM_SERVER", ctx.config.typed(KVOptions).num_servers))
     bound = int(os.environ.get("MXNET_KVSTORE_BIGARRAY_BOUND", BIGARRAY_BOUND))
     keys = itertools.count()  # the same keys in the same order on every worker
     for record in time_offered(

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlscale.errors import UnsupportedPoint
 from dlscale.layout import Addresses, Process, ProcessLayout, Role
-from dlscale.options import Option
+from dlscale.options import declared, setting
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
@@ -43,36 +44,36 @@ def mxnet_python() -> str:
     )
 
 
-MKLDNN = Option(
-    name="mkldnn",
-    type="bool",
-    default=True,
-    help="MXNet's MKLDNN (oneDNN) CPU kernels (MXNET_MKLDNN_ENABLED)",
-)
-WEIGHTS = Option(
-    name="weights",
-    type="str",
-    default="torch",
-    choices=("torch", "gluon"),
-    help="initial weights: the PyTorch twin's (same seed as the torch backends) or Gluon's own",
-)
-MX_LOOP_OPTIONS = (WEIGHTS, MKLDNN)
-"""Read by every MXNet engine."""
-KV_OPTIONS = (
-    Option(
-        name="kvstore",
-        type="str",
-        default="dist_sync",
+@dataclass(frozen=True)
+class MXLoopOptions:
+    """Read by every MXNet engine."""
+
+    weights: str = setting(
+        "torch",
+        "initial weights: the PyTorch twin's (same seed as the torch backends) or Gluon's own",
+        choices=("torch", "gluon"),
+    )
+    mkldnn: bool = setting(True, "MXNet's MKLDNN (oneDNN) CPU kernels (MXNET_MKLDNN_ENABLED)")
+
+
+@dataclass(frozen=True)
+class KVOptions:
+    kvstore: str = setting(
+        "dist_sync",
+        "MXNet kvstore: local (one process) or ps-lite's parameter server",
         choices=("local", "dist_sync", "dist_async", "dist_device_sync"),
-        help="MXNet kvstore: local (one process) or ps-lite's parameter server",
-    ),
-    Option(name="num_servers", type="int", default=1, minimum=1, help="ps-lite server processes"),
-)
+    )
+    num_servers: int = setting(1, "ps-lite server processes", minimum=1)
+
+
+MX_LOOP_OPTIONS = declared(MXLoopOptions)
+KV_OPTIONS = declared(KVOptions)
+WEIGHTS = MX_LOOP_OPTIONS[0]
 
 
 def kv_roles(config: RunConfig) -> tuple[Role, ...]:
     """Workers first (rank 0 trains), then ps-lite's scheduler and servers for a dist kvstore."""
-    if config.option("kvstore") == "local":
+    if config.typed(KVOptions).kvstore == "local":
         if config.workers != 1:
             raise UnsupportedPoint(
                 f"kvstore=local trains in one process, got workers={config.workers}; "
@@ -82,13 +83,13 @@ def kv_roles(config: RunConfig) -> tuple[Role, ...]:
     return (
         Role(name="worker", count=config.workers),
         Role(name="scheduler", count=1, trains=False),
-        Role(name="server", count=config.option("num_servers"), trains=False),
+        Role(name="server", count=config.typed(KVOptions).num_servers, trains=False),
     )
 
 
 def kv_ports(config: RunConfig) -> int:
     """The scheduler's port (the others bind their own)."""
-    return 0 if config.option("kvstore") == "local" else 1
+    return 0 if config.typed(KVOptions).kvstore == "local" else 1
 
 
 def dmlc_env(
@@ -96,13 +97,13 @@ def dmlc_env(
 ) -> dict[str, str]:
     """ps-lite's variables: where the scheduler listens, how many servers and workers, the
     role, and the address this process binds (its host, so a loopback run stays on loopback)."""
-    if config.option("kvstore") == "local":
+    if config.typed(KVOptions).kvstore == "local":
         return {}
     scheduler = next(p.rank for p in layout.processes if p.role == "scheduler")
     return {
         "DMLC_PS_ROOT_URI": addresses.hosts[scheduler],
         "DMLC_PS_ROOT_PORT": str(addresses.ports[0]),
-        "DMLC_NUM_SERVER": str(config.option("num_servers")),
+        "DMLC_NUM_SERVER": str(config.typed(KVOptions).num_servers),
         "DMLC_NUM_WORKER": str(config.workers),
         "DMLC_ROLE": process.role,
         "DMLC_NODE_HOST": addresses.hosts[process.rank],

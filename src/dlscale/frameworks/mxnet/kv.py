@@ -23,6 +23,7 @@ import gc
 from typing import Any
 
 from dlscale.errors import UserError
+from dlscale.frameworks.mxnet.declare import KVOptions, MXLoopOptions
 from dlscale.frameworks.mxnet.env import import_mxnet
 from dlscale.frameworks.mxnet.loop import MXStrategy, run_training
 from dlscale.metrics.records import Server, Staleness
@@ -82,7 +83,7 @@ class KVStrategy(MXStrategy):
         if self.synchronizes:
             facts.update(
                 algorithm="parameter server (ps-lite): push every gradient, pull every parameter",
-                servers=cfg.option("num_servers"),
+                servers=cfg.typed(KVOptions).num_servers,
                 mode="async" if self.asynchronous else "sync",
                 update_on_kvstore=True,
             )
@@ -106,7 +107,7 @@ def serve(ctx: WorkerContext) -> None:
     """A ps-lite scheduler or server: serve inside ``import mxnet``, then record the counters."""
     cfg = ctx.config
     try:
-        import_mxnet(mkldnn=cfg.option("mkldnn"), threads=ctx.threads)
+        import_mxnet(mkldnn=cfg.typed(MXLoopOptions).mkldnn, threads=ctx.threads)
     except SystemExit:  # MXNet's end of serving
         pass
     else:
@@ -130,6 +131,6 @@ def serve(ctx: WorkerContext) -> None:
 
 def run(ctx: WorkerContext) -> None:
     if ctx.process.trains:
-        run_training(ctx, KVStrategy(ctx.config.option("kvstore")))
+        run_training(ctx, KVStrategy(ctx.config.typed(KVOptions).kvstore))
     else:
         serve(ctx)

@@ -29,6 +29,7 @@ import numpy as np
 from dlscale.backends.frameworks import FRAMEWORKS
 from dlscale.datasets import DATASETS
 from dlscale.datasets.arrays import NumpyDataset
+from dlscale.frameworks.mxnet.declare import MXLoopOptions
 from dlscale.frameworks.mxnet.env import import_mxnet, mxnet_environment
 from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.registry import load_object
@@ -76,7 +77,7 @@ def torch_initial_state(cfg: Any) -> dict[str, np.ndarray] | None:
     """The PyTorch twin's initial weights for ``weights = "torch"`` (same seed as every torch
     backend), else ``None``. Taken before Horovod starts: importing torch after
     ``horovod.mxnet``'s ``init`` crashed the process (SIGSEGV) here, importing it before did not."""
-    if cfg.option("weights") != "torch":
+    if cfg.typed(MXLoopOptions).weights != "torch":
         return None
     return FRAMEWORKS.get("torch").initial_weights(cfg)
 
@@ -116,7 +117,7 @@ def run_training(ctx: WorkerContext, strategy: MXStrategy) -> None:
     """An MXNet training process."""
     cfg = ctx.config
     initial = torch_initial_state(cfg)
-    mx = import_mxnet(mkldnn=cfg.option("mkldnn"), threads=ctx.threads)
+    mx = import_mxnet(mkldnn=cfg.typed(MXLoopOptions).mkldnn, threads=ctx.threads)
     strategy.setup(ctx, mx)
     completed = False
     try:
@@ -152,7 +153,7 @@ class MXEngine(ModelledSyncEngine):
         facts = {
             "trainer": type(self.trainer).__name__,
             "optimizer": "mxnet SGD (sgd_mom_update)",
-            "weights": cfg.option("weights"),
+            "weights": cfg.typed(MXLoopOptions).weights,
             "hybridized": True,
         }
         if ctx.rank == ctx.layout.training_ranks[0]:

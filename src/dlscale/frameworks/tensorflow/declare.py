@@ -21,10 +21,11 @@ TF_CONFIG is the JSON TensorFlow reads to find its cluster: every process of the
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlscale.layout import Addresses, Process, ProcessLayout, Role
-from dlscale.options import Option
+from dlscale.options import declared, setting
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
@@ -34,36 +35,43 @@ TF_REQUIRES = ("tf_keras",)
 """Legacy Keras 2, which every TensorFlow backend uses (frameworks/tensorflow/env.py says why)."""
 DEVICE_PROBE = "dlscale.frameworks.tensorflow.env:gpu_device_count"
 
-WEIGHTS = Option(
-    name="weights",
-    type="str",
-    default="torch",
-    choices=("torch", "keras"),
-    help="initial weights: the PyTorch twin's (same seed as the torch backends) or Keras' own",
-)
-TF_LOOP_OPTIONS = (WEIGHTS,)
-"""Read by every TensorFlow engine."""
-MWMS_OPTIONS = (
-    Option(
-        name="collective",
-        type="str",
-        default="auto",
+
+@dataclass(frozen=True)
+class TFLoopOptions:
+    """Read by every TensorFlow engine."""
+
+    weights: str = setting(
+        "torch",
+        "initial weights: the PyTorch twin's (same seed as the torch backends) or Keras' own",
+        choices=("torch", "keras"),
+    )
+
+
+@dataclass(frozen=True)
+class MWMSOptions:
+    collective: str = setting(
+        "auto",
+        "MultiWorkerMirroredStrategy's all-reduce (CommunicationImplementation)",
         choices=("auto", "ring", "nccl"),
-        help="MultiWorkerMirroredStrategy's all-reduce (CommunicationImplementation)",
-    ),
-)
-PS_OPTIONS = (
-    Option(name="num_ps", type="int", default=1, minimum=1, help="parameter server tasks"),
-)
-FIT_OPTIONS = (
-    Option(
-        name="steps_per_execution",
-        type="int",
-        default=1,
-        minimum=1,
-        help="Keras fit: steps run per call of the compiled train function",
-    ),
-)
+    )
+
+
+@dataclass(frozen=True)
+class TFPSOptions:
+    num_ps: int = setting(1, "parameter server tasks", minimum=1)
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    steps_per_execution: int = setting(
+        1, "Keras fit: steps run per call of the compiled train function", minimum=1
+    )
+
+
+TF_LOOP_OPTIONS = declared(TFLoopOptions)
+MWMS_OPTIONS = declared(MWMSOptions)
+PS_OPTIONS = declared(TFPSOptions)
+FIT_OPTIONS = declared(FitOptions)
 
 
 def mirrored_roles(config: RunConfig) -> tuple[Role, ...]:
@@ -76,7 +84,7 @@ def ps_roles(config: RunConfig) -> tuple[Role, ...]:
     return (
         Role(name="chief", count=1, replicas_per_process=config.workers),
         Role(name="worker", count=config.workers, trains=False, exits=False),
-        Role(name="ps", count=config.option("num_ps"), trains=False, exits=False),
+        Role(name="ps", count=config.typed(TFPSOptions).num_ps, trains=False, exits=False),
     )
 
 

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.frameworks.tensorflow.declare import FitOptions, TFLoopOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
@@ -51,8 +52,13 @@ tf = import_tensorflow()
 class FitEngine(Engine):
     times_steps = False
 
-    def __init__(self, ctx: WorkerContext, dist: Any, horovod: Any = None) -> None:
+    def __init__(
+        self, ctx: WorkerContext, dist: Any, horovod: Any = None, *, fp16: bool = False
+    ) -> None:
+        """``horovod``: Horovod's Keras binding, whose ``DistributedOptimizer`` (fp16
+        compression if ``fp16``) wraps the optimizer; ``None``: ``dist``'s strategy alone."""
         cfg = ctx.config
+        options = cfg.typed(FitOptions)
         self.ctx, self.dist, self.horovod = ctx, dist, horovod
         self.data, self.has_eval = load_tf_data(ctx)
         self.steps_per_epoch = self.data.steps_per_epoch
@@ -60,25 +66,25 @@ class FitEngine(Engine):
             self.model = build_keras_model(cfg)
             optimizer = torch_sgd(cfg)
             if horovod is not None:
-                fp16 = cfg.option("compression") == "fp16"
                 compression = horovod.Compression.fp16 if fp16 else horovod.Compression.none
                 optimizer = horovod.DistributedOptimizer(optimizer, compression=compression)
             self.model.compile(
                 optimizer=optimizer,
                 loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                steps_per_execution=cfg.option("steps_per_execution"),
+                steps_per_execution=options.steps_per_execution,
             )
         self._eval_step = make_eval_step(self.model)
         self._callbacks: list[Any] = []
         gradient = self._gradient_bytes = trainable_bytes(self.model)
         replicas = dist.num_replicas_in_sync if horovod is None else horovod.size()
-        scale = 0.5 if horovod is not None and cfg.option("compression") == "fp16" else 1.0
+        scale = 0.5 if horovod is not None and fp16 else 1.0
         self._step_payload = ring_bytes_mean(round(gradient * scale), replicas)
         self._payload = 0.0
         if horovod is not None:
             self._callbacks = [horovod.callbacks.BroadcastGlobalVariablesCallback(0)]
 
     def write_strategy(self, facts: dict[str, Any]) -> None:
+        fit = self.ctx.config.typed(FitOptions)
         if self.ctx.rank == self.ctx.layout.training_ranks[0]:
             self.ctx.events.write(
                 Strategy(
@@ -86,8 +92,8 @@ class FitEngine(Engine):
                     bytes_sent_per_step_model=self._step_payload,
                     traces=facts.pop("traces", []),
                     facts={
-                        "steps_per_execution": self.ctx.config.option("steps_per_execution"),
-                        "weights": self.ctx.config.option("weights"),
+                        "steps_per_execution": fit.steps_per_execution,
+                        "weights": self.ctx.config.typed(TFLoopOptions).weights,
                         **facts,
                     },
                 )

@@ -28,6 +28,7 @@ from dlscale.backends.frameworks import FRAMEWORKS
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS
 from dlscale.frameworks.tensorflow.data import TFDataset, checked_batches, to_tf
+from dlscale.frameworks.tensorflow.declare import TFLoopOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weights
@@ -83,7 +84,7 @@ def build_keras_model(cfg: RunConfig) -> Any:
     model = load_object(spec.builders["tensorflow"])(
         classes, input_size=cfg.image_size or spec.input_size
     )
-    if cfg.option("weights") == "torch":
+    if cfg.typed(TFLoopOptions).weights == "torch":
         load_torch_weights(model, FRAMEWORKS.get("torch").initial_weights(cfg))
     return model
 
@@ -183,7 +184,7 @@ class TFEngine(ModelledSyncEngine):
         facts = {
             "strategy": type(dist).__name__,
             "replicas_in_sync": dist.num_replicas_in_sync,
-            "weights": cfg.option("weights"),
+            "weights": cfg.typed(TFLoopOptions).weights,
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts.update(strategy.describe(ctx))

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from dlscale.frameworks.tensorflow.declare import TFLoopOptions, TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
@@ -109,9 +110,9 @@ class PSEngine(Engine):
                 facts={
                     "strategy": "ParameterServerStrategy",
                     "algorithm": "asynchronous parameter server (TF2 ClusterCoordinator)",
-                    "ps_tasks": cfg.option("num_ps"),
+                    "ps_tasks": cfg.typed(TFPSOptions).num_ps,
                     "variables_per_ps": self._variables_per_ps(),
-                    "weights": cfg.option("weights"),
+                    "weights": cfg.typed(TFLoopOptions).weights,
                 },
             )
         )

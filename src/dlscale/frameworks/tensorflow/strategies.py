@@ -23,6 +23,7 @@ from typing import Any
 
 from dlscale.backends.comm_bytes import ring_bytes_mean
 from dlscale.errors import UserError
+from dlscale.frameworks.tensorflow.declare import MWMSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads
 from dlscale.frameworks.tensorflow.loop import TFStrategy, run_training
 from dlscale.runtime.context import WorkerContext
@@ -67,7 +68,7 @@ class MultiWorker(TFStrategy):
     def setup(self, ctx: WorkerContext) -> Any:
         set_threads(ctx.threads, 1)
         implementation = tf.distribute.experimental.CommunicationImplementation
-        self.collective = ctx.config.option("collective")
+        self.collective = ctx.config.typed(MWMSOptions).collective
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=getattr(implementation, self.collective.upper())
         )
