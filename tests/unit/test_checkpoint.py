@@ -12,7 +12,7 @@ from dlscale.metrics.records import Start
 from dlscale.runtime import checkpoint
 from dlscale.runtime.checkpoint import Checkpoints, attempt
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.schedule import Engine
+from dlscale.runtime.engine import Engine
 
 
 class TextEngine(Engine):

@@ -11,8 +11,9 @@ from dlscale.layout import Addresses
 from dlscale.metrics.events import EventWriter, events_path, read_events
 from dlscale.preflight import MAX_PROCESSES_PER_CORE, memory_lower_bound_bytes
 from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.engine import Engine
 from dlscale.runtime.environment import usable_cores
-from dlscale.runtime.schedule import Engine, run_schedule
+from dlscale.runtime.schedule import run_schedule
 
 
 def one_line(capsys, argv: list[str]) -> str:

@@ -37,7 +37,7 @@ from dlscale.store.files import make_directory, read_json, write_json_atomic
 
 if TYPE_CHECKING:
     from dlscale.runtime.context import WorkerContext
-    from dlscale.runtime.schedule import Engine
+    from dlscale.runtime.engine import Engine
 
 ENABLED_ENV = "DLSCALE_CHECKPOINTS"
 POINTER = "latest.json"

@@ -25,7 +25,8 @@ from dlscale.datasets import DATASETS
 from dlscale.metrics.records import Server, Staleness, Strategy
 from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.schedule import Engine, run_schedule
+from dlscale.runtime.engine import Engine
+from dlscale.runtime.schedule import run_schedule
 
 HEADER = struct.Struct("!BQq")
 HELLO, PARAMS, GRAD, DONE = 1, 2, 3, 4

@@ -3,7 +3,7 @@
 A backend supplies an :class:`MXStrategy` (which ``gluon.Trainer`` updates the parameters: a
 plain one, one on a kvstore, Horovod's ``DistributedTrainer`` in
 :mod:`dlscale.frameworks.horovod.mxnet_strategy`); :class:`MXEngine` is the
-kernel's :class:`~dlscale.runtime.schedule.Engine` for it, so MXNet runs are timed exactly as
+kernel's :class:`~dlscale.runtime.engine.Engine` for it, so MXNet runs are timed exactly as
 the others (:mod:`dlscale.runtime.schedule`). The step is the one PyTorch takes: the Gluon twin
 of the model (:mod:`dlscale.frameworks.mxnet.models`, hybridized), started from the PyTorch twin's
 initial weights when ``weights = "torch"`` (the default), the batch's summed cross-entropy
@@ -34,7 +34,8 @@ from dlscale.frameworks.mxnet.env import import_mxnet, mxnet_environment
 from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.schedule import ModelledSyncEngine, run_schedule
+from dlscale.runtime.engine import ModelledSyncEngine
+from dlscale.runtime.schedule import run_schedule
 
 
 class MXStrategy:

@@ -2,7 +2,7 @@
 
 A backend supplies a :class:`TFStrategy` (which ``tf.distribute`` strategy holds the variables, and
 how a step's gradients are synchronized); :class:`TFEngine` is the kernel's
-:class:`~dlscale.runtime.schedule.Engine` for it, so TensorFlow runs are timed exactly as the torch
+:class:`~dlscale.runtime.engine.Engine` for it, so TensorFlow runs are timed exactly as the torch
 ones (:mod:`dlscale.runtime.schedule`). The step is the one PyTorch takes: the Keras twin of the
 model (:mod:`dlscale.frameworks.tensorflow.models`), started from the PyTorch twin's initial weights
 when ``weights = "torch"`` (the default: the same seed gives the same weights as every torch
@@ -35,7 +35,8 @@ from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weigh
 from dlscale.models import MODELS, PARAMS_FILE
 from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.schedule import ModelledSyncEngine, run_schedule
+from dlscale.runtime.engine import ModelledSyncEngine
+from dlscale.runtime.schedule import run_schedule
 
 tf = import_tensorflow()
 

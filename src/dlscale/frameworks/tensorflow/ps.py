@@ -47,7 +47,8 @@ from dlscale.frameworks.tensorflow.loop import (
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.metrics.records import Strategy
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.schedule import Engine, run_schedule
+from dlscale.runtime.engine import Engine
+from dlscale.runtime.schedule import run_schedule
 
 tf = import_tensorflow()
 

@@ -2,7 +2,7 @@
 
 A backend supplies a :class:`TorchStrategy` (how the model is wrapped and gradients are
 synchronized); :class:`TorchEngine` turns it into the kernel's :class:`~dlscale.runtime.
-schedule.Engine` (one training step, evaluation, the no-sync context), and the kernel
+engine.Engine` (one training step, evaluation, the no-sync context), and the kernel
 (:mod:`dlscale.runtime.schedule`) owns the timing, so every engine of every framework is
 measured the same way. Data comes from the neutral data sets through the torch adapter.
 """
@@ -27,7 +27,8 @@ from dlscale.frameworks.torch.options import TorchLoopOptions
 from dlscale.metrics.records import Strategy
 from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.schedule import Engine, run_schedule
+from dlscale.runtime.engine import Engine
+from dlscale.runtime.schedule import run_schedule
 
 LossOf = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """The training loss of a batch (inputs, labels), with the engine's precision and layout."""
