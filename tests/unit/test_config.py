@@ -210,7 +210,8 @@ def test_an_option_value_no_plugin_accepts_is_an_error_not_a_skip():
 def test_one_parser_reads_a_bool_the_same_for_core_keys_settings_and_options(text, expected):
     """A core key (save_params), a study setting (machine_reference) and a plug-in option
     (channels_last) take the same words, through options.parse_value."""
-    from dlscale.config.study import coerce, coerce_study
+    from dlscale.config.repeats import coerce_study
+    from dlscale.config.study import coerce
     from dlscale.options import Option
 
     assert coerce("save_params", text) is expected
@@ -220,7 +221,8 @@ def test_one_parser_reads_a_bool_the_same_for_core_keys_settings_and_options(tex
 
 @pytest.mark.parametrize("text", ["maybe", "2", "", 1, 0.0, None])
 def test_anything_else_is_one_line_naming_the_key_for_each_reader(text):
-    from dlscale.config.study import coerce, coerce_study
+    from dlscale.config.repeats import coerce_study
+    from dlscale.config.study import coerce
     from dlscale.options import Option
 
     for read, label in (

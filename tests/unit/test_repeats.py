@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from dlscale.cli.progress import relative_half_width, round_order
-from dlscale.config.study import Repeats, expand, parse_set
+from dlscale.config.repeats import Repeats
+from dlscale.config.study import expand, parse_set
 from dlscale.errors import UserError
 from dlscale.metrics.aggregate import aggregate, exposed_fraction
 from dlscale.metrics.points import combine

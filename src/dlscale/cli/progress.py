@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlscale.cli.tables import LEGEND, console, markup, points_table, results_command, say
-from dlscale.config.study import Repeats, Study
+from dlscale.config.repeats import Repeats
+from dlscale.config.study import Study
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
 from dlscale.store.results import RunStore, describe_owner

@@ -10,13 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.config.describe import study_description
+from dlscale.config.repeats import Repeats, coerce_study
 from dlscale.config.study import (
     SCALE,
-    Repeats,
     Study,
     apply_scale,
     coerce,
-    coerce_study,
     expand,
     load_study_file,
     parse_set,
@@ -72,7 +71,7 @@ STUDY_FLAGS = (
     ("--time-budget", "time_budget_s", "seconds after which --target-ci starts no new run"),
     ("--order", "order", "order of the runs in a round: abba (default) or random"),
 )
-"""Flags of the study's own keys (runs and the stopping rule; config.study.Repeats)."""
+"""Flags of the study's own keys (runs and the stopping rule; config.repeats.Repeats)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -214,8 +213,6 @@ def _print_keys() -> None:
     print("core keys (every run):")
     for key, doc in fields_doc().items():
         print(visible(f"  {key:24} {doc} (default: {defaults[key]!r})"))
-    from dlscale.config.study import Repeats
-
     print("study keys (the runs of every point; a study file, --set, or their flags):")
     for name, field in Repeats.__dataclass_fields__.items():
         doc = _FIELD_DOCS.get(name, "")
