@@ -18,9 +18,11 @@ from rich.console import Console
 from dlscale.cli import main as dlscale_main
 from dlscale.cli.tables import points_table
 from dlscale.metrics.scaling import add_scaling
-from dlscale.report.figures import Figure, Series, study_figures, study_slugs
+from dlscale.report.figures import study_figures
 from dlscale.report.html import build_html
 from dlscale.report.interactive import to_plotly
+from dlscale.report.series import Figure, Series
+from dlscale.report.slugs import study_slugs
 from dlscale.report.static import save_static
 from dlscale.report.tables import to_markdown
 from dlscale.store import RunStore, read_json, write_json_atomic

@@ -19,7 +19,7 @@ from dlscale.store.files import OutputError, output_failure, refuse_link, write_
 from dlscale.text import visible
 
 if TYPE_CHECKING:
-    from dlscale.report.figures import Figure
+    from dlscale.report.series import Figure
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -154,8 +154,9 @@ def _planned_figures(
     from collections import defaultdict
 
     from dlscale.perfmodel.networks import link_lookup
-    from dlscale.report.figures import study_figures, study_slugs
+    from dlscale.report.figures import study_figures
     from dlscale.report.model import collectives, prediction
+    from dlscale.report.slugs import study_slugs
 
     studies: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:

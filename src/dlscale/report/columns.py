@@ -358,7 +358,7 @@ _SHOWN_ELSEWHERE = {c.name for c in COLUMNS} | {"batch_size"}
 def _settings_column(rows: Sequence[Row]) -> list[Column]:
     """The other settings that differ between the rows (``compression=fp16``, ``ps_mode``...),
     so that two rows of one backend can be told apart; none when nothing else differs."""
-    from dlscale.report.figures import varying_keys
+    from dlscale.report.series import varying_keys
 
     keys = [k for k in varying_keys(list(rows)) if k not in _SHOWN_ELSEWHERE]
     if not keys:

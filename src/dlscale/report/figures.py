@@ -6,89 +6,13 @@ returns a :class:`Figure` or ``None`` when the data for it is absent (e.g. no ac
 
 from __future__ import annotations
 
-import hashlib
-import re
 import statistics
-from collections import Counter, defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.report.series import Figure, Row, Series, by_series, series_label, varying_keys
 
-Row = dict[str, Any]
 STRAGGLER_RATIO = 1.05
 """A rank whose mean step time exceeds the median rank's by this factor is flagged."""
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-_SLUG_CHARS = 48
-"""The readable part of a slug; with its hash and a figure key a file name stays short."""
-
-# Keys that never distinguish one line from another in a study's plots.
-_NOT_A_SERIES_KEY = {"backend", "workers", *NOT_MATCHED_KEYS}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Series:
-    name: str
-    x: list[Any]
-    y: list[float | None]
-    kind: str = "line"
-    """line | bar"""
-    low: list[float | None] | None = None
-    high: list[float | None] | None = None
-    """A confidence band (lines) or error bar (bars) from low to high."""
-    dashed: bool = False
-    group: str | None = None
-    """Series sharing a group share a colour and a legend entry (a line and its ideal)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Figure:
-    key: str
-    title: str
-    x_label: str
-    y_label: str
-    series: list[Series]
-    note: str = ""
-    """One or two sentences under the plot saying how to read it."""
-    x_categorical: bool = False
-    x_log: bool = False
-    """A logarithmic x axis (message sizes); else a worker axis ticked at the counts drawn."""
-    y_log: bool = False
-    stacked: bool = False
-    y_percent: bool = False
-    flags: list[str] = field(default_factory=list)
-    """Findings to list under the figure (e.g. stragglers)."""
-
-
-def x_ticks(figure: Figure) -> list[Any]:
-    """Tick positions of a numeric worker axis: exactly the worker counts plotted."""
-    return sorted({x for s in figure.series for x in s.x})
-
-
-def series_label(row: Row, varying: list[str]) -> str:
-    cfg = row["config"]
-    extra = ", ".join(f"{key}={cfg[key]}" for key in varying if key in cfg)
-    return f"{cfg['backend']} ({extra})" if extra else str(cfg["backend"])
-
-
-def varying_keys(rows: list[Row]) -> list[str]:
-    """Settings that differ between the completed runs that have them (failed runs draw no
-    line; an option only some backends have varies only if it differs among those)."""
-    done = [r for r in rows if r["status"] == "completed"]
-    keys = dict.fromkeys(k for r in done for k in r["config"] if k not in _NOT_A_SERIES_KEY)
-    return [k for k in keys if len({str(r["config"][k]) for r in done if k in r["config"]}) > 1]
-
-
-def by_series(rows: list[Row]) -> dict[str, list[Row]]:
-    """Completed rows per line of a plot, each line sorted by worker count."""
-    varying = varying_keys(rows)
-    groups: dict[str, list[Row]] = defaultdict(list)
-    for row in rows:
-        if row["status"] == "completed":
-            groups[series_label(row, varying)].append(row)
-    return {name: sorted(g, key=lambda r: r["config"]["workers"]) for name, g in groups.items()}
 
 
 def _m(row: Row, key: str) -> Any:
@@ -410,30 +334,3 @@ def study_figures(rows: list[Row]) -> list[Figure]:
         rank_spread,
     )
     return [f for f in (build(rows) for build in builders) if f is not None]
-
-
-def _slug(name: str, digits: int) -> str:
-    readable = _UNSAFE.sub("_", name).lstrip("-_")[:_SLUG_CHARS]
-    if readable == name and name and digits == 0:
-        return name
-    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[: digits or 10]
-    return f"{readable or 'study'}-{digest}"
-
-
-def study_slugs(names: Iterable[str]) -> dict[str, str]:
-    """A file-name and HTML-id stem for each study name: only ASCII letters, digits, ``-`` and
-    ``_`` (no dots, slashes or leading dashes), distinct even where case is not, and the same
-    for a name whatever other names come with it unless they collide.
-
-    A name that is already such a stem is kept; any other gets a short hash of the full name
-    (``lr0.1`` -> ``lr0_1-<hash>``), so names that differ only in unsafe characters never share
-    files or ids."""
-    slugs = {name: _slug(name, 0) for name in dict.fromkeys(names)}
-    for digits in (10, 16, 64):
-        counts = Counter(slug.lower() for slug in slugs.values())
-        clashing = [name for name, slug in slugs.items() if counts[slug.lower()] > 1]
-        if not clashing:
-            break
-        for name in clashing:
-            slugs[name] = _slug(name, digits)
-    return slugs

@@ -11,9 +11,11 @@ from urllib.parse import quote
 from dlscale.perfmodel.networks import link_lookup, stored_fit, stored_fits
 from dlscale.perfmodel.validate import network_key
 from dlscale.report.columns import Column, human_layout
-from dlscale.report.figures import Figure, Row, study_figures, study_slugs
+from dlscale.report.figures import study_figures
 from dlscale.report.interactive import to_plotly
 from dlscale.report.model import collectives, predictable, prediction
+from dlscale.report.series import Figure, Row
+from dlscale.report.slugs import study_slugs
 from dlscale.text import shell_command
 
 STYLE = """

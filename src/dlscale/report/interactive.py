@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from dlscale.report.figures import Figure, x_ticks
+from dlscale.report.series import Figure, x_ticks
 
 PALETTE = (
     "#1f77b4",

@@ -10,7 +10,7 @@ from typing import Any
 from dlscale.perfmodel.costs import ring_allreduce_s
 from dlscale.perfmodel.networks import finite_number, stored_fit
 from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors
-from dlscale.report.figures import Figure, Row, Series, by_series
+from dlscale.report.series import Figure, Row, Series, by_series
 
 LinkOf = Callable[[Row], Link | None]
 _DRAWN = ("bytes", "time_s", "busbw_bytes_s")

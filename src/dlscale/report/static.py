@@ -6,8 +6,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from dlscale.report.figures import Figure, x_ticks
 from dlscale.report.interactive import PALETTE
+from dlscale.report.series import Figure, x_ticks
 from dlscale.store.files import write_atomic
 
 FORMATS = ("png", "pdf")
