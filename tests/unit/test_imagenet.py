@@ -15,6 +15,7 @@ from PIL import Image
 from dlscale.config.run_config import RunConfig
 from dlscale.datasets import DATASETS, image_files, imagenet
 from dlscale.datasets.arrays import shard_indices, transform_images
+from dlscale.datasets.loader_pool import loader_pool
 from dlscale.errors import DataError, UnsupportedPoint, WorkerFault
 from tests.image_data import jpeg_bytes, write_folder, write_tfrecords
 
@@ -298,7 +299,7 @@ def test_a_killed_loader_process_is_one_line_not_a_hang(tmp_path: Path) -> None:
     data = _data(root, workers=1)
     batches = data.train_batches(0)
     next(batches)
-    executor = imagenet._loader_pool(data).executor
+    executor = loader_pool(data).executor
     assert executor is not None
     for pid in list(executor._processes):  # the pool's own processes, children of this one
         os.kill(pid, signal.SIGKILL)

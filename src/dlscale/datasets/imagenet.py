@@ -22,14 +22,7 @@ the augmentation, and decodes whole batches (:meth:`ImageFiles.load_batch`) for 
 from __future__ import annotations
 
 import math
-import multiprocessing
-import os
-import threading
-import time
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +40,8 @@ from dlscale.datasets.arrays import (
     transform_images,
 )
 from dlscale.datasets.image_files import Split
-from dlscale.errors import DataError, WorkerFault
+from dlscale.datasets.loader_pool import loader_pool
+from dlscale.errors import DataError
 
 if TYPE_CHECKING:
     from dlscale.config.run_config import RunConfig
@@ -59,12 +53,6 @@ RATIO = (3 / 4, 4 / 3)
 CROP_TRIES = 10
 EVAL_CROP = 0.875
 """Evaluation resizes the shorter side to ``size / EVAL_CROP`` (256 for 224) before the crop."""
-PREFETCH = 2
-"""Batches in flight per loader process."""
-LOADER_DIED = (
-    "a loader process of this worker died{detail} (killed from outside, or out of memory: "
-    "fewer loader_workers need less)"
-)
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,90 +227,11 @@ class ImageFiles(NumpyDataset):
 
     def _pooled(self, jobs: list[tuple[np.ndarray, np.ndarray | None]]) -> Iterator[ArrayBatch]:
         transform = self.transform
-        for result in _loader_pool(self).map(self, jobs):
+        for result in loader_pool(self).map(self, jobs):
             if isinstance(result, BadImage):
                 raise result.error()
             images, labels = result
             yield transform_images(images, transform), labels
-
-
-class LoaderPool:
-    """``loader_workers`` decoding processes (spawned: the training process may hold threads
-    that a fork would copy mid-lock), ``PREFETCH`` batches in flight per process; in this
-    process when ``loader_workers`` is 0. Each process dies with the training process."""
-
-    def __init__(self, data: ImageFiles) -> None:
-        self.workers = data.loader_workers
-        self.executor: ProcessPoolExecutor | None = None
-        if self.workers:
-            self.executor = ProcessPoolExecutor(
-                self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_loader,
-                initargs=(os.getpid(), data),
-            )
-
-    def map(
-        self, data: ImageFiles, jobs: list[tuple[np.ndarray, np.ndarray | None]]
-    ) -> Iterator[tuple[np.ndarray, np.ndarray] | BadImage]:
-        if self.executor is None:
-            for indices, seeds in jobs:
-                yield data.load_batch(indices, seeds)
-            return
-        try:
-            yield from self._prefetched(jobs)
-        except BrokenProcessPool:
-            raise WorkerFault(LOADER_DIED.format(detail="")) from None
-
-    def _prefetched(
-        self, jobs: list[tuple[np.ndarray, np.ndarray | None]]
-    ) -> Iterator[tuple[np.ndarray, np.ndarray] | BadImage]:
-        assert self.executor is not None
-        pending: deque[Future[Any]] = deque()
-        queue = iter(jobs)
-        for job in queue:
-            pending.append(self.executor.submit(_load, *job))
-            if len(pending) >= self.workers * PREFETCH:
-                break
-        while pending:
-            result = pending.popleft().result()
-            following = next(queue, None)
-            if following is not None:
-                pending.append(self.executor.submit(_load, *following))
-            yield result
-
-
-_POOLS: dict[int, LoaderPool] = {}
-
-
-def _loader_pool(data: ImageFiles) -> LoaderPool:
-    """One pool per data set object in this process (made at its first batch)."""
-    pool = _POOLS.get(id(data))
-    if pool is None:
-        pool = _POOLS[id(data)] = LoaderPool(data)
-    return pool
-
-
-_LOADER_DATA: list[ImageFiles] = []
-"""In a loader process: the data set it decodes (sent once, at its start)."""
-
-
-def _load(
-    indices: np.ndarray, seeds: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray] | BadImage:
-    return _LOADER_DATA[0].load_batch(indices, seeds)
-
-
-def _start_loader(parent: int, data: ImageFiles) -> None:
-    """In a loader process: keep the data set; exit once the training process is gone."""
-    _LOADER_DATA.append(data)
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 # --------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ from dlscale.datasets.arrays import (
     SyntheticArrays,
     Transform,
 )
-from dlscale.datasets.imagenet import LOADER_DIED, BadImage, ImageFiles
+from dlscale.datasets.imagenet import BadImage, ImageFiles
+from dlscale.datasets.loader_pool import LOADER_DIED
 from dlscale.errors import WorkerFault
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -251,7 +252,7 @@ class TorchImageFiles(TorchDataset):
         return self.data.steps_per_epoch
 
     def _loader(self, steps: torch.utils.data.Sampler[Any]) -> torch.utils.data.DataLoader[Any]:
-        from dlscale.datasets.imagenet import PREFETCH
+        from dlscale.datasets.loader_pool import PREFETCH
 
         workers = self.data.loader_workers
         return torch.utils.data.DataLoader(
