@@ -30,6 +30,9 @@ from dlscale.metrics.events import events_path, read_events
 from dlscale.runtime.procfs import process_state
 
 POLL_S = 0.05
+SETTLE_S = 0.5
+"""How long the watcher waits, after seeing ranks fail with an exit code, for a rank killed by
+a signal to show as such (the cause, more often than the peers that failed after it)."""
 END_CHECK_S = 0.5
 STDERR_TAIL_LINES = 20
 
@@ -52,6 +55,13 @@ def watch(
         while True:
             codes = running.poll()
             bad = [i for i, code in enumerate(codes) if code not in (None, 0) and i not in stopped]
+            if bad and all(codes[i] > 0 for i in bad):  # type: ignore[operator]
+                # A rank killed by a signal closes its sockets before its exit status can be
+                # read, so a peer that failed on that closed connection can be seen first:
+                # look once more, a moment later, before naming the cause.
+                time.sleep(SETTLE_S)
+                codes = running.poll()
+                bad = [i for i, c in enumerate(codes) if c not in (None, 0) and i not in stopped]
             if bad:
                 # Several commands seen dead in one poll: one killed by a signal is the cause
                 # more often than its peers that then failed on a closed connection.

@@ -33,6 +33,12 @@ def main(argv: list[str]) -> int:
         codes = [child.poll() for child in children]
         failed = [(rank, c) for rank, c in enumerate(codes) if c not in (None, 0)]
         if failed:
+            # A killed rank's sockets close before its exit status can be read, so a peer that
+            # failed on that closed connection can be seen dead first: look once more, a moment
+            # later, before naming the cause.
+            time.sleep(0.5)
+            codes = [child.poll() for child in children]
+            failed = [(rank, c) for rank, c in enumerate(codes) if c not in (None, 0)]
             # Several seen dead in one poll: one killed by a signal is the cause more often
             # than peers that then failed on a closed connection (as dlscale's watcher says).
             rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0]))
