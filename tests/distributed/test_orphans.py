@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -138,9 +140,17 @@ def test_start_processes_tells_every_command_its_parent(tmp_path: Path):
     assert env[watchdog.PARENT_SCOPE_ENV] == watchdog.pid_scope()
 
 
-def test_a_signal_while_spawning_stops_the_child_being_spawned(tmp_path: Path, monkeypatch):
+@pytest.mark.parametrize("other_thread", [False, True], ids=["one-thread", "another-thread-alive"])
+def test_a_signal_while_spawning_stops_the_child_being_spawned(
+    tmp_path: Path, monkeypatch, other_thread: bool
+):
     """SIGTERM lands right after a child is forked, before it is recorded: it must be stopped
-    with the others (and must not have inherited SIGTERM blocked)."""
+    with the others (and must not have inherited SIGTERM blocked). With another thread alive
+    (a leftover of an earlier test; torch's OpenMP pool in a real parent) the kernel hands the
+    signal to that thread, so holding it in the spawning thread alone would not defer it."""
+    bystander_done = threading.Event()
+    if other_thread:
+        threading.Thread(target=bystander_done.wait, daemon=True).start()
     real_popen = subprocess.Popen
     spawned: list[subprocess.Popen] = []
 
@@ -148,6 +158,7 @@ def test_a_signal_while_spawning_stops_the_child_being_spawned(tmp_path: Path, m
         proc = real_popen(*args, **kwargs)
         spawned.append(proc)
         os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # where another thread took the signal, its handler runs in here
         return proc
 
     def interrupt(signum, frame):
@@ -160,6 +171,7 @@ def test_a_signal_while_spawning_stops_the_child_being_spawned(tmp_path: Path, m
             processes.start_processes(_plan(tmp_path, SLEEPER, entries=2))
     finally:
         signal.signal(signal.SIGTERM, previous)
+        bystander_done.set()
         monkeypatch.undo()
         stray = [proc.pid for proc in spawned if proc.poll() is None]
         kill_all(stray, *spawned)

@@ -15,8 +15,13 @@ started and watched from one thread that outlives the run (the runner does both 
 
 SIGINT, SIGTERM and SIGHUP are held while a command is started and recorded: one that lands then is
 delivered once the command is in the list, so stopping reaches it (the command itself starts
-with the signal mask the caller had). The holding is per thread: it protects a caller that
-starts the commands from its main thread, where Python runs signal handlers.
+with the signal mask the caller had). Holding takes two things, because a signal mask is per
+thread: the signals are blocked in the spawning thread, and (from the main thread, where Python
+runs signal handlers) their Python handlers are swapped for one that only notes the signal,
+which is raised again once the command is recorded. Blocking alone would not do: where another
+thread is alive (torch's OpenMP pool, say) the kernel hands the signal to that thread and
+Python runs the handler in the main thread at its next instruction, which may fall between
+the fork and the recording.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -91,16 +97,40 @@ def _spawn(entry: PlanEntry, parent: dict[str, str], mask: _Mask | None) -> subp
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[_Mask | None]:
-    """The stopping signals blocked in this thread; yields the mask to restore (``None`` where
-    signals cannot be blocked). One that came meanwhile is delivered on leaving."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield None
+    """The stopping signals held: blocked in this thread and their Python handlers deferred;
+    yields the mask to restore (``None`` where signals cannot be blocked). One that came
+    meanwhile is delivered on leaving."""
+    with _handlers_deferred():
+        if not hasattr(signal, "pthread_sigmask"):
+            yield None
+            return
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+        try:
+            yield previous
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def _handlers_deferred() -> Iterator[None]:
+    """In the main thread, the stopping signals' Python handlers only note a signal; on leaving
+    the handlers are put back and each noted signal raised again. Elsewhere (handlers can be
+    set from the main thread only) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    came: list[int] = []
+    previous = {}
+    for sig in HELD_SIGNALS:
+        if signal.getsignal(sig) is not None:  # None: a handler not set from Python; left alone
+            previous[sig] = signal.signal(sig, lambda signum, _frame: came.append(signum))
     try:
-        yield previous
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(came):
+            signal.raise_signal(signum)
 
 
 def _in_child(parent: int, mask: _Mask | None) -> Callable[[], None] | None:
