@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from dlscale.models import MODELS
+from dlscale.contract.models import MODELS
 
 
 def main() -> None:

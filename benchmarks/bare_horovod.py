@@ -17,7 +17,7 @@ import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
 
-from dlscale.models import MODELS
+from dlscale.contract.models import MODELS
 
 
 def main() -> None:

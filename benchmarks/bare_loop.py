@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from dlscale.models import MODELS
+from dlscale.contract.models import MODELS
 
 
 def main() -> None:
@@ -74,8 +74,8 @@ def _dlscale_batch(
     model: str, batch: int, input_size: int, classes: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed batch a dlscale torch-single run on synthetic data feeds (seed 0, CPU)."""
-    from dlscale.config.run_config import RunConfig
-    from dlscale.datasets import DATASETS
+    from dlscale.contract.datasets import DATASETS
+    from dlscale.contract.run_config import RunConfig
     from dlscale.frameworks.torch.data import to_torch
 
     cfg = RunConfig(backend="torch-single", model=model, batch_size=batch, workers=1, seed=0)

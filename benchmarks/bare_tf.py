@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
+from dlscale.contract.models import MODELS
+from dlscale.contract.registry import load_object
 from dlscale.frameworks.tensorflow.env import import_tensorflow
-from dlscale.models import MODELS
-from dlscale.registry import load_object
 
 
 def main() -> None:

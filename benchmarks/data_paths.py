@@ -53,11 +53,11 @@ def trainer(path: str, args: argparse.Namespace):
     import torch
     import torch.nn.functional as F
 
-    from dlscale.config.run_config import RunConfig
-    from dlscale.datasets import DATASETS
+    from dlscale.contract.datasets import DATASETS
+    from dlscale.contract.models import MODELS
+    from dlscale.contract.run_config import RunConfig
     from dlscale.frameworks.torch.data import to_torch
     from dlscale.frameworks.torch.loop import build_model, sgd
-    from dlscale.models import MODELS
 
     torch.set_num_threads(args.threads)
     dataset = path.split("-")[0]

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from dlscale.config import RunConfig
-from dlscale.config.run_config import core_keys
+from dlscale.contract.run_config import core_keys
 from dlscale.store import RunStore
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "results"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from dlscale.contract.version import __version__
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 def load_results(path: Any = "dlscale-results", *, per: str = "run") -> pd.DataFrame:
     """A results directory as a pandas DataFrame: one row per run (``per="run"``) or per
-    point, its runs combined (``per="point"``); see :func:`dlscale.store.results.load_results`."""
-    from dlscale.store.results import load_results as _load
+    point, its runs combined (``per="point"``); see :func:`dlscale.metrics.frame.load_results`."""
+    from dlscale.metrics.frame import load_results as _load
 
     return _load(path, per=per)
 

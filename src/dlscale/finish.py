@@ -18,13 +18,13 @@ import sys
 import time
 from pathlib import Path
 
-from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
+from dlscale.contract.files import read_json
+from dlscale.contract.plugins import load_plugins
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import LaunchOutcome, PlanEntry
 from dlscale.launchers.watch import failed_rank, tail_of
-from dlscale.plugins import load_plugins
 from dlscale.runner import result_of
-from dlscale.store.files import read_json
 from dlscale.store.results import RunStore
 
 

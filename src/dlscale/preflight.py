@@ -23,7 +23,6 @@ Each failure is a :class:`UserError` naming the key and the fix (exit 2, before 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -31,17 +30,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-from dlscale.backends import BACKENDS, BackendSpec
-from dlscale.config.run_config import RunConfig
-from dlscale.datasets import DATASETS
-from dlscale.errors import UserError
-from dlscale.launchers import LAUNCHERS
-from dlscale.launchers.base import SAFE_PATH
+from dlscale.contract.backends import BACKENDS, BackendSpec
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.errors import UserError
+from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.layout import usable_cores
+from dlscale.contract.models import MODELS
+from dlscale.contract.run_config import RunConfig
+from dlscale.launchers.base import PROBE_TIMEOUT_S, SAFE_PATH, missing_modules
 from dlscale.microbench import Settings
-from dlscale.models import MODELS
 from dlscale.runner import interpreter
 from dlscale.runtime import allocator
-from dlscale.runtime.environment import memory_available_gib, memory_gib, usable_cores
+from dlscale.runtime.environment import memory_available_gib, memory_gib
 from dlscale.runtime.worker_path import prepare_worker_path
 from dlscale.store.results import RunStore
 
@@ -55,7 +55,6 @@ take: the bound leaves out each interpreter's framework (torch: about 130 MiB mo
 dlscale parent and the libraries' threads, and a machine with under a tenth of its memory
 left evicts its page cache and stalls."""
 """A Python interpreter with numpy loaded: the least any process of a run takes."""
-PROBE_TIMEOUT_S = 120.0
 MIN_WORKER_PYTHON = (3, 11)
 
 
@@ -177,26 +176,6 @@ def check_python_version(python: str) -> None:
         )
 
 
-def missing_modules(python: str, modules: tuple[str, ...]) -> list[str]:
-    """The modules of ``modules`` the interpreter cannot import (found, not imported)."""
-    if python == sys.executable:
-        return [m for m in modules if importlib.util.find_spec(m) is None]
-    code = (
-        "import importlib.util, sys; "
-        "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
-    )
-    try:
-        done = subprocess.run(
-            [python, *SAFE_PATH, "-c", code, *modules],
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT_S,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return list(modules)
-    return done.stdout.split() if done.returncode == 0 else list(modules)
-
-
 def check_requirements(python: str, backend_name: str) -> None:
     """The backend's framework and the modules it requires import under the workers'
     interpreter; else one line with the command that installs them."""
@@ -213,7 +192,7 @@ def check_requirements(python: str, backend_name: str) -> None:
 def check_cuda(python: str, probe: str) -> None:
     with tempfile.TemporaryDirectory(prefix="dlscale-probe-") as work:
         path = prepare_worker_path(Path(work), [])
-        code = f"from dlscale.registry import load_object; print(load_object({probe!r})())"
+        code = f"from dlscale.contract.registry import load_object; print(load_object({probe!r})())"
         try:
             done = subprocess.run(
                 [python, *SAFE_PATH, "-c", code],

@@ -13,20 +13,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlscale.backends import BACKENDS
-from dlscale.config.run_config import RunConfig
-from dlscale.datasets import DATASETS
-from dlscale.errors import SchemaError, UserError
-from dlscale.launchers import LAUNCHERS
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.errors import SchemaError, UserError
+from dlscale.contract.events import events_path, read_records
+from dlscale.contract.files import read_json, write_json_atomic
+from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.layout import usable_cores
+from dlscale.contract.plugins import load_plugins
+from dlscale.contract.records import Environment, Error, Record
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, Submitted
 from dlscale.launchers.watch import watch
 from dlscale.metrics.aggregate import aggregate
-from dlscale.metrics.events import events_path, read_records
-from dlscale.metrics.records import Environment, Error, Record
-from dlscale.plugins import load_plugins
-from dlscale.runtime.environment import host_environment, usable_cores
+from dlscale.runtime.environment import host_environment
 from dlscale.runtime.worker_path import prepare_worker_path
-from dlscale.store.files import read_json, write_json_atomic
 from dlscale.store.results import RunStore, Stored, describe_owner
 from dlscale.store.rundir import config_problem
 

@@ -26,18 +26,18 @@ import sys
 import traceback
 from pathlib import Path
 
-from dlscale.backends import BACKENDS
-from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError, WorkerFault
-from dlscale.launchers import LAUNCHERS
-from dlscale.layout import Addresses
-from dlscale.metrics.events import EventWriter, events_path
-from dlscale.metrics.records import End, Error, Start
-from dlscale.plugins import load_plugins
-from dlscale.registry import load_object
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UserError, WorkerFault
+from dlscale.contract.events import EventWriter, events_path
+from dlscale.contract.files import read_json
+from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.layout import Addresses
+from dlscale.contract.plugins import load_plugins
+from dlscale.contract.records import End, Error, Start
+from dlscale.contract.registry import load_object
+from dlscale.contract.run_config import RunConfig
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.watchdog import start_watchdog
-from dlscale.store.files import read_json
 
 
 def main(argv: list[str]) -> int:

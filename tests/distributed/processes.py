@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from dlscale.metrics.events import read_events
+from dlscale.contract.events import read_events
 from dlscale.runtime.procfs import is_alive
 
 ROOT = Path(__file__).resolve().parents[2]

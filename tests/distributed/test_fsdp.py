@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from dlscale.config import RunConfig
+from dlscale.contract.events import read_events
+from dlscale.contract.models import MODELS
 from dlscale.frameworks.torch.fsdp import shard_units
-from dlscale.metrics.events import read_events
-from dlscale.models import MODELS
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from dlscale.config import RunConfig
+from dlscale.contract.events import read_events
+from dlscale.contract.layout import ProcessLayout, Role
 from dlscale.launchers.watch import hung_rank
-from dlscale.layout import ProcessLayout, Role
-from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 from tests.distributed.guard import windows_used

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.metrics.events import events_path, read_events
+from dlscale.contract.events import events_path, read_events
 from tests.distributed.microbench_events import slowest_per_iteration
 
 pytestmark = pytest.mark.dist
@@ -74,7 +74,7 @@ def test_torch_rings_own_all_reduce_is_measured_on_three_ranks(cli, tmp_path):
 def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):
     run = cli("microbench", "--backend", "torch-single", "--results", str(tmp_path))
     assert run.returncode == 2
-    from dlscale.backends import BACKENDS
+    from dlscale.contract.backends import BACKENDS
 
     able = ", ".join(name for name, spec in BACKENDS if spec.collectives)
     kernels = {"horovod-torch", "mxnet-kv", "tf-mwms", "torch-ddp", "torch-ring"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.metrics.events import events_path, read_events
+from dlscale.contract.events import events_path, read_events
 from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
 from tests.distributed.processes import alive
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dlscale.config import RunConfig
-from dlscale.metrics.events import read_events
+from dlscale.contract.events import read_events
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails
 from tests.distributed.test_equivalence import COMMON

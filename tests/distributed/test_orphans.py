@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from dlscale.contract.layout import Addresses, ProcessLayout
 from dlscale.launchers import processes
 from dlscale.launchers.base import LaunchPlan, PlanEntry
-from dlscale.layout import Addresses, ProcessLayout
 from dlscale.runtime import procfs, watchdog
 from tests.distributed.processes import (
     alive,

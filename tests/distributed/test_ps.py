@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from dlscale.config import RunConfig
+from dlscale.contract.events import read_events
 from dlscale.frameworks.torch import ps_shards
-from dlscale.metrics.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails

@@ -15,6 +15,8 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from dlscale.config import RunConfig
+from dlscale.contract.events import read_events
+from dlscale.contract.models import MODELS
 from dlscale.frameworks.torch.ring_allreduce import (
     Fusion,
     ring_allreduce_,
@@ -22,8 +24,6 @@ from dlscale.frameworks.torch.ring_allreduce import (
     ring_bytes_per_rank,
     ring_chunk_sizes,
 )
-from dlscale.metrics.events import read_events
-from dlscale.models import MODELS
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 from tests.distributed.guard import windows_used

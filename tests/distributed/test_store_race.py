@@ -11,7 +11,7 @@ import pytest
 
 from dlscale import runner
 from dlscale.config import RunConfig
-from dlscale.metrics.events import read_events
+from dlscale.contract.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 from tests.unit.test_store_damage import STUDY

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.metrics.events import read_events
+from dlscale.contract.events import read_events
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_all, kill_rank_and_check_the_run_fails
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 from dlscale.store import RunStore
 
 pytestmark = pytest.mark.e2e

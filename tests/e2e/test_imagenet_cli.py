@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.metrics.records import Window, from_dict
+from dlscale.contract.records import Window, from_dict
 from dlscale.store import RunStore
 from tests.distributed.processes import processes_naming
 from tests.image_data import write_folder, write_tfrecords

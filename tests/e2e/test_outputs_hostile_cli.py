@@ -20,8 +20,8 @@ import pytest
 from dlscale.cli import build_parser
 from dlscale.cli.run import settings_from
 from dlscale.config.study import expand
+from dlscale.contract.text import visible
 from dlscale.store import read_json, write_json_atomic
-from dlscale.text import visible
 from tests.unit.test_outputs_hostile import RAW, SHELL_PATH, _pasted
 
 pytestmark = pytest.mark.e2e

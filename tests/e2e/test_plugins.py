@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlscale import load_results
-from dlscale.metrics.events import read_events
+from dlscale.contract.events import read_events
 from tests.distributed.processes import alive, start_long_run, toy_env
 
 pytestmark = pytest.mark.e2e

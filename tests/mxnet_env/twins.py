@@ -16,10 +16,10 @@ from dlscale.frameworks.mxnet.env import import_mxnet
 mx = import_mxnet(mkldnn=False, threads=1)  # float64 kernels are the plain ones anyway
 
 from dlscale.config import RunConfig  # noqa: E402
+from dlscale.contract.models import MODELS  # noqa: E402
 from dlscale.frameworks.mxnet.sgd import make_sgd  # noqa: E402
 from dlscale.frameworks.mxnet.transfer import gluon_state, load_torch_weights  # noqa: E402
 from dlscale.frameworks.torch.weights import torch_state  # noqa: E402
-from dlscale.models import MODELS  # noqa: E402
 
 STEPS = 3
 LR, MOMENTUM, WD = 2**-7, 0.875, 2**-11

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dlscale.config import RunConfig
-from dlscale.metrics.events import EventWriter, events_path
-from dlscale.metrics.records import Start
+from dlscale.contract.events import EventWriter, events_path
+from dlscale.contract.records import Start
 from dlscale.runtime import checkpoint
 from dlscale.runtime.checkpoint import Checkpoints, attempt
 from dlscale.runtime.context import WorkerContext

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.config import RunConfig
-from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.frameworks.torch.cluster import torch_cluster_env
 from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.slurm import (

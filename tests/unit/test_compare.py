@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 from dlscale.metrics.compare import (
     NOT_IN_POINT_KEY,
     Verdict,

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.backends import BACKENDS
 from dlscale.config import RunConfig, expand, load_study_file, parse_set
-from dlscale.errors import UserError
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UserError
 
 
 def test_defaults_are_valid_and_derived_values():
@@ -145,7 +145,7 @@ def test_threads_are_part_of_a_points_identity():
     one = RunConfig(model="tiny", threads_per_worker=1)
     two = RunConfig(model="tiny", threads_per_worker=2)
     assert one.run_id() != two.run_id()
-    from dlscale.config.run_config import NOT_MATCHED_KEYS
+    from dlscale.contract.run_config import NOT_MATCHED_KEYS
 
     assert "threads_per_worker" not in NOT_MATCHED_KEYS
     assert {"repeat_id", "timeout_s", "python", "save_params"} <= set(NOT_MATCHED_KEYS)
@@ -212,7 +212,7 @@ def test_one_parser_reads_a_bool_the_same_for_core_keys_settings_and_options(tex
     (channels_last) take the same words, through options.parse_value."""
     from dlscale.config.repeats import coerce_study
     from dlscale.config.study import coerce
-    from dlscale.options import Option
+    from dlscale.contract.options import Option
 
     assert coerce("save_params", text) is expected
     assert coerce_study("machine_reference", text, origin="--set") is expected
@@ -223,7 +223,7 @@ def test_one_parser_reads_a_bool_the_same_for_core_keys_settings_and_options(tex
 def test_anything_else_is_one_line_naming_the_key_for_each_reader(text):
     from dlscale.config.repeats import coerce_study
     from dlscale.config.study import coerce
-    from dlscale.options import Option
+    from dlscale.contract.options import Option
 
     for read, label in (
         (lambda: coerce("save_params", text), "save_params must be bool"),
@@ -243,8 +243,8 @@ def test_anything_else_is_one_line_naming_the_key_for_each_reader(text):
 def test_a_plugin_declares_its_options_once_and_reads_them_typed():
     """The Options the core validates come from the plug-in's dataclass, and its code gets the
     resolved values as that dataclass (what --set gave, parsed, defaults filled in)."""
+    from dlscale.contract.options import declared
     from dlscale.frameworks.torch.options import DDP_OPTIONS, DDPOptions
-    from dlscale.options import declared
 
     assert declared(DDPOptions) == DDP_OPTIONS
     bucket = next(o for o in DDP_OPTIONS if o.name == "bucket_mb")

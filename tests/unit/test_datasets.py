@@ -15,14 +15,17 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from dlscale.datasets import DATASETS, cifar10, cifar10_files, digits, synthetic
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.errors import DataError
+from dlscale.contract.options import typed
+from dlscale.datasets import cifar10, cifar10_files, digits, synthetic
 from dlscale.datasets.arrays import (
     ArrayDataset,
     NumpyDataset,
@@ -34,10 +37,11 @@ from dlscale.datasets.arrays import (
     shard_indices,
     transform_images,
 )
-from dlscale.errors import DataError
 from dlscale.frameworks.torch import data as torch_adapter
 from dlscale.frameworks.torch.data import to_torch
 from dlscale.runtime.allocator import allocator_env, loaded_allocator
+
+T = TypeVar("T")
 
 CPU = torch.device("cpu")
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -64,8 +68,8 @@ class Cfg:
     data_dir: str | None = None
     options: dict[str, Any] = field(default_factory=lambda: {"samples_per_epoch": 50000})
 
-    def option(self, name: str) -> Any:
-        return self.options[name]
+    def typed(self, options: type[T]) -> T:
+        return typed(options, self.options)
 
 
 @pytest.fixture(scope="module")
@@ -721,8 +725,8 @@ from dlscale.datasets import arrays, cifar10, digits, synthetic
 
 class Cfg:
     batch_per_worker, seed, data_dir = 16, 1, sys.argv[1]
-    def option(self, name):
-        return {"samples_per_epoch": 100}[name]
+    def typed(self, options):
+        return options(samples_per_epoch=100)
 
 assert "sklearn" not in sys.modules, "sklearn imported before the digits are loaded"
 print(_digest(Cfg(), digits, cifar10, synthetic))
@@ -766,7 +770,7 @@ def test_registry_loads_each_dataset(cifar_dir: Path) -> None:
 
 
 def test_loaders_read_a_real_run_config(cifar_dir: Path) -> None:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
     cfg = RunConfig.make(dataset="synthetic", batch_size=8, samples_per_epoch=80, seed=2)
     data = DATASETS.get("synthetic").load(cfg, shard=0, shards=1, input_size=8, num_classes=3)
@@ -782,12 +786,12 @@ def test_loaders_read_a_real_run_config(cifar_dir: Path) -> None:
 STEP_FAULTS = """
 import json, resource, sys
 import numpy as np
-from dlscale.datasets import DATASETS
+from dlscale.contract.datasets import DATASETS
 
 class Cfg:
     batch_per_worker, seed, data_dir = 64, 0, sys.argv[2]
-    def option(self, name):
-        return {"samples_per_epoch": 640}[name]
+    def typed(self, options):
+        return options(samples_per_epoch=640)
 
 data = DATASETS.get(sys.argv[1]).load(Cfg(), shard=0, shards=1, input_size=32, num_classes=10)
 faults = []

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import dlscale
+from dlscale.contract.models import MODELS
 from dlscale.frameworks.mxnet.declare import mxnet_python
-from dlscale.models import MODELS
 
 SCRIPT = Path(__file__).parents[1] / "mxnet_env" / "twins.py"
 GLUON_MODELS = sorted(name for name, spec in MODELS if "mxnet" in spec.builders)

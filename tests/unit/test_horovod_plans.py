@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.backends import BACKENDS
 from dlscale.config import RunConfig
-from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV, horovod_build
 from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.horovodrun import HorovodrunLauncher
@@ -101,7 +101,7 @@ def test_horovod_options_are_validated():
     cfg = RunConfig.make(
         backend="horovod-torch", compression="fp16", fusion_mb=0, backward_passes_per_step=4
     )
-    assert cfg.option("compression") == "fp16" and cfg.option("fusion_mb") == 0.0
+    assert cfg.options["compression"] == "fp16" and cfg.options["fusion_mb"] == 0.0
     with pytest.raises(UnsupportedPoint, match="compression"):
         RunConfig.make(backend="horovod-torch", compression="powersgd")
     for bad in ({"cycle_ms": 0}, {"fusion_mb": float("nan")}, {"backward_passes_per_step": 0}):

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dlscale.config.run_config import RunConfig
-from dlscale.datasets import DATASETS, image_files, imagenet
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.errors import DataError, UnsupportedPoint, WorkerFault
+from dlscale.contract.run_config import RunConfig
+from dlscale.datasets import image_files, imagenet
 from dlscale.datasets.arrays import shard_indices, transform_images
 from dlscale.datasets.loader_pool import loader_pool
-from dlscale.errors import DataError, UnsupportedPoint, WorkerFault
 from tests.image_data import jpeg_bytes, write_folder, write_tfrecords
 
 OPTIONS = {

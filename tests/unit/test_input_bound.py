@@ -63,7 +63,7 @@ def test_a_training_point_is_put_beside_the_loader_only_point_of_its_settings():
 def test_keys_that_never_tell_points_apart_do_not_part_a_point_from_its_loader_twin():
     """The same keys as everywhere runs are matched (run_config.NOT_MATCHED_KEYS): a twin run
     with another resource_guard, python or timeout is still the point's."""
-    from dlscale.config.run_config import NOT_MATCHED_KEYS
+    from dlscale.contract.run_config import NOT_MATCHED_KEYS
 
     assert {"resource_guard", "python", "timeout_s"} <= set(NOT_MATCHED_KEYS)
     training = _point("torch-ddp", 2, 100.0, wait=0.25)

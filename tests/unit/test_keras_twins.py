@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 import torch
 
+from dlscale.contract.models import MODELS
 from dlscale.frameworks.tensorflow import models as km
 from dlscale.frameworks.tensorflow.env import import_tensorflow
 from dlscale.frameworks.tensorflow.sgd import TorchSGD
 from dlscale.frameworks.tensorflow.transfer import load_torch_weights
 from dlscale.frameworks.torch.weights import torch_state
-from dlscale.models import MODELS
 
 tf = import_tensorflow()
 
@@ -179,7 +179,7 @@ def test_keras_3_is_refused_with_the_reason() -> None:
     a backend."""
     code = (
         "from dlscale.frameworks.tensorflow.env import import_tensorflow\n"
-        "from dlscale.errors import UserError\n"
+        "from dlscale.contract.errors import UserError\n"
         "try:\n    import_tensorflow()\nexcept UserError as e:\n    print('REFUSED', e)\n"
     )
     env = {**os.environ, "TF_USE_LEGACY_KERAS": "0"}

@@ -37,14 +37,24 @@ def lint(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+TOP = {m.name for m in pkgutil.iter_modules(dlscale.__path__)} - {"__main__"}
+
+
 def test_every_core_module_is_held_to_the_core_rule():
     """A module added to the core later is covered, or this fails naming it."""
-    top = {m.name for m in pkgutil.iter_modules(dlscale.__path__)} - {"frameworks", "__main__"}
     listed = {
         m.removeprefix("dlscale.") for m in CONTRACTS["core-imports-no-framework"]["source_modules"]
     }
-    assert top - listed == set(), "add these to core-imports-no-framework in pyproject.toml"
-    assert listed - top == set()
+    assert TOP - {"frameworks"} - listed == set(), "add these to core-imports-no-framework"
+    assert listed - TOP == set()
+
+
+def test_every_package_has_its_layer():
+    """A package added later is given a layer, or this fails naming it."""
+    layered = {name.strip() for layer in CONTRACTS["layers"]["layers"] for name in layer.split("|")}
+    assert TOP - layered == set(), "give these a layer in pyproject.toml"
+    assert layered - TOP == set()
+    assert CONTRACTS["layers"]["layers"][-1] == "contract"  # the contract is at the bottom
 
 
 def test_the_tree_keeps_every_rule():
@@ -56,6 +66,14 @@ def test_the_tree_keeps_every_rule():
 @pytest.mark.parametrize(
     ("contract", "module", "imported"),
     [
+        ("layers", "contract/options.py", "dlscale.config.study"),
+        ("layers", "contract/run_config.py", "dlscale.runtime.environment"),
+        ("layers", "runtime/context.py", "dlscale.store.results"),
+        ("layers", "store/results.py", "dlscale.metrics.scaling"),
+        ("layers", "launchers/torchrun.py", "dlscale.preflight"),
+        ("no-cycles", "runtime/checkpoint.py", "dlscale.store.results"),
+        ("no-cycles", "perfmodel/costs.py", "dlscale.microbench.timing"),
+        ("no-cycles", "frameworks/torch/ddp.py", "dlscale.frameworks.horovod.session"),
         ("core-imports-no-framework", "cli/report.py", "dlscale.frameworks.horovod.session"),
         ("core-imports-no-framework", "cli/ls.py", "dlscale.frameworks.tensorflow.models"),
         ("frameworks-independent", "frameworks/torch/ddp.py", "dlscale.frameworks.mxnet.sgd"),
@@ -84,4 +102,14 @@ def test_an_import_planted_against_a_rule_breaks_it(tmp_path, contract, module, 
         planted.write(f"\n\ndef _planted() -> None:\n    import {imported}  # noqa: F401\n")
     result = lint(tmp_path, contract)  # that rule alone sees it
     assert result.returncode != 0 and "BROKEN" in result.stdout, result.stdout[-2000:]
-    assert imported in result.stdout  # and names the import
+    if contract == "no-cycles":  # names the packages of the cycle, by the import to cut
+        here = module.split("/")[1 if module.startswith("frameworks/") else 0].removesuffix(".py")
+        there = imported.split(".")[2 if imported.startswith("dlscale.frameworks.") else 1]
+        assert {f".{here} -> .{there}", f".{there} -> .{here}"} & set(_cuts(result.stdout))
+    else:
+        assert imported in result.stdout  # and names the import
+
+
+def _cuts(report: str) -> list[str]:
+    """The imports an acyclic_siblings report proposes to cut: lines ``- .a -> .b (n imports)``."""
+    return [line[2:].partition(" (")[0] for line in report.splitlines() if line.startswith("- .")]

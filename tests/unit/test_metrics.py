@@ -4,8 +4,8 @@ import math
 
 import pytest
 
+from dlscale.contract.records import from_dict
 from dlscale.metrics.aggregate import aggregate
-from dlscale.metrics.records import from_dict
 from dlscale.metrics.scaling import add_scaling
 from dlscale.metrics.stats import mean_ci95, percentile
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from dlscale.cli.microbench import _say_not_measured, fit_patterns
-from dlscale.errors import UserError
-from dlscale.metrics.records import Collective
+from dlscale.contract.errors import UserError
+from dlscale.contract.records import Collective
 from dlscale.microbench import Settings, iterations, not_measured, parse_sizes
 from dlscale.microbench.aggregate import collective_rows
 from dlscale.microbench.timing import element_count, time_collective

@@ -7,10 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from dlscale.errors import UserError  # noqa: E402
+from dlscale.contract.errors import UserError  # noqa: E402
+from dlscale.contract.models import MODELS  # noqa: E402
 from dlscale.frameworks.torch import profile as profile_module  # noqa: E402
 from dlscale.frameworks.torch.profile import ModelProfile, gradient_bytes, profile  # noqa: E402
-from dlscale.models import MODELS  # noqa: E402
 
 ALL_MODELS = MODELS.names()
 CIFAR_MODELS = [name for name, spec in MODELS if spec.input_size == 32]

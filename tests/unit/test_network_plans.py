@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.backends import BACKENDS
 from dlscale.config import RunConfig
-from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.launchers import network
 from dlscale.launchers.network import EmulatedNetwork, Link
 from dlscale.launchers.torchrun import TorchrunLauncher

@@ -25,9 +25,9 @@ from dlscale.cli import main as dlscale_main
 from dlscale.cli.progress import run_study, study_description, study_progress
 from dlscale.cli.tables import points_table
 from dlscale.config.study import expand
+from dlscale.contract.text import shell_command, visible
 from dlscale.report.html import build_html
 from dlscale.store import read_json, write_json_atomic
-from dlscale.text import shell_command, visible
 from tests.filesystem import fill, small_tmpfs, snapshot
 from tests.unit.test_report_hostile import _rows, _text, hostile_results
 

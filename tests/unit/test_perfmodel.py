@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 from dlscale.perfmodel import costs
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.fit import fit_network
@@ -199,8 +199,8 @@ def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
 
 def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad_one(tmp_path):
     from dlscale.cli.predict import fitted_networks
+    from dlscale.contract.files import write_json_atomic
     from dlscale.perfmodel.networks import fitted_for
-    from dlscale.store.files import write_json_atomic
 
     fit = {"alpha_s": 2e-5, "beta_s_per_byte": 1e-9, "median_error": 0.04}
 
@@ -248,7 +248,7 @@ def test_a_microbench_with_only_a_parameter_server_fit_is_a_network_for_every_st
     """An mxnet-kv microbench fits no ring (its push and pull are no all-reduce around a ring):
     its ps fit predicts ps-sync and ps-async, and stands for the link where no other fit is."""
     from dlscale.cli.predict import fitted_networks
-    from dlscale.store.files import write_json_atomic
+    from dlscale.contract.files import write_json_atomic
 
     ps = {"pattern": "ps", "alpha_s": 3e-4, "beta_s_per_byte": 1e-9, "median_error": 0.01}
     (tmp_path / "microbench-mx").mkdir()

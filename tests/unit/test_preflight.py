@@ -7,12 +7,11 @@ import pytest
 
 from dlscale.cli import main
 from dlscale.config import RunConfig
-from dlscale.layout import Addresses
-from dlscale.metrics.events import EventWriter, events_path, read_events
+from dlscale.contract.events import EventWriter, events_path, read_events
+from dlscale.contract.layout import Addresses, usable_cores
 from dlscale.preflight import MAX_PROCESSES_PER_CORE, memory_lower_bound_bytes
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import Engine
-from dlscale.runtime.environment import usable_cores
 from dlscale.runtime.schedule import run_schedule
 
 
@@ -129,8 +128,9 @@ def test_a_backend_whose_modules_are_missing_is_refused_with_its_install_command
     import subprocess
     import sys
 
-    from dlscale.errors import UserError
-    from dlscale.preflight import check_requirements, missing_modules
+    from dlscale.contract.errors import UserError
+    from dlscale.launchers.base import missing_modules
+    from dlscale.preflight import check_requirements
 
     assert missing_modules(sys.executable, ("json", "no_such_module_xyz")) == ["no_such_module_xyz"]
     bare = tmp_path / "bare"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.config.study import apply_scale, expand, load_study_file
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 

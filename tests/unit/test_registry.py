@@ -1,7 +1,7 @@
 import pytest
 
-from dlscale.errors import UserError
-from dlscale.registry import Registry
+from dlscale.contract.errors import UserError
+from dlscale.contract.registry import Registry
 
 
 def test_lookup_and_listing():
@@ -19,7 +19,7 @@ def test_lookup_and_listing():
 
 
 def test_a_model_twin_is_registered_per_framework(monkeypatch):
-    from dlscale.models import MODELS, ModelSpec, register_builder
+    from dlscale.contract.models import MODELS, ModelSpec, register_builder
 
     spec = ModelSpec(
         name="twin-test",
@@ -39,14 +39,14 @@ def test_a_model_twin_is_registered_per_framework(monkeypatch):
         spec.build(10, "tensorflow")
 
 
-def test_the_built_in_frameworks_come_through_the_plugin_door():
-    """No core module lists them: dlscale's own entry points name each folder's plugin.py, and
-    the first lookup loads them."""
+def test_the_built_ins_come_through_the_plugin_door():
+    """No core module lists them: dlscale's own entry points name each framework folder's
+    plugin.py, and the launchers' and data sets', and the first lookup loads them."""
     from importlib import metadata
 
-    from dlscale.backends import BACKENDS
-    from dlscale.backends.frameworks import FRAMEWORKS, recorded_packages
-    from dlscale.plugins import ENTRY_POINT_GROUP
+    from dlscale.contract.backends import BACKENDS
+    from dlscale.contract.frameworks import FRAMEWORKS, recorded_packages
+    from dlscale.contract.plugins import ENTRY_POINT_GROUP
 
     ours = {
         ep.name: ep.value
@@ -54,13 +54,22 @@ def test_the_built_in_frameworks_come_through_the_plugin_door():
         if ep.value.startswith("dlscale.")
     }
     assert ours == {
-        name: f"dlscale.frameworks.{name}.plugin"
-        for name in ("torch", "horovod", "tensorflow", "mxnet")
+        **{
+            name: f"dlscale.frameworks.{name}.plugin"
+            for name in ("torch", "horovod", "tensorflow", "mxnet")
+        },
+        "launchers": "dlscale.launchers.plugin",
+        "datasets": "dlscale.datasets.plugin",
     }
+    from dlscale.contract.datasets import DATASETS
+    from dlscale.contract.launchers import LAUNCHERS
+
+    assert LAUNCHERS.names() == ["horovodrun", "local", "mpirun", "slurm", "torchrun"]
+    assert DATASETS.names() == ["cifar10", "digits", "imagenet", "imagenet-subset", "synthetic"]
     assert FRAMEWORKS.names() == ["horovod", "mxnet", "tensorflow", "torch"]
     frameworks = {spec.framework for _, spec in BACKENDS}
     assert frameworks == {"torch", "tensorflow", "mxnet"}  # every backend's is registered
-    from dlscale.models import BUILT_IN, MODELS
+    from dlscale.contract.models import BUILT_IN, MODELS
 
     for model in BUILT_IN:  # every built-in framework builds every built-in model
         assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "mxnet"}
@@ -77,7 +86,7 @@ def test_the_built_in_frameworks_come_through_the_plugin_door():
 
 
 def test_a_model_is_counted_on_an_installed_twin_that_can_count():
-    from dlscale.backends.frameworks import profiler_for
+    from dlscale.contract.frameworks import profiler_for
 
     assert profiler_for({"torch": "x:y", "tensorflow": "x:y"}).name == "torch"
     assert profiler_for({"tensorflow": "x:y"}) is None  # TensorFlow counts nothing

@@ -7,10 +7,10 @@ import pytest
 from dlscale.cli.progress import relative_half_width, round_order
 from dlscale.config.repeats import Repeats
 from dlscale.config.study import expand, parse_set
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
+from dlscale.contract.records import from_dict
 from dlscale.metrics.aggregate import aggregate, exposed_fraction
 from dlscale.metrics.points import combine
-from dlscale.metrics.records import from_dict
 from dlscale.metrics.scaling import add_scaling
 from dlscale.metrics.stats import mean_ci95, ratio_ci95
 from dlscale.report.columns import COLUMNS

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.errors import SchemaError, UserError
-from dlscale.metrics.events import EventWriter, read_events, read_records
-from dlscale.metrics.records import Start
+from dlscale.contract.errors import SchemaError, UserError
+from dlscale.contract.events import EventWriter, read_events, read_records
+from dlscale.contract.records import Start
 from dlscale.runtime.procfs import process_start
 from dlscale.store import RunStore, read_json, write_json_atomic
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import dlscale
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 

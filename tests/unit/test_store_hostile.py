@@ -24,11 +24,11 @@ from dlscale.cli import build_parser, main
 from dlscale.cli.run import settings_from
 from dlscale.config import RunConfig
 from dlscale.config.study import expand
+from dlscale.contract.files import OutputError
 from dlscale.launchers.base import LaunchOutcome
 from dlscale.runner import run_point
 from dlscale.runtime.worker_path import prepare_worker_path
 from dlscale.store import RunStore
-from dlscale.store.files import OutputError
 from tests.filesystem import fill, small_tmpfs, snapshot
 from tests.unit.test_store_damage import good_result
 

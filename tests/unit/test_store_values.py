@@ -21,7 +21,7 @@ import pytest
 
 import dlscale
 from dlscale.cli import main as dlscale_main
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import LaunchOutcome
 from dlscale.metrics.aggregate import METRIC_KEYS, aggregate
 from dlscale.metrics.compare import compare

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.backends import BACKENDS
 from dlscale.config import RunConfig
-from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.launchers.local import LocalLauncher
 
 SPEC = Path("/r/x/spec.json")

@@ -1,9 +1,9 @@
 """Which rank a failed command is blamed on, and how the failure is worded."""
 
+from dlscale.contract.events import EventWriter, events_path
+from dlscale.contract.records import End, Start
 from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.watch import failed_rank
-from dlscale.metrics.events import EventWriter, events_path
-from dlscale.metrics.records import End, Start
 
 
 def test_a_rank_that_dies_after_its_end_record_is_named_as_such(tmp_path):

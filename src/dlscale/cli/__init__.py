@@ -11,9 +11,9 @@ import sys
 from typing import NoReturn
 
 from dlscale import __version__
-from dlscale.errors import UserError
-from dlscale.plugins import load_plugins
-from dlscale.text import visible
+from dlscale.contract.errors import UserError
+from dlscale.contract.plugins import load_plugins
+from dlscale.contract.text import visible
 
 COMMANDS = {
     "run": ("dlscale.cli.run", "run a study: launch workers, measure, store results"),

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 if TYPE_CHECKING:
     from rich.table import Table

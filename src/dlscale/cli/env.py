@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dlscale.backends.frameworks import FRAMEWORKS
+    from dlscale.contract.frameworks import FRAMEWORKS
     from dlscale.runtime.environment import host_environment
 
     env = host_environment()

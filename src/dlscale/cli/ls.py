@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 
 from dlscale.cli.tables import cell, console, markup
-from dlscale.errors import UserError
-from dlscale.options import Option
-from dlscale.registry import load_object
+from dlscale.contract.errors import UserError
+from dlscale.contract.options import Option
+from dlscale.contract.registry import load_object
 
 if TYPE_CHECKING:
-    from dlscale.backends import BackendSpec
+    from dlscale.contract.backends import BackendSpec
 
 WHAT = ("models", "backends", "datasets", "launchers", "runs")
 
@@ -44,8 +44,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _models() -> Table:
-    from dlscale.backends.frameworks import missing_profiler, profiler_for
-    from dlscale.models import MODELS
+    from dlscale.contract.frameworks import missing_profiler, profiler_for
+    from dlscale.contract.models import MODELS
 
     counters = {name: profiler_for(spec.builders) for name, spec in MODELS}
     if not any(counters.values()):
@@ -90,7 +90,7 @@ def _models() -> Table:
 
 
 def _backends() -> Table:
-    from dlscale.backends import BACKENDS
+    from dlscale.contract.backends import BACKENDS
 
     table = Table(title="backends (options: set as study keys or --set KEY=VALUE)")
     for column in (
@@ -126,7 +126,7 @@ def _installed(spec: BackendSpec) -> str:
     """What the backend declares about its install, else whether the workers' interpreter can
     import the framework and the modules it requires, else how to install them."""
     if spec.installed is not None:
-        from dlscale.registry import load_object
+        from dlscale.contract.registry import load_object
 
         return str(load_object(spec.installed)(spec.python))
     if spec.python is None:
@@ -151,7 +151,7 @@ def _options(options: tuple[Option, ...]) -> str:
 
 
 def _datasets() -> Table:
-    from dlscale.datasets import DATASETS
+    from dlscale.contract.datasets import DATASETS
 
     table = Table(title="datasets")
     for column in ("name", "needs --data-dir", "accuracy", "options", "description"):
@@ -169,7 +169,7 @@ def _datasets() -> Table:
 
 
 def _launchers() -> Table:
-    from dlscale.launchers import LAUNCHERS
+    from dlscale.contract.launchers import LAUNCHERS
 
     table = Table(title="launchers")
     for column in ("name", "options", "description"):

@@ -16,7 +16,7 @@ from typing import Any
 from rich.table import Table
 
 from dlscale.cli.tables import cell, console, literal, say
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 from dlscale.microbench import COLLECTIVES, Settings, parse_sizes
 
 
@@ -43,10 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dlscale.backends import BACKENDS
-    from dlscale.config.run_config import RunConfig
     from dlscale.config.study import parse_set
-    from dlscale.launchers import LAUNCHERS
+    from dlscale.contract.backends import BACKENDS
+    from dlscale.contract.launchers import LAUNCHERS
+    from dlscale.contract.run_config import RunConfig
     from dlscale.preflight import check_points
 
     settings = Settings(
@@ -81,10 +81,10 @@ def main(args: argparse.Namespace) -> int:
 
 def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     """Run the collectives of one config and store ``microbench.json`` in its directory."""
+    from dlscale.contract.files import write_json_atomic
     from dlscale.microbench import not_measured
     from dlscale.microbench.aggregate import collective_rows
     from dlscale.runner import launch, launch_error, rank_records
-    from dlscale.store.files import write_json_atomic
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
     name = f"microbench-{config.backend}-w{config.workers}-{config.launcher}-{stamp}"

@@ -20,13 +20,13 @@ from typing import Any
 from rich.table import Table
 
 from dlscale.cli.tables import cell, console, say
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
+from dlscale.contract.registry import load_object
+from dlscale.contract.text import shell_command
 from dlscale.launchers.network import parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import Fitted
 from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
-from dlscale.registry import load_object
-from dlscale.text import shell_command
 
 MAX_WORKERS = 1_000_000
 
@@ -304,7 +304,7 @@ def _profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]:
 
 def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     """One worker's step of the model, from a short stored run (run now if not stored)."""
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
     from dlscale.preflight import check_points
     from dlscale.runner import run_point
     from dlscale.store.results import RunStore
@@ -347,9 +347,9 @@ def _check_can_store(results: Path, model: str) -> None:
 def _gradient_bytes(model: str) -> int:
     """The bytes an all-reduce moves: the model's trainable parameters in float32, counted on
     the first installed twin that can count them
-    (:func:`dlscale.backends.frameworks.profiler_for`)."""
-    from dlscale.backends.frameworks import missing_profiler, profiler_for
-    from dlscale.models import MODELS
+    (:func:`dlscale.contract.frameworks.profiler_for`)."""
+    from dlscale.contract.frameworks import missing_profiler, profiler_for
+    from dlscale.contract.models import MODELS
 
     counter = profiler_for(MODELS.get(model).builders)
     if counter is None or counter.profile is None:

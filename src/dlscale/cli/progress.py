@@ -19,10 +19,10 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from dlscale.cli.tables import LEGEND, console, markup, points_table, results_command, say
 from dlscale.config.repeats import Repeats
 from dlscale.config.study import Study
+from dlscale.contract.text import visible
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
 from dlscale.store.results import RunStore, describe_owner
-from dlscale.text import visible
 
 JSON_KEYS = (
     "throughput_img_s",

@@ -1,6 +1,6 @@
 """dlscale report: the HTML report, paper figures and exported tables, from the store only.
 
-Every file is written whole or not at all (`dlscale.store.files.write_atomic`: a full disk leaves
+Every file is written whole or not at all (`dlscale.contract.files.write_atomic`: a full disk leaves
 the file there as it was, and says so in one line), and never through a symbolic link: a link
 where an output goes (``--out``, a table, ``--figures DIR`` itself or a figure file in it) is
 refused before anything is written.
@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlscale.errors import UserError
-from dlscale.store.files import OutputError, output_failure, refuse_link, write_atomic
-from dlscale.text import visible
+from dlscale.contract.errors import UserError
+from dlscale.contract.files import OutputError, output_failure, refuse_link, write_atomic
+from dlscale.contract.text import visible
 
 if TYPE_CHECKING:
     from dlscale.report.series import Figure

@@ -20,8 +20,8 @@ from dlscale.config.study import (
     load_study_file,
     parse_set,
 )
-from dlscale.errors import UserError
-from dlscale.text import shell_command, visible
+from dlscale.contract.errors import UserError
+from dlscale.contract.text import shell_command, visible
 
 DEFAULT_STUDY: dict[str, Any] = {
     "name": "quick",
@@ -207,7 +207,7 @@ _FIELD_DOCS = {
 
 
 def _print_keys() -> None:
-    from dlscale.config.run_config import config_defaults, declared_options, fields_doc
+    from dlscale.contract.run_config import config_defaults, declared_options, fields_doc
 
     defaults = config_defaults()
     print("core keys (every run):")
@@ -249,8 +249,8 @@ def _assignments(env: dict[str, str]) -> str:
 
 def _planned(config: Any, results: Path, repeats: Repeats, *, first: bool) -> list[str]:
     """The dry-run lines of one point."""
-    from dlscale.backends import BACKENDS
-    from dlscale.launchers import LAUNCHERS
+    from dlscale.contract.backends import BACKENDS
+    from dlscale.contract.launchers import LAUNCHERS
     from dlscale.runner import interpreter
 
     run_id = config.run_id()

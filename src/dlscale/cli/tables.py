@@ -7,8 +7,8 @@ User text (study names, paths, settings, errors) is never rich markup: ``[/x]`` 
 would end a tag that was never opened (a crash) and ``[bold]`` would vanish. Titles and messages
 are passed as `Text` (`literal`, `say`), text inside markup (table cells and captions, progress
 descriptions, coloured messages) through `markup`, which both escapes the markup and shows
-control characters as escapes (`dlscale.text.visible`), and `console()` replaces no ``:emoji:``
-codes. So no text moves the cursor, sets the window title or colours the terminal, and a
+control characters as escapes (`dlscale.contract.text.visible`), and `console()` replaces no
+``:emoji:`` codes. So no text moves the cursor, sets the window title or colours the terminal, and a
 message, a caption and a cell of the runs table stay one line (only `cell`, for plug-in text
 such as a list of options, keeps its own line breaks).
 """
@@ -22,8 +22,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from dlscale.contract.text import shell_command, visible
 from dlscale.report.columns import LEGEND, human_layout
-from dlscale.text import shell_command, visible
 
 __all__ = [
     "LEGEND",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 
 
 def describe_points(points: Iterable[RunConfig]) -> str:

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.errors import UserError
-from dlscale.options import parse_value
+from dlscale.contract.errors import UserError
+from dlscale.contract.options import parse_value
 
 ORDERS = ("abba", "random")
 

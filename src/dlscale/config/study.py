@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlscale.backends import BACKENDS
 from dlscale.config.repeats import Repeats, coerce_study
-from dlscale.config.run_config import RunConfig, core_keys, declared_options
-from dlscale.errors import UnsupportedPoint, UserError
-from dlscale.options import parse_value
-from dlscale.runtime.environment import usable_cores
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UnsupportedPoint, UserError
+from dlscale.contract.layout import usable_cores
+from dlscale.contract.options import parse_value
+from dlscale.contract.run_config import RunConfig, core_keys, declared_options
 
 _HINTS = typing.get_type_hints(RunConfig)
 _REPEAT_FIELDS = {f.name: f for f in dataclasses.fields(Repeats)}
@@ -296,8 +296,8 @@ def _check_accepted(key: str, values: list[Any]) -> None:
 
 def _plugin_options(backend: str, dataset: str, launcher: str) -> set[str]:
     """The options a point with these plug-ins accepts."""
-    from dlscale.datasets import DATASETS
-    from dlscale.launchers import LAUNCHERS
+    from dlscale.contract.datasets import DATASETS
+    from dlscale.contract.launchers import LAUNCHERS
 
     plugins = (BACKENDS.get(backend), DATASETS.get(dataset), LAUNCHERS.get(launcher))
     return {option.name for plugin in plugins for option in plugin.options}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlscale.errors import DataError
+from dlscale.contract.errors import DataError
 
 ArrayBatch = tuple[np.ndarray, np.ndarray]
 """Images float32 ``(B, C, S, S)`` and labels int64 ``(B,)``."""

@@ -14,7 +14,7 @@ from dlscale.datasets import cifar10_files
 from dlscale.datasets.arrays import ArrayDataset, Transform
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)

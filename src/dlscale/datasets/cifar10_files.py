@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.errors import DataError
+from dlscale.contract.errors import DataError
 
 CHANNELS, HEIGHT, WIDTH = 3, 32, 32
 PIXELS = CHANNELS * HEIGHT * WIDTH

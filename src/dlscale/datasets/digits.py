@@ -16,7 +16,7 @@ import numpy as np
 from dlscale.datasets.arrays import ArrayDataset, Transform
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 NUM_CLASSES = 10
 TEST_SIZE = 360

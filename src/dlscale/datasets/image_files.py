@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.errors import DataError
+from dlscale.contract.errors import DataError
 
 LAYOUTS = ("auto", "folder", "tfrecord")
 VERIFY = ("headers", "decode", "none")

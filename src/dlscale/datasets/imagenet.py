@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dlscale.contract.errors import DataError
+from dlscale.contract.options import typed
 from dlscale.datasets import image_files
 from dlscale.datasets.arrays import (
     ArrayBatch,
@@ -41,10 +43,10 @@ from dlscale.datasets.arrays import (
 )
 from dlscale.datasets.image_files import Split
 from dlscale.datasets.loader_pool import loader_pool
-from dlscale.errors import DataError
+from dlscale.datasets.options import ImageOptions
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -267,7 +269,7 @@ def load(
         shard=shard,
         shards=shards,
         replicas=replicas,
-        loader_workers=int(cfg.option("loader_workers")),
+        loader_workers=cfg.typed(ImageOptions).loader_workers,
     )
 
 
@@ -278,19 +280,19 @@ def splits(
     the bad images :func:`image_files.verify` finds left out (the parent and every worker
     find the same ones, and ``notes`` gets a line on them); ``checked``: the parent's check,
     which fails on them otherwise."""
-    layout, verify = options["layout"], options["verify"]
+    chosen = typed(ImageOptions, options)
     found = []
     for split in ("train", "eval"):
         files = image_files.scan(
             data_dir,
-            layout=layout,
+            layout=chosen.layout,
             split=split,
-            classes=options["classes"],
-            per_class=options["images_per_class"] if split == "train" else 0,
+            classes=chosen.classes,
+            per_class=chosen.images_per_class if split == "train" else 0,
         )
-        if files is not None and (checked or options["bad_files"] == "skip"):
-            bad = image_files.verify(files, verify, data_dir)
-            if bad and options["bad_files"] == "fail":
+        if files is not None and (checked or chosen.bad_files == "skip"):
+            bad = image_files.verify(files, chosen.verify, data_dir)
+            if bad and chosen.bad_files == "fail":
                 entry, reason = bad[0]
                 others = len(bad) - 1
                 more = f" (and {others} more bad image{'s' * (others > 1)})" if others else ""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dlscale.errors import WorkerFault
+from dlscale.contract.errors import WorkerFault
 
 if TYPE_CHECKING:
     from dlscale.datasets.imagenet import BadImage, ImageFiles

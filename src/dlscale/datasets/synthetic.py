@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dlscale.datasets.arrays import SyntheticArrays
+from dlscale.datasets.options import SyntheticOptions
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 SEED_STRIDE = 7919
 """Generator seed = ``seed * SEED_STRIDE + replica``: a different batch on every replica."""
@@ -39,7 +40,7 @@ def load(
         shape = (batch, CHANNELS, input_size, input_size)
         images.append(rng.standard_normal(shape, dtype=np.float32))
         labels.append(rng.integers(0, num_classes, batch, dtype=np.int64))
-    steps = max(1, cfg.option("samples_per_epoch") // (batch * shards))
+    steps = max(1, cfg.typed(SyntheticOptions).samples_per_epoch // (batch * shards))
     return SyntheticArrays(
         images=np.concatenate(images),
         labels=np.concatenate(labels),

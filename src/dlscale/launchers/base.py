@@ -14,13 +14,16 @@ watch loop (:mod:`dlscale.launchers.watch`) is the same for both.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import subprocess
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.config.run_config import RunConfig
-from dlscale.layout import Addresses, ProcessLayout
+from dlscale.contract.layout import Addresses, ProcessLayout
+from dlscale.contract.run_config import RunConfig
 from dlscale.runtime.allocator import allocator_env
 from dlscale.runtime.worker_path import worker_path_dir
 
@@ -124,14 +127,14 @@ class Launcher(ABC):
         """Commands and environments for every rank; pure (no process is started)."""
 
     def check(self, python: str) -> None:
-        """Before launch: raise :class:`~dlscale.errors.UserError` naming what is missing
+        """Before launch: raise :class:`~dlscale.contract.errors.UserError` naming what is missing
         (the tool, and the command that installs it); by default nothing is needed."""
         return None
 
     def check_ready(self) -> None:
         """Before a launch (not a dry run), once per launcher: raise
-        :class:`~dlscale.errors.UserError` when the launcher's scheduler cannot take work now
-        (Slurm's controller unreachable), naming the fix; by default nothing to ask."""
+        :class:`~dlscale.contract.errors.UserError` when the launcher's scheduler cannot take work
+        now (Slurm's controller unreachable), naming the fix; by default nothing to ask."""
         return None
 
     def blame(self, entry: PlanEntry) -> int | None:
@@ -140,8 +143,8 @@ class Launcher(ABC):
         return None
 
     def check_point(self, config: RunConfig) -> None:
-        """Before launch, for every point: raise :class:`~dlscale.errors.UserError` when this
-        machine cannot run the point's launcher options (an emulated network needs root)."""
+        """Before launch, for every point: raise :class:`~dlscale.contract.errors.UserError` when
+        this machine cannot run the point's launcher options (an emulated network needs root)."""
         return None
 
     def start(self, plan: LaunchPlan) -> Running:
@@ -230,11 +233,33 @@ def thread_budget(processes: int, threads: int | None, cores: int) -> tuple[int,
     return threads, warnings
 
 
+PROBE_TIMEOUT_S = 120.0
+"""How long a probe of the workers' interpreter (what it can import, its version) may take."""
 SAFE_PATH = ("-P",)
 """The interpreter flag that keeps the working directory (``-m``, ``-c``) or a script's
 directory off ``sys.path``; every Python command a plan starts takes it or
 ``PYTHONSAFEPATH=1`` (:func:`common_env`), which also reaches the interpreters a tool starts
 itself (torchrun's ranks, multiprocessing's spawned children)."""
+
+
+def missing_modules(python: str, modules: tuple[str, ...]) -> list[str]:
+    """The modules of ``modules`` the interpreter cannot import (found, not imported)."""
+    if python == sys.executable:
+        return [m for m in modules if importlib.util.find_spec(m) is None]
+    code = (
+        "import importlib.util, sys; "
+        "print(' '.join(m for m in sys.argv[1:] if importlib.util.find_spec(m) is None))"
+    )
+    try:
+        done = subprocess.run(
+            [python, *SAFE_PATH, "-c", code, *modules],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return list(modules)
+    return done.stdout.split() if done.returncode == 0 else list(modules)
 
 
 def worker_command(python: str, spec_path: Path, module: str = "dlscale.worker") -> tuple[str, ...]:

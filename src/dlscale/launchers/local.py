@@ -13,8 +13,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlscale.backends import BACKENDS
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.layout import Addresses, ProcessLayout, usable_cores
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     Launcher,
     LaunchPlan,
@@ -23,8 +24,6 @@ from dlscale.launchers.base import (
     thread_budget,
     worker_command,
 )
-from dlscale.layout import Addresses, ProcessLayout
-from dlscale.runtime.environment import usable_cores
 
 LOOPBACK = "127.0.0.1"
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 from dlscale.launchers.base import Setup
 from dlscale.runtime.procfs import is_alive, process_start
 

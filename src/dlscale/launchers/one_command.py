@@ -12,8 +12,8 @@ import shutil
 from abc import abstractmethod
 from pathlib import Path
 
-from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     Launcher,
     LaunchPlan,

@@ -37,8 +37,9 @@ import sys
 import time
 from pathlib import Path
 
-from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
+from dlscale.contract.layout import Addresses
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     Launcher,
     LaunchPlan,
@@ -50,8 +51,8 @@ from dlscale.launchers.base import (
     write_files,
 )
 from dlscale.launchers.local import reserved_ports
+from dlscale.launchers.options import SlurmOptions
 from dlscale.launchers.slurm_controller import START, controller_problem, said
-from dlscale.layout import Addresses
 
 RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
 INSTALL = "install Slurm's client commands (Debian: scripts/install-slurm.sh)"
@@ -70,7 +71,7 @@ FAILED_CODES = {"TIMEOUT": 124, "OUT_OF_MEMORY": 137, "CANCELLED": 143}
 
 
 def slurm_mode(config: RunConfig, environ: dict[str, str] | None = None) -> str:
-    mode: str = config.option("slurm_mode")
+    mode = config.typed(SlurmOptions).slurm_mode
     if mode != "auto":
         return mode
     return "srun" if "SLURM_JOB_ID" in (os.environ if environ is None else environ) else "sbatch"
@@ -84,14 +85,15 @@ def job_arguments(config: RunConfig, tasks: int, threads: int, name: str) -> tup
         f"--cpus-per-task={threads}",
         f"--time={math.ceil(config.timeout_s / 60)}",
     ]
-    if config.option("partition"):
-        args.append(f"--partition={config.option('partition')}")
-    if config.option("nodes"):
-        args.append(f"--nodes={config.option('nodes')}")
+    options = config.typed(SlurmOptions)
+    if options.partition:
+        args.append(f"--partition={options.partition}")
+    if options.nodes:
+        args.append(f"--nodes={options.nodes}")
     try:
-        args += shlex.split(config.option("slurm_args"))
+        args += shlex.split(options.slurm_args)
     except ValueError as error:
-        raise UserError(f"slurm_args = {config.option('slurm_args')!r}: {error}") from None
+        raise UserError(f"slurm_args = {options.slurm_args!r}: {error}") from None
     for arg in args:  # a line break would end an #SBATCH line and start a command
         if any(ord(c) < 32 or ord(c) == 127 for c in arg):
             raise UserError(
@@ -202,10 +204,10 @@ class SlurmLauncher(Launcher):
         return slurm_hosts(dict(os.environ), size)
 
     def detaches(self, config: RunConfig) -> bool:
-        return not config.option("wait") and slurm_mode(config) == "sbatch"
+        return not config.typed(SlurmOptions).wait and slurm_mode(config) == "sbatch"
 
     def check_point(self, config: RunConfig) -> None:
-        if config.option("wait"):
+        if config.typed(SlurmOptions).wait:
             return
         if slurm_mode(config) != "sbatch":
             raise UserError(

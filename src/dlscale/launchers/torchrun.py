@@ -28,20 +28,22 @@ import re
 import signal
 from pathlib import Path
 
-from dlscale.backends import BACKENDS
-from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UserError
+from dlscale.contract.layout import Addresses
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     SAFE_PATH,
     Launcher,
     LaunchPlan,
     PlanEntry,
     common_env,
+    missing_modules,
     output_text,
 )
 from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
 from dlscale.launchers.network import MAX_NODES, EmulatedNetwork, Link, address, interface_env
-from dlscale.layout import Addresses
+from dlscale.launchers.options import TorchrunOptions
 from dlscale.runtime.checkpoint import ENABLED_ENV
 from dlscale.runtime.context import ENTRY_RANKS_ENV
 
@@ -63,8 +65,6 @@ class TorchrunLauncher(Launcher):
         return ranks[0] if ranks else None
 
     def check(self, python: str) -> None:
-        from dlscale.preflight import missing_modules
-
         if missing_modules(python, ("torch",)):
             raise UserError(
                 f"--launcher torchrun runs torch.distributed.run under {python}, which cannot "
@@ -82,7 +82,7 @@ class TorchrunLauncher(Launcher):
     ) -> LaunchPlan:
         ports = reserved_ports(config, ports, extra=1)  # the last: torchrun's rendezvous
         here = on_this_machine(config, ports=ports[:-1], cores=cores)
-        nnodes = config.option("nnodes")
+        nnodes = config.typed(TorchrunOptions).nnodes
         if nnodes > MAX_NODES:  # the nodes' addresses (one text width) run out
             raise UserError(f"torchrun runs at most {MAX_NODES} nodes' agents here, not {nnodes}")
         size = here.layout.size
@@ -99,7 +99,7 @@ class TorchrunLauncher(Launcher):
             return address(node) if network else node_address(node, nnodes)
 
         env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": RANK_VARS}
-        restarts = config.option("max_restarts")
+        restarts = config.typed(TorchrunOptions).max_restarts
         if restarts:  # the kernel checkpoints and a restarted rank resumes (runtime/checkpoint)
             env[ENABLED_ENV] = "1"
         if nnodes > 1:  # a store of each round's own for the workers (the module's docstring)
@@ -156,23 +156,24 @@ class TorchrunLauncher(Launcher):
         return dataclasses.replace(plan, setups=(network,)) if network else plan
 
     def check_point(self, config: RunConfig) -> None:
-        if config.option("max_restarts") and not BACKENDS.get(config.backend).resumable:
+        options = config.typed(TorchrunOptions)
+        if options.max_restarts and not BACKENDS.get(config.backend).resumable:
             able = ", ".join(name for name, spec in BACKENDS if spec.resumable)
             raise UserError(
-                f"max_restarts = {config.option('max_restarts')}: {config.backend} cannot resume "
+                f"max_restarts = {options.max_restarts}: {config.backend} cannot resume "
                 f"from a checkpoint (its replicas do not share one state, or its engine does "
                 f"not save it); backends that can: {able}"
             )
-        if config.option("network"):
+        if options.network:
             from dlscale.launchers.network import check_can_emulate
 
-            check_can_emulate(Link.parse(config.option("network")))
+            check_can_emulate(Link.parse(options.network))
 
     @staticmethod
     def _network(config: RunConfig, spec_path: Path, nnodes: int) -> EmulatedNetwork | None:
         """The run's emulated network (``network`` set), its namespaces named after the run's
         directory."""
-        text = config.option("network")
+        text = config.typed(TorchrunOptions).network
         if not text:
             return None
         if nnodes < 2:

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dlscale.contract.events import events_path, read_events
+from dlscale.contract.layout import ProcessLayout
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, PlanEntry, Running
 from dlscale.launchers.oom import OomWatch, out_of_memory
-from dlscale.layout import ProcessLayout
-from dlscale.metrics.events import events_path, read_events
 from dlscale.runtime.procfs import process_state
 
 POLL_S = 0.05

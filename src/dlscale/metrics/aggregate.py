@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.metrics.records import (
+from dlscale.contract.records import (
     Environment,
     Eval,
     Record,

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.contract.run_config import NOT_MATCHED_KEYS
 from dlscale.metrics.points import PointKey, point_key, run_throughputs
 from dlscale.store.validate import finite_number, show
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.contract.run_config import NOT_MATCHED_KEYS
 
 Row = dict[str, Any]
 
@@ -15,7 +15,7 @@ INPUT_BOUND = 0.10
 input-bound."""
 _NOT_MATCHED = {"loader_only", *NOT_MATCHED_KEYS}
 """A training point and its loader-only twin differ in ``loader_only`` alone: the keys that
-never tell points apart (:data:`dlscale.config.run_config.NOT_MATCHED_KEYS`) are ignored, as
+never tell points apart (:data:`dlscale.contract.run_config.NOT_MATCHED_KEYS`) are ignored, as
 everywhere runs are matched."""
 
 

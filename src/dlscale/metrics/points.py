@@ -1,7 +1,7 @@
 """Runs of the same point, combined: the statistics that hold from one run to the next.
 
 A *point* is a configuration (every config key but the run labels and operational keys, see
-:data:`~dlscale.config.run_config.NOT_MATCHED_KEYS`) within a study; its *runs* are independent
+:data:`~dlscale.contract.run_config.NOT_MATCHED_KEYS`) within a study; its *runs* are independent
 launches (``repeat_id``, ``dlscale run --repeats``). Windows inside one run share the processes, the
 warm caches and the allocator's state, so they are not independent repeats: a point's interval
 is taken over its runs' throughputs, and only a point with a single run falls back to its
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.contract.run_config import NOT_MATCHED_KEYS
 from dlscale.metrics.stats import mean_ci95
 
 Row = dict[str, Any]

@@ -33,8 +33,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from dlscale.backends import BACKENDS
-from dlscale.config.run_config import NOT_MATCHED_KEYS
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.run_config import NOT_MATCHED_KEYS
 from dlscale.metrics.points import combine, samples, window_throughputs
 from dlscale.metrics.stats import ratio_ci95
 

@@ -7,7 +7,7 @@ A backend offers its library's kernel as ``BackendSpec.collectives`` (``module:f
 taking the worker's context and the :class:`Settings`); the worker runs it instead of training
 when its spec's ``task`` is ``microbench``, in the processes that train (a parameter server's
 scheduler and servers serve as they do in training). Each rank records one
-:class:`~dlscale.metrics.records.Collective` per collective and size, with its own time of each
+:class:`~dlscale.contract.records.Collective` per collective and size, with its own time of each
 iteration and whether the result was right; :mod:`.aggregate` turns them into time per size,
 algorithm bandwidth and bus bandwidth (nccl-tests' definitions, docs/metrics.md).
 """
@@ -18,7 +18,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "ps_pushpull"

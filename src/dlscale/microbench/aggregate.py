@@ -1,4 +1,4 @@
-"""Per-rank :class:`~dlscale.metrics.records.Collective` records as one row per collective and
+"""Per-rank :class:`~dlscale.contract.records.Collective` records as one row per collective and
 message size: the time (per iteration the slowest rank, as a collective ends when its last
 rank does; then the median over iterations), algorithm and bus bandwidth (nccl-tests'
 definitions, :data:`dlscale.perfmodel.costs.BUS_FACTOR`), whether every rank's result was
@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from dlscale.metrics.records import Collective, Record
+from dlscale.contract.records import Collective, Record
 from dlscale.perfmodel.costs import bus_bandwidth
 from dlscale.store.validate import MAX_QUANTITY, finite_number
 

@@ -1,6 +1,6 @@
 """The timing loop every library's kernel shares: the message's element count, warm-up and timed
 calls, each after an untimed ``prepare`` and the library's own barrier, the first timed result
-checked; one :class:`~dlscale.metrics.records.Collective` per collective and size. The kernels
+checked; one :class:`~dlscale.contract.records.Collective` per collective and size. The kernels
 (torch, torch-ring, Horovod, TensorFlow, MXNet) give only their library's calls and barrier to
 :func:`time_offered`.
 
@@ -12,7 +12,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 
-from dlscale.metrics.records import Collective
+from dlscale.contract.records import Collective
 from dlscale.microbench import MIN_PROCESSES, Settings, iterations
 
 Operation = tuple[Callable[[], object], Callable[[], object], Callable[[], float]]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 from dlscale.perfmodel.costs import Network
 
 PATTERNS: dict[str, Callable[[int, int], tuple[float, float]]] = {

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from dlscale.errors import SchemaError
+from dlscale.contract.errors import SchemaError
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.validate import Link, network_key, plain_key
 from dlscale.store.validate import MAX_QUANTITY, TIMESTAMP, show
@@ -49,7 +49,7 @@ def microbench_runs(
     from a newer dlscale, or one without a configuration or a plausible start time (seconds
     since the epoch in :data:`~dlscale.store.validate.TIMESTAMP_RANGE_S`) is left out, and
     ``on_problem`` hears which file and what is wrong with it, in one line."""
-    from dlscale.store.files import read_json
+    from dlscale.contract.files import read_json
 
     runs = []
     for path in sorted(results.glob("microbench-*/microbench.json")):

@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 from dlscale.perfmodel import costs
 from dlscale.perfmodel.costs import Network
 

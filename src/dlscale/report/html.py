@@ -8,6 +8,7 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
 
+from dlscale.contract.text import shell_command
 from dlscale.perfmodel.networks import link_lookup, stored_fit, stored_fits
 from dlscale.perfmodel.validate import network_key
 from dlscale.report.columns import Column, human_layout
@@ -16,7 +17,6 @@ from dlscale.report.interactive import to_plotly
 from dlscale.report.model import collectives, predictable, prediction
 from dlscale.report.series import Figure, Row
 from dlscale.report.slugs import study_slugs
-from dlscale.text import shell_command
 
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;
@@ -96,8 +96,8 @@ def framework_versions(rows: list[Row]) -> str:
     """The versions each run's workers had of its framework's packages (and Horovod's, for a
     backend that needs it), as its workers recorded them: every framework of the study, not one.
     A result older than the worker's package record shows its ``torch_version``."""
-    from dlscale.backends import BACKENDS
-    from dlscale.backends.frameworks import FRAMEWORKS
+    from dlscale.contract.backends import BACKENDS
+    from dlscale.contract.frameworks import FRAMEWORKS
 
     found: set[str] = set()
     for row in rows:

@@ -6,9 +6,9 @@ import io
 from pathlib import Path
 from typing import Any
 
+from dlscale.contract.files import write_atomic
 from dlscale.report.interactive import PALETTE
 from dlscale.report.series import Figure, x_ticks
-from dlscale.store.files import write_atomic
 
 FORMATS = ("png", "pdf")
 

@@ -8,8 +8,8 @@ import html
 import io
 import re
 
+from dlscale.contract.text import visible
 from dlscale.report.columns import COLUMNS, Row
-from dlscale.text import visible
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:

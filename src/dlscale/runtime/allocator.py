@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 INSTALL_HINT = "scripts/install-allocators.sh (or make allocators)"
 

@@ -12,7 +12,7 @@ A process that finds that pointer belongs to a restarted attempt (the runner emp
 directory before it launches it, so a pointer there is this run's) and restores that state on
 every training rank,
 skips the batches the saved windows consumed (so the data order is the uninterrupted run's),
-records a :class:`~dlscale.metrics.records.Resume` (the restart, the windows kept, the seconds
+records a :class:`~dlscale.contract.records.Resume` (the restart, the windows kept, the seconds
 lost since the saved state), and goes on with the next window. The windows recorded after the
 pointer by the failed attempt are measured again; the aggregate keeps each window's latest
 record. A run that completes removes its checkpoints. Which attempt a process belongs to is
@@ -31,9 +31,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlscale.errors import SchemaError
-from dlscale.metrics.events import events_path, read_events
-from dlscale.store.files import make_directory, read_json, write_json_atomic
+from dlscale.contract.errors import SchemaError
+from dlscale.contract.events import events_path, read_events
+from dlscale.contract.files import make_directory, read_json, write_json_atomic
 
 if TYPE_CHECKING:
     from dlscale.runtime.context import WorkerContext

@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
-from dlscale.layout import Addresses, Process, ProcessLayout
-from dlscale.metrics.events import EventWriter
+from dlscale.contract.errors import UserError
+from dlscale.contract.events import EventWriter
+from dlscale.contract.layout import Addresses, Process, ProcessLayout
+from dlscale.contract.run_config import RunConfig
 
 RANK_VARS_ENV = "DLSCALE_RANK_VARS"
 """Set by a launcher whose tool names ranks its own way: ``RANK_VAR,LOCAL_VAR,SIZE_VAR``."""

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dlscale.metrics.records import Environment
+from dlscale.contract.records import Environment
 from dlscale.runtime.allocator import loaded_allocator
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ class ModelledSyncEngine(Engine):
     ) -> None:
         """Keep the modelled bytes of a synchronized step; the first training rank writes the
         run's ``Strategy`` record (``facts``' ``traces`` become the record's trace files)."""
-        from dlscale.metrics.records import Strategy
+        from dlscale.contract.records import Strategy
 
         self._step_payload = step_payload
         if ctx.rank == ctx.layout.training_ranks[0]:
@@ -178,7 +178,7 @@ class ModelledSyncEngine(Engine):
 
 def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) -> Environment:
     """The process's own interpreter, package versions and allocator (never the parent's)."""
-    from dlscale.backends.frameworks import recorded_packages
+    from dlscale.contract.frameworks import recorded_packages
 
     packages = {}
     for name in recorded_packages():

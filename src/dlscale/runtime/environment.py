@@ -11,15 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import dlscale
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (affinity-aware, so containers and Slurm are right)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+from dlscale.contract.layout import usable_cores
+from dlscale.contract.version import __version__
 
 
 def cpu_model() -> str:
@@ -155,7 +148,7 @@ def _read_int(path: Path) -> int | None:
 
 def git_commit() -> str | None:
     """Commit of the dlscale source tree (with ``+dirty`` if it has local changes)."""
-    source = Path(dlscale.__file__).resolve().parent
+    source = Path(__file__).resolve().parents[1]
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"],
@@ -179,7 +172,7 @@ def git_commit() -> str | None:
 
 def framework_versions() -> dict[str, str]:
     """Installed versions, read from package metadata without importing anything."""
-    from dlscale.backends.frameworks import recorded_packages
+    from dlscale.contract.frameworks import recorded_packages
 
     versions = {}
     for name in recorded_packages():
@@ -200,7 +193,7 @@ def host_environment() -> dict[str, Any]:
         "memory_gib": memory_gib(),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "dlscale_version": dlscale.__version__,
+        "dlscale_version": __version__,
         "git_commit": git_commit(),
         "parent_packages": framework_versions(),
     }

@@ -18,7 +18,7 @@ way:
   synchronization: synchronized and unsynchronized steps alternate (ABBA pairs), so that both
   see the same machine, and each kind's step times go to their own window (``probe``,
   ``nosync``);
-* records go to this process's events file (:mod:`dlscale.metrics.records`); the parent takes
+* records go to this process's events file (:mod:`dlscale.contract.records`); the parent takes
   the maximum over ranks (:mod:`dlscale.metrics.aggregate`).
 """
 
@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from dlscale.metrics.records import Eval, Resume, Window
+from dlscale.contract.records import Eval, Resume, Window
 from dlscale.runtime.checkpoint import Checkpoints, attempt, skip
 from dlscale.runtime.engine import Engine, LoaderOnly, worker_environment
 from dlscale.runtime.load import LoadSample, machine_cores, sample

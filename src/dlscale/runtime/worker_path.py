@@ -12,8 +12,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-import dlscale
-from dlscale.store.files import make_directory, output_failure
+from dlscale.contract.files import make_directory, output_failure
 
 
 def worker_path_dir(run_dir: Path) -> Path:
@@ -27,7 +26,7 @@ def prepare_worker_path(run_dir: Path, plugins: list[str]) -> Path:
     replaced (the link, never its target)."""
     directory = worker_path_dir(run_dir)
     make_directory(directory, "the workers' import path")
-    sources = {"dlscale": Path(dlscale.__file__).resolve().parent}
+    sources = {"dlscale": Path(__file__).resolve().parents[1]}  # this copy of dlscale
     for module in plugins:
         top = module.partition(".")[0]
         spec = importlib.util.find_spec(top)

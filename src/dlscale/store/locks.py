@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dlscale.contract.files import OutputError, output_failure, read_small_file, refuse_link
+from dlscale.contract.text import shell_command
 from dlscale.runtime.procfs import boot_id, is_alive, process_start
-from dlscale.store.files import OutputError, output_failure, read_small_file, refuse_link
-from dlscale.text import shell_command
 
 LOCK = "lock"
 TAKEOVER = "lock.takeover"

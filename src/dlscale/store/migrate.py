@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlscale.backends import BACKENDS
-from dlscale.config.run_config import config_defaults, core_keys
-from dlscale.datasets import DATASETS
-from dlscale.store.files import schema_version
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.files import schema_version
+from dlscale.contract.run_config import config_defaults, core_keys
 from dlscale.store.validate import (  # ShapeError: readers catch it from here
     MAX_QUANTITY,
     ShapeError,

@@ -21,11 +21,10 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dlscale.errors import UserError
-from dlscale.store import locks, rundir
-from dlscale.store.files import (
+from dlscale.contract.errors import UserError
+from dlscale.contract.files import (
     NewerSchema,
     OutputError,
     UnreadableFile,
@@ -36,11 +35,9 @@ from dlscale.store.files import (
     refuse_non_directory,
     write_json_atomic,
 )
+from dlscale.contract.text import visible
+from dlscale.store import locks, rundir
 from dlscale.store.locks import LOCK, TAKEOVER, describe_owner
-from dlscale.text import visible
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -49,8 +46,6 @@ __all__ = [
     "RunStore",
     "Stored",
     "describe_owner",
-    "flatten",
-    "load_results",
     "print_warning",
     "skipped_message",
 ]
@@ -314,67 +309,3 @@ def _read(path: Path) -> Stored:
     except ShapeError as error:
         return Stored(path, problem=f"not a usable result: {error}", fingerprint=fingerprint)
     return Stored(path, result=result, fingerprint=fingerprint)
-
-
-def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.DataFrame:
-    """All results in a results directory as a pandas DataFrame.
-
-    ``per="run"`` (default): one row per run, with its own metrics and its point's scaling;
-    ``per="point"``: one row per point, its runs combined (docs/metrics.md, "Runs and
-    points"): the throughput is the mean over runs and ``throughput_ci95_img_s`` its interval
-    over runs (``interval`` says ``runs``, or ``windows`` for a point with one run).
-
-    Columns: run_id (a point's: its first run's), status, error, the resolved config keys,
-    every metric of docs/metrics.md (``None``/NaN where it does not apply), runs, run_ids,
-    runs_left_out (runs loaded in every window, not in the point's figures),
-    interval, speedup with speedup_ci95_low/high, efficiency with efficiency_ci95_low/high,
-    baseline and baseline_run_ids (the 1-worker point with the same threads per worker),
-    machine_speedup (over the whole machine as one worker, when measured), threads_per_worker,
-    oversubscribed, and environment columns (hostname, cpu_model, torch_version,
-    dlscale_version, git_commit).
-    """
-    import pandas as pd
-
-    from dlscale.metrics.scaling import add_scaling
-    from dlscale.plugins import load_plugins
-
-    if per not in ("run", "point"):
-        raise ValueError(f"per must be 'run' or 'point', got {per!r}")
-    load_plugins()  # a plug-in's stored options and reference flags read like the built-ins
-
-    rows = add_scaling(RunStore(path).results(), per=per)
-    return pd.DataFrame([flatten(row) for row in rows])
-
-
-def flatten(row: dict[str, Any]) -> dict[str, Any]:
-    """One flat record of a result: config keys, scalar metrics, scaling and environment."""
-    from dlscale.metrics.scaling import SCALING_KEYS
-
-    config = row["config"]
-    metrics = row.get("metrics") or {}
-    env = row.get("environment") or {}
-    flat: dict[str, Any] = {
-        "run_id": row["run_id"],
-        "status": row["status"],
-        "error": row.get("error"),
-        "framework": row.get("framework"),
-    }
-    flat.update(config)
-    flat["batch_size_per_worker"] = row.get("batch_size_per_worker")
-    flat["global_batch_size"] = row.get("global_batch_size")
-    flat["threads_per_worker"] = row.get("threads_per_worker") or config.get("threads_per_worker")
-    flat["oversubscribed"] = row.get("oversubscribed")
-    flat.update({k: v for k, v in metrics.items() if not isinstance(v, list | dict)})
-    for key in SCALING_KEYS:
-        value = row.get(key)
-        if key.endswith("_ci95"):
-            flat[f"{key}_low"], flat[f"{key}_high"] = value if value else (None, None)
-        else:
-            flat[key] = value
-    for key in ("runs", "run_ids", "runs_left_out", "interval"):
-        flat[key] = row.get(key)
-    for key in ("hostname", "cpu_model", "torch_version", "dlscale_version", "git_commit"):
-        flat[key] = env.get(key)
-    flat["started_at"] = row.get("started_at")
-    flat["finished_at"] = row.get("finished_at")
-    return flat

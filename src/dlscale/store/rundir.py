@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscale.store.files import OutputError, open_directory
+from dlscale.contract.files import OutputError, open_directory
 from dlscale.store.locks import LOCK, TAKEOVER, TEMP_PREFIX, UNREADABLE_LOCK_STALE_S
 
 OUTPUT_FILES = (

@@ -16,13 +16,38 @@ module (``DLSCALE_PLUGINS=dlscale_toy``) registers:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from dlscale.backends import BACKENDS, BackendSpec
-from dlscale.launchers import LAUNCHERS, LauncherSpec
-from dlscale.layout import Addresses, Process, ProcessLayout, Role
-from dlscale.models import MODELS, ModelSpec
-from dlscale.options import Option
+from dlscale.contract.backends import BACKENDS, BackendSpec
+from dlscale.contract.launchers import LAUNCHERS, LauncherSpec
+from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.contract.models import MODELS, ModelSpec
+from dlscale.contract.options import declared, setting
+
+
+@dataclass(frozen=True)
+class ToyPsOptions:
+    """toy-ps's options, declared once: the core validates the Options ``declared`` derives,
+    and the engine reads them typed (``cfg.typed(ToyPsOptions).toy_mode``)."""
+
+    toy_mode: str = setting(
+        "sync",
+        "sync: average every worker's gradient; async: apply each on arrival",
+        choices=("sync", "async"),
+    )
+    toy_timing: str = setting(
+        "step",
+        "step: the kernel times each step; window: whole windows (like fit)",
+        choices=("step", "window"),
+    )
+
+
+@dataclass(frozen=True)
+class ToyLaunchOptions:
+    toy_launch_delay_s: float = setting(
+        0.0, "seconds the toy launcher waits before starting the ranks", minimum=0.0
+    )
 
 
 def toy_roles(config: Any) -> tuple[Role, ...]:
@@ -72,22 +97,7 @@ BACKENDS.register(
         description="numpy workers and one parameter server over localhost TCP (toy plug-in)",
         worker="dlscale_toy.engine:run_ps",
         measures_exposed_comm=True,
-        options=(
-            Option(
-                name="toy_mode",
-                type="str",
-                default="sync",
-                choices=("sync", "async"),
-                help="sync: average every worker's gradient; async: apply each on arrival",
-            ),
-            Option(
-                name="toy_timing",
-                type="str",
-                default="step",
-                choices=("step", "window"),
-                help="step: the kernel times each step; window: whole windows (like fit)",
-            ),
-        ),
+        options=declared(ToyPsOptions),
         roles=toy_roles,
         cluster_env=toy_cluster_env,
         ports=1,
@@ -100,14 +110,6 @@ LAUNCHERS.register(
         name="toy-all",
         description="every rank from one command (toy plug-in)",
         implementation="dlscale_toy.launcher:ToyLauncher",
-        options=(
-            Option(
-                name="toy_launch_delay_s",
-                type="float",
-                default=0.0,
-                minimum=0.0,
-                help="seconds the toy launcher waits before starting the ranks",
-            ),
-        ),
+        options=declared(ToyLaunchOptions),
     ),
 )

@@ -21,12 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.datasets import DATASETS
-from dlscale.metrics.records import Server, Staleness, Strategy
-from dlscale.models import MODELS
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.models import MODELS
+from dlscale.contract.records import Server, Staleness, Strategy
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import Engine
 from dlscale.runtime.schedule import run_schedule
+from dlscale_toy import ToyPsOptions
 
 HEADER = struct.Struct("!BQq")
 HELLO, PARAMS, GRAD, DONE = 1, 2, 3, 4
@@ -138,7 +139,7 @@ class ToyEngine(Engine):
         self.steps_per_epoch = data.steps_per_epoch
         self.has_eval = DATASETS.get(cfg.dataset).has_eval
         self.model = build(ctx)
-        self.times_steps = cfg.options.get("toy_timing", "step") == "step"
+        self.times_steps = cfg.backend != "toy-ps" or cfg.typed(ToyPsOptions).toy_timing == "step"
         self.sock: socket.socket | None = None
         self.optimizer: Sgd | None = None
         self.version = 0
@@ -259,7 +260,7 @@ def serve(ctx: WorkerContext) -> None:
     for sock in conns.values():
         _send(sock, PARAMS, version, model.params)
     staleness: Counter[int] = Counter()
-    if cfg.option("toy_mode") == "sync":
+    if cfg.typed(ToyPsOptions).toy_mode == "sync":
         live = set(conns)
         while live:
             grads = []

@@ -6,9 +6,10 @@ import re
 import sys
 from pathlib import Path
 
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import Launcher, LaunchPlan, PlanEntry, common_env
 from dlscale.launchers.local import on_this_machine
+from dlscale_toy import ToyLaunchOptions
 
 
 class ToyLauncher(Launcher):
@@ -25,7 +26,7 @@ class ToyLauncher(Launcher):
             "-m",
             "dlscale_toy.launch",
             str(layout.size),
-            str(config.option("toy_launch_delay_s")),
+            str(config.typed(ToyLaunchOptions).toy_launch_delay_s),
             "--",
             python,
             "-m",

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlscale.contract.layout import Addresses, Process, ProcessLayout
+from dlscale.contract.options import declared, setting
 from dlscale.frameworks.mxnet.declare import INSTALL as MXNET_INSTALL
 from dlscale.frameworks.mxnet.declare import WEIGHTS as MXNET_WEIGHTS
 from dlscale.frameworks.mxnet.declare import mxnet_python
-from dlscale.layout import Addresses, Process, ProcessLayout
-from dlscale.options import declared, setting
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 INSTALL = "make horovod"
 BUILD_RECORD = "horovod-build.json"
@@ -87,7 +87,7 @@ def horovod_cluster_env(
     process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
 ) -> dict[str, str]:
     """Each rank's Horovod variables, unless the launcher's tool sets up Horovod or MPI."""
-    from dlscale.launchers import LAUNCHERS
+    from dlscale.contract.launchers import LAUNCHERS
 
     provides = LAUNCHERS.get(config.launcher).provides
     if "horovod" in provides:

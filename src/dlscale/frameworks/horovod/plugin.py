@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlscale.backends import BACKENDS, BackendSpec
-from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
+from dlscale.contract.backends import BACKENDS, BackendSpec
+from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.frameworks.horovod.declare import (
     HOROVOD_MX_OPTIONS,
     HOROVOD_OPTIONS,

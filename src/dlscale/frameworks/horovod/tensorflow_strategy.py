@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.contract.comm_bytes import ring_bytes_mean
 from dlscale.frameworks.horovod.declare import HorovodCommon
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from dlscale.backends.comm_bytes import ring_bytes_mean
-from dlscale.config.run_config import RunConfig
-from dlscale.errors import UserError
+from dlscale.contract.comm_bytes import ring_bytes_mean
+from dlscale.contract.errors import UserError
+from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.horovod.declare import HorovodOptions
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.torch.loop import (

@@ -48,7 +48,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 from dlscale.frameworks.mxnet.declare import KVOptions, MXLoopOptions
 from dlscale.frameworks.mxnet.env import import_mxnet
 from dlscale.microbench import Settings

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlscale.errors import UnsupportedPoint
-from dlscale.layout import Addresses, Process, ProcessLayout, Role
-from dlscale.options import declared, setting
+from dlscale.contract.errors import UnsupportedPoint
+from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.contract.options import declared, setting
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 INSTALL = "make mxnet"
 PYTHON_ENV = "DLSCALE_MXNET_PYTHON"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 INSTALL = "make mxnet"
 

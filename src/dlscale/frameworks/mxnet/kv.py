@@ -22,11 +22,11 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
+from dlscale.contract.records import Server, Staleness
 from dlscale.frameworks.mxnet.declare import KVOptions, MXLoopOptions
 from dlscale.frameworks.mxnet.env import import_mxnet
 from dlscale.frameworks.mxnet.loop import MXStrategy, run_training
-from dlscale.metrics.records import Server, Staleness
 from dlscale.runtime.context import WorkerContext
 
 

@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.backends.frameworks import FRAMEWORKS
-from dlscale.datasets import DATASETS
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.frameworks import FRAMEWORKS
+from dlscale.contract.models import MODELS, PARAMS_FILE
+from dlscale.contract.registry import load_object
 from dlscale.datasets.arrays import NumpyDataset
 from dlscale.frameworks.mxnet.declare import MXLoopOptions
 from dlscale.frameworks.mxnet.env import import_mxnet, mxnet_environment
-from dlscale.models import MODELS, PARAMS_FILE
-from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule

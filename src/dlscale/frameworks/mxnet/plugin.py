@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlscale.backends import BACKENDS, BackendSpec
-from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
+from dlscale.contract.backends import BACKENDS, BackendSpec
+from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
+from dlscale.contract.models import BUILT_IN, register_builder
 from dlscale.frameworks.mxnet import declare as mxd
-from dlscale.models import BUILT_IN, register_builder
 
 FRAMEWORKS.register(
     "mxnet",

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 from dlscale.frameworks.tensorflow.strategies import MultiWorker, tf
 from dlscale.microbench import Settings
 from dlscale.microbench.timing import Operation, time_offered

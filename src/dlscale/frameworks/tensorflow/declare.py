@@ -24,11 +24,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dlscale.layout import Addresses, Process, ProcessLayout, Role
-from dlscale.options import declared, setting
+from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.contract.options import declared, setting
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 INSTALL = "make tensorflow"
 TF_REQUIRES = ("tf_keras",)

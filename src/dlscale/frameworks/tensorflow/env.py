@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 TF_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 """Set in every TensorFlow process (a value the user set is kept)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.contract.errors import DataError
 from dlscale.datasets.image_files import Split, decode_problem, read_bytes
 from dlscale.datasets.imagenet import (
     CROP_TRIES,
@@ -21,7 +22,6 @@ from dlscale.datasets.imagenet import (
     BadImage,
     ImageFiles,
 )
-from dlscale.errors import DataError
 from dlscale.frameworks.tensorflow.data import TFDataset, replica_part
 from dlscale.frameworks.tensorflow.env import import_tensorflow
 

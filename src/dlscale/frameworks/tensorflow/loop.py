@@ -24,16 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.backends.frameworks import FRAMEWORKS
-from dlscale.config.run_config import RunConfig
-from dlscale.datasets import DATASETS
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.frameworks import FRAMEWORKS
+from dlscale.contract.models import MODELS, PARAMS_FILE
+from dlscale.contract.registry import load_object
+from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.tensorflow.data import TFDataset, checked_batches, to_tf
 from dlscale.frameworks.tensorflow.declare import TFLoopOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weights
-from dlscale.models import MODELS, PARAMS_FILE
-from dlscale.registry import load_object
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule

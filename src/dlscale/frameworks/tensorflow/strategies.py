@@ -21,8 +21,8 @@ import json
 import os
 from typing import Any
 
-from dlscale.backends.comm_bytes import ring_bytes_mean
-from dlscale.errors import UserError
+from dlscale.contract.comm_bytes import ring_bytes_mean
+from dlscale.contract.errors import UserError
 from dlscale.frameworks.tensorflow.declare import MWMSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads
 from dlscale.frameworks.tensorflow.loop import TFStrategy, run_training

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dlscale.layout import Addresses, Process, ProcessLayout
+from dlscale.contract.layout import Addresses, Process, ProcessLayout
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 
 def torch_cluster_env(
@@ -15,7 +15,7 @@ def torch_cluster_env(
 ) -> dict[str, str]:
     """RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous address (rank 0's host, first port);
     nothing under a launcher that sets these itself and keeps the store (torchrun)."""
-    from dlscale.launchers import LAUNCHERS
+    from dlscale.contract.launchers import LAUNCHERS
 
     if "torch" in LAUNCHERS.get(config.launcher).provides:
         return {}

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dlscale.contract.errors import WorkerFault
 from dlscale.datasets.arrays import (
     PREPARE_CHUNK,
     ArrayDataset,
@@ -26,7 +27,6 @@ from dlscale.datasets.arrays import (
 )
 from dlscale.datasets.imagenet import BadImage, ImageFiles
 from dlscale.datasets.loader_pool import LOADER_DIED
-from dlscale.errors import WorkerFault
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -235,8 +235,8 @@ class TorchImageFiles(TorchDataset):
     decoding whole batches of the plan, ``PREFETCH`` batches ahead per worker; the uint8
     batches are pinned when the device is a GPU, copied without blocking, and scaled and
     normalized there. An image a loader cannot read stops the run with a
-    :class:`~dlscale.errors.DataError` naming it (a loader returns what went wrong; it never
-    raises, so no worker's traceback reaches the user)."""
+    :class:`~dlscale.contract.errors.DataError` naming it (a loader returns what went wrong; it
+    never raises, so no worker's traceback reaches the user)."""
 
     def __init__(self, data: ImageFiles, device: torch.device) -> None:
         self.data = data

@@ -21,8 +21,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from dlscale.backends.comm_bytes import ring_bytes_mean
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.comm_bytes import ring_bytes_mean
+from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,

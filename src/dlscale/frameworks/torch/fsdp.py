@@ -37,7 +37,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
     DefaultReduceScatter,
 )
 
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,

@@ -19,13 +19,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from dlscale.config.run_config import RunConfig
-from dlscale.datasets import DATASETS
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.models import MODELS
+from dlscale.contract.records import Strategy
+from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch.data import TorchDataset, loader_died, to_torch
 from dlscale.frameworks.torch.env import torch_environment
 from dlscale.frameworks.torch.options import TorchLoopOptions
-from dlscale.metrics.records import Strategy
-from dlscale.models import MODELS
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import Engine
 from dlscale.runtime.schedule import run_schedule
@@ -189,7 +189,7 @@ def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
 
 def _device(name: str, local_rank: int) -> torch.device:
     if name == "cuda":
-        from dlscale.errors import UserError
+        from dlscale.contract.errors import UserError
 
         if not torch.cuda.is_available():
             raise UserError("device cuda requested but torch sees no CUDA GPU; use --device cpu")

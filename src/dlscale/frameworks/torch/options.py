@@ -1,5 +1,5 @@
 """What the torch.* backends declare: their options, once each as a dataclass whose fields the
-core validates (:func:`dlscale.options.declared`) and the engines read typed
+core validates (:func:`dlscale.contract.options.declared`) and the engines read typed
 (``cfg.typed(DDPOptions)``), and their roles. No torch import."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dlscale.layout import Role
-from dlscale.options import declared, setting
+from dlscale.contract.layout import Role
+from dlscale.contract.options import declared, setting
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ backends and the PyTorch builder of every built-in model. Importing it imports n
 
 from __future__ import annotations
 
-from dlscale.backends import BACKENDS, BackendSpec
-from dlscale.backends.frameworks import FRAMEWORKS, FrameworkSpec
+from dlscale.contract.backends import BACKENDS, BackendSpec
+from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
+from dlscale.contract.models import register_builder
 from dlscale.frameworks.torch.cluster import torch_cluster_env
 from dlscale.frameworks.torch.options import (
     DDP_OPTIONS,
@@ -14,7 +15,6 @@ from dlscale.frameworks.torch.options import (
     TORCH_LOOP_OPTIONS,
     ps_roles,
 )
-from dlscale.models import register_builder
 
 INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
 DEVICE_PROBE = "dlscale.frameworks.torch.env:cuda_device_count"

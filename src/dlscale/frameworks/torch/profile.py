@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.models import MODELS
+from dlscale.contract.models import MODELS
 
 __all__ = ["ModelProfile", "gradient_bytes", "profile"]
 

@@ -52,7 +52,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.records import Server, Staleness
+from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch import ps_shards
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
@@ -63,7 +64,6 @@ from dlscale.frameworks.torch.loop import (
 )
 from dlscale.frameworks.torch.options import PSOptions
 from dlscale.frameworks.torch.ps_shards import DONE, FRAME, MAX_VERSION, Shard
-from dlscale.metrics.records import Server, Staleness
 from dlscale.runtime.context import WorkerContext
 
 _CPU = torch.device("cpu")

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dlscale.config.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch.loop import TorchStrategy, init_process_group, run_training
 from dlscale.frameworks.torch.options import RingOptions
 from dlscale.frameworks.torch.ring_allreduce import Fusion

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from dlscale.backends.comm_bytes import ring_bytes_mean
+from dlscale.contract.comm_bytes import ring_bytes_mean
 
 __all__ = [
     "COMPRESSIONS",

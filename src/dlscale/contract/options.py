@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from dlscale.errors import UnsupportedPoint, UserError
+from dlscale.contract.errors import UnsupportedPoint, UserError
 
 _TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")

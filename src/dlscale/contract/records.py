@@ -2,7 +2,7 @@
 
 Every process writes its own JSON-lines file of these (``events.rank<r>.jsonl``); the writer
 stamps each with the schema, rank, host and time. The parent reads them back as these types
-(:func:`dlscale.metrics.events.read_records`) and aggregates them; nothing else parses events.
+(:func:`dlscale.contract.events.read_records`) and aggregates them; nothing else parses events.
 Fields that an engine cannot give are ``None`` (Keras ``fit`` reports per window, so a window
 may come without ``step_ms`` and ``data_ms``). Units are in the names (house style 7).
 """

@@ -9,13 +9,23 @@ order they are declared, so the layout is the same on every host and in every pr
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 MAX_PROCESSES = 65536
 """The most processes one run may have (a bound on the plan, far above any machine's cores)."""
+
+
+def usable_cores() -> int:
+    """Cores this process may run on, which a layout on this machine is spread over
+    (affinity-aware, so containers and Slurm are right)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True, kw_only=True)

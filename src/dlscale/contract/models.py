@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlscale.registry import Registry, load_object
+from dlscale.contract.registry import Registry, load_object
 
 
 @dataclass(frozen=True, kw_only=True)

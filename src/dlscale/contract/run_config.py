@@ -2,8 +2,8 @@
 
 The core keys every run has are fields with a docstring (shown by ``dlscale run --keys``); the
 settings of the point's backend, data set and launcher are their own declared options
-(:mod:`dlscale.options`), resolved into ``options``. Everything is validated on construction; a
-bad value raises :class:`UserError` naming the key and what is allowed.
+(:mod:`dlscale.contract.options`), resolved into ``options``. Everything is validated on
+construction; a bad value raises :class:`UserError` naming the key and what is allowed.
 
 Each key has one kind (field metadata), the one mechanism that says what a key is:
 
@@ -23,13 +23,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from dlscale.backends import BACKENDS
-from dlscale.datasets import DATASETS
-from dlscale.errors import UnsupportedPoint, UserError
-from dlscale.launchers import LAUNCHERS
-from dlscale.layout import ProcessLayout
-from dlscale.models import MODELS
-from dlscale.options import Option, resolve, typed
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.errors import UnsupportedPoint, UserError
+from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.layout import ProcessLayout
+from dlscale.contract.models import MODELS
+from dlscale.contract.options import Option, resolve, typed
 
 T = TypeVar("T")
 
@@ -229,13 +229,9 @@ class RunConfig:
             "launcher": (self.launcher, LAUNCHERS.get(self.launcher).options),
         }
 
-    def option(self, name: str) -> Any:
-        """The resolved value of one plug-in option (KeyError if no plug-in declares it)."""
-        return self.options[name]
-
     def typed(self, options: type[T]) -> T:
-        """This point's values of a plug-in's options dataclass (:func:`dlscale.options.typed`),
-        typed where they are used."""
+        """This point's values of a plug-in's options dataclass
+        (:func:`dlscale.contract.options.typed`), typed where they are used."""
         return typed(options, self.options)
 
     def grouped_options(self) -> dict[str, dict[str, Any]]:

@@ -1,8 +1,8 @@
 """One generic registry, used once per plug-in axis (backends, models, datasets, launchers).
 
 Entries are light descriptors: looking a name up never imports a deep-learning framework. The
-first lookup in any registry imports the plug-ins (:func:`dlscale.plugins.load_plugins`): the
-built-in frameworks' entries come through that door too, so every lookup sees them.
+first lookup in any registry imports the plug-ins (:func:`dlscale.contract.plugins.load_plugins`):
+the built-in frameworks' entries come through that door too, so every lookup sees them.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class Registry(Generic[T]):
 
 
 def _plugins_loaded() -> None:
-    from dlscale.plugins import load_plugins_once  # lazy: a plug-in imports the registries
+    from dlscale.contract.plugins import load_plugins_once  # lazy: a plug-in imports the registries
 
     load_plugins_once()
 

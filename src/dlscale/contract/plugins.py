@@ -18,7 +18,7 @@ import importlib
 import os
 from importlib import metadata
 
-from dlscale.errors import UserError
+from dlscale.contract.errors import UserError
 
 ENV_VAR = "DLSCALE_PLUGINS"
 ENTRY_POINT_GROUP = "dlscale.plugins"

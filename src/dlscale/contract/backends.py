@@ -4,7 +4,8 @@ The core reads only these descriptors and what they declare (options, roles, clu
 environment); it never branches on a backend's name. The worker-side code named by ``worker``
 runs inside ``python -m dlscale.worker``, possibly under another interpreter (``python``), and
 talks to the parent only through files. Registering a backend from another package (see
-:mod:`dlscale.plugins`) needs no edit here, and the built-in backends register the same way:
+:mod:`dlscale.contract.plugins`) needs no edit here, and the built-in backends register the same
+way:
 each folder of :mod:`dlscale.frameworks` has a ``plugin`` module, named by an entry point of the
 ``dlscale.plugins`` group in pyproject.toml.
 """
@@ -15,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dlscale.layout import Addresses, Process, ProcessLayout, Role
-from dlscale.options import Option
-from dlscale.registry import Registry
+from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.contract.options import Option
+from dlscale.contract.registry import Registry
 
 if TYPE_CHECKING:
-    from dlscale.config.run_config import RunConfig
+    from dlscale.contract.run_config import RunConfig
 
 
 def one_worker_role(config: RunConfig) -> tuple[Role, ...]:

@@ -1,6 +1,6 @@
 """Per-rank structured records (JSON lines). Every rank writes its own file; the writer stamps
 each record with the schema, rank, host and time, so a crashed rank still leaves its partial
-record. The records themselves are defined once in :mod:`dlscale.metrics.records`."""
+record. The records themselves are defined once in :mod:`dlscale.contract.records`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dlscale.errors import SchemaError
-from dlscale.metrics.records import EVENTS_SCHEMA, Record, from_dict
+from dlscale.contract.errors import SchemaError
+from dlscale.contract.records import EVENTS_SCHEMA, Record, from_dict
 
 
 def events_path(run_dir: Path, rank: int) -> Path:

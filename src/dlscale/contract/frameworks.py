@@ -12,7 +12,7 @@ import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.registry import Registry, load_object
+from dlscale.contract.registry import Registry, load_object
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from dlscale.errors import SchemaError, UserError
+from dlscale.contract.errors import SchemaError, UserError
 
 SCHEMAS = {"spec": 3, "result": 3, "checkpoint": 1, "microbench": 1}
 """Current version of each persisted document kind; bump on an incompatible change.

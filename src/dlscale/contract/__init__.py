@@ -1,0 +1,17 @@
+"""The contract at the bottom of dlscale: what the core and the plug-ins (the framework folders
+included) agree on, importing nothing else of dlscale (checked by ``lint-imports``).
+
+* :mod:`~dlscale.contract.registry` and :mod:`~dlscale.contract.plugins`: the registries and
+  the one door plug-ins come in through (the ``dlscale.plugins`` entry-point group);
+* :mod:`~dlscale.contract.options`: :class:`Option`, typed settings and their one parser;
+* :mod:`~dlscale.contract.layout`: roles, processes and addresses of a run;
+* the specs and registries of :mod:`~dlscale.contract.backends`,
+  :mod:`~dlscale.contract.launchers`, :mod:`~dlscale.contract.models`,
+  :mod:`~dlscale.contract.datasets` and :mod:`~dlscale.contract.frameworks`;
+* :mod:`~dlscale.contract.records` and :mod:`~dlscale.contract.events`: the typed event
+  records a worker writes and the parent reads; :mod:`~dlscale.contract.comm_bytes`: how bytes
+  on the wire are counted, the same for every engine;
+* :mod:`~dlscale.contract.files`: how every file of a result is written (atomically) and read;
+* :mod:`~dlscale.contract.errors` and :mod:`~dlscale.contract.text`: the errors a user sees and
+  how text from users is made safe to print.
+"""

@@ -1,0 +1,58 @@
+"""The data set contract: what a data set declares (light descriptors; readers and tensors are
+loaded inside the workers), and the registry of data sets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlscale.contract.options import Option
+from dlscale.contract.registry import Registry, load_object
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetSpec:
+    """What the core knows about a data set without importing a framework."""
+
+    name: str
+    description: str
+    loader: str
+    """``module:function`` called in a worker as
+    ``load(cfg, *, shard, shards, replicas=1, input_size, num_classes)``; returns a
+    :class:`dlscale.datasets.arrays.NumpyDataset` (numpy only) of the process that trains
+    replicas ``shard`` to ``shard + replicas - 1`` of ``shards``;
+    :func:`dlscale.frameworks.torch.data.to_torch` puts it on a torch device."""
+    needs_data_dir: bool
+    has_eval: bool
+    """Whether an accuracy on held-out data means anything (not for synthetic data)."""
+    num_classes: int | None
+    """Classes of the data set; ``None`` follows the model (synthetic data)."""
+    checker: str | None = None
+    """``module:function(data_dir: Path | None, options: dict) -> list[str] | None`` run by the
+    parent before launching, with the data set's resolved options; raises
+    :class:`dlscale.contract.errors.DataError` naming the bad file, or returns notes for the user
+    (what it left out). Needs no framework."""
+
+    options: tuple[Option, ...] = ()
+    """The data set's own settings (study keys)."""
+    loader_processes: str | None = None
+    """The option whose value is how many processes each training process starts to load
+    data (the resource guard counts them); ``None``: none."""
+
+    def helper_processes(self, options: dict[str, Any]) -> int:
+        """Loader processes per training process under ``options``."""
+        return int(options[self.loader_processes]) if self.loader_processes else 0
+
+    def check(self, data_dir: Path | None, options: dict[str, Any] | None = None) -> list[str]:
+        """The checker's notes (none without a checker)."""
+        if self.checker is None:
+            return []
+        return list(load_object(self.checker)(data_dir, options or {}) or [])
+
+    def load(self, *args: Any, **kwargs: Any) -> Any:
+        return load_object(self.loader)(*args, **kwargs)
+
+
+DATASETS: Registry[DatasetSpec] = Registry("dataset")
+"""Filled by the ``datasets`` entry point (:mod:`dlscale.datasets.plugin`) and by plug-ins."""

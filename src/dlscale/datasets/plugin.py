@@ -1,0 +1,77 @@
+"""dlscale's own data sets (the ``dlscale.plugins`` entry point ``datasets``): synthetic,
+CIFAR-10, image folders (ImageNet and its subsets) and digits, registered through the door an
+outside plug-in uses."""
+
+from __future__ import annotations
+
+from dlscale.contract.datasets import DATASETS, DatasetSpec
+from dlscale.contract.options import declared
+from dlscale.datasets.options import ImageOptions, ImageSubsetOptions, SyntheticOptions
+
+DATASETS.register(
+    "synthetic",
+    DatasetSpec(
+        name="synthetic",
+        description="one random batch, put on the training device once (no input-pipeline cost)",
+        loader="dlscale.datasets.synthetic:load",
+        needs_data_dir=False,
+        has_eval=False,
+        num_classes=None,
+        options=declared(SyntheticOptions),
+    ),
+)
+DATASETS.register(
+    "cifar10",
+    DatasetSpec(
+        name="cifar10",
+        description="CIFAR-10 from --data-dir (official python or binary format), in memory",
+        loader="dlscale.datasets.cifar10:load",
+        checker="dlscale.datasets.cifar10_files:check",
+        needs_data_dir=True,
+        has_eval=True,
+        num_classes=10,
+    ),
+)
+
+
+DATASETS.register(
+    "imagenet",
+    DatasetSpec(
+        name="imagenet",
+        description="ImageNet from --data-dir (JPEG class folders or TFRecord shards), "
+        "decoded and augmented at every step by loader processes",
+        loader="dlscale.datasets.imagenet:load",
+        checker="dlscale.datasets.imagenet:check",
+        needs_data_dir=True,
+        has_eval=True,
+        num_classes=1000,
+        options=declared(ImageOptions),
+        loader_processes="loader_workers",
+    ),
+)
+DATASETS.register(
+    "imagenet-subset",
+    DatasetSpec(
+        name="imagenet-subset",
+        description="a slice of an ImageNet directory (first `classes` classes, "
+        "`images_per_class` each) to time the input pipeline on less data",
+        loader="dlscale.datasets.imagenet:load",
+        checker="dlscale.datasets.imagenet:check",
+        needs_data_dir=True,
+        has_eval=True,
+        num_classes=None,
+        options=declared(ImageSubsetOptions),
+        loader_processes="loader_workers",
+    ),
+)
+DATASETS.register(
+    "digits",
+    DatasetSpec(
+        name="digits",
+        description="scikit-learn's bundled 8x8 handwritten digits (1,797 images), no download",
+        loader="dlscale.datasets.digits:load",
+        needs_data_dir=False,
+        has_eval=True,
+        num_classes=10,
+    ),
+)

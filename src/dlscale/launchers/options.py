@@ -1,0 +1,53 @@
+"""The built-in launchers' options, declared once each as a dataclass: the core validates the
+Options derived from it (:func:`dlscale.contract.options.declared`, registered in
+:mod:`dlscale.launchers.plugin`) and the launcher reads them typed (``config.typed(...)``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dlscale.contract.options import setting
+
+
+def _check_network(value: Any) -> None:
+    from dlscale.launchers.network import check_network  # the launcher's code, on use only
+
+    check_network(value)
+
+
+@dataclass(frozen=True)
+class TorchrunOptions:
+    nnodes: int = setting(
+        1, "torchrun agents (nodes), each starting processes / nnodes ranks", minimum=1
+    )
+    max_restarts: int = setting(
+        0,
+        "restarts of failed ranks (torchrun --max-restarts); above 0 the ranks checkpoint "
+        "after every window and a restarted run resumes from the last",
+        minimum=0,
+    )
+    network: str = setting(
+        "",
+        "emulate the nodes' network (root): each node in its own namespace, links shaped by "
+        "tc, e.g. 1gbit:100us, 10gbit, unshaped; empty: the loopback",
+        validate=_check_network,
+    )
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    slurm_mode: str = setting(
+        "auto",
+        "srun (a step of this allocation), sbatch (submit, poll), auto: srun inside an "
+        "allocation, else sbatch",
+        choices=("auto", "srun", "sbatch"),
+    )
+    partition: str = setting("", "Slurm partition (-p)")
+    nodes: int = setting(0, "--nodes; 0: Slurm picks", minimum=0)
+    slurm_args: str = setting("", "more srun/sbatch options, e.g. '--account=proj --qos=short'")
+    wait: bool = setting(
+        True,
+        "sbatch: wait for each job and show progress; false: submit every point and return, "
+        "each job records its own result (dlscale ls runs shows the states)",
+    )

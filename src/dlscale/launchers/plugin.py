@@ -1,0 +1,58 @@
+"""dlscale's own launchers (the ``dlscale.plugins`` entry point ``launchers``): local,
+horovodrun, mpirun, torchrun and Slurm, registered through the door an outside plug-in uses."""
+
+from __future__ import annotations
+
+from dlscale.contract.launchers import LAUNCHERS, LauncherSpec
+from dlscale.contract.options import declared
+from dlscale.launchers.options import SlurmOptions, TorchrunOptions
+
+LAUNCHERS.register(
+    "local",
+    LauncherSpec(
+        name="local",
+        description="N processes on this machine (cores split between them)",
+        implementation="dlscale.launchers.local:LocalLauncher",
+        same_machine=True,
+    ),
+)
+LAUNCHERS.register(
+    "horovodrun",
+    LauncherSpec(
+        name="horovodrun",
+        description="Horovod's horovodrun with its Gloo rendezvous, all ranks on this machine",
+        implementation="dlscale.launchers.horovodrun:HorovodrunLauncher",
+        same_machine=True,
+        provides=("horovod",),
+    ),
+)
+LAUNCHERS.register(
+    "mpirun",
+    LauncherSpec(
+        name="mpirun",
+        description="OpenMPI's mpirun, all ranks on this machine (scripts/install-openmpi.sh)",
+        implementation="dlscale.launchers.mpirun:MpirunLauncher",
+        same_machine=True,
+        provides=("mpi",),
+    ),
+)
+LAUNCHERS.register(
+    "torchrun",
+    LauncherSpec(
+        name="torchrun",
+        description="PyTorch's torchrun (elastic agent): c10d rendezvous, nnodes agents here",
+        implementation="dlscale.launchers.torchrun:TorchrunLauncher",
+        same_machine=True,
+        provides=("torch",),
+        options=declared(TorchrunOptions),
+    ),
+)
+LAUNCHERS.register(
+    "slurm",
+    LauncherSpec(
+        name="slurm",
+        description="Slurm: srun inside an allocation, or sbatch a job and poll it",
+        implementation="dlscale.launchers.slurm:SlurmLauncher",
+        options=declared(SlurmOptions),
+    ),
+)
