@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
 from dlscale.contract.errors import UserError
@@ -96,3 +100,39 @@ def test_an_empty_registry_says_the_install_lacks_its_entry_points():
     registry: Registry[int] = Registry("widget")
     with pytest.raises(UserError, match=r"no widget is registered.*reinstall"):
         registry.get("torch-ddp")
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            "from dlscale.contract.launchers import LAUNCHERS, LauncherSpec\n"
+            "LAUNCHERS.register('local', LauncherSpec(name='local', description='x', "
+            "implementation='os:getcwd'))\n",
+            "plug-in 'shadow_plugin' failed while registering (ValueError: launcher 'local' is "
+            "registered twice)",
+        ),
+        (
+            "raise RuntimeError('boom\\x1b]0;title\\x07')\n",
+            "failed while registering (RuntimeError: boom\\x1b]0;title\\x07)",
+        ),
+        ("import no_such_module_xyz\n", "plug-in 'shadow_plugin' cannot be imported"),
+    ],
+    ids=["takes-a-built-in-name", "raises", "imports-nothing"],
+)
+def test_a_broken_plugin_is_one_line_naming_it(tmp_path, source, said):
+    """A plug-in that fails on import (a name the built-ins hold, any exception) is one line
+    naming it, exit 2, with no control character printed; dlscale's own plug-ins are loaded
+    first, so the error is the outsider's."""
+    (tmp_path / "shadow_plugin.py").write_text(source)
+    done = subprocess.run(
+        [sys.executable, "-m", "dlscale", "ls", "launchers"],
+        env={**os.environ, "DLSCALE_PLUGINS": "shadow_plugin", "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert said in done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr

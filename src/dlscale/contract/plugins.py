@@ -28,7 +28,10 @@ _state = {"discovered": False}
 
 def plugin_modules() -> list[str]:
     """Module names of the plug-ins named by entry points and by ``DLSCALE_PLUGINS``."""
-    names = [ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    found = [ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    # dlscale's own first: a name an outside plug-in registers again is then its error, not ours
+    ours = [name for name in found if name.startswith("dlscale.")]
+    names = ours + [name for name in found if name not in ours]
     names += [n.strip() for n in os.environ.get(ENV_VAR, "").split(",") if n.strip()]
     return list(dict.fromkeys(names))
 
@@ -43,6 +46,13 @@ def load_plugins(modules: list[str] | None = None) -> list[str]:
         except ImportError as error:
             raise UserError(
                 f"plug-in {name!r} cannot be imported ({error}); fix {ENV_VAR} or install it"
+            ) from None
+        except UserError:
+            raise
+        except Exception as error:  # an outside module's fault, said in one line
+            raise UserError(
+                f"plug-in {name!r} failed while registering ({type(error).__name__}: {error}); "
+                f"fix it, or leave it out of {ENV_VAR} and its package's entry points"
             ) from None
         _loaded.append(name)
     return list(_loaded)
