@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from dlscale.config import RunConfig
+from dlscale.contract.engine import Engine
 from dlscale.contract.events import EventWriter, events_path
 from dlscale.contract.records import Start
 from dlscale.runtime import checkpoint
 from dlscale.runtime.checkpoint import Checkpoints, attempt
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.engine import Engine
 
 
 class TextEngine(Engine):

@@ -7,11 +7,11 @@ import pytest
 
 from dlscale.cli import main
 from dlscale.config import RunConfig
+from dlscale.contract.engine import Engine
 from dlscale.contract.events import EventWriter, events_path, read_events
 from dlscale.contract.layout import Addresses, usable_cores
 from dlscale.preflight import MAX_PROCESSES_PER_CORE, memory_lower_bound_bytes
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.engine import Engine
 from dlscale.runtime.schedule import run_schedule
 
 

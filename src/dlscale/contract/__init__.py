@@ -8,6 +8,8 @@ included) agree on, importing nothing else of dlscale (checked by ``lint-imports
 * the specs and registries of :mod:`~dlscale.contract.backends`,
   :mod:`~dlscale.contract.launchers`, :mod:`~dlscale.contract.models`,
   :mod:`~dlscale.contract.datasets` and :mod:`~dlscale.contract.frameworks`;
+* :mod:`~dlscale.contract.engine`: the engine and synchronization-strategy protocols, one
+  vocabulary for every framework;
 * :mod:`~dlscale.contract.records` and :mod:`~dlscale.contract.events`: the typed event
   records a worker writes and the parent reads; :mod:`~dlscale.contract.comm_bytes`: how bytes
   on the wire are counted, the same for every engine;

@@ -36,8 +36,8 @@ from dlscale.contract.events import events_path, read_events
 from dlscale.contract.files import make_directory, read_json, write_json_atomic
 
 if TYPE_CHECKING:
+    from dlscale.contract.engine import Engine
     from dlscale.runtime.context import WorkerContext
-    from dlscale.runtime.engine import Engine
 
 ENABLED_ENV = "DLSCALE_CHECKPOINTS"
 POINTER = "latest.json"

@@ -1,7 +1,6 @@
-"""What an engine is to the measurement kernel (:mod:`dlscale.runtime.schedule`): one process's
-training in some framework, the hooks the kernel calls (batches, step, sync, evaluate, no-sync,
-bytes, checkpoints, facts), the loader-only wrapper, the shared modelled-bytes engine of
-TensorFlow and MXNet, and the environment record every first training rank writes.
+"""What the kernel (:mod:`dlscale.runtime.schedule`) adds to the engine contract
+(:class:`dlscale.contract.engine.Engine`): the loader-only wrapper, the shared modelled-bytes
+engine of TensorFlow and MXNet, and the environment record every first training rank writes.
 """
 
 from __future__ import annotations
@@ -11,86 +10,14 @@ import platform
 import sys
 from collections.abc import Iterator
 from importlib import metadata
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlscale.contract.engine import Engine
 from dlscale.contract.records import Environment
 from dlscale.runtime.allocator import loaded_allocator
 
 if TYPE_CHECKING:
     from dlscale.runtime.context import WorkerContext
-
-
-class Engine:
-    """One process's training in some framework, as the kernel drives it.
-
-    Subclasses implement :meth:`batches` and :meth:`step` (or :meth:`train_window` with
-    ``times_steps = False``); the rest has defaults for an engine that lacks the feature.
-    """
-
-    times_steps = True
-    """False: the engine runs whole windows (:meth:`train_window`); no per-step times."""
-    synchronizes = True
-    """False: the steps synchronize nothing (one process, no wrapper); exposed communication
-    is then 0 by definition, and no probe runs."""
-    steps_per_epoch: int = 1
-    has_eval: bool = False
-    resumable = False
-    """True: every replica holds the same training state (synchronous data parallelism), which
-    :meth:`checkpoint` writes and :meth:`restore` reads (a restarted run resumes)."""
-
-    def batches(self, epoch: int) -> Iterator[Any]:
-        """The training batches of one epoch (exactly ``steps_per_epoch`` of them)."""
-        raise NotImplementedError
-
-    def step(self, batch: Any) -> Any:
-        """One training step; returns its mean loss (a float or a lazy framework scalar)."""
-        raise NotImplementedError
-
-    def train_window(self, batches: Iterator[Any], steps: int) -> list[Any]:
-        """``steps`` steps at once (engines with ``times_steps = False``); their losses."""
-        return [self.step(next(batches)) for _ in range(steps)]
-
-    def sync(self) -> None:
-        """Wait for the device's queued work (before a clock is read)."""
-
-    def loss_total(self, losses: list[Any]) -> float:
-        """The sum of the steps' losses as one float (may be NaN or infinite)."""
-        return float(sum(float(loss) for loss in losses))
-
-    def evaluate(self) -> tuple[int, int, float]:
-        """``(correct, total, loss_sum)`` over this process's share of the held-out data."""
-        return 0, 0, 0.0
-
-    def no_sync(self) -> contextlib.AbstractContextManager[Any] | None:
-        """A context in which a step skips gradient synchronization; ``None``: not measurable."""
-        return None
-
-    def take_bytes_sent(self) -> float | None:
-        """Bytes sent for gradient synchronization since the last call, if counted."""
-        return None
-
-    def save_params(self) -> None:
-        """Write the trained parameters to the run directory (``save_params``)."""
-
-    def checkpoint(self, path: Path) -> None:
-        """Write the replica's training state (parameters, optimizer) to ``path``."""
-        raise NotImplementedError(f"{type(self).__name__} cannot checkpoint")
-
-    def restore(self, path: Path) -> None:
-        """Load the state :meth:`checkpoint` wrote into this replica."""
-        raise NotImplementedError(f"{type(self).__name__} cannot restore")
-
-    def barrier(self) -> None:
-        """Wait until every training process got here (after a checkpoint); by default
-        nothing (one process)."""
-
-    def finish(self) -> None:
-        """After the last step (e.g. tell the servers this worker is done)."""
-
-    def framework_facts(self) -> dict[str, Any]:
-        """What the framework says about itself and the device (versions, GPUs)."""
-        return {}
 
 
 class LoaderOnly(Engine):

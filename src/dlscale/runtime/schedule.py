@@ -1,6 +1,6 @@
 """The measurement kernel: one framework-free schedule for every engine.
 
-An engine (:class:`~dlscale.runtime.engine.Engine`) knows how to take one training step in its
+An engine (:class:`~dlscale.contract.engine.Engine`) knows how to take one training step in its
 framework; this module owns *when* and *how* steps are timed, so every backend is measured the same
 way:
 
@@ -31,9 +31,10 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from dlscale.contract.engine import Engine
 from dlscale.contract.records import Eval, Resume, Window
 from dlscale.runtime.checkpoint import Checkpoints, attempt, skip
-from dlscale.runtime.engine import Engine, LoaderOnly, worker_environment
+from dlscale.runtime.engine import LoaderOnly, worker_environment
 from dlscale.runtime.load import LoadSample, machine_cores, sample
 from dlscale.runtime.watchdog import local_parent
 

@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from dlscale.contract.datasets import DATASETS
+from dlscale.contract.engine import Engine
 from dlscale.contract.models import MODELS
 from dlscale.contract.records import Server, Staleness, Strategy
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.engine import Engine
 from dlscale.runtime.schedule import run_schedule
 from dlscale_toy import ToyPsOptions
 

@@ -21,9 +21,12 @@ class HorovodMX(MXStrategy):
     def __init__(self) -> None:
         self.session = HorovodSession()
         self.hvd: Any = None
+        self._factor = 1.0
 
     def setup(self, ctx: WorkerContext, mx: Any) -> None:
         self.hvd = self.session.start(ctx, "horovod.mxnet")
+        # fp16 compression halves what goes on the wire (the modelled bytes follow it)
+        self._factor = 0.5 if ctx.config.typed(HorovodCommon).compression == "fp16" else 1.0
 
     def trainer(self, params: Any, cfg: Any, mx: Any) -> Any:
         from dlscale.frameworks.mxnet.sgd import make_sgd  # imports mxnet: after import_mxnet
@@ -39,11 +42,10 @@ class HorovodMX(MXStrategy):
     def unsynced_update(self, trainer: Any, samples: int) -> None:
         trainer.update(samples)  # the local update without the all-reduce
 
-    def payload_bytes(self, gradient_bytes: int, ctx: WorkerContext) -> float | None:
-        factor = 0.5 if ctx.config.typed(HorovodCommon).compression == "fp16" else 1.0
-        return ring_bytes_mean(round(gradient_bytes * factor), ctx.processes)
+    def modelled_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
+        return ring_bytes_mean(round(gradient_bytes * self._factor), replicas)
 
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         return {
             "algorithm": "ring all-reduce (Horovod)",
             "compression": ctx.config.typed(HorovodCommon).compression,

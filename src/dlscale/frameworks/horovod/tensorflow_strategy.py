@@ -39,10 +39,10 @@ class HorovodTape(TFStrategy):
             tape = self.hvd.DistributedGradientTape(tape, compression=self._compression)
         return tape.gradient(loss, variables)
 
-    def payload_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
+    def modelled_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
         return ring_bytes_mean(round(gradient_bytes * self._scale), self.hvd.size())
 
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         facts = self._session.facts(ctx.config)
         return {
             "algorithm": f"Horovod all-reduce ({facts['horovod_controller']}), modelled as a "
@@ -50,7 +50,7 @@ class HorovodTape(TFStrategy):
             **facts,
         }
 
-    def teardown(self) -> None:
+    def teardown(self, completed: bool = True) -> None:
         self._session.shutdown()
 
 

@@ -129,8 +129,8 @@ class HorovodStrategy(TorchStrategy):
         self._payload = 0.0
         return sent
 
-    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        facts = self._session.facts(cfg)
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
+        facts = self._session.facts(ctx.config)
         return {
             "bytes_sent_per_step_model": round(
                 ring_bytes_mean(round(self._step_payload), self.world)
@@ -146,7 +146,7 @@ class HorovodStrategy(TorchStrategy):
 
         hvd.join()
 
-    def teardown(self) -> None:
+    def teardown(self, completed: bool = True) -> None:
         self._session.shutdown()
 
 

@@ -73,11 +73,11 @@ class KVStrategy(MXStrategy):
     def unsynced_update(self, trainer: Any, samples: int) -> None:
         """Nothing: the update runs in the servers (compute only, as torch-ps's probe)."""
 
-    def payload_bytes(self, gradient_bytes: int, ctx: WorkerContext) -> float | None:
+    def modelled_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
         """A push of every gradient and a pull of every parameter (torch-ps counts the same)."""
         return 2 * gradient_bytes if self.synchronizes else None
 
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         cfg = ctx.config
         facts: dict[str, Any] = {"kvstore": self.kind, "kvstore_type": self.kv.type}
         if self.synchronizes:

@@ -3,7 +3,7 @@
 A backend supplies an :class:`MXStrategy` (which ``gluon.Trainer`` updates the parameters: a
 plain one, one on a kvstore, Horovod's ``DistributedTrainer`` in
 :mod:`dlscale.frameworks.horovod.mxnet_strategy`); :class:`MXEngine` is the
-kernel's :class:`~dlscale.runtime.engine.Engine` for it, so MXNet runs are timed exactly as
+kernel's :class:`~dlscale.contract.engine.Engine` for it, so MXNet runs are timed exactly as
 the others (:mod:`dlscale.runtime.schedule`). The step is the one PyTorch takes: the Gluon twin
 of the model (:mod:`dlscale.frameworks.mxnet.models`, hybridized), started from the PyTorch twin's
 initial weights when ``weights = "torch"`` (the default), the batch's summed cross-entropy
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dlscale.contract.datasets import DATASETS
+from dlscale.contract.engine import SyncStrategy
 from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.contract.models import MODELS, PARAMS_FILE
 from dlscale.contract.registry import load_object
@@ -38,11 +39,10 @@ from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
 
 
-class MXStrategy:
-    """How an MXNet process trains: the default is one replica and a plain Trainer
-    (mxnet-single); the distributed strategies override what differs."""
-
-    synchronizes = False
+class MXStrategy(SyncStrategy):
+    """How an MXNet process trains (:class:`SyncStrategy`'s words, and the hooks below): the
+    default is one replica and a plain Trainer (mxnet-single); the distributed strategies
+    override what differs."""
 
     def setup(self, ctx: WorkerContext, mx: Any) -> None:
         """After MXNet's import, before the model is built."""
@@ -63,15 +63,8 @@ class MXStrategy:
         """The exposed-communication probe's step without synchronization."""
         trainer.step(samples)
 
-    def payload_bytes(self, gradient_bytes: int, ctx: WorkerContext) -> float | None:
-        """Bytes this worker sends per synchronized step, by the algorithm's model."""
-        return None
-
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         return {"algorithm": "none (one replica)"}
-
-    def teardown(self, completed: bool = True) -> None:
-        """Leave the collective world, if any (``completed``: every step ran)."""
 
 
 def torch_initial_state(cfg: Any) -> dict[str, np.ndarray] | None:
@@ -159,7 +152,7 @@ class MXEngine(ModelledSyncEngine):
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts.update(strategy.describe(ctx))
-        self.declare_payload(ctx, gradient, strategy.payload_bytes(gradient, ctx), facts)
+        self.declare_payload(ctx, gradient, strategy.modelled_bytes(gradient, ctx.processes), facts)
 
     def batches(self, epoch: int) -> Iterator[Any]:
         nd, cpu = self.mx.nd, self.mx.cpu()

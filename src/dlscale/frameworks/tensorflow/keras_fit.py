@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dlscale.contract.comm_bytes import ring_bytes_mean
+from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
 from dlscale.frameworks.tensorflow.declare import FitOptions, TFLoopOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, tensorflow_environment
@@ -44,7 +45,6 @@ from dlscale.frameworks.tensorflow.loop import (
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.frameworks.tensorflow.strategies import MultiWorker
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.engine import Engine
 from dlscale.runtime.schedule import run_schedule
 
 tf = import_tensorflow()

@@ -2,7 +2,7 @@
 
 A backend supplies a :class:`TFStrategy` (which ``tf.distribute`` strategy holds the variables, and
 how a step's gradients are synchronized); :class:`TFEngine` is the kernel's
-:class:`~dlscale.runtime.engine.Engine` for it, so TensorFlow runs are timed exactly as the torch
+:class:`~dlscale.contract.engine.Engine` for it, so TensorFlow runs are timed exactly as the torch
 ones (:mod:`dlscale.runtime.schedule`). The step is the one PyTorch takes: the Keras twin of the
 model (:mod:`dlscale.frameworks.tensorflow.models`), started from the PyTorch twin's initial weights
 when ``weights = "torch"`` (the default: the same seed gives the same weights as every torch
@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from dlscale.contract.datasets import DATASETS
+from dlscale.contract.engine import SyncStrategy
 from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.contract.models import MODELS, PARAMS_FILE
 from dlscale.contract.registry import load_object
@@ -41,11 +42,11 @@ from dlscale.runtime.schedule import run_schedule
 tf = import_tensorflow()
 
 
-class TFStrategy:
-    """How a TensorFlow process distributes its training. The default is one replica and no
-    synchronization (tf-single); distributed strategies override what differs."""
+class TFStrategy(SyncStrategy):
+    """How a TensorFlow process distributes its training (:class:`SyncStrategy`'s words, and
+    the hooks below). The default is one replica and no synchronization (tf-single);
+    distributed strategies override what differs."""
 
-    synchronizes = False
     aggregates_in_optimizer = True
     """``apply_gradients`` all-reduces the gradients (tf.distribute); False: :meth:`gradients`
     does (Horovod's tape)."""
@@ -65,15 +66,8 @@ class TFStrategy:
     def gradients(self, tape: Any, loss: Any, variables: list[Any], sync: bool) -> Any:
         return tape.gradient(loss, variables)
 
-    def payload_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
-        """Bytes one replica sends per synchronized step, by the algorithm's model."""
-        return None
-
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         return {"algorithm": "none (one replica)"}
-
-    def teardown(self) -> None:
-        """Leave the collective world, if any."""
 
 
 def build_keras_model(cfg: RunConfig) -> Any:
@@ -189,7 +183,7 @@ class TFEngine(ModelledSyncEngine):
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts.update(strategy.describe(ctx))
-        payload = strategy.payload_bytes(gradient, dist.num_replicas_in_sync)
+        payload = strategy.modelled_bytes(gradient, dist.num_replicas_in_sync)
         self.declare_payload(ctx, gradient, payload, facts)
 
     def _make_step(self, sync: bool) -> Any:

@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
 from dlscale.frameworks.tensorflow.declare import TFLoopOptions, TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
@@ -47,7 +48,6 @@ from dlscale.frameworks.tensorflow.loop import (
 )
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.engine import Engine
 from dlscale.runtime.schedule import run_schedule
 
 tf = import_tensorflow()

@@ -55,7 +55,7 @@ class Mirrored(TFStrategy):
             devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
         )
 
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         where = "GPUs" if ctx.config.device == "cuda" else "logical CPU devices of one process"
         return {"algorithm": f"MirroredStrategy over {ctx.process.replicas} {where}"}
 
@@ -81,10 +81,10 @@ class MultiWorker(TFStrategy):
             )
         return dist
 
-    def payload_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
+    def modelled_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
         return ring_bytes_mean(gradient_bytes, replicas)
 
-    def describe(self, ctx: WorkerContext) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         return {
             "algorithm": f"TensorFlow collective all-reduce ({self.collective}), modelled as a "
             "ring: 2(N-1)/N x payload",

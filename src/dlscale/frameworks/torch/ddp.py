@@ -22,7 +22,6 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from dlscale.contract.comm_bytes import ring_bytes_mean
-from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,
@@ -94,8 +93,8 @@ class DDPStrategy(TorchStrategy):
         self._payload = 0.0
         return sent
 
-    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        options = cfg.typed(DDPOptions)
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
+        options = ctx.config.typed(DDPOptions)
         if options.compression == "powersgd":
             return {"compression": "powersgd", "powersgd_rank": options.powersgd_rank}
         payload = gradient_bytes(model) * _CAST_HOOKS[options.compression][1]
@@ -113,7 +112,7 @@ class DDPStrategy(TorchStrategy):
         if dist.is_initialized():
             dist.barrier()
 
-    def teardown(self) -> None:
+    def teardown(self, completed: bool = True) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -37,7 +37,6 @@ from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
     DefaultReduceScatter,
 )
 
-from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,
@@ -129,8 +128,8 @@ class FSDPStrategy(TorchStrategy):
         sent, self._sent = counted - self._sent, counted
         return sent * (self.world - 1) // self.world
 
-    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        reshard = cfg.typed(FSDPOptions).reshard_after_forward
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
+        reshard = ctx.config.typed(FSDPOptions).reshard_after_forward
         gathers = 2 if reshard else 1
         payload = (gathers + 1) * gradient_bytes(model)
         return {
@@ -172,7 +171,7 @@ class FSDPStrategy(TorchStrategy):
         if dist.is_initialized():
             dist.barrier()
 
-    def teardown(self) -> None:
+    def teardown(self, completed: bool = True) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
 

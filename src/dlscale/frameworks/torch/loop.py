@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from dlscale.contract.datasets import DATASETS
+from dlscale.contract.engine import Engine, SyncStrategy
 from dlscale.contract.models import MODELS
 from dlscale.contract.records import Strategy
 from dlscale.contract.run_config import RunConfig
@@ -27,22 +28,18 @@ from dlscale.frameworks.torch.data import TorchDataset, loader_died, to_torch
 from dlscale.frameworks.torch.env import torch_environment
 from dlscale.frameworks.torch.options import TorchLoopOptions
 from dlscale.runtime.context import WorkerContext
-from dlscale.runtime.engine import Engine
 from dlscale.runtime.schedule import run_schedule
 
 LossOf = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """The training loss of a batch (inputs, labels), with the engine's precision and layout."""
 
 
-class TorchStrategy:
-    """How gradients are synchronized. The default is a plain model with a local optimizer and no
-    synchronization (torch-single); distributed strategies override what differs."""
+class TorchStrategy(SyncStrategy):
+    """How gradients are synchronized in the torch loop (:class:`SyncStrategy`'s words, and the
+    hooks below). The default is a plain model with a local optimizer and no synchronization
+    (torch-single); distributed strategies override what differs."""
 
     synchronizes = True
-    """Whether a step synchronizes gradients (False only for the plain local model)."""
-    resumable = False
-    """Whether every replica holds the same model and optimizer state, so one checkpoint
-    restores each of them (``Engine.resumable``; the backend declares it too)."""
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         """Join the process group, if the strategy has one."""
@@ -72,14 +69,6 @@ class TorchStrategy:
         """A context in which a step skips gradient synchronization; None if not measurable."""
         return None
 
-    def take_bytes_sent(self) -> int | None:
-        """Bytes this rank sent for gradient synchronization since the last call, if counted."""
-        return None
-
-    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
-        """Facts for the run's ``strategy`` event, e.g. ``bytes_sent_per_step_model``."""
-        return {}
-
     def eval_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """The model an evaluation runs, on every training rank (a sharded one: gathered)."""
         return model
@@ -96,9 +85,6 @@ class TorchStrategy:
 
     def finish(self) -> None:
         """After the worker's last step (e.g. tell the servers it is done)."""
-
-    def teardown(self) -> None:
-        """Leave the process group."""
 
 
 def sgd(params: Any, cfg: RunConfig) -> torch.optim.Optimizer:
@@ -232,7 +218,7 @@ class TorchEngine(Engine):
         # modules, about 200 us a step more than clearing this list; docs/benchmarks.md).
         self.params = list(self.model.parameters())
         first = ctx.rank == ctx.layout.training_ranks[0]  # what aggregate reads the facts from
-        if first and (facts := strategy.describe(self.model, cfg)):
+        if first and (facts := strategy.describe(ctx, self.model)):
             ctx.events.write(
                 Strategy(
                     gradient_bytes=gradient_bytes(self.model),

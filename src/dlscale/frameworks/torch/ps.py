@@ -184,12 +184,12 @@ class PSStrategy(TorchStrategy):
         moved, self._bytes = self._bytes, 0
         return moved
 
-    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         return {
             "bytes_sent_per_step_model": ps_shards.bytes_per_step(self.shards),
             "algorithm": "parameter server: push gradient + pull parameters of every shard",
             "servers": len(self.shards),
-            "mode": cfg.typed(PSOptions).ps_mode,
+            "mode": ctx.config.typed(PSOptions).ps_mode,
             "shard_bytes": [shard.nbytes for shard in self.shards],
         }
 
@@ -204,7 +204,7 @@ class PSStrategy(TorchStrategy):
         _wait_all(sends)
         dist.barrier()  # no rank closes its connections while a peer still reads from them
 
-    def teardown(self) -> None:
+    def teardown(self, completed: bool = True) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
 

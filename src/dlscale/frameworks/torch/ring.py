@@ -85,16 +85,16 @@ class RingStrategy(TorchStrategy):
         sent, self._sent = self._sent, 0
         return sent
 
-    def describe(self, model: torch.nn.Module, cfg: RunConfig) -> dict[str, Any]:
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         assert self.fusion is not None
         return {
             "bytes_sent_per_step_model": self.fusion.bytes_mean(self.world),
             "buckets": len(self.fusion.buckets),
-            "compression": cfg.typed(RingOptions).compression,
+            "compression": ctx.config.typed(RingOptions).compression,
             "algorithm": "ring reduce-scatter + all-gather, 2(N-1) steps",
         }
 
-    def teardown(self) -> None:
+    def teardown(self, completed: bool = True) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
 
