@@ -100,6 +100,10 @@ def test_an_empty_registry_says_the_install_lacks_its_entry_points():
     registry: Registry[int] = Registry("widget")
     with pytest.raises(UserError, match=r"no widget is registered.*reinstall"):
         registry.get("torch-ddp")
+    with pytest.raises(UserError, match=r"no widget is registered.*reinstall"):
+        registry.listed()  # dlscale ls: the same line, not an empty table
+    registry.register("one", 1)
+    assert registry.listed() == [("one", 1)]
 
 
 @pytest.mark.parametrize(

@@ -103,7 +103,7 @@ def _backends() -> Table:
         "description",
     ):
         table.add_column(column)
-    for name, spec in BACKENDS:
+    for name, spec in BACKENDS.listed():
         _add(
             table,
             name,
@@ -156,7 +156,7 @@ def _datasets() -> Table:
     table = Table(title="datasets")
     for column in ("name", "needs --data-dir", "accuracy", "options", "description"):
         table.add_column(column)
-    for name, spec in DATASETS:
+    for name, spec in DATASETS.listed():
         _add(
             table,
             name,
@@ -174,7 +174,7 @@ def _launchers() -> Table:
     table = Table(title="launchers")
     for column in ("name", "options", "description"):
         table.add_column(column)
-    for name, spec in LAUNCHERS:
+    for name, spec in LAUNCHERS.listed():
         _add(table, name, _options(spec.options), spec.description)
     return table
 

@@ -35,11 +35,7 @@ class Registry(Generic[T]):
             return self._entries[name]
         except KeyError:
             if not self._entries:
-                raise UserError(
-                    f"no {self.kind} is registered, so {name!r} cannot be found: dlscale's "
-                    "entry points are missing (a copy not installed, or installed before they "
-                    "were added); reinstall it with make or pip install -e ."
-                ) from None
+                raise self._none_registered(f", so {name!r} cannot be found") from None
             raise UserError(
                 f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}"
             ) from None
@@ -55,6 +51,21 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[tuple[str, T]]:
         _plugins_loaded()
         return iter(sorted(self._entries.items()))
+
+    def listed(self) -> list[tuple[str, T]]:
+        """Every entry, for a listing (``dlscale ls``): none at all is an install without its
+        entry points, said as :meth:`get` says it, not an empty table."""
+        _plugins_loaded()
+        if not self._entries:
+            raise self._none_registered("")
+        return sorted(self._entries.items())
+
+    def _none_registered(self, what: str) -> UserError:
+        return UserError(
+            f"no {self.kind} is registered{what}: dlscale's entry points are missing (a copy "
+            "not installed, or installed before they were added); reinstall it with make or "
+            "pip install -e ."
+        )
 
 
 def _plugins_loaded() -> None:
