@@ -33,6 +33,7 @@ from pathlib import Path
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import UserError
+from dlscale.contract.frameworks import framework_module
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import usable_cores
 from dlscale.contract.models import MODELS
@@ -180,7 +181,7 @@ def check_requirements(python: str, backend_name: str) -> None:
     """The backend's framework and the modules it requires import under the workers'
     interpreter; else one line with the command that installs them."""
     backend = BACKENDS.get(backend_name)
-    missing = missing_modules(python, (backend.framework, *backend.requires))
+    missing = missing_modules(python, (framework_module(backend.framework), *backend.requires))
     if missing:
         fix = f": {backend.install}" if backend.install else ""
         raise UserError(

@@ -88,11 +88,15 @@ def test_the_tree_keeps_every_rule():
             "dlscale.frameworks.torch.weights",
         ),
         (
-            "horovod-on-top",
+            "frameworks-independent",
             "frameworks/tensorflow/strategies.py",
             "dlscale.frameworks.horovod.session",
         ),
-        ("horovod-on-top", "frameworks/torch/plugin.py", "dlscale.frameworks.horovod.declare"),
+        (
+            "frameworks-independent",
+            "frameworks/torch/plugin.py",
+            "dlscale.frameworks.horovod.declare",
+        ),
     ],
 )
 def test_an_import_planted_against_a_rule_breaks_it(tmp_path, contract, module, imported):
@@ -113,3 +117,18 @@ def test_an_import_planted_against_a_rule_breaks_it(tmp_path, contract, module, 
 def _cuts(report: str) -> list[str]:
     """The imports an acyclic_siblings report proposes to cut: lines ``- .a -> .b (n imports)``."""
     return [line[2:].partition(" (")[0] for line in report.splitlines() if line.startswith("- .")]
+
+
+def test_a_new_framework_folder_is_held_to_the_rules_without_editing_them(tmp_path):
+    """A folder added under frameworks/ is independent of the others by the wildcard, with no
+    list to extend: importing another framework's folder from it breaks the rule."""
+    shutil.copytree(ROOT / "src" / "dlscale", tmp_path / "src" / "dlscale")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    new = tmp_path / "src" / "dlscale" / "frameworks" / "newcomer"
+    new.mkdir()
+    (new / "__init__.py").write_text("")
+    (new / "engine.py").write_text("from dlscale.contract.engine import Engine  # noqa: F401\n")
+    assert lint(tmp_path, "frameworks-independent").returncode == 0  # the contract is fine
+    (new / "engine.py").write_text("import dlscale.frameworks.torch.loop  # noqa: F401\n")
+    result = lint(tmp_path, "frameworks-independent")
+    assert result.returncode != 0 and "dlscale.frameworks.newcomer.engine" in result.stdout

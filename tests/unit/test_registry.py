@@ -140,3 +140,31 @@ def test_a_broken_plugin_is_one_line_naming_it(tmp_path, source, said):
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert said in done.stderr
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+
+
+def test_a_framework_has_one_reference_backend():
+    """The baseline and the whole-machine point are chosen by framework: a second reference
+    backend of one is refused when it registers, naming both."""
+    from dlscale.contract.backends import BackendRegistry, BackendSpec
+
+    registry = BackendRegistry("backend")
+    common = {"description": "x", "framework": "numpy", "worker": "m:f"}
+    registry.register("a-single", BackendSpec(name="a-single", reference=True, **common))
+    registry.register("a-dist", BackendSpec(name="a-dist", **common))  # not a reference: fine
+    with pytest.raises(ValueError, match=r"'b-single' is a second reference.*'a-single'"):
+        registry.register("b-single", BackendSpec(name="b-single", reference=True, **common))
+    other = {**common, "framework": "numpyref"}
+    registry.register("c-single", BackendSpec(name="c-single", reference=True, **other))
+
+
+def test_the_workers_import_the_frameworks_module_not_its_name(monkeypatch):
+    """A framework whose name is not a module (a FrameworkSpec names the module) is checked
+    by the module; one with no FrameworkSpec by its name."""
+    from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec, framework_module
+
+    assert framework_module("torch") == "torch"
+    assert framework_module("no-spec-here") == "no-spec-here"
+    monkeypatch.setitem(
+        FRAMEWORKS._entries, "numpyref", FrameworkSpec(name="numpyref", module="numpy", packages=())
+    )
+    assert framework_module("numpyref") == "numpy"

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from dlscale.cli.tables import cell, console, markup
 from dlscale.contract.errors import UserError
+from dlscale.contract.frameworks import framework_module
 from dlscale.contract.options import Option
 from dlscale.contract.registry import load_object
 
@@ -131,7 +132,8 @@ def _installed(spec: BackendSpec) -> str:
         return str(load_object(spec.installed)(spec.python))
     if spec.python is None:
         found = all(
-            importlib.util.find_spec(m) is not None for m in (spec.framework, *spec.requires)
+            importlib.util.find_spec(m) is not None
+            for m in (framework_module(spec.framework), *spec.requires)
         )
     else:
         found = Path(spec.python).exists()  # a framework in its own environment (e.g. MXNet)

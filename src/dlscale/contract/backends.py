@@ -43,7 +43,9 @@ class BackendSpec:
     name: str
     description: str
     framework: str
-    """Distribution name of the framework (availability, version checks, model builders)."""
+    """The framework's name, as its :class:`~dlscale.contract.frameworks.FrameworkSpec` and
+    model builders name it; the workers import its ``FrameworkSpec.module`` (or, with no
+    FrameworkSpec registered, a module of this name)."""
     worker: str
     """``module:function`` called in each process as ``function(ctx: WorkerContext)``."""
     max_workers: int | None = None
@@ -55,7 +57,8 @@ class BackendSpec:
     install: str = ""
     """The command that installs the framework, shown when it is missing."""
     reference: bool = False
-    """A plain single-process baseline of its framework: preferred as the 1-worker point."""
+    """A plain single-process baseline of its framework: preferred as the 1-worker point and
+    run as the whole machine's one worker. One per framework (a second is refused)."""
     measures_exposed_comm: bool = False
     """Whether the worker measures steps without gradient synchronization (exposed comm)."""
     options: tuple[Option, ...] = ()
@@ -95,4 +98,21 @@ class BackendSpec:
         return self.ports(config) if callable(self.ports) else self.ports
 
 
-BACKENDS: Registry[BackendSpec] = Registry("backend")
+class BackendRegistry(Registry[BackendSpec]):
+    """The backends, with one reference backend per framework: the baseline and the
+    whole-machine point are picked by framework, so two would be a guess."""
+
+    def register(self, name: str, entry: BackendSpec) -> BackendSpec:
+        if entry.reference:
+            taken = [n for n, spec in self._entries.items() if spec.reference]
+            taken = [n for n in taken if self._entries[n].framework == entry.framework]
+            if taken:
+                raise ValueError(
+                    f"backend {name!r} is a second reference backend of framework "
+                    f"{entry.framework!r} ({taken[0]!r} is one); give it its own framework "
+                    "name or reference=False"
+                )
+        return super().register(name, entry)
+
+
+BACKENDS: BackendRegistry = BackendRegistry("backend")

@@ -55,6 +55,12 @@ class FrameworkSpec:
 FRAMEWORKS: Registry[FrameworkSpec] = Registry("framework")
 
 
+def framework_module(name: str) -> str:
+    """The module a framework's workers import (whether it is installed): its
+    :class:`FrameworkSpec`'s ``module``, else the name itself (a plug-in that registers none)."""
+    return FRAMEWORKS.get(name).module if name in FRAMEWORKS else name
+
+
 def recorded_packages() -> tuple[str, ...]:
     """numpy and every registered framework's packages, in name order: the versions a run
     records (read from package metadata, importing nothing)."""
