@@ -216,6 +216,8 @@ def test_a_window_under_outside_load_is_flagged_and_left_out():
     assert m["windows_loaded"] == 2 and m["noisy"] is True
     assert m["outside_load_max"] == pytest.approx(0.25) and m["steal_max"] == pytest.approx(0.1)
     assert m["page_faults_per_step"] == pytest.approx(50.0)  # 100 faults / 2 steps, clean window
+    # the losses are every window's: load moves a window's times, not what it trained
+    assert len(m["train_loss_by_window"]) == 3 and m["windows_recorded"] == 3
 
 
 def test_every_window_loaded_keeps_them_all():

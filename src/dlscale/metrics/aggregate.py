@@ -84,7 +84,9 @@ def aggregate(
             out["page_faults_per_step"] = sum(w["minor_faults"] for w in faults) / (
                 sum(w["steps"] for w in faults) * len(per_rank)
             )
-        losses = [w["loss"] for w in measure if w["loss"] is not None]
+        # every recorded window: the noise guard leaves out times taken under load, and a
+        # window's loss is the same whatever else ran on the machine
+        losses = [w["loss"] for w in every if w["loss"] is not None]
         out["final_train_loss"] = losses[-1] if losses else None
         out["train_loss_by_window"] = losses
         out["loss_diverged"] = any(w["diverged"] for w in measure)
