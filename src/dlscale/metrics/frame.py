@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlscale.contract.facts import FrameworkFacts
 from dlscale.contract.plugins import load_plugins
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.store.results import DEFAULT_ROOT, RunStore
@@ -28,8 +29,9 @@ def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.Dat
     interval, speedup with speedup_ci95_low/high, efficiency with efficiency_ci95_low/high,
     baseline and baseline_run_ids (the 1-worker point with the same threads per worker),
     machine_speedup (over the whole machine as one worker, when measured), threads_per_worker,
-    oversubscribed, and environment columns (hostname, cpu_model, torch_version,
-    dlscale_version, git_commit).
+    oversubscribed, framework_version and gpus (the framework's version and the GPUs its
+    workers saw, read alike for every framework), and environment columns (hostname,
+    cpu_model, torch_version, dlscale_version, git_commit).
     """
     import pandas as pd
 
@@ -68,6 +70,9 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
         flat[key] = row.get(key)
     for key in ("hostname", "cpu_model", "torch_version", "dlscale_version", "git_commit"):
         flat[key] = env.get(key)
+    facts = FrameworkFacts.of(row)  # the same columns for every framework
+    flat["framework_version"] = facts.version
+    flat["gpus"] = ", ".join(facts.gpus) or None
     flat["started_at"] = row.get("started_at")
     flat["finished_at"] = row.get("finished_at")
     return flat

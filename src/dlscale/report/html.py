@@ -94,26 +94,21 @@ def provenance(rows: list[Row]) -> str:
 
 def framework_versions(rows: list[Row]) -> str:
     """The versions each run's workers had of its framework's packages (and Horovod's, for a
-    backend that needs it), as its workers recorded them: every framework of the study, not one.
-    A result older than the worker's package record shows its ``torch_version``."""
+    backend that needs it), as its workers recorded them: every framework of the study, not one
+    (:class:`~dlscale.contract.facts.FrameworkFacts`)."""
     from dlscale.contract.backends import BACKENDS
+    from dlscale.contract.facts import FrameworkFacts, recorded_versions
     from dlscale.contract.frameworks import FRAMEWORKS
 
     found: set[str] = set()
     for row in rows:
-        env = row.get("environment") or {}
-        recorded = env.get("packages")
-        packages: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
-        framework = str(row.get("framework") or (row.get("config") or {}).get("framework"))
-        names = list(FRAMEWORKS.get(framework).packages if framework in FRAMEWORKS else [])
-        names = names or [framework]
+        versions = list(FrameworkFacts.of(row).packages)
         backend = (row.get("config") or {}).get("backend")
-        if backend in BACKENDS:
-            names += [n for n in BACKENDS.get(str(backend)).requires if n in FRAMEWORKS]
-        versions = {n: packages[n] for n in names if packages.get(n)}
-        if not versions and env.get("torch_version"):
-            versions = {"torch": env["torch_version"]}
-        found.update(f"{name} {version}" for name, version in versions.items())
+        if backend in BACKENDS:  # the frameworks a backend needs beside its own (Horovod)
+            for need in BACKENDS.get(str(backend)).requires:
+                if need in FRAMEWORKS:
+                    versions += recorded_versions(row.get("environment") or {}, need)
+        found.update(f"{name} {version}" for name, version in versions)
     return ", ".join(sorted(found)) or "-"
 
 

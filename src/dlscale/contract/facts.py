@@ -1,0 +1,71 @@
+"""A run's framework facts in one shape for every framework: its name, the version its workers
+had, the device it trained on and the GPUs they saw. The frameworks record their own keys
+(``torch_version`` and ``gpu_names``; ``tensorflow`` and ``gpus`` as names; ``mxnet`` and
+``gpus`` as a count); this is the one reading of them the report and ``load_results`` use."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dlscale.contract.frameworks import FRAMEWORKS
+
+
+@dataclass(frozen=True)
+class FrameworkFacts:
+    name: str
+    """The framework, as ``BackendSpec.framework`` names it (torch, tensorflow, mxnet...)."""
+    version: str | None
+    """Its version as the run's workers recorded it; ``None``: not recorded."""
+    packages: tuple[tuple[str, str], ...]
+    """Every distribution of the framework the workers recorded, with its version (TensorFlow:
+    tensorflow, tf-keras...), in the order its FrameworkSpec lists them."""
+    device: str | None
+    """What the run trained on: the ``device`` key (cpu, cuda)."""
+    gpus: tuple[str, ...]
+    """The GPUs the workers saw (names where the framework gives them, else numbered)."""
+
+    @classmethod
+    def of(cls, result: Mapping[str, Any]) -> FrameworkFacts:
+        """The facts of a stored result (a reader's row: ``framework``, ``config``,
+        ``environment``)."""
+        config = result.get("config") or {}
+        env = result.get("environment") or {}
+        name = str(result.get("framework") or config.get("framework") or "")
+        if not name and "torch_version" in env:  # before a result named its framework: torch's
+            name = "torch"
+        packages = recorded_versions(env, name)
+        return cls(
+            name=name,
+            version=packages[0][1] if packages else None,
+            packages=packages,
+            device=config.get("device"),
+            gpus=_gpus(env),
+        )
+
+
+def recorded_versions(env: Mapping[str, Any], framework: str) -> tuple[tuple[str, str], ...]:
+    """The versions a result's workers recorded of a framework's distributions (Horovod's
+    too, named as a framework); a result from before the workers' package record gives its
+    ``<framework>_version`` (torch) or ``<framework>`` (TensorFlow, MXNet) fact."""
+    recorded = env.get("packages")
+    packages = recorded if isinstance(recorded, Mapping) else {}
+    names = FRAMEWORKS.get(framework).packages if framework in FRAMEWORKS else (framework,)
+    found = tuple((n, str(packages[n])) for n in names if isinstance(packages.get(n), str))
+    if found:
+        return found
+    for key in (f"{framework}_version", framework):
+        if isinstance(env.get(key), str):
+            return ((names[0] if names else framework, str(env[key])),)
+    return ()
+
+
+def _gpus(env: Mapping[str, Any]) -> tuple[str, ...]:
+    for key in ("gpu_names", "gpus"):
+        value = env.get(key)
+        if isinstance(value, list) and value:
+            return tuple(str(v) for v in value)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return tuple(f"GPU {i}" for i in range(value))
+    return ()
