@@ -13,6 +13,8 @@ included) agree on, importing nothing else of dlscale (checked by ``lint-imports
 * :mod:`~dlscale.contract.records` and :mod:`~dlscale.contract.events`: the typed event
   records a worker writes and the parent reads; :mod:`~dlscale.contract.comm_bytes`: how bytes
   on the wire are counted, the same for every engine;
+* :mod:`~dlscale.contract.facts`: a stored run's framework facts, read alike for every
+  framework;
 * :mod:`~dlscale.contract.files`: how every file of a result is written (atomically) and read;
 * :mod:`~dlscale.contract.errors` and :mod:`~dlscale.contract.text`: the errors a user sees and
   how text from users is made safe to print.
