@@ -41,7 +41,7 @@ OUTPUT_PATTERNS = (
     "slurm.stdout",  # launchers/slurm
     "slurm.stderr",
     "final_params.*",  # every engine's saved parameters (.pt, .npz, .npy)
-    *(f".{name}.*.tmp" for name in OUTPUT_FILES),  # store/files.write_atomic, interrupted
+    *(f".{name}.*.tmp" for name in OUTPUT_FILES),  # contract/files.write_atomic, interrupted
 )
 OUTPUT_DIRS = (
     "pythonpath",  # runtime/worker_path
