@@ -119,16 +119,33 @@ def _cuts(report: str) -> list[str]:
     return [line[2:].partition(" (")[0] for line in report.splitlines() if line.startswith("- .")]
 
 
-def test_a_new_framework_folder_is_held_to_the_rules_without_editing_them(tmp_path):
-    """A folder added under frameworks/ is independent of the others by the wildcard, with no
-    list to extend: importing another framework's folder from it breaks the rule."""
+def test_a_new_framework_folder_must_be_placed_and_is_then_held_to_independence(tmp_path):
+    """A folder added under frameworks/ breaks the rule until it is given its place (the rule
+    is exhaustive); placed beside the engines, importing another framework's folder breaks
+    it."""
     shutil.copytree(ROOT / "src" / "dlscale", tmp_path / "src" / "dlscale")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path)
     new = tmp_path / "src" / "dlscale" / "frameworks" / "newcomer"
     new.mkdir()
     (new / "__init__.py").write_text("")
     (new / "engine.py").write_text("from dlscale.contract.engine import Engine  # noqa: F401\n")
-    assert lint(tmp_path, "frameworks-independent").returncode == 0  # the contract is fine
+    config = (ROOT / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(config)
+    unplaced = lint(tmp_path, "frameworks-independent")
+    assert unplaced.returncode != 0 and "dlscale.frameworks.newcomer" in unplaced.stdout
+    placed = config.replace(
+        '"torch | tensorflow | mxnet"', '"torch | tensorflow | mxnet | newcomer"'
+    )
+    assert placed != config
+    (tmp_path / "pyproject.toml").write_text(placed)
+    assert lint(tmp_path, "frameworks-independent").returncode == 0
     (new / "engine.py").write_text("import dlscale.frameworks.torch.loop  # noqa: F401\n")
     result = lint(tmp_path, "frameworks-independent")
     assert result.returncode != 0 and "dlscale.frameworks.newcomer.engine" in result.stdout
+
+
+def test_a_new_top_level_package_must_be_given_a_layer(tmp_path):
+    shutil.copytree(ROOT / "src" / "dlscale", tmp_path / "src" / "dlscale")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    (tmp_path / "src" / "dlscale" / "newpackage.py").write_text("")
+    result = lint(tmp_path, "layers")
+    assert result.returncode != 0 and "dlscale.newpackage" in result.stdout
