@@ -45,3 +45,14 @@ def test_a_result_that_recorded_nothing_has_no_version():
     assert facts.version is None and facts.packages == () and facts.gpus == ()
     odd = {"framework": "torch", "environment": {"packages": ["torch"], "gpus": True}}
     assert FrameworkFacts.of(odd).version is None and FrameworkFacts.of(odd).gpus == ()
+
+
+def test_the_reports_gpu_row_reads_every_frameworks_gpus():
+    from dlscale.report.html import provenance
+
+    rows = [
+        {"framework": "tensorflow", "environment": {"gpus": ["/physical_device:GPU:0"]}},
+        {"framework": "mxnet", "environment": {"gpus": 1}},
+        {"framework": "torch", "environment": {"gpu_names": []}},
+    ]
+    assert "<th>GPU</th><td>/physical_device:GPU:0, GPU 0, none</td>" in provenance(rows)

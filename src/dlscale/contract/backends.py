@@ -104,8 +104,11 @@ class BackendRegistry(Registry[BackendSpec]):
 
     def register(self, name: str, entry: BackendSpec) -> BackendSpec:
         if entry.reference:
-            taken = [n for n, spec in self._entries.items() if spec.reference]
-            taken = [n for n in taken if self._entries[n].framework == entry.framework]
+            taken = [
+                n
+                for n, spec in self._entries.items()
+                if spec.reference and spec.framework == entry.framework
+            ]
             if taken:
                 raise ValueError(
                     f"backend {name!r} is a second reference backend of framework "

@@ -55,10 +55,10 @@ class Registry(Generic[T]):
     def listed(self) -> list[tuple[str, T]]:
         """Every entry, for a listing (``dlscale ls``): none at all is an install without its
         entry points, said as :meth:`get` says it, not an empty table."""
-        _plugins_loaded()
-        if not self._entries:
+        entries = list(self)
+        if not entries:
             raise self._none_registered("")
-        return sorted(self._entries.items())
+        return entries
 
     def _none_registered(self, what: str) -> UserError:
         return UserError(

@@ -66,12 +66,11 @@ def provenance(rows: list[Row]) -> str:
         )
         return ", ".join(found) or "-"
 
+    from dlscale.contract.facts import FrameworkFacts
+
+    # every framework's GPUs (torch's names, TensorFlow's names, MXNet's count), read alike
     gpus = sorted(
-        {
-            ", ".join(map(str, r["environment"].get("gpu_names") or [])) or "none"
-            for r in rows
-            if r.get("environment")
-        }
+        {", ".join(FrameworkFacts.of(r).gpus) or "none" for r in rows if r.get("environment")}
     )
     started = min((r["started_at"] for r in rows if r.get("started_at")), default=None)
     finished = max((r["finished_at"] for r in rows if r.get("finished_at")), default=None)

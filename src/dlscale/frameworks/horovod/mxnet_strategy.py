@@ -21,29 +21,26 @@ class HorovodMX(MXStrategy):
     def __init__(self) -> None:
         self.session = HorovodSession()
         self.hvd: Any = None
-        self._factor = 1.0
+        self.fp16 = False
 
     def setup(self, ctx: WorkerContext, mx: Any) -> None:
         self.hvd = self.session.start(ctx, "horovod.mxnet")
-        # fp16 compression halves what goes on the wire (the modelled bytes follow it)
-        self._factor = 0.5 if ctx.config.typed(HorovodCommon).compression == "fp16" else 1.0
+        self.fp16 = ctx.config.typed(HorovodCommon).compression == "fp16"
 
     def trainer(self, params: Any, cfg: Any, mx: Any) -> Any:
         from dlscale.frameworks.mxnet.sgd import make_sgd  # imports mxnet: after import_mxnet
 
         hvd = self.hvd
         hvd.broadcast_parameters(params, root_rank=0)
-        fp16 = cfg.typed(HorovodCommon).compression == "fp16"
-        compression = hvd.Compression.fp16 if fp16 else None
-        return hvd.DistributedTrainer(
-            params, make_sgd(cfg), compression=compression or hvd.Compression.none
-        )
+        compression = hvd.Compression.fp16 if self.fp16 else hvd.Compression.none
+        return hvd.DistributedTrainer(params, make_sgd(cfg), compression=compression)
 
     def unsynced_update(self, trainer: Any, samples: int) -> None:
         trainer.update(samples)  # the local update without the all-reduce
 
     def modelled_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
-        return ring_bytes_mean(round(gradient_bytes * self._factor), replicas)
+        # fp16 compression halves what goes on the wire
+        return ring_bytes_mean(round(gradient_bytes * (0.5 if self.fp16 else 1.0)), replicas)
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         return {
