@@ -158,7 +158,11 @@ def test_a_signal_while_spawning_stops_the_child_being_spawned(
         proc = real_popen(*args, **kwargs)
         spawned.append(proc)
         os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(0.05)  # where another thread took the signal, its handler runs in here
+        if other_thread:  # the bystander takes it: wait until it has, not for a set time
+            deadline = time.monotonic() + 10.0
+            while signal.SIGTERM in signal.sigpending() and time.monotonic() < deadline:
+                time.sleep(0.001)
+            time.sleep(0.01)  # and the main thread reaches the Python handler in here
         return proc
 
     def interrupt(signum, frame):

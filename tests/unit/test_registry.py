@@ -168,3 +168,25 @@ def test_the_workers_import_the_frameworks_module_not_its_name(monkeypatch):
         FRAMEWORKS._entries, "numpyref", FrameworkSpec(name="numpyref", module="numpy", packages=())
     )
     assert framework_module("numpyref") == "numpy"
+
+
+def test_dlscale_env_prints_a_plugins_facts_as_text(tmp_path):
+    """A plug-in framework's facts and package names reach `dlscale env` as text: no markup is
+    applied and no control character reaches the terminal."""
+    (tmp_path / "facts_plugin.py").write_text(
+        "from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec\n"
+        "FRAMEWORKS.register('odd', FrameworkSpec(name='odd', module='json', packages=(),\n"
+        "    facts='facts_plugin:facts'))\n"
+        "def facts():\n"
+        "    return {'odd_note': '[bold]loud[/bold] \\x1b]0;title\\x07 [/x]'}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "dlscale", "env"],
+        env={**os.environ, "DLSCALE_PLUGINS": "facts_plugin", "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[bold]loud[/bold]" in done.stdout and "[/x]" in done.stdout  # shown, not applied
+    assert "\x1b" not in done.stdout and "\\x1b]0;title\\x07" in done.stdout

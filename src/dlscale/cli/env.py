@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 
 
@@ -24,12 +23,14 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(env, default=str))
         return 0
+    from dlscale.cli.tables import console, markup
+
     table = Table(title="dlscale environment", show_header=False)
-    for key, value in env.items():
+    for key, value in env.items():  # a plug-in's facts and package names are its text: escaped
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
         elif isinstance(value, list):
             value = ", ".join(map(str, value)) or "-"
-        table.add_row(key, "-" if value is None else str(value))
-    Console().print(table)
+        table.add_row(markup(key), markup("-" if value is None else value))
+    console().print(table)
     return 0

@@ -215,14 +215,7 @@ def _machine_points(points: tuple[RunConfig, ...], cores: int) -> list[RunConfig
     core: what the same machine does as one worker."""
     out: list[RunConfig] = []
     for point in points:
-        reference = next(
-            (
-                name
-                for name, spec in BACKENDS
-                if spec.reference and spec.framework == point.framework
-            ),
-            None,
-        )
+        reference = BACKENDS.reference_of(point.framework)
         if reference is None:
             continue
         dataset_options = {

@@ -103,19 +103,24 @@ class BackendRegistry(Registry[BackendSpec]):
     whole-machine point are picked by framework, so two would be a guess."""
 
     def register(self, name: str, entry: BackendSpec) -> BackendSpec:
-        if entry.reference:
-            taken = [
-                n
-                for n, spec in self._entries.items()
-                if spec.reference and spec.framework == entry.framework
-            ]
-            if taken:
-                raise ValueError(
-                    f"backend {name!r} is a second reference backend of framework "
-                    f"{entry.framework!r} ({taken[0]!r} is one); give it its own framework "
-                    "name or reference=False"
-                )
+        if entry.reference and (taken := self._reference_of(entry.framework)) is not None:
+            raise ValueError(
+                f"backend {name!r} is a second reference backend of framework "
+                f"{entry.framework!r} ({taken!r} is one); give it its own framework name or "
+                "reference=False"
+            )
         return super().register(name, entry)
+
+    def reference_of(self, framework: str) -> str | None:
+        """The framework's reference backend, if it has one."""
+        _ = self.names()  # the plug-ins loaded first
+        return self._reference_of(framework)
+
+    def _reference_of(self, framework: str) -> str | None:
+        return next(
+            (n for n, s in self._entries.items() if s.reference and s.framework == framework),
+            None,
+        )
 
 
 BACKENDS: BackendRegistry = BackendRegistry("backend")

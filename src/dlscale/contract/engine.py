@@ -114,7 +114,11 @@ class SyncStrategy:
 
     def modelled_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
         """Bytes one replica sends per synchronized step by the algorithm's model, for a
-        gradient of ``gradient_bytes`` over ``replicas`` replicas; ``None``: no model."""
+        gradient of ``gradient_bytes`` over ``replicas`` data-parallel replicas (the run's
+        workers); ``None``: no model here. A strategy whose model depends on more than the
+        gradient's size (torch's: DDP's compression, the ring's fusion buckets, the parameter
+        server's shards) gives it in :meth:`describe` as ``bytes_sent_per_step_model``
+        instead."""
         return None
 
     def teardown(self, completed: bool = True) -> None:

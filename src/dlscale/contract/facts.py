@@ -1,5 +1,5 @@
-"""A run's framework facts in one shape for every framework: its name, the version its workers
-had, the device it trained on and the GPUs they saw. The frameworks record their own keys
+"""A run's framework facts in one shape for every framework: its name, the versions its
+workers had and the GPUs they saw. The frameworks record their own keys
 (``torch_version`` and ``gpu_names``; ``tensorflow`` and ``gpus`` as names; ``mxnet`` and
 ``gpus`` as a count); this is the one reading of them the report and ``load_results`` use."""
 
@@ -16,15 +16,16 @@ from dlscale.contract.frameworks import FRAMEWORKS
 class FrameworkFacts:
     name: str
     """The framework, as ``BackendSpec.framework`` names it (torch, tensorflow, mxnet...)."""
-    version: str | None
-    """Its version as the run's workers recorded it; ``None``: not recorded."""
     packages: tuple[tuple[str, str], ...]
     """Every distribution of the framework the workers recorded, with its version (TensorFlow:
     tensorflow, tf-keras...), in the order its FrameworkSpec lists them."""
-    device: str | None
-    """What the run trained on: the ``device`` key (cpu, cuda)."""
     gpus: tuple[str, ...]
     """The GPUs the workers saw (names where the framework gives them, else numbered)."""
+
+    @property
+    def version(self) -> str | None:
+        """The framework's version (its first recorded distribution's); ``None``: none."""
+        return self.packages[0][1] if self.packages else None
 
     @classmethod
     def of(cls, result: Mapping[str, Any]) -> FrameworkFacts:
@@ -35,14 +36,7 @@ class FrameworkFacts:
         name = str(result.get("framework") or config.get("framework") or "")
         if not name and "torch_version" in env:  # before a result named its framework: torch's
             name = "torch"
-        packages = recorded_versions(env, name)
-        return cls(
-            name=name,
-            version=packages[0][1] if packages else None,
-            packages=packages,
-            device=config.get("device"),
-            gpus=_gpus(env),
-        )
+        return cls(name=name, packages=recorded_versions(env, name), gpus=_gpus(env))
 
 
 def recorded_versions(env: Mapping[str, Any], framework: str) -> tuple[tuple[str, str], ...]:

@@ -89,7 +89,7 @@ def aggregate(
         losses = [w["loss"] for w in every if w["loss"] is not None]
         out["final_train_loss"] = losses[-1] if losses else None
         out["train_loss_by_window"] = losses
-        out["loss_diverged"] = any(w["diverged"] for w in measure)
+        out["loss_diverged"] = any(w["diverged"] for w in every)
         out["rank_step_time_mean_ms"] = _rank_means(per_rank)
     if measure:
         out.update(_exposed_comm(per_rank, all_ranks))

@@ -9,7 +9,6 @@ import contextlib
 import platform
 import sys
 from collections.abc import Iterator
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from dlscale.contract.engine import Engine
@@ -105,16 +104,12 @@ class ModelledSyncEngine(Engine):
 
 def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) -> Environment:
     """The process's own interpreter, package versions and allocator (never the parent's)."""
-    from dlscale.contract.frameworks import recorded_packages
+    from dlscale.runtime.environment import framework_versions
 
-    packages = {}
-    for name in recorded_packages():
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            packages[name] = metadata.version(name)
     return Environment(
         python=sys.executable,
         python_version=platform.python_version(),
-        packages=packages,
+        packages=framework_versions(),
         framework=framework,
         synchronizes=synchronizes,
         allocator=loaded_allocator(),

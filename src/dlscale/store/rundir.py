@@ -31,7 +31,7 @@ OUTPUT_FILES = (
     "horovod-timeline.json",  # frameworks/horovod/session (horovod_timeline)
 )
 OUTPUT_PATTERNS = (
-    "events.rank*.jsonl",  # metrics/events
+    "events.rank*.jsonl",  # contract/events
     "rank*.stdout",  # launchers/local
     "rank*.stderr",
     "launcher.stdout",  # one-command launchers, slurm

@@ -40,7 +40,7 @@ class HorovodTape(TFStrategy):
         return tape.gradient(loss, variables)
 
     def modelled_bytes(self, gradient_bytes: int, replicas: int) -> float | None:
-        return ring_bytes_mean(round(gradient_bytes * self._scale), self.hvd.size())
+        return ring_bytes_mean(round(gradient_bytes * self._scale), replicas)
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         facts = self._session.facts(ctx.config)

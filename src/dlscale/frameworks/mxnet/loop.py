@@ -152,7 +152,9 @@ class MXEngine(ModelledSyncEngine):
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts.update(strategy.describe(ctx))
-        self.declare_payload(ctx, gradient, strategy.modelled_bytes(gradient, ctx.processes), facts)
+        self.declare_payload(
+            ctx, gradient, strategy.modelled_bytes(gradient, ctx.config.workers), facts
+        )
 
     def batches(self, epoch: int) -> Iterator[Any]:
         nd, cpu = self.mx.nd, self.mx.cpu()

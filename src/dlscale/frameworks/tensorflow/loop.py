@@ -152,10 +152,12 @@ def save_keras_params(model: Any, ctx: WorkerContext) -> None:
 def run_training(ctx: WorkerContext, strategy: TFStrategy) -> None:
     """A TensorFlow worker process: every process of these backends trains."""
     dist = strategy.setup(ctx)
+    completed = False
     try:
         run_schedule(ctx, TFEngine(ctx, strategy, dist))
+        completed = True
     finally:
-        strategy.teardown()
+        strategy.teardown(completed)
 
 
 class TFEngine(ModelledSyncEngine):
@@ -183,7 +185,7 @@ class TFEngine(ModelledSyncEngine):
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts.update(strategy.describe(ctx))
-        payload = strategy.modelled_bytes(gradient, dist.num_replicas_in_sync)
+        payload = strategy.modelled_bytes(gradient, ctx.config.workers)
         self.declare_payload(ctx, gradient, payload, facts)
 
     def _make_step(self, sync: bool) -> Any:

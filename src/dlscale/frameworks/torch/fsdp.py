@@ -150,7 +150,8 @@ class FSDPStrategy(TorchStrategy):
         full = full_state(model)
         for name, _ in model.named_buffers():
             dist.broadcast(full[name], src=0)
-        plain = build_model(self.ctx.config)
+        with torch.random.fork_rng(devices=[]):  # building seeds torch: keep training's stream
+            plain = build_model(self.ctx.config)
         plain.load_state_dict(full)
         return plain.to(self.device)
 

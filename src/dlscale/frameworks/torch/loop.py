@@ -1,7 +1,7 @@
 """The PyTorch engine of the measurement kernel, shared by every torch.* backend.
 
 A backend supplies a :class:`TorchStrategy` (how the model is wrapped and gradients are
-synchronized); :class:`TorchEngine` turns it into the kernel's :class:`~dlscale.runtime.
+synchronized); :class:`TorchEngine` turns it into the kernel's :class:`~dlscale.contract.
 engine.Engine` (one training step, evaluation, the no-sync context), and the kernel
 (:mod:`dlscale.runtime.schedule`) owns the timing, so every engine of every framework is
 measured the same way. Data comes from the neutral data sets through the torch adapter.
@@ -158,6 +158,7 @@ def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
     torch.set_num_threads(ctx.threads)
     device = _device(ctx.config.device, ctx.local_rank)
     strategy.setup(ctx, device)
+    completed = False
     try:
         if ctx.process.trains:
             try:
@@ -169,8 +170,9 @@ def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
                 raise fault from None
         else:
             strategy.serve(ctx, device)
+        completed = True
     finally:
-        strategy.teardown()
+        strategy.teardown(completed)
 
 
 def _device(name: str, local_rank: int) -> torch.device:
