@@ -21,6 +21,7 @@ from pathlib import Path
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import read_json
 from dlscale.contract.plugins import load_plugins
+from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import LaunchOutcome, PlanEntry
 from dlscale.launchers.watch import failed_rank, tail_of
@@ -28,7 +29,7 @@ from dlscale.runner import result_of
 from dlscale.store.results import RunStore
 
 
-def finish(spec_path: Path, code: int, started_at: float, stderr: Path) -> dict:
+def finish(spec_path: Path, code: int, started_at: float, stderr: Path) -> Result:
     """Record the point of ``spec_path`` whose ranks' step exited with ``code``."""
     run_dir = spec_path.parent
     spec = read_json(spec_path, "spec")
@@ -71,7 +72,7 @@ def main(argv: list[str]) -> int:
     except UserError as error:
         print(f"dlscale finish: {error}", file=sys.stderr)
         return 2
-    print(f"dlscale finish: {result['run_id']} {result['status']}", file=sys.stderr)
+    print(f"dlscale finish: {result.run_id} {result.status}", file=sys.stderr)
     return 0
 
 

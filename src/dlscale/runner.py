@@ -22,6 +22,7 @@ from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import usable_cores
 from dlscale.contract.plugins import load_plugins
 from dlscale.contract.records import Environment, Error, Record
+from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, Submitted
 from dlscale.launchers.watch import watch
@@ -46,7 +47,7 @@ class PointOutcome:
     """completed | failed | skipped (already completed) | busy (another process still runs it
     after the wait) | newer (stored by a newer dlscale: kept, not rerun) | submitted (started
     by a launcher that detaches, e.g. a Slurm job: it records its result itself)."""
-    result: dict[str, Any] | None
+    result: Result | None
     elsewhere: bool = False
     """The result is another process's: it ran the point while this one waited for its lock."""
     lock_owner: dict[str, Any] | None = None
@@ -139,7 +140,7 @@ def run_point(
         store.write_result(run_id, launched)
     finally:
         store.release(run_id)
-    return PointOutcome(config=config, run_id=run_id, state=launched["status"], result=launched)
+    return PointOutcome(config=config, run_id=run_id, state=launched.status, result=launched)
 
 
 def _kept(config: RunConfig, store: RunStore, stored: Stored) -> PointOutcome | None:
@@ -168,7 +169,7 @@ def _launch(
     command: list[str],
     study: str,
     on_warning: Callable[[str], None],
-) -> dict[str, Any] | str:
+) -> Result | str:
     """Run the point and return its result; a launcher that detaches (:meth:`Launcher.detaches`)
     returns once it is started, and this returns where it stands (its words)."""
     spec, outcome, started_at = launch(
@@ -232,11 +233,12 @@ def result_of(
     run_dir: Path,
     outcome: LaunchOutcome,
     started_at: float,
-) -> dict[str, Any]:
+) -> Result:
     """The point's result from its spec, its ranks' events and how its launch ended: here
     after a watched run, or in the point's own finishing step (:mod:`dlscale.finish`)."""
+    from dlscale.contract.shapes import ENVIRONMENT
     from dlscale.metrics.aggregate import impossible_figures
-    from dlscale.store.validate import ENVIRONMENT, without_problems
+    from dlscale.store.validate import without_problems
 
     layout = config.layout()
     per_rank = rank_records(config, run_dir)
@@ -257,35 +259,35 @@ def result_of(
         environment["packages"] = worker.packages
         environment.update(worker.framework)  # e.g. torch_version, gpu_names (flat columns)
     environment = without_problems(environment, ENVIRONMENT)
-    return {
-        "run_id": spec["run_id"],
-        "status": "failed" if error else "completed",
-        "error": error,
-        "failure": None
+    return Result(
+        run_id=spec["run_id"],
+        status="failed" if error else "completed",
+        error=error,
+        failure=None
         if outcome.ok
         else {
             "failed_rank": outcome.failed_rank,
             "returncodes": {str(k): v for k, v in outcome.returncodes.items()},
             "stderr_tail": outcome.stderr_tail,
         },
-        "study": spec["study"],
-        "command": spec["command"],
-        "framework": config.framework,
-        "reference": BACKENDS.get(config.backend).reference,
-        "config": config.to_dict(),
-        "layout": layout.to_dict(),
-        "batch_size_per_worker": config.batch_per_worker,
-        "global_batch_size": config.global_batch,
-        "threads_per_worker": spec.get("threads_per_worker"),
-        "oversubscribed": spec.get("oversubscribed"),
-        "interpreter": interpreter(config),
-        "warnings": spec.get("warnings", []),
-        "metrics": metrics,
-        "environment": environment,
-        "started_at": started_at,
-        "finished_at": time.time(),
-        "duration_s": outcome.duration_s,
-    }
+        study=spec["study"],
+        command=tuple(spec["command"]),
+        framework=config.framework,
+        reference=BACKENDS.get(config.backend).reference,
+        config=config.to_dict(),
+        layout=tuple(layout.to_dict()),
+        batch_size_per_worker=config.batch_per_worker,
+        global_batch_size=config.global_batch,
+        threads_per_worker=spec.get("threads_per_worker"),
+        oversubscribed=spec.get("oversubscribed"),
+        interpreter=interpreter(config),
+        warnings=tuple(spec.get("warnings", [])),
+        metrics=metrics,
+        environment=environment,
+        started_at=started_at,
+        finished_at=time.time(),
+        duration_s=outcome.duration_s,
+    )
 
 
 def _still_submitted(store: RunStore, run_id: str) -> Submitted | None:

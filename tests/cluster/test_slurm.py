@@ -93,26 +93,26 @@ def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, 
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     stored = RunStore(results).results()
-    assert sorted((r["config"]["backend"], r["config"]["workers"]) for r in stored) == [
+    assert sorted((r.config["backend"], r.config["workers"]) for r in stored) == [
         ("torch-ddp", 1),
         ("torch-ddp", 2),
         ("torch-single", 1),
     ]
     for result in stored:
-        assert result["status"] == "completed", result["error"]
-        run_dir = results / result["run_id"]
+        assert result.status == "completed", result.error
+        run_dir = results / result.run_id
         script = (run_dir / "job.sbatch").read_text()  # kept beside the results
         assert f"#SBATCH --ntasks={result['config']['workers']}" in script
         job = (run_dir / "slurm-job-id").read_text().strip()
         assert _final_state(job, slurm) == "COMPLETED"
         assert _job_comment(job, slurm) == "dlscale test; a b"  # one option, kept whole
-        assert result["metrics"]["measured_steps"] > 0
+        assert result.metrics["measured_steps"] > 0
     # the ranks took their ranks from Slurm: both ranks of the DDP point wrote their events
-    ddp = next(r for r in stored if r["config"]["workers"] == 2)
+    ddp = next(r for r in stored if r.config["workers"] == 2)
     points = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "point"]
     (two,) = [p for p in points if p["workers"] == 2]
     assert two["speedup"] is not None  # over the torch-single point, as in a local study
-    assert sorted(p.name for p in (results / ddp["run_id"]).glob("events.rank*")) == [
+    assert sorted(p.name for p in (results / ddp.run_id).glob("events.rank*")) == [
         "events.rank0.jsonl",
         "events.rank1.jsonl",
     ]
@@ -138,8 +138,8 @@ def test_inside_an_allocation_the_run_is_an_srun_step(tmp_path: Path, slurm):
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     (result,) = RunStore(results).results()
-    assert result["status"] == "completed", result["error"]
-    run_dir = results / result["run_id"]
+    assert result.status == "completed", result.error
+    run_dir = results / result.run_id
     assert not (run_dir / "job.sbatch").exists()  # a step of salloc's job, not a new job
     assert (run_dir / "launcher.stderr").exists()  # srun's own output
     spec = json.loads((run_dir / "spec.json").read_text())
@@ -181,7 +181,7 @@ def test_a_job_cancelled_from_outside_is_recorded_cancelled(tmp_path: Path, slur
         assert f"Slurm job {job} ended CANCELLED" in record["error"], record
         assert "Traceback" not in err
         (result,) = RunStore(tmp_path).results()
-        assert result["status"] == "failed"
+        assert result.status == "failed"
         assert _final_state(job, slurm) == "CANCELLED"
         assert not processes_naming(tmp_path)
 
@@ -235,13 +235,13 @@ def test_a_study_submitted_without_waiting_records_its_results_from_its_jobs(
     while len(list(results.glob("*/result.json"))) < 3 and time.monotonic() < end:
         time.sleep(1)
     stored = RunStore(results).results()
-    assert [r["status"] for r in stored] == ["completed"] * 3, [r["error"] for r in stored]
+    assert [r.status for r in stored] == ["completed"] * 3, [r.error for r in stored]
     for result in stored:
-        run_dir = results / result["run_id"]
+        run_dir = results / result.run_id
         assert "-m dlscale.finish" in (run_dir / "job.sbatch").read_text()
         job = (run_dir / "slurm-job-id").read_text().strip()
         assert _final_state(job, slurm) == "COMPLETED"
-        assert result["metrics"]["measured_steps"] > 0 and result["duration_s"] > 0
+        assert result.metrics["measured_steps"] > 0 and result.duration_s > 0
     listing = _ls_runs(results, slurm)
     assert listing.count(" ok ") == 3 and "no result yet" not in listing, listing
     assert "1.00x*" in listing  # speedups over the torch-single point, as in a local study
@@ -271,6 +271,6 @@ def test_a_submitted_point_is_not_run_again_while_its_job_runs_and_a_cancel_is_r
     listing = _ls_runs(tmp_path, slurm)  # records the job that ended without its result
     assert "FAILED" in listing and "no result yet" not in listing, listing
     (result,) = RunStore(tmp_path).results()
-    assert result["status"] == "failed"
+    assert result.status == "failed"
     said = rf"Slurm job {job} ended CANCELLED \(ExitCode \d+:\d+\) before it recorded its result"
-    assert re.fullmatch(said, result["error"]), result["error"]
+    assert re.fullmatch(said, result.error), result.error

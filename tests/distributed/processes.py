@@ -179,7 +179,7 @@ def kill_rank_and_check_the_run_fails(
         assert expected in record["error"], record
         assert "Traceback" not in err
         (result,) = RunStore(results).results()
-        assert result["failure"]["failed_rank"] == rank
+        assert result.failure["failed_rank"] == rank
         assert not wait_gone(pids.values(), 10.0)
         assert not processes_naming(results)
     finally:

@@ -76,9 +76,9 @@ def test_a_run_under_jemalloc_completes(tmp_path: Path):
         allocator="jemalloc",
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
-    assert outcome.result["config"]["allocator"] == "jemalloc"
-    assert outcome.result["metrics"]["throughput_img_s"] > 0
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    assert outcome.result.config["allocator"] == "jemalloc"
+    assert outcome.result.metrics["throughput_img_s"] > 0
     stderr = (tmp_path / outcome.run_id / "rank0.stderr").read_text()
     assert "jemalloc" not in stderr, stderr  # its settings were taken without a complaint
 
@@ -107,8 +107,8 @@ def test_the_default_allocator_spares_a_synthetic_run_the_page_faults_of_glibcs_
             repeat_id=repeat,
         )
         outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
-        assert outcome.state == "completed", outcome.result and outcome.result["error"]
-        return outcome.result["metrics"]["page_faults_per_step"]
+        assert outcome.state == "completed", outcome.result and outcome.result.error
+        return outcome.result.metrics["page_faults_per_step"]
 
     tuned = faults(default, 0)
     assert tuned < 1000, tuned  # measured here: 225 and 449 against 2,797 to 6,952

@@ -31,7 +31,7 @@ COMMON = dict(
 
 def _final_params(config: RunConfig, store: RunStore) -> dict[str, torch.Tensor]:
     outcome = run_point(config, store, force=False, command=["t"], study="equivalence")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    assert outcome.state == "completed", outcome.result and outcome.result.error
     return torch.load(store.run_dir(outcome.run_id) / "final_params.pt")
 
 
@@ -143,4 +143,4 @@ def test_async_parameter_server_reaches_a_target_accuracy(tmp_path: Path, cli, b
     assert record["time_to_accuracy_s"] > 0
     (stored,) = RunStore(tmp_path).results()
     # every replica's images counted (tf-ps: by the coordinator): 2 workers x 16 a step
-    assert stored["metrics"]["measured_images"] == stored["metrics"]["measured_steps"] * 32
+    assert stored.metrics["measured_images"] == stored.metrics["measured_steps"] * 32

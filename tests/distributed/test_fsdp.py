@@ -41,7 +41,7 @@ def _run(tmp_path: Path, **extra: Any) -> tuple[dict[str, Any], Path]:
     outcome = run_point(
         RunConfig.make(**COMMON, **extra), store, force=False, command=["t"], study="fsdp"
     )
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    assert outcome.state == "completed", outcome.result and outcome.result.error
     return outcome.result, store.run_dir(outcome.run_id)
 
 
@@ -78,7 +78,7 @@ def test_fsdp_takes_ddps_steps_and_counts_what_it_sends(tmp_path: Path, ddp, res
     torch.manual_seed(COMMON["seed"])  # the initial weights every rank builds
     start = dict(MODELS.get("resnet20").build(10).named_parameters())
     assert max(float((mine[n] - start[n].detach()).abs().max()) for n in mine) > 1e-3  # trained
-    m, reference = result["metrics"], ddp_result["metrics"]
+    m, reference = result.metrics, ddp_result.metrics
     assert m["eval_accuracy"] == pytest.approx(reference["eval_accuracy"])
     assert m["gradient_bytes"] == reference["gradient_bytes"]
     gathers = 2 if reshard else 1

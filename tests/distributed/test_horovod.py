@@ -57,14 +57,14 @@ def test_horovodrun_run_records_metrics_bytes_and_the_timeline(tmp_path: Path, c
     )
     assert run.returncode == 0, run.stderr
     (result,) = RunStore(results).results()
-    assert result["status"] == "completed"
-    m = result["metrics"]
+    assert result.status == "completed"
+    m = result.metrics
     assert m["exposed_comm_ci95"] is not None and m["step_time_nosync_p50_ms"] > 0
     # fp16 halves the payload; counted bytes follow the model: 2(N-1)/N x gradient bytes / 2
     assert m["bytes_sent_per_step_model"] == round(m["gradient_bytes"] / 2)
     assert m["bytes_sent_per_step_counted"] == pytest.approx(m["bytes_sent_per_step_model"])
     assert m["traces"] == ["horovod-timeline.json"]
-    run_dir = results / result["run_id"]
+    run_dir = results / result.run_id
     timeline = (run_dir / "horovod-timeline.json").read_text()
     assert '"ph"' in timeline and "ALLREDUCE" in timeline  # Chrome trace events of all-reduces
     strategy = next(
@@ -76,7 +76,7 @@ def test_horovodrun_run_records_metrics_bytes_and_the_timeline(tmp_path: Path, c
     page = tmp_path / "out" / "report.html"
     report = cli("report", "--results", str(results), "--out", str(page))
     assert report.returncode == 0, report.stderr
-    assert f'href="../res/{result["run_id"]}/horovod-timeline.json"' in page.read_text()
+    assert f'href="../res/{result.run_id}/horovod-timeline.json"' in page.read_text()
 
 
 @pytest.mark.parametrize("launcher", ["horovodrun", "mpirun", "local"])
@@ -94,7 +94,7 @@ def test_a_killed_rank_fails_the_run_names_it_and_leaves_nothing_running(tmp_pat
         assert "rank 1" in record["error"], record["error"]
         assert "Traceback" not in err
         (result,) = RunStore(tmp_path).results()
-        assert result["failure"]["failed_rank"] == 1
+        assert result.failure["failed_rank"] == 1
         deadline = time.monotonic() + 10
         while any(alive(p) for p in pids.values()) and time.monotonic() < deadline:
             time.sleep(0.2)

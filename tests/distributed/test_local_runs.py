@@ -34,7 +34,7 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
         comm_probe_steps=2,
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    assert outcome.state == "completed", outcome.result and outcome.result.error
     result = outcome.result
     run_dir = tmp_path / outcome.run_id
     assert {p.name for p in run_dir.iterdir()} >= {
@@ -44,7 +44,7 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
         "events.rank1.jsonl",
     }
     assert not (run_dir / "lock").exists()
-    m = result["metrics"]
+    m = result.metrics
     assert m["windows_recorded"] == 2 and m["windows"] == windows_used(m, 2)
     assert m["measured_steps"] == 4 * m["windows"]
     assert m["measured_images"] == m["windows"] * 2 * 4 * 64  # windows x ranks x steps x batch
@@ -53,9 +53,9 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     # not clipped: noise can take it below 0 (docs/metrics.md); its interval says how much
     assert -1 < m["exposed_comm_fraction"] < 1 and m["exposed_comm_ci95"] is not None
     assert m["step_time_nosync_p50_ms"] > 0
-    assert result["environment"]["torch_version"].startswith("2.")
-    assert result["environment"]["dlscale_version"]
-    assert result["global_batch_size"] == 128 and result["batch_size_per_worker"] == 64
+    assert result.environment["torch_version"].startswith("2.")
+    assert result.environment["dlscale_version"]
+    assert result.global_batch_size == 128 and result.batch_size_per_worker == 64
     for rank in (0, 1):
         kinds = [e["event"] for e in read_events(run_dir / f"events.rank{rank}.jsonl")]
         assert kinds[0] == "start" and kinds[-1] == "end"
@@ -78,7 +78,7 @@ def test_a_killed_worker_fails_the_run_and_stops_its_sibling(tmp_path: Path):
     assert "Traceback" not in err
     assert not alive(pids[0]) and not alive(pids[1])
     (result,) = RunStore(results).results()
-    assert result["failure"]["failed_rank"] == 1
+    assert result.failure["failed_rank"] == 1
 
 
 def test_a_hung_worker_is_stopped_by_the_run_timeout_and_named(tmp_path: Path):
@@ -99,7 +99,7 @@ def test_a_hung_worker_is_stopped_by_the_run_timeout_and_named(tmp_path: Path):
     assert "is stopped" in record["error"]
     assert not alive(pids[0]) and not alive(pids[1])
     (result,) = RunStore(results).results()
-    assert result["failure"]["failed_rank"] == 1
+    assert result.failure["failed_rank"] == 1
 
 
 def _events(run_dir: Path, rank: int, *kinds_and_times: tuple[str, float], pid: int = 0) -> None:

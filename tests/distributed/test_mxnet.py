@@ -48,10 +48,10 @@ CASES = {
 def test_mxnet_workers_end_where_pytorch_ends(tmp_path: Path, reference, case):  # noqa: F811
     backend, workers, extra = CASES[case]
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
-    metrics = result["metrics"]
-    packages = result["environment"]["packages"]
+    metrics = result.metrics
+    packages = result.environment["packages"]
     assert packages["mxnet"] == "1.9.1" and packages["numpy"] == "1.23.5"  # its own venv
-    assert result["environment"]["worker"]["python"].endswith(".venv-mxnet/bin/python")
+    assert result.environment["worker"]["python"].endswith(".venv-mxnet/bin/python")
     assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
     strategy = next(
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
@@ -73,7 +73,7 @@ def test_mxnet_workers_end_where_pytorch_ends(tmp_path: Path, reference, case): 
         assert len(servers) == extra.get("num_servers", 1)  # every server ended and reported
     if backend == "horovod-mxnet":  # a ring of 2: each sends the payload once
         assert metrics["bytes_sent_per_step_model"] == metrics["gradient_bytes"]
-        assert result["environment"]["mkldnn_enabled"] is False
+        assert result.environment["mkldnn_enabled"] is False
 
 
 def test_horovod_fp16_compression_halves_the_payload_and_stays_close(
@@ -89,7 +89,7 @@ def test_horovod_fp16_compression_halves_the_payload_and_stays_close(
     for name, value in params.items():
         np.testing.assert_allclose(value, reference[name], rtol=1e-2, atol=1e-3, err_msg=name)
     (result,) = RunStore(tmp_path).results()
-    m = result["metrics"]
+    m = result.metrics
     assert m["bytes_sent_per_step_model"] == m["gradient_bytes"] / 2
 
 
@@ -114,7 +114,7 @@ def test_dist_async_records_the_staleness_of_every_push(tmp_path: Path):
     )
     _, run_dir = _final_params(config, RunStore(tmp_path))
     (result,) = RunStore(tmp_path).results()
-    m = result["metrics"]
+    m = result.metrics
     # per worker: warm-up 1 + measured 3 + the probe's synchronized steps (a warm-up pair,
     # then 1 pair: 1 + 1); its unsynchronized steps push nothing
     pushes = 2 * (1 + 3 + 2)

@@ -21,7 +21,7 @@ def _run(tmp_path: Path, **settings) -> tuple[dict, Path]:
     outcome = run_point(
         RunConfig.make(**settings), RunStore(tmp_path), force=False, command=["t"], study="t"
     )
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    assert outcome.state == "completed", outcome.result and outcome.result.error
     return outcome.result, tmp_path / outcome.run_id
 
 
@@ -78,7 +78,7 @@ def test_sync_ps_equals_one_worker_of_the_global_batch(tmp_path, reference_param
     assert params.keys() == reference_params.keys()
     for name, value in params.items():
         torch.testing.assert_close(value, reference_params[name], rtol=1e-4, atol=1e-5)
-    m = result["metrics"]
+    m = result.metrics
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"] > 0
     assert m["bytes_sent_per_step_model"] == 2 * (m["gradient_bytes"] + 4 * servers)
     assert m["staleness_max"] == 0 and m["exposed_comm_fraction"] is not None
@@ -94,7 +94,7 @@ def test_async_ps_records_staleness(tmp_path):
     result, run_dir = _run(
         tmp_path, backend="torch-ps", workers=2, batch_size=16, ps_mode="async", **SMALL
     )
-    m = result["metrics"]
+    m = result.metrics
     assert m["staleness_max"] >= 0 and m["staleness_histogram"]
     (server,) = _server_events(run_dir, 2, "server")
     assert (

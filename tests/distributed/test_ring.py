@@ -183,8 +183,8 @@ def test_two_worker_ring_run_counts_the_bytes_its_model_predicts(tmp_path: Path)
         comm_probe_steps=2,
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="t")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
-    m = outcome.result["metrics"]
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    m = outcome.result.metrics
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
     assert m["bytes_sent_per_step_model"] == m["gradient_bytes"]  # 2(N-1)/N = 1 for N = 2
     assert m["exposed_comm_fraction"] is not None
@@ -205,8 +205,8 @@ def test_three_workers_fp16_uneven_chunks_still_match_exactly(tmp_path: Path):
         compression="fp16",
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="t")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
-    m = outcome.result["metrics"]
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    m = outcome.result.metrics
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
     assert m["bytes_sent_per_step_model"] == 2 * 2 * (m["gradient_bytes"] // 2) / 3
     torch.manual_seed(0)

@@ -67,7 +67,7 @@ def test_a_point_finished_just_before_its_lock_is_taken_is_not_run_again(
     assert outcomes["A"].state == "completed", outcomes["A"].result
     assert outcomes["B"].state == "skipped" and outcomes["B"].elsewhere
     stored = RunStore(tmp_path).completed(config.run_id())
-    assert stored is not None and stored["finished_at"] == outcomes["A"].result["finished_at"]
+    assert stored is not None and stored.finished_at == outcomes["A"].result.finished_at
     run_dir = tmp_path / config.run_id()
     assert (run_dir / "spec.json").exists() and not (run_dir / "lock").exists()
     starts = [e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "start"]

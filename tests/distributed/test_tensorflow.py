@@ -28,7 +28,7 @@ pytestmark = pytest.mark.dist
 
 def _final_params(config: RunConfig, store: RunStore) -> tuple[dict[str, np.ndarray], Path]:
     outcome = run_point(config, store, force=False, command=["t"], study="tensorflow")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
+    assert outcome.state == "completed", outcome.result and outcome.result.error
     run_dir = store.run_dir(outcome.run_id)
     if (run_dir / "final_params.npz").exists():
         with np.load(run_dir / "final_params.npz") as saved:
@@ -90,8 +90,8 @@ CASES = {
 def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference, case):
     backend, workers, extra = CASES[case]
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
-    metrics = result["metrics"]
-    assert result["environment"]["packages"]["tensorflow"] == "2.21.0"
+    metrics = result.metrics
+    assert result.environment["packages"]["tensorflow"] == "2.21.0"
     assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
     strategy = next(
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"

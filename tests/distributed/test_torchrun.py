@@ -46,8 +46,8 @@ def test_torchrun_trains_exactly_as_the_local_launcher(tmp_path: Path, cli, nnod
     )
     assert under["final_train_loss"] == local["final_train_loss"]
     (result,) = RunStore(tmp_path / "torchrun").results()
-    assert result["config"]["launcher"] == "torchrun"
-    run_dir = tmp_path / "torchrun" / result["run_id"]
+    assert result.config["launcher"] == "torchrun"
+    run_dir = tmp_path / "torchrun" / result.run_id
     agents = sorted(p.name for p in run_dir.glob("torchrun*.stderr"))
     assert agents == [f"torchrun{n}.stderr" for n in range(nnodes)]
     # torchrun's own store served the rendezvous: the ranks saw its variables
@@ -144,14 +144,14 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(
     results = tmp_path / "elastic"
     code, err, stored, victims = _elastic_run(results, 1, "max_restarts=1", f"nnodes={nnodes}")
     assert code == 0, err
-    assert stored["status"] == "completed", stored["error"]
-    metrics = stored["metrics"]
+    assert stored.status == "completed", stored.error
+    metrics = stored.metrics
     assert metrics["restarts"] == 1 and metrics["restart_lost_s"] > 0
     # every window recorded; the figures use those the noise guard did not leave out (all of
     # them if every one was loaded; a loaded machine marks some: seen with tests beside this)
     assert metrics["windows_recorded"] == 4
     assert metrics["windows"] == (4 - metrics["windows_loaded"] or 4)
-    run_dir = results / stored["run_id"]
+    run_dir = results / stored.run_id
     assert (
         sorted(p.name for p in run_dir.glob("torchrun*.stderr"))[-1]
         == f"torchrun{nnodes - 1}.stderr"
@@ -174,9 +174,9 @@ def test_a_rank_killed_more_often_than_max_restarts_fails_the_run_named(tmp_path
     results = tmp_path / "elastic"
     code, err, stored, victims = _elastic_run(results, 2, "max_restarts=1")
     assert code == 1, err
-    assert stored["status"] == "failed"
-    assert stored["error"].startswith("rank 1 (command of ranks [0, 1])"), stored["error"]
-    run_dir = results / stored["run_id"]
+    assert stored.status == "failed"
+    assert stored.error.startswith("rank 1 (command of ranks [0, 1])"), stored.error
+    run_dir = results / stored.run_id
     starts = [e for e in read_events(run_dir / "events.rank1.jsonl") if e["event"] == "start"]
     assert [s["pid"] for s in starts] == victims  # no third attempt
     every = [e for p in run_dir.glob("events.rank*.jsonl") for e in read_events(p)]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
 from dlscale.store import RunStore
 
@@ -28,22 +29,19 @@ def write_results(root: Path, *, slowdown: float = 1.0, seed: int = 0) -> Path:
         windows = list(slowdown * 500.0 * workers * (1 + 0.01 * rng.standard_normal(WINDOWS)))
         store.write_result(
             config.run_id(),
-            {
-                "run_id": config.run_id(),
-                "status": "completed",
-                "error": None,
-                "config": config.to_dict(),
-                "batch_size_per_worker": config.batch_per_worker,
-                "global_batch_size": config.global_batch,
-                "metrics": {
+            Result(
+                run_id=config.run_id(),
+                status="completed",
+                config=config.to_dict(),
+                batch_size_per_worker=config.batch_per_worker,
+                global_batch_size=config.global_batch,
+                metrics={
                     "throughput_img_s": float(np.mean(windows)),
                     "throughput_windows_img_s": windows,
                     "time_to_accuracy_s": None,
-                    "batch_size_per_worker": config.batch_per_worker,
-                    "global_batch_size": config.global_batch,
                 },
-                "finished_at": time.time(),
-            },
+                finished_at=time.time(),
+            ),
         )
     return root
 
@@ -94,14 +92,13 @@ def test_nothing_matched_names_the_differing_key(tmp_path: Path):
     config = RunConfig.make(model="tiny", backend="torch-ddp", workers=1, batch_size=64)
     store.write_result(
         config.run_id(),
-        {
-            "run_id": config.run_id(),
-            "status": "completed",
-            "error": None,
-            "config": config.to_dict(),
-            "metrics": {"throughput_img_s": 100.0, "throughput_windows_img_s": [100.0, 101.0]},
-            "finished_at": time.time(),
-        },
+        Result(
+            run_id=config.run_id(),
+            status="completed",
+            config=config.to_dict(),
+            metrics={"throughput_img_s": 100.0, "throughput_windows_img_s": [100.0, 101.0]},
+            finished_at=time.time(),
+        ),
     )
     run = compare_cli(a, tmp_path / "b")
     assert run.returncode == 2

@@ -41,20 +41,20 @@ def test_a_jpeg_folder_shows_the_input_share_and_the_loaders_cap(tmp_path: Path,
     caps = [line for line in run.stdout.splitlines() if line.startswith("input: torch-ddp x")]
     assert len(caps) == 2 and all("input caps you at" in line for line in caps), run.stdout
     stored = RunStore(results).results()
-    assert sorted((r["config"]["workers"], r["config"]["loader_only"]) for r in stored) == [
+    assert sorted((r.config["workers"], r.settings["loader_only"]) for r in stored) == [
         (1, False), (1, True), (2, False), (2, True)
     ]  # fmt: skip
     for result in stored:
-        metrics = result["metrics"]
-        assert result["status"] == "completed", result["error"]
+        metrics = result.metrics
+        assert result.status == "completed", result.error
         wait = metrics["input_wait_fraction"]
         assert 0 < wait <= 1 and metrics["input_time_p50_ms"] > 0
-        if result["config"]["loader_only"]:
+        if result.settings["loader_only"]:
             assert wait > 0.9  # a step is the wait for the batch and nothing else
             assert metrics["exposed_comm_fraction"] in (0.0, None) and not metrics["loss_diverged"]
         # images/s recomputed from the ranks' windows: images summed, the slowest rank's time
         windows: dict[int, list[Window]] = {}
-        for events in (results / result["run_id"]).glob("events.rank*.jsonl"):
+        for events in (results / result.run_id).glob("events.rank*.jsonl"):
             for line in events.read_text().splitlines():
                 record = from_dict(json.loads(line))
                 if isinstance(record, Window) and record.kind == "measure":
@@ -107,7 +107,7 @@ def test_bad_images_stop_the_run_before_training_or_are_left_out_when_asked(tmp_
         "truncated JPEG (no end marker))"
     ) in skipped.stderr
     (result,) = RunStore(tmp_path / "res").results()
-    assert result["status"] == "completed"
+    assert result.status == "completed"
 
 
 @pytest.mark.parametrize(
@@ -162,7 +162,7 @@ def test_a_killed_loader_process_fails_the_run_and_leaves_nothing_running(tmp_pa
     assert "a loader process of this worker died (DataLoader worker (pid" in line, err
     assert "Traceback" not in err and "killed from outside" in line
     (result,) = RunStore(results).results()
-    assert result["status"] == "failed"
+    assert result.status == "failed"
     end = time.monotonic() + 30
     while processes_naming(results) and time.monotonic() < end:
         time.sleep(0.2)

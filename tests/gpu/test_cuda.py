@@ -27,9 +27,9 @@ def test_single_gpu_bf16_channels_last(tmp_path: Path):
         windows=2,
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
-    assert outcome.result["environment"]["gpu_names"]
-    assert outcome.result["metrics"]["throughput_img_s"] > 0
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    assert outcome.result.environment["gpu_names"]
+    assert outcome.result.metrics["throughput_img_s"] > 0
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
@@ -38,8 +38,8 @@ def test_two_gpu_ddp_nccl(tmp_path: Path):
         backend="torch-ddp", model="resnet20", device="cuda", workers=2, steps=5, windows=2
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
-    assert outcome.result["metrics"]["exposed_comm_fraction"] is not None
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    assert outcome.result.metrics["exposed_comm_fraction"] is not None
 
 
 def test_ddp_one_gpu_nccl(tmp_path: Path):
@@ -55,8 +55,8 @@ def test_ddp_one_gpu_nccl(tmp_path: Path):
         batch_size=32,
     )
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
-    assert outcome.state == "completed", outcome.result and outcome.result["error"]
-    assert outcome.result["metrics"]["eval_accuracy"] is not None
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    assert outcome.result.metrics["eval_accuracy"] is not None
 
 
 def test_jpeg_batches_come_pinned_to_the_gpu_and_equal_the_cpu_ones(tmp_path: Path):

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from dlscale.contract.records import from_dict
+from dlscale.contract.result import Result
 from dlscale.metrics.aggregate import aggregate
 from dlscale.metrics.scaling import add_scaling
 from dlscale.metrics.stats import mean_ci95, percentile
@@ -128,7 +129,10 @@ def test_exposed_comm_and_time_to_accuracy():
     assert aggregate(typed(per_rank), target_accuracy=0.95)["time_to_accuracy_s"] is None
 
 
-def row(run_id, backend, workers, throughput, **config):
+def row(
+    run_id, backend, workers, throughput, *, framework=None, reference=None, options=None, **config
+):
+    """A stored run; ``options``: its backend's, grouped as a result stores them."""
     cfg = {
         "backend": backend,
         "workers": workers,
@@ -136,13 +140,16 @@ def row(run_id, backend, workers, throughput, **config):
         "batch_size": 64,
         "repeat_id": 0,
         **config,
+        "options": {"backend": options or {}},
     }
-    return {
-        "run_id": run_id,
-        "status": "completed",
-        "config": cfg,
-        "metrics": {"throughput_img_s": throughput},
-    }
+    return Result(
+        run_id=run_id,
+        status="completed",
+        framework=framework,
+        reference=reference,
+        config=cfg,
+        metrics={"throughput_img_s": throughput},
+    )
 
 
 def test_speedup_prefers_reference_backend_at_one_worker():
@@ -188,9 +195,7 @@ def test_run_labels_do_not_separate_a_run_from_its_baseline():
 
 def test_a_baseline_is_never_taken_from_another_framework():
     def framework_row(run_id, backend, workers, throughput, framework, reference):
-        r = row(run_id, backend, workers, throughput)
-        r["framework"], r["reference"] = framework, reference
-        return r
+        return row(run_id, backend, workers, throughput, framework=framework, reference=reference)
 
     rows = add_scaling(
         [
@@ -208,9 +213,7 @@ def test_a_baseline_is_never_taken_from_another_framework():
 
 def test_same_backend_with_other_options_is_not_a_baseline():
     def with_options(run_id, workers, throughput, bucket_mb):
-        r = row(run_id, "torch-ddp", workers, throughput, bucket_mb=bucket_mb)
-        r["config_options"] = {"backend": {"bucket_mb": bucket_mb}}
-        return r
+        return row(run_id, "torch-ddp", workers, throughput, options={"bucket_mb": bucket_mb})
 
     rows = add_scaling([with_options("small1", 1, 50.0, 1.0), with_options("big2", 2, 90.0, 25.0)])
     assert rows[1]["speedup"] is None
@@ -220,10 +223,16 @@ def test_same_backend_with_other_options_is_not_a_baseline():
 
 def test_among_reference_runs_the_one_with_the_points_options_is_the_baseline():
     def mx_row(run_id, backend, workers, throughput, mkldnn, reference):
-        r = row(run_id, backend, workers, throughput, weights="torch", mkldnn=mkldnn)
-        r["framework"], r["reference"] = "mxnet", reference
-        r["config_options"] = {"backend": {"weights": "torch", "mkldnn": mkldnn}}
-        return r
+        options = {"weights": "torch", "mkldnn": mkldnn}
+        return row(
+            run_id,
+            backend,
+            workers,
+            throughput,
+            framework="mxnet",
+            reference=reference,
+            options=options,
+        )
 
     for order in (1, -1):  # whichever comes first
         rows = add_scaling(

@@ -1,6 +1,8 @@
 """Runs that are repeats: intervals over runs, Fieller on speedup, the baseline rule, the noise
 guard, the interleaved probe, the study's thread budget and the order of rounds."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from dlscale.config.repeats import Repeats
 from dlscale.config.study import expand, parse_set
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import from_dict
+from dlscale.contract.result import Result
 from dlscale.metrics.aggregate import aggregate, exposed_fraction
 from dlscale.metrics.points import combine
 from dlscale.metrics.scaling import add_scaling
@@ -40,13 +43,13 @@ def window(index, duration, steps=2, *, kind="measure", rank=0, **extra):
 def run(run_id, backend, workers, throughputs, *, repeat=0, threads=1, **config):
     """A stored run whose windows had these throughputs."""
     mean = float(np.mean(throughputs))
-    return {
-        "run_id": run_id,
-        "status": "completed",
-        "framework": "torch",
-        "reference": backend == "torch-single",
-        "threads_per_worker": threads,
-        "config": {
+    return Result(
+        run_id=run_id,
+        status="completed",
+        framework="torch",
+        reference=backend == "torch-single",
+        threads_per_worker=threads,
+        config={
             "backend": backend,
             "workers": workers,
             "model": "m",
@@ -55,12 +58,12 @@ def run(run_id, backend, workers, throughputs, *, repeat=0, threads=1, **config)
             "threads_per_worker": threads,
             **config,
         },
-        "metrics": {
+        metrics={
             "throughput_img_s": mean,
             "throughput_windows_img_s": list(throughputs),
             "throughput_ci95_img_s": mean_ci95(throughputs)[1],
         },
-    }
+    )
 
 
 # --- Fieller -------------------------------------------------------------------------------
@@ -108,9 +111,9 @@ def test_a_point_interval_is_over_its_runs_and_a_single_run_falls_back_to_window
         run("a1", "torch-ddp", 2, [110.0, 111.0], repeat=1),
         run("a2", "torch-ddp", 2, [120.0, 121.0], repeat=2),
         run("b0", "torch-ddp", 4, [200.0, 220.0]),
-        {**run("c0", "torch-ddp", 8, [1.0]), "status": "failed"},
+        replace(run("c0", "torch-ddp", 8, [1.0]), status="failed"),
     ]
-    a, b, c = combine(rows)
+    a, b, c = combine([r.row() for r in rows])
     assert a["runs"] == 3 and a["interval"] == "runs" and a["run_ids"] == ["a0", "a1", "a2"]
     assert a["metrics"]["throughput_img_s"] == pytest.approx(110.5)
     assert a["metrics"]["throughput_ci95_img_s"] == pytest.approx(
@@ -161,9 +164,9 @@ def test_a_run_loaded_in_every_window_is_left_out_while_a_clean_run_remains():
     """The noise guard one level up: hypervisor steal halved whole runs on this machine."""
 
     def noisy(row, loaded):
-        row["metrics"].update(windows_recorded=2, windows_loaded=loaded, noisy=loaded > 0)
-        row["metrics"].update(outside_load_max=0.01, steal_max=0.4 if loaded else 0.0)
-        return row
+        metrics = {**row.metrics, "windows_recorded": 2, "windows_loaded": loaded}
+        metrics.update(noisy=loaded > 0, outside_load_max=0.01, steal_max=0.4 if loaded else 0.0)
+        return replace(row, metrics=metrics)
 
     rows = [
         noisy(run("a0", "torch-single", 1, [100.0, 102.0], repeat=0), 0),

@@ -9,6 +9,7 @@ import pytest
 from rich.console import Console
 
 from dlscale.cli.tables import LEGEND, points_table
+from dlscale.contract.result import Result
 from dlscale.metrics.scaling import add_scaling
 from dlscale.report.columns import COLUMNS, human_layout
 from dlscale.report.figures import rank_spread, study_figures
@@ -301,19 +302,20 @@ def test_provenance_names_every_framework_of_the_study_as_its_workers_recorded_i
     (Horovod's too where the backend needs it); an old result shows its torch_version."""
     from dlscale.report.html import framework_versions, provenance
 
-    def run(backend: str, framework: str, packages: object) -> dict:
-        return {
-            "framework": framework,
-            "config": {"backend": backend, "framework": framework},
-            "environment": {"packages": packages},
-        }
+    def run(backend: str, framework: str | None, environment: dict) -> dict:
+        config = {"backend": backend, "model": "m", "dataset": "d", "workers": 1}
+        result = Result(
+            run_id=backend, status="completed", framework=framework, config=config,
+            environment=environment,
+        )  # fmt: skip
+        return result.row()
 
     rows = [
-        run("torch-ddp", "torch", {"torch": "2.13.0", "numpy": "2.4", "mxnet": "9"}),
-        run("tf-mwms", "tensorflow", {"tensorflow": "2.21.0", "tf-keras": "2.21.0"}),
-        run("horovod-mxnet", "mxnet", {"mxnet": "1.9.1", "horovod": "0.28.1"}),
-        {"framework": None, "environment": {"torch_version": "1.13"}},  # schema 1
-        run("toy-ps", "numpy", "not a dict"),  # damaged: nothing from it
+        run("torch-ddp", "torch", {"packages": {"torch": "2.13.0", "numpy": "2.4", "mxnet": "9"}}),
+        run("tf-mwms", "tensorflow", {"packages": {"tensorflow": "2.21.0", "tf-keras": "2.21.0"}}),
+        run("horovod-mxnet", "mxnet", {"packages": {"mxnet": "1.9.1", "horovod": "0.28.1"}}),
+        run("torch-ddp", None, {"torch_version": "1.13"}),  # schema 1
+        run("toy-ps", "numpy", {"packages": "not a dict"}),  # damaged: nothing from it
     ]
     assert framework_versions(rows) == (
         "horovod 0.28.1, mxnet 1.9.1, tensorflow 2.21.0, tf-keras 2.21.0, torch 1.13, torch 2.13.0"

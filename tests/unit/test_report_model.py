@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dlscale.contract.result import Result
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import fitted_networks, link_lookup, microbench_runs
 from dlscale.perfmodel.validate import Link
@@ -22,25 +23,25 @@ SAFE_ID = re.compile(r'id="([^"]*)"')
 
 
 def point(run_id: str, model: str, throughput: float, *, workers: int = 2) -> dict:
-    return {
-        "run_id": run_id,
-        "status": "completed",
-        "study": "s",
-        "batch_size_per_worker": 32,
-        "config": {
+    return Result(
+        run_id=run_id,
+        status="completed",
+        study="s",
+        batch_size_per_worker=32,
+        config={
             "backend": "torch-ddp",
             "model": model,
             "workers": workers,
             "launcher": "local",
             "scaling": "weak",
         },
-        "metrics": {
+        metrics={
             "throughput_img_s": throughput,
             "step_time_nosync_p50_ms": 100.0,
             "gradient_bytes": 1e6,
             "step_time_p50_ms": 110.0,
         },
-    }
+    ).row()
 
 
 def test_each_points_error_is_what_the_ring_gives_by_hand():

@@ -12,6 +12,7 @@ import pytest
 from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.events import EventWriter, read_events, read_records
 from dlscale.contract.records import Start
+from dlscale.contract.result import Result
 from dlscale.runtime.procfs import process_start
 from dlscale.store import RunStore, read_json, write_json_atomic
 
@@ -221,13 +222,13 @@ def test_results_listing_and_completed(tmp_path: Path):
     with pytest.raises(UserError, match="no results directory"):
         RunStore(tmp_path / "none").results()
     config = {"backend": "torch-ddp", "model": "tiny", "dataset": "synthetic", "workers": 1}
-    store.write_result("a", {"run_id": "a", "status": "failed", "finished_at": 2, "config": config})
-    store.write_result(
-        "b", {"run_id": "b", "status": "completed", "finished_at": 1, "config": config}
-    )
-    assert [r["run_id"] for r in store.results()] == ["b", "a"]
+    store.write_result("a", Result(run_id="a", status="failed", finished_at=2, config=config))
+    store.write_result("b", Result(run_id="b", status="completed", finished_at=1, config=config))
+    assert [r.run_id for r in store.results()] == ["b", "a"]
     assert store.completed("a") is None
-    assert store.completed("b")["run_id"] == "b"
+    completed = store.completed("b")
+    assert completed is not None and completed.run_id == "b" and completed.completed
+    assert completed.config["options"] == {}  # read back in the current schema
 
 
 def test_event_writer_stamps_and_reader_drops_torn_line(tmp_path: Path):
@@ -250,7 +251,8 @@ def test_results_of_schema_1_read_into_the_current_shape():
     raw = json.loads(next(fixture.glob("*torch-ddp*/result.json")).read_text())
     assert raw["schema"] == "dlscale.result/1" and "compile" in raw["config"]
     assert "bucket_mb" not in raw["config"]  # written before the key existed
-    rows = RunStore(fixture).results()
+    results = RunStore(fixture).results()
+    rows = [r.row() for r in results]
     ddp = next(r for r in rows if r["config"]["backend"] == "torch-ddp")
     single = next(r for r in rows if r["config"]["backend"] == "torch-single")
     assert ddp["framework"] == single["framework"] == "torch"
@@ -263,7 +265,7 @@ def test_results_of_schema_1_read_into_the_current_shape():
     assert ddp["config"]["windows"] == 3  # schema 3 renamed a run's repeats
     from dlscale.metrics.scaling import add_scaling
 
-    scaled = {r["run_id"]: r for r in add_scaling(rows)}
+    scaled = {r["run_id"]: r for r in add_scaling(results)}
     one_ddp = next(
         r
         for r in scaled.values()

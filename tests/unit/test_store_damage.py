@@ -13,31 +13,32 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import dlscale
+from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 
 
-def good_result(workers: int = 1, seed: int = 0) -> tuple[str, dict[str, Any]]:
+def good_result(workers: int = 1, seed: int = 0) -> tuple[str, Result]:
     config = RunConfig.make(model="tiny", backend="torch-ddp", workers=workers, seed=seed)
     run_id = config.run_id()
-    return run_id, {
-        "run_id": run_id,
-        "status": "completed",
-        "error": None,
-        "config": config.to_dict(),
-        "batch_size_per_worker": config.batch_per_worker,
-        "global_batch_size": config.global_batch,
-        "metrics": {"throughput_img_s": 100.0 * workers, "throughput_windows_img_s": [100.0]},
-        "environment": {"hostname": "h"},
-        "finished_at": time.time(),
-    }
+    return run_id, Result(
+        run_id=run_id,
+        status="completed",
+        config=config.to_dict(),
+        batch_size_per_worker=config.batch_per_worker,
+        global_batch_size=config.global_batch,
+        metrics={"throughput_img_s": 100.0 * workers, "throughput_windows_img_s": [100.0]},
+        environment={"hostname": "h"},
+        finished_at=time.time(),
+    )
 
 
 def _edit(change: Callable[[dict[str, Any]], None]) -> Callable[[str], bytes]:
@@ -95,7 +96,7 @@ def test_results_skips_a_damaged_run_with_one_warning(tmp_path: Path, kind: str)
     warnings: list[str] = []
     store = RunStore(tmp_path, on_warning=warnings.append)
     rows = store.results()
-    assert sorted(r["config"]["workers"] for r in rows) == [1, 2]
+    assert sorted(r.config["workers"] for r in rows) == [1, 2]
     store.results()  # read again: still one warning per file
     (message,) = warnings
     assert str(path) in message and ALL_DAMAGE[kind][1] in message
@@ -147,11 +148,11 @@ def test_ls_runs_lists_the_rest_and_warns_once(tmp_path: Path, kind: str):
 # run_point: its own damaged result is rerun (only that point); a newer one is kept
 
 
-def _fake_launch(calls: list[str]) -> Callable[..., dict[str, Any]]:
-    def launch(config: RunConfig, store: RunStore, run_id: str, **_: Any) -> dict[str, Any]:
+def _fake_launch(calls: list[str]) -> Callable[..., Result]:
+    def launch(config: RunConfig, store: RunStore, run_id: str, **_: Any) -> Result:
         calls.append(run_id)
         _, result = good_result(config.workers, config.seed)
-        return {**result, "metrics": {"throughput_img_s": 1.0}, "fresh": True}
+        return replace(result, metrics={"throughput_img_s": 1.0}, study="fresh")
 
     return launch
 
@@ -169,7 +170,8 @@ def test_run_point_reruns_its_own_damaged_result(tmp_path: Path, kind: str, monk
     damage(tmp_path / run_id / "result.json", kind)
     outcome = run_point(config, store, force=False, command=["t"], study="t")
     assert outcome.state == "completed" and calls == [run_id]
-    assert store.completed(run_id)["fresh"] is True  # the damaged file was replaced
+    fresh = store.completed(run_id)
+    assert fresh is not None and fresh.study == "fresh"  # the damaged file was replaced
     (message,) = warnings
     assert str(tmp_path / run_id / "result.json") in message and "again" in message
     again = run_point(config, store, force=False, command=["t"], study="t")

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from dlscale.cli.run import settings_from
 from dlscale.config import RunConfig
 from dlscale.config.study import expand
 from dlscale.contract.files import OutputError
+from dlscale.contract.result import Result
 from dlscale.launchers.base import LaunchOutcome
 from dlscale.runner import run_point
 from dlscale.runtime.worker_path import prepare_worker_path
@@ -58,12 +60,12 @@ def one_line(error: pytest.ExceptionInfo[BaseException]) -> str:
 def _fake_launch(calls: list[str], *, before: Any = None) -> Any:
     """runner._launch without processes: ``before(run_id)`` runs first (a file system prank)."""
 
-    def launch(config: RunConfig, store: RunStore, run_id: str, **_: Any) -> dict[str, Any]:
+    def launch(config: RunConfig, store: RunStore, run_id: str, **_: Any) -> Result:
         calls.append(run_id)
         if before is not None:
             before(run_id)
         _, result = good_result(config.workers, config.seed)
-        return {**result, "run_id": run_id, "config": config.to_dict()}
+        return replace(result, run_id=run_id, config=config.to_dict())
 
     return launch
 
@@ -322,12 +324,12 @@ def test_a_full_disk_when_writing_a_result_keeps_the_earlier_one(small_disk: Pat
     store = RunStore(small_disk / "store")
     store.root.mkdir()
     run_id, result = good_result()
-    store.write_result(run_id, {**result, "status": "failed"})
+    store.write_result(run_id, replace(result, status="failed"))
     earlier = store.result_path(run_id).read_bytes()
     assert store.reserve(run_id)
     fill(small_disk)
     with pytest.raises(OutputError) as error:
-        store.write_result(run_id, {**result, "metrics": {"pad": "x" * 8192}})
+        store.write_result(run_id, replace(result, metrics={"pad": "x" * 8192}))
     message = one_line(error)
     assert message.startswith("no space left") and str(store.result_path(run_id)) in message
     store.release(run_id)

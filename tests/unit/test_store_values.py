@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,15 @@ import pytest
 
 import dlscale
 from dlscale.cli import main as dlscale_main
+from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
+from dlscale.contract.shapes import METRICS, Shape
 from dlscale.launchers.base import LaunchOutcome
 from dlscale.metrics.aggregate import METRIC_KEYS, aggregate
 from dlscale.metrics.compare import compare
 from dlscale.runner import result_of
 from dlscale.store import RunStore, write_json_atomic
-from dlscale.store.migrate import read_view
-from dlscale.store.validate import METRICS, Shape
+from dlscale.store.migrate import current
 from tests.unit.test_metrics import typed, window
 from tests.unit.test_store_damage import good_result
 
@@ -38,6 +40,11 @@ FIXTURE = (
 """A completed run with every nested metric (eval history, per-rank means, loss by window)."""
 BAD_ID = FIXTURE.name
 HUGE = 10**400
+
+
+def reader_row(document: dict, schema: int) -> dict:
+    """A stored document as readers see it, without the store's checks."""
+    return Result.from_document(current(document, schema)).row()
 
 
 def _metric(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
@@ -90,10 +97,9 @@ def _write_damaged(root: Path, change: Callable[[dict[str, Any]], None]) -> Path
     return path
 
 
-def _good(workers: int, **metrics: Any) -> tuple[str, dict[str, Any]]:
+def _good(workers: int, **metrics: Any) -> tuple[str, Result]:
     run_id, result = good_result(workers)
-    result["metrics"].update(metrics)
-    return run_id, result
+    return run_id, replace(result, metrics={**result.metrics, **metrics})
 
 
 def results_with_damage(root: Path, kind: str, **metrics: Any) -> Path:
@@ -219,7 +225,7 @@ def test_run_reruns_its_own_point_stored_with_a_nan_throughput(tmp_path: Path, m
 
     calls: list[str] = []
 
-    def launch(config: RunConfig, store: RunStore, run_id: str, **_: Any) -> dict[str, Any]:
+    def launch(config: RunConfig, store: RunStore, run_id: str, **_: Any) -> Result:
         calls.append(run_id)
         return good_result(config.workers)[1]
 
@@ -261,7 +267,7 @@ def test_every_declared_metric_of_the_wrong_type_skips_the_run(tmp_path: Path, k
     path.write_text(json.dumps(document))
     warnings: list[str] = []
     rows = RunStore(tmp_path, on_warning=warnings.append).results()
-    assert sorted(r["config"]["workers"] for r in rows) == [1, 2]
+    assert sorted(r.config["workers"] for r in rows) == [1, 2]
     (message,) = warnings
     assert str(path) in message and f"metric {key}" in message and "\n" not in message
 
@@ -281,7 +287,7 @@ def test_the_aggregate_writes_exactly_the_declared_metrics():
 # the writer: a run whose windows are impossible is never stored as completed
 
 
-def _run_with(tmp_path: Path, durations: list[Any]) -> dict[str, Any]:
+def _run_with(tmp_path: Path, durations: list[Any]) -> Result:
     config = RunConfig.make(model="tiny", backend="torch-single", workers=1)
     run_dir = tmp_path / config.run_id()
     run_dir.mkdir(parents=True)
@@ -293,7 +299,7 @@ def _run_with(tmp_path: Path, durations: list[Any]) -> dict[str, Any]:
     result = result_of(spec, config, run_dir, outcome, started_at=1.7e9)
     RunStore(tmp_path).write_result(config.run_id(), result)  # storable: no NaN left in it
     stored = RunStore(tmp_path, on_warning=pytest.fail).read(config.run_id())
-    assert stored.result is not None and stored.result["status"] == result["status"]
+    assert stored.result == result  # the typed result back as it was written
     return result
 
 
@@ -308,22 +314,22 @@ def _run_with(tmp_path: Path, durations: list[Any]) -> dict[str, Any]:
 )
 def test_a_run_with_an_impossible_window_is_recorded_as_failed(tmp_path, durations, said):
     result = _run_with(tmp_path, durations)
-    assert result["status"] == "failed"
-    assert result["error"].startswith(f"{said}: a measured figure must be a number in (0, 1e+15]")
-    metrics = result["metrics"]
+    assert result.status == "failed"
+    assert result.error.startswith(f"{said}: a measured figure must be a number in (0, 1e+15]")
+    metrics = result.metrics
     assert metrics["throughput_img_s"] is None and metrics["throughput_windows_img_s"] is None
 
 
 def test_a_run_with_good_windows_is_completed(tmp_path: Path):
     result = _run_with(tmp_path, [1.0, 2.0])
-    assert result["status"] == "completed" and result["error"] is None
-    assert result["metrics"]["throughput_windows_img_s"] == [40.0, 20.0]
+    assert result.status == "completed" and result.error is None
+    assert result.metrics["throughput_windows_img_s"] == [40.0, 20.0]
 
 
 def test_compare_lists_a_completed_run_without_a_usable_throughput():
     """Rows handed to compare() directly (not through a store's checks): a run with a
     negative window is listed as unusable, never silently dropped."""
-    good, bad = (read_view(good_result(w)[1], 3) for w in (1, 2))  # unchecked rows
+    good, bad = (good_result(w)[1].row() for w in (1, 2))  # unchecked rows
     bad["metrics"]["throughput_windows_img_s"] = [200.0, -5.0]
     result = compare([good], [good, bad])
     (failed,) = result.failed

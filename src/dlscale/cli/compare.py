@@ -107,7 +107,7 @@ def _load(directory: Path) -> tuple[list[dict[str, Any]], int]:
         skipped.append(message)
         print_warning(message)
 
-    results = RunStore(directory, on_warning=warn).results()
+    results = [result.row() for result in RunStore(directory, on_warning=warn).results()]
     if not results:
         raise UserError(f"no readable results in {directory} (none, or every one skipped above)")
     return results, len(skipped)

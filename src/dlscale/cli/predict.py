@@ -322,10 +322,11 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
         config, store, force=False, command=["dlscale", "predict"],
         study="predict-profile",
     )  # fmt: skip
-    result = outcome.result or {}
-    metrics = result.get("metrics") or {}
-    if result.get("status") != "completed" or not metrics.get("step_time_p50_ms"):
-        raise UserError(f"the profile run of {args.model} failed: {result.get('error')}")
+    result = outcome.result
+    metrics = result.metrics if result is not None else {}
+    if result is None or not result.completed or not metrics.get("step_time_p50_ms"):
+        why = result.error if result is not None else "no result was recorded"
+        raise UserError(f"the profile run of {args.model} failed: {why}")
     return {**metrics, "run_id": outcome.run_id}
 
 

@@ -293,9 +293,9 @@ def _run_one(
         tally.failed += 1
         assert outcome.result is not None
         where = " (in another dlscale process)" if outcome.elsewhere else ""
-        error = markup(f"{outcome.run_id}{where}: {outcome.result.get('error')}")
+        error = markup(f"{outcome.run_id}{where}: {outcome.result.error}")
         line(f"[red]failed:[/] {error}")
-        for text in (outcome.result.get("failure") or {}).get("stderr_tail", [])[-5:]:
+        for text in (outcome.result.failure or {}).get("stderr_tail", [])[-5:]:
             say(console(stderr=True), f"    {text}")
     tally.finished.append(outcome.run_id)
     if as_json:

@@ -13,8 +13,10 @@ included) agree on, importing nothing else of dlscale (checked by ``lint-imports
 * :mod:`~dlscale.contract.records` and :mod:`~dlscale.contract.events`: the typed event
   records a worker writes and the parent reads; :mod:`~dlscale.contract.comm_bytes`: how bytes
   on the wire are counted, the same for every engine;
-* :mod:`~dlscale.contract.facts`: a stored run's framework facts, read alike for every
-  framework;
+* :mod:`~dlscale.contract.result`: a run's typed result, which the store writes and reads
+  back and every reader takes its rows from, with the shapes of its stored values
+  (:mod:`~dlscale.contract.shapes`) and its framework facts, read alike for every framework
+  (:mod:`~dlscale.contract.facts`);
 * :mod:`~dlscale.contract.files`: how every file of a result is written (atomically) and read;
 * :mod:`~dlscale.contract.errors` and :mod:`~dlscale.contract.text`: the errors a user sees and
   how text from users is made safe to print.

@@ -28,15 +28,14 @@ class FrameworkFacts:
         return self.packages[0][1] if self.packages else None
 
     @classmethod
-    def of(cls, result: Mapping[str, Any]) -> FrameworkFacts:
-        """The facts of a stored result (a reader's row: ``framework``, ``config``,
-        ``environment``)."""
-        config = result.get("config") or {}
-        env = result.get("environment") or {}
-        name = str(result.get("framework") or config.get("framework") or "")
-        if not name and "torch_version" in env:  # before a result named its framework: torch's
+    def of(cls, framework: str, environment: Mapping[str, Any]) -> FrameworkFacts:
+        """The facts a run's workers recorded in its ``environment`` (:attr:`Result.facts
+        <dlscale.contract.result.Result.facts>`)."""
+        name = framework
+        if not name and "torch_version" in environment:  # before results named their framework
             name = "torch"
-        return cls(name=name, packages=recorded_versions(env, name), gpus=_gpus(env))
+        packages = recorded_versions(environment, name)
+        return cls(name=name, packages=packages, gpus=_gpus(environment))
 
 
 def recorded_versions(env: Mapping[str, Any], framework: str) -> tuple[tuple[str, str], ...]:

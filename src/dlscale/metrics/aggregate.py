@@ -22,8 +22,9 @@ from dlscale.contract.records import (
     Strategy,
     Window,
 )
+from dlscale.contract.shapes import COMPLETED, MEASURED, METRICS
 from dlscale.metrics.stats import mean_ci95, percentile
-from dlscale.store.validate import COMPLETED, MEASURED, METRICS, Problem, problems, show
+from dlscale.store.validate import Problem, problems, show
 
 Events = list[Record]
 
@@ -111,14 +112,14 @@ def aggregate(
 
 METRIC_KEYS = tuple(METRICS)
 """Every metric of a run, each ``None`` until measured: the keys, and each one's shape, are
-declared once, in :data:`dlscale.store.validate.METRICS`, which readers check results against."""
+declared once, in :data:`dlscale.contract.shapes.METRICS`, which readers check results against."""
 
 
 def impossible_figures(metrics: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """A run's metrics as they may be stored, and what is wrong with them (None: nothing).
 
     A figure outside its declared shape (a window's throughput NaN, negative or beyond
-    :data:`~dlscale.store.validate.MAX_QUANTITY`: a clock or a counter gave an impossible
+    :data:`~dlscale.contract.shapes.MAX_QUANTITY`: a clock or a counter gave an impossible
     reading) is no measurement: it is stored as ``None`` (with every throughput figure, when a
     window's is wrong), and the words say which value, so the run is recorded as failed."""
     found = list(problems({k: metrics.get(k) for k in MEASURED}, COMPLETED, "metric"))

@@ -70,7 +70,7 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
         flat[key] = row.get(key)
     for key in ("hostname", "cpu_model", "torch_version", "dlscale_version", "git_commit"):
         flat[key] = env.get(key)
-    facts = FrameworkFacts.of(row)  # the same columns for every framework
+    facts: FrameworkFacts = row["facts"]  # the same columns for every framework
     flat["framework_version"] = facts.version
     flat["gpus"] = ", ".join(facts.gpus) or None
     flat["started_at"] = row.get("started_at")

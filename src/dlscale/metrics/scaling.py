@@ -31,9 +31,11 @@ baseline has (``machine_speedup``, ``machine_baseline``).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from dlscale.contract.backends import BACKENDS
+from dlscale.contract.result import Result
 from dlscale.contract.run_config import NOT_MATCHED_KEYS
 from dlscale.metrics.points import combine, samples, window_throughputs
 from dlscale.metrics.stats import ratio_ci95
@@ -77,10 +79,11 @@ def machine_key(row: Row) -> tuple[tuple[str, Any], ...]:
     return (("framework", row.get("framework")), *key)
 
 
-def add_scaling(results: list[Row], *, per: str = "point") -> list[Row]:
+def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
     """Points (``per="point"``: runs combined) or runs (``per="run"``: each run with its
-    point's statistics) with the scaling fields of :data:`SCALING_KEYS` filled in."""
-    points = combine(results)
+    point's statistics), as rows (:meth:`Result.row`) with the scaling fields of
+    :data:`SCALING_KEYS` filled in."""
+    points = combine([result.row() for result in results])
     candidates: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
     machines: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
     for point in points:

@@ -11,8 +11,9 @@ import statistics
 from typing import Any
 
 from dlscale.contract.records import Collective, Record
+from dlscale.contract.shapes import MAX_QUANTITY
 from dlscale.perfmodel.costs import bus_bandwidth
-from dlscale.store.validate import MAX_QUANTITY, finite_number
+from dlscale.store.validate import finite_number
 
 
 def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[dict[str, Any]]:

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from dlscale.contract.errors import SchemaError
+from dlscale.contract.shapes import MAX_QUANTITY, TIMESTAMP
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.validate import Link, network_key, plain_key
-from dlscale.store.validate import MAX_QUANTITY, TIMESTAMP, show
 from dlscale.store.validate import finite_number as is_finite
+from dlscale.store.validate import show
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def microbench_runs(
 ) -> list[dict[str, Any]]:
     """Every readable stored microbench run in ``results``, oldest first; a damaged one, one
     from a newer dlscale, or one without a configuration or a plausible start time (seconds
-    since the epoch in :data:`~dlscale.store.validate.TIMESTAMP_RANGE_S`) is left out, and
+    since the epoch in :data:`~dlscale.contract.shapes.TIMESTAMP_RANGE_S`) is left out, and
     ``on_problem`` hears which file and what is wrong with it, in one line."""
     from dlscale.contract.files import read_json
 
@@ -156,7 +157,7 @@ def stored_fits(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def finite_number(value: Any) -> TypeGuard[float]:
     """What a stored figure must be: a real number, finite, no larger in size than
-    :data:`~dlscale.store.validate.MAX_QUANTITY` (not a bool, a string, NaN, nor an integer
+    :data:`~dlscale.contract.shapes.MAX_QUANTITY` (not a bool, a string, NaN, nor an integer
     too large for a float)."""
     return is_finite(value) and abs(value) <= MAX_QUANTITY
 

@@ -66,12 +66,8 @@ def provenance(rows: list[Row]) -> str:
         )
         return ", ".join(found) or "-"
 
-    from dlscale.contract.facts import FrameworkFacts
-
     # every framework's GPUs (torch's names, TensorFlow's names, MXNet's count), read alike
-    gpus = sorted(
-        {", ".join(FrameworkFacts.of(r).gpus) or "none" for r in rows if r.get("environment")}
-    )
+    gpus = sorted({", ".join(r["facts"].gpus) or "none" for r in rows if r.get("environment")})
     started = min((r["started_at"] for r in rows if r.get("started_at")), default=None)
     finished = max((r["finished_at"] for r in rows if r.get("finished_at")), default=None)
     items = [
@@ -96,12 +92,12 @@ def framework_versions(rows: list[Row]) -> str:
     backend that needs it), as its workers recorded them: every framework of the study, not one
     (:class:`~dlscale.contract.facts.FrameworkFacts`)."""
     from dlscale.contract.backends import BACKENDS
-    from dlscale.contract.facts import FrameworkFacts, recorded_versions
+    from dlscale.contract.facts import recorded_versions
     from dlscale.contract.frameworks import FRAMEWORKS
 
     found: set[str] = set()
     for row in rows:
-        versions = list(FrameworkFacts.of(row).packages)
+        versions = list(row["facts"].packages)
         backend = (row.get("config") or {}).get("backend")
         if backend in BACKENDS:  # the frameworks a backend needs beside its own (Horovod)
             for need in BACKENDS.get(str(backend)).requires:

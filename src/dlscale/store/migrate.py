@@ -1,13 +1,14 @@
-"""Stored results of every schema, read into one shape.
+"""Stored results of every schema, read into one typed :class:`~dlscale.contract.result.Result`
+of the current schema.
 
 A result's ``config`` is stored as ``to_dict`` writes it: the core keys and ``options``
-grouped by plug-in kind (``{"backend": {...}, "dataset": {...}, "launcher": {...}}``). Readers
-(tables, figures, scaling, compare) see one flat mapping per run, core keys and options side by
-side, plus ``config_options`` with the grouping, so they can tell a backend's settings from the
-rest. Schema 3 renamed the windows of one run from ``repeats`` to ``windows`` (``repeats`` are
-independent runs now). Schema 1 (before plug-in options) stored every key flat; its plug-in
-keys are regrouped
-here by what the backend and data set declare today.
+grouped by plug-in kind (``{"backend": {...}, "dataset": {...}, "launcher": {...}}``); core
+keys added since a result was written read as their defaults. Schema 3 renamed the windows of
+one run from ``repeats`` to ``windows`` (``repeats`` are independent runs now). Schema 1
+(before plug-in options) stored every key flat; its plug-in keys are regrouped here by what the
+backend and data set declare today. Readers (tables, figures, scaling, compare) see
+:meth:`Result.row`: the config flat, core keys and options side by side, with
+``config_options`` keeping the grouping, so they can tell a backend's settings from the rest.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.files import schema_version
+from dlscale.contract.result import Result
 from dlscale.contract.run_config import config_defaults, core_keys
+from dlscale.contract.shapes import MAX_QUANTITY
 from dlscale.store.validate import (  # ShapeError: readers catch it from here
-    MAX_QUANTITY,
     ShapeError,
     check_result,
     finite_number,
@@ -42,8 +44,8 @@ SCHEMA_1_PLUGIN_KEYS = {
 """Keys that were core fields in schema 1 and are plug-in options now, by plug-in kind."""
 
 
-def result_view(document: dict[str, Any]) -> dict[str, Any]:
-    """A result ``read_json`` accepted, checked and read into the current reader shape.
+def result_view(document: dict[str, Any]) -> Result:
+    """A result ``read_json`` accepted, checked and read into the current schema.
 
     Raises :class:`ShapeError` for a result that readers (tables, figures, scaling, compare,
     ``load_results``) cannot use: no run id, status or config, a config without its backend,
@@ -53,17 +55,18 @@ def result_view(document: dict[str, Any]) -> dict[str, Any]:
     """
     check_stored(document)
     try:
-        view = read_view(document, schema_version(document))
+        result = Result.from_document(current(document, schema_version(document)))
+        settings = result.settings
     except (TypeError, ValueError, AttributeError, KeyError) as error:
         raise ShapeError(f"unexpected contents ({type(error).__name__}: {error})") from None
-    for key, value in view["config"].items():
+    for key, value in settings.items():
         if not _scalar(value):
             raise ShapeError(f"config key {key} is a {type(value).__name__}, not a value")
         if _number(value) and not finite_number(value):
             raise ShapeError(f"config key {key} is {show(value)}, not a finite number")
     for key, kinds in _CONFIG_TYPES.items():
-        _check_type(f"config key {key}", view["config"].get(key), kinds)
-    return view
+        _check_type(f"config key {key}", settings.get(key), kinds)
+    return result
 
 
 _NUMBER = (int, float)
@@ -135,13 +138,13 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def read_view(document: dict[str, Any], schema: int) -> dict[str, Any]:
-    """A stored result in the current reader shape (``config`` flat, ``config_options``)."""
+def current(document: dict[str, Any], schema: int) -> dict[str, Any]:
+    """A stored result in the current schema: core keys the result predates filled with their
+    defaults, the options grouped by plug-in kind, and its framework named."""
     config = dict(document.get("config") or {})
     if schema < 2:
         grouped = _regroup_schema_1(config)
         config = {k: v for k, v in config.items() if k in core_keys()}
-        document.setdefault("framework", _framework(config.get("backend")))
     else:
         grouped = config.pop("options", None) or {}
     if schema < 3:
@@ -149,12 +152,9 @@ def read_view(document: dict[str, Any], schema: int) -> dict[str, Any]:
             config.setdefault("windows", config.pop("repeats"))
         config.setdefault("allocator", "system")  # before the key: glibc as is
     defaults = {k: v for k, v in config_defaults().items() if k != "options"}
-    flat = {**defaults, **config}
-    for group in grouped.values():
-        flat.update(group)
-    document["config"] = flat
-    document["config_options"] = grouped
-    document.setdefault("framework", _framework(flat.get("backend")))
+    document["config"] = {**defaults, **config, "options": grouped}
+    if document.get("framework") is None:
+        document["framework"] = _framework(config.get("backend"))
     return document
 
 

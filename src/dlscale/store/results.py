@@ -35,6 +35,7 @@ from dlscale.contract.files import (
     refuse_non_directory,
     write_json_atomic,
 )
+from dlscale.contract.result import Result
 from dlscale.contract.text import visible
 from dlscale.store import locks, rundir
 from dlscale.store.locks import LOCK, TAKEOVER, describe_owner
@@ -64,8 +65,8 @@ class Stored:
     """What a run's ``result.json`` holds, as one reader sees it at one moment."""
 
     path: Path
-    result: dict[str, Any] | None = None
-    """The result in the reader shape (``migrate.result_view``); None: absent or unreadable."""
+    result: Result | None = None
+    """The result in the current schema (``migrate.result_view``); None: absent or unreadable."""
     problem: str | None = None
     """Why it cannot be read (a few words, no path); None: absent or readable."""
     newer: bool = False
@@ -75,7 +76,7 @@ class Stored:
 
     @property
     def completed(self) -> bool:
-        return self.result is not None and self.result.get("status") == "completed"
+        return self.result is not None and self.result.completed
 
     @property
     def damaged(self) -> bool:
@@ -118,7 +119,7 @@ class RunStore:
         """The run's stored result, whatever state it is in; never raises for a bad file."""
         return _read(self.result_path(run_id))
 
-    def completed(self, run_id: str) -> dict[str, Any] | None:
+    def completed(self, run_id: str) -> Result | None:
         """The stored result if this run completed, else ``None`` (also when it is unreadable:
         see :meth:`read` for why)."""
         stored = self.read(run_id)
@@ -246,7 +247,7 @@ class RunStore:
         newer one unless --force)."""
         rundir.clear(self.run_dir(run_id), self._held.get(run_id))
 
-    def write_result(self, run_id: str, result: dict[str, Any]) -> None:
+    def write_result(self, run_id: str, result: Result) -> None:
         """Write ``result.json`` atomically: on a failure (a full disk) the earlier one is as it
         was. The run directory is made if needed, unless this store reserved it: then it must
         still be the one reserved (a removed one is said, never recreated)."""
@@ -256,12 +257,12 @@ class RunStore:
             self._check_root()
             make_directory(self.run_dir(run_id), "run directory")
         try:
-            write_json_atomic(self.result_path(run_id), "result", result)
+            write_json_atomic(self.result_path(run_id), "result", result.document())
         except OutputError:
             self.check_held(run_id)  # removed while it was written: say that instead
             raise
 
-    def results(self) -> list[dict[str, Any]]:
+    def results(self) -> list[Result]:
         """Every readable stored result, oldest first. One that is damaged or from a newer
         dlscale is skipped, with one warning naming the file and what is wrong."""
         if not self.root.is_dir():
@@ -276,7 +277,7 @@ class RunStore:
                 rows.append(stored.result)
             elif stored.problem is not None:
                 self.warn_once(path, skipped_message(stored))
-        rows.sort(key=lambda r: r.get("finished_at") or 0)
+        rows.sort(key=lambda r: r.finished_at or 0)
         return rows
 
 
