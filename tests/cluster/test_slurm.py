@@ -102,7 +102,7 @@ def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, 
         assert result.status == "completed", result.error
         run_dir = results / result.run_id
         script = (run_dir / "job.sbatch").read_text()  # kept beside the results
-        assert f"#SBATCH --ntasks={result['config']['workers']}" in script
+        assert f"#SBATCH --ntasks={result.config['workers']}" in script
         job = (run_dir / "slurm-job-id").read_text().strip()
         assert _final_state(job, slurm) == "COMPLETED"
         assert _job_comment(job, slurm) == "dlscale test; a b"  # one option, kept whole

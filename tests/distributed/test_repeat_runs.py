@@ -78,10 +78,10 @@ def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_pat
     assert frame.loc["torch-ddp", "speedup"] == pytest.approx(ddp["speedup"])
     assert len(dlscale.load_results(results)) == 6
     stored = json.loads((results / runs[0]["run_id"] / "result.json").read_text())
-    metrics = stored.metrics
+    metrics = stored["metrics"]
     assert metrics["page_faults_per_step"] is not None and metrics["page_faults_per_step"] >= 0
     assert metrics["outside_load_max"] is not None  # the machine's counters were read
-    assert stored.environment["worker"]["synchronizes"] is False
+    assert stored["environment"]["worker"]["synchronizes"] is False
 
 
 def test_a_one_worker_run_reads_exposed_communication_within_noise_of_zero(tmp_path: Path):

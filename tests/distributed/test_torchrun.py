@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.contract.events import read_events
+from dlscale.contract.result import Result
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_all, kill_rank_and_check_the_run_fails
 
@@ -116,7 +117,7 @@ def _kill_rank1_after_a_window(proc: subprocess.Popen, results: Path, kills: int
     return victims
 
 
-def _elastic_run(results: Path, kills: int, *settings: str) -> tuple[int, str, dict, list[int]]:
+def _elastic_run(results: Path, kills: int, *settings: str) -> tuple[int, str, Result, list[int]]:
     """A restartable run whose rank 1 is killed ``kills`` times: (dlscale's exit code, its
     stderr, the stored result, the killed pids)."""
     cmd = [sys.executable, "-m", "dlscale", "run", *ELASTIC, "--results", str(results)]
@@ -129,7 +130,7 @@ def _elastic_run(results: Path, kills: int, *settings: str) -> tuple[int, str, d
         _, err = proc.communicate(timeout=300)
     finally:
         kill_all(victims, proc)
-    (stored,) = [json.loads(p.read_text()) for p in results.glob("*/result.json")]
+    (stored,) = RunStore(results).results()
     return proc.returncode, err, stored, victims
 
 
