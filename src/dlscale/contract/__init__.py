@@ -9,7 +9,8 @@ included) agree on, importing nothing else of dlscale (checked by ``lint-imports
   :mod:`~dlscale.contract.launchers`, :mod:`~dlscale.contract.models`,
   :mod:`~dlscale.contract.datasets` and :mod:`~dlscale.contract.frameworks`;
 * :mod:`~dlscale.contract.engine`: the engine and synchronization-strategy protocols, one
-  vocabulary for every framework;
+  vocabulary for every framework; :mod:`~dlscale.contract.algorithms`: rules an algorithm
+  follows alike in every engine (the asynchronous update);
 * :mod:`~dlscale.contract.records` and :mod:`~dlscale.contract.events`: the typed event
   records a worker writes and the parent reads; :mod:`~dlscale.contract.comm_bytes`: how bytes
   on the wire are counted, the same for every engine;

@@ -68,6 +68,12 @@ class Engine:
         """Bytes sent for gradient synchronization since the last call, if counted."""
         return None
 
+    def settle(self) -> None:
+        """After the last training step, on every training process, before the parameters are
+        saved and the exposed-communication probe: make this replica hold the final trained
+        model where it may lack other replicas' last updates (an asynchronous parameter
+        server); by default nothing (every replica holds it already)."""
+
     def save_params(self) -> None:
         """Write the trained parameters to the run directory (``save_params``)."""
 

@@ -64,6 +64,14 @@ class Option:
     validate: Callable[[Any], None] | None = None
     """Raises :class:`UserError` for a value of the right type in the wrong form (a string
     with its own grammar); ``None``: any value of the type."""
+    applies: tuple[str, Any] | None = None
+    """``(option, value)``: this option changes the run only where the plug-in's other option
+    has that value (``async_update`` only where ``ps_mode = "async"``); elsewhere it is left
+    out of the run id. ``None``: always."""
+    earlier: tuple[Any, ...] = ()
+    """``(value,)``: what every run stored before the option existed did. The run id leaves the
+    option out at that value, so those points keep their ids (and are not run again), and a
+    stored result without the option reads as having it (``store/migrate.py``)."""
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -95,6 +103,19 @@ class Option:
                 f"{owner} accepts {self.name} = {', '.join(map(str, self.choices))}; got {value!r}"
             )
         return value
+
+    def matters(self, values: Mapping[str, Any]) -> bool:
+        """Whether this option changes a run whose resolved options are ``values``."""
+        return self.applies is None or values.get(self.applies[0]) == self.applies[1]
+
+    def in_identity(self, values: Mapping[str, Any]) -> bool:
+        """Whether the option's value is part of the run id (:attr:`applies`, :attr:`earlier`)."""
+        return self.matters(values) and (values.get(self.name),) != self.earlier
+
+    def stored_value(self, values: Mapping[str, Any]) -> Any:
+        """The value a stored run without this option had: :attr:`earlier` where the option
+        changes the run, else the default (it changed nothing)."""
+        return self.earlier[0] if self.earlier and self.matters(values) else self.default
 
     def describe(self) -> str:
         allowed = f"; one of {', '.join(map(str, self.choices))}" if self.choices else ""
@@ -143,6 +164,8 @@ def setting(
     minimum: float | None = None,
     exclusive_minimum: bool = False,
     validate: Callable[[Any], None] | None = None,
+    applies: tuple[str, Any] | None = None,
+    earlier: tuple[Any, ...] = (),
 ) -> Any:
     """One field of a plug-in's options dataclass: its default and what its :class:`Option`
     says (the name and type come from the field). A plug-in declares its options once, as a
@@ -154,6 +177,8 @@ def setting(
         "minimum": minimum,
         "exclusive_minimum": exclusive_minimum,
         "validate": validate,
+        "applies": applies,
+        "earlier": earlier,
     }
     return dataclasses.field(default=default, metadata={"option": spec})
 

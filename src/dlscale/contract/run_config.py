@@ -271,13 +271,19 @@ class RunConfig:
     def identity(self) -> dict[str, Any]:
         """The keys that make a run what it is (not where or how long we wait for it); a key
         added after results were stored counts only away from its default (:data:`_LATER_KEYS`),
-        so earlier points keep their ids."""
+        so earlier points keep their ids, and an option only where it changes the run and away
+        from what runs before it did (:attr:`Option.applies`, :attr:`Option.earlier`)."""
         data = self.to_dict()
         for key in keys_of_kind(OPERATIONAL):
             data.pop(key)
         for key, default in _LATER_KEYS.items():
             if data[key] == default:
                 data.pop(key)
+        for kind, (_, declared) in self._option_owners().items():
+            group = data["options"][kind]
+            for option in declared:
+                if not option.in_identity(group):
+                    group.pop(option.name)
         return data
 
     def run_id(self) -> str:

@@ -105,6 +105,7 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
             if engine.has_eval:
                 _evaluate(ctx, engine, epoch=epoch + 1, started=started)
             kept(epoch, cfg.epochs - 1)
+    engine.settle()
     if cfg.save_params and ctx.rank == ctx.layout.training_ranks[0]:
         engine.save_params()
     if engine.synchronizes and cfg.comm_probe_steps > 0 and engine.no_sync() is not None:

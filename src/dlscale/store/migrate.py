@@ -152,10 +152,26 @@ def current(document: dict[str, Any], schema: int) -> dict[str, Any]:
             config.setdefault("windows", config.pop("repeats"))
         config.setdefault("allocator", "system")  # before the key: glibc as is
     defaults = {k: v for k, v in config_defaults().items() if k != "options"}
-    document["config"] = {**defaults, **config, "options": grouped}
+    document["config"] = {**defaults, **config, "options": _with_later_options(config, grouped)}
     if document.get("framework") is None:
         document["framework"] = _framework(config.get("backend"))
     return document
+
+
+def _with_later_options(
+    config: dict[str, Any], grouped: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The stored options, with each option added since the run was stored (one that declares
+    :attr:`~dlscale.contract.options.Option.earlier`) at the value the run had."""
+    filled = {kind: dict(group) for kind, group in grouped.items()}
+    for kind, registry in (("backend", BACKENDS), ("dataset", DATASETS)):
+        name, group = config.get(kind), filled.get(kind)
+        if not isinstance(name, str) or name not in registry or not isinstance(group, dict):
+            continue
+        for option in registry.get(name).options:
+            if option.earlier and option.name not in group:
+                group[option.name] = option.stored_value(group)
+    return filled
 
 
 def _regroup_schema_1(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -167,7 +183,7 @@ def _regroup_schema_1(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for kind, registry in registries:
         name = config.get(kind)
         if isinstance(name, str) and name in registry:
-            declared = {o.name: o.default for o in registry.get(name).options}
+            declared = {o.name: o.default for o in registry.get(name).options if not o.earlier}
             legacy = {k: config[k] for k in declared if k in config}
             grouped[kind] = {**declared, **legacy}
         else:  # not registered here: keep what it stored under this kind

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlscale.contract.algorithms import async_update_setting
 from dlscale.contract.errors import UnsupportedPoint
 from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
 from dlscale.contract.options import declared, setting
@@ -64,6 +65,7 @@ class KVOptions:
         choices=("local", "dist_sync", "dist_async", "dist_device_sync"),
     )
     num_servers: int = setting(1, "ps-lite server processes", minimum=1)
+    async_update: str = async_update_setting(applies=("kvstore", "dist_async"), earlier="sum")
 
 
 MX_LOOP_OPTIONS = declared(MXLoopOptions)

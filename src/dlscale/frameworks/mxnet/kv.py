@@ -6,7 +6,8 @@ pushes every gradient and pulls every parameter each step (``pushpull`` per para
 Gluon's priority order); the optimizer runs in the servers (Gluon's ``update_on_kvstore``, the
 default for a dist kvstore). Synchronous servers sum the N workers' pushes, then update once,
 so a worker's ``trainer.step`` rescales by the global batch; asynchronous servers apply each
-push as it comes (rescaled by the worker's batch) and the version counter of
+push as it comes, rescaled by the worker's batch and by the run's ``async_update`` rule (by
+1/N for ``mean``, the default: :mod:`dlscale.contract.algorithms`), and the version counter of
 :mod:`dlscale.frameworks.mxnet.sgd` records each push's staleness in the servers.
 
 The scheduler and servers are the same ``dlscale.worker`` processes with DMLC_ROLE set
@@ -22,6 +23,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+from dlscale.contract.algorithms import async_gradient_scale
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import Server, Staleness
 from dlscale.frameworks.mxnet.declare import KVOptions, MXLoopOptions
@@ -54,9 +56,15 @@ class KVStrategy(MXStrategy):
         return self._trainer
 
     def samples_per_update(self, ctx: WorkerContext) -> int:
-        if self.synchronizes and not self.asynchronous:  # the servers sum every worker's push
-            return ctx.config.batch_per_worker * ctx.config.workers
-        return ctx.config.batch_per_worker
+        """Synchronous servers sum every worker's push, so the global batch; asynchronous ones
+        apply each push, scaled by the run's ``async_update`` rule (1/N for ``mean``)."""
+        cfg = ctx.config
+        if self.synchronizes and not self.asynchronous:
+            return cfg.batch_per_worker * cfg.workers
+        if self.asynchronous:
+            scale = async_gradient_scale(cfg.typed(KVOptions).async_update, cfg.workers)
+            return round(cfg.batch_per_worker / scale)
+        return cfg.batch_per_worker
 
     def after_step(self) -> None:
         """Push the version this step's gradients were computed from; pull the current one."""
@@ -87,9 +95,27 @@ class KVStrategy(MXStrategy):
                 mode="async" if self.asynchronous else "sync",
                 update_on_kvstore=True,
             )
+            if self.asynchronous:
+                facts["async_update"] = cfg.typed(KVOptions).async_update
         else:
             facts["algorithm"] = "local kvstore in one process (no network)"
         return facts
+
+    def settle(self, trainer: Any) -> None:
+        """Asynchronous: once every worker's pushes are applied (its own waited for, then a
+        barrier of all workers), pull every trained parameter from the servers, so each worker
+        holds the final model before it is saved (its last pull may miss the others' last
+        updates). Synchronous: nothing (every worker holds it after the last round)."""
+        if not self.asynchronous or self.kv is None or not trainer._kv_initialized:
+            return
+        nd = self.mx.nd
+        nd.waitall()
+        self.kv._barrier()
+        for param in trainer._params:
+            if param.grad_req != "null":  # BatchNorm's statistics never leave the worker
+                index = trainer._param2idx[param.name]
+                self.kv.pull(index, out=param.list_data(), priority=-index)
+        nd.waitall()
 
     def teardown(self, completed: bool = True) -> None:
         """Free the kvstore (a worker barrier, then worker 0 stops the servers); after a failure

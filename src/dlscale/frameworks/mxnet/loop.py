@@ -66,6 +66,9 @@ class MXStrategy(SyncStrategy):
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         return {"algorithm": "none (one replica)"}
 
+    def settle(self, trainer: Any) -> None:
+        """:meth:`Engine.settle <dlscale.contract.engine.Engine.settle>`: by default nothing."""
+
 
 def torch_initial_state(cfg: Any) -> dict[str, np.ndarray] | None:
     """The PyTorch twin's initial weights for ``weights = "torch"`` (same seed as every torch
@@ -193,6 +196,9 @@ class MXEngine(ModelledSyncEngine):
             correct += (logits.argmax(axis=1) == labels).astype("int64").sum()
             total += len(y)
         return int(correct.asscalar()), total, float(loss_sum.asscalar())
+
+    def settle(self) -> None:
+        self.strategy.settle(self.trainer)
 
     def save_params(self) -> None:
         """The trained parameters under PyTorch's keys (BatchNorm's statistics left out)."""

@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dlscale.contract.algorithms import async_update_setting
 from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
 from dlscale.contract.options import declared, setting
 
@@ -59,6 +60,7 @@ class MWMSOptions:
 @dataclass(frozen=True)
 class TFPSOptions:
     num_ps: int = setting(1, "parameter server tasks", minimum=1)
+    async_update: str = async_update_setting(applies=None, earlier="sum")
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,14 @@ windows. Each worker and ps task is a ``tf.distribute.Server`` that serves until
 stops it once the chief has ended (they never exit by themselves).
 
 Asynchronous training: each scheduled function is one replica's step (forward, backward and
-PyTorch's SGD applied to the ps variables) on whichever worker is free; no worker waits for
-another. A kernel step is ``workers`` such functions (one step of every replica's worth of
-images), and the kernel times whole windows (``times_steps = False``): a window schedules its
-functions and ``join()`` waits for all of them, which is where TF2's asynchronous training
-synchronizes too. So there are no per-step times and no input times, and no probe without
-synchronization (a step without the ps is not the same step): exposed communication is not
-measured for tf-ps.
+PyTorch's SGD applied to the ps variables, the gradient scaled by the run's ``async_update``
+rule first: by 1/N for ``mean``, the default, :mod:`dlscale.contract.algorithms`) on whichever
+worker is free; no worker waits for another. A kernel step is ``workers`` such functions (one
+step of every replica's worth of images), and the kernel times whole windows
+(``times_steps = False``): a window schedules its functions and ``join()`` waits for all of
+them, which is where TF2's asynchronous training synchronizes too. So there are no per-step
+times and no input times, and no probe without synchronization (a step without the ps is not
+the same step): exposed communication is not measured for tf-ps.
 
 Loss: each function adds its replica's loss to a variable on the ps; a window's mean loss
 stands for each of its steps.
@@ -33,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from dlscale.contract.algorithms import async_gradient_scale
 from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
 from dlscale.frameworks.tensorflow.declare import TFLoopOptions, TFPSOptions
@@ -112,6 +114,7 @@ class PSEngine(Engine):
                     "strategy": "ParameterServerStrategy",
                     "algorithm": "asynchronous parameter server (TF2 ClusterCoordinator)",
                     "ps_tasks": cfg.typed(TFPSOptions).num_ps,
+                    "async_update": cfg.typed(TFPSOptions).async_update,
                     "variables_per_ps": self._variables_per_ps(),
                     "weights": cfg.typed(TFLoopOptions).weights,
                 },
@@ -139,12 +142,16 @@ class PSEngine(Engine):
 
     def _make_worker_step(self) -> Any:
         dist, model, optimizer = self.dist, self.model, self.optimizer
+        cfg = self.ctx.config
+        scale = async_gradient_scale(cfg.typed(TFPSOptions).async_update, cfg.workers)
 
         def replica_step(x: Any, y: Any) -> Any:
             with tf.GradientTape() as tape:
                 loss = mean_loss(y, model(x, training=True))
             variables = model.trainable_variables
             grads = tape.gradient(loss, variables)
+            if scale != 1.0:  # the asynchronous rule (contract/algorithms.py)
+                grads = [g * scale for g in grads]
             optimizer.apply_gradients(zip(grads, variables, strict=True))
             return loss
 

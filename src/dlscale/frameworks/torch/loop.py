@@ -83,6 +83,9 @@ class TorchStrategy(SyncStrategy):
         """The loop of a non-worker rank (a parameter server); only strategies with such ranks."""
         raise NotImplementedError(f"{type(self).__name__} has no non-worker ranks")
 
+    def settle(self) -> None:
+        """:meth:`Engine.settle <dlscale.contract.engine.Engine.settle>`: by default nothing."""
+
     def finish(self) -> None:
         """After the worker's last step (e.g. tell the servers it is done)."""
 
@@ -303,6 +306,9 @@ class TorchEngine(Engine):
 
         if dist.is_initialized():
             dist.barrier()
+
+    def settle(self) -> None:
+        self.strategy.settle()
 
     def finish(self) -> None:
         self.strategy.finish()

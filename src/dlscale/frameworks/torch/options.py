@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dlscale.contract.algorithms import async_update_setting
 from dlscale.contract.layout import Role
 from dlscale.contract.options import declared, setting
 
@@ -70,6 +71,7 @@ class PSOptions:
     num_servers: int = setting(
         1, "server processes; parameters sharded over them by bytes", minimum=1
     )
+    async_update: str = async_update_setting(applies=("ps_mode", "async"), earlier="mean")
 
 
 TORCH_LOOP_OPTIONS = declared(TorchLoopOptions)

@@ -18,10 +18,14 @@ Modes follow MXNet's KVStore:
 * ``async`` (``dist_async``): a server applies each gradient as soon as it arrives from any
   worker and replies with its parameters and version to that worker only. The staleness of a
   gradient is the server's version (updates applied) minus the version it was computed on.
-  Each gradient is scaled by 1/N before the step, so that N asynchronous updates move the
-  parameters as far as one synchronous step and ``lr`` means the same in both modes (MXNet's
-  ``dist_async`` applies each push unscaled, i.e. an N times larger step per round). Momentum
-  and weight decay act per update, as they would for any optimizer stepping N times.
+  Each gradient is scaled by the run's ``async_update`` rule before the step, the same rule
+  in every asynchronous engine (:mod:`dlscale.contract.algorithms`): by 1/N by default, so
+  that N asynchronous updates move the parameters as far as one synchronous step and ``lr``
+  means the same in both modes; ``sum`` applies it whole. Momentum and weight decay act per
+  update, as they would for any optimizer stepping N times. Once a worker has trained it sends
+  a ``trained`` marker and waits: every server replies to all workers once all of them have,
+  so each holds the final trained parameters before they are saved (a worker's last pull may
+  miss the others' last updates).
 
 Every message is a shard's flat buffer plus one trailing fp32 element carrying the version (see
 :mod:`~dlscale.frameworks.torch.ps_shards`); a worker that has finished sends a ``done`` marker to
@@ -52,6 +56,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dlscale.contract.algorithms import async_gradient_scale
 from dlscale.contract.records import Server, Staleness
 from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch import ps_shards
@@ -63,7 +68,7 @@ from dlscale.frameworks.torch.loop import (
     sgd,
 )
 from dlscale.frameworks.torch.options import PSOptions
-from dlscale.frameworks.torch.ps_shards import DONE, FRAME, MAX_VERSION, Shard
+from dlscale.frameworks.torch.ps_shards import DONE, FRAME, MAX_VERSION, TRAINED, Shard
 from dlscale.runtime.context import WorkerContext
 
 _CPU = torch.device("cpu")
@@ -185,13 +190,34 @@ class PSStrategy(TorchStrategy):
         return moved
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
-        return {
+        options = ctx.config.typed(PSOptions)
+        facts = {
             "bytes_sent_per_step_model": ps_shards.bytes_per_step(self.shards),
             "algorithm": "parameter server: push gradient + pull parameters of every shard",
             "servers": len(self.shards),
-            "mode": ctx.config.typed(PSOptions).ps_mode,
+            "mode": options.ps_mode,
             "shard_bytes": [shard.nbytes for shard in self.shards],
         }
+        if options.ps_mode == "async":
+            facts["async_update"] = options.async_update
+        return facts
+
+    def settle(self) -> None:
+        """async: tell every server this worker has trained and wait for its reply, which
+        comes once every worker has: so each worker then holds the final trained parameters
+        (its last pull may miss the others' last updates). sync: nothing (every worker holds
+        them after the last round)."""
+        assert self.cfg is not None
+        if self.cfg.typed(PSOptions).ps_mode != "async":
+            return
+        for buffer in self._push:
+            buffer[-1] = TRAINED
+        self._pull_all(
+            [
+                _isend(buffer, dst=self._server_rank(shard.server))
+                for shard, buffer in zip(self.shards, self._push, strict=True)
+            ]
+        )
 
     def finish(self) -> None:
         """Tell every server this worker is done, then wait until every rank is."""
@@ -253,6 +279,7 @@ class ShardServer:
 
     def __init__(self, shard: Shard, params: Sequence[torch.Tensor], cfg: RunConfig) -> None:
         self.shard, self.workers = shard, cfg.workers
+        self.async_scale = async_gradient_scale(cfg.typed(PSOptions).async_update, cfg.workers)
         numel = shard.numel
         self.flat = torch.zeros(numel + FRAME)  # parameters, then the version
         self.grad = torch.zeros(numel)
@@ -318,11 +345,14 @@ class ShardServer:
             self._send_all()
 
     def run_async(self) -> None:
-        """dist_async: apply each gradient (scaled by 1/N) as it arrives; reply to its sender."""
+        """dist_async: apply each gradient as it arrives (scaled by the run's
+        ``async_update``); reply to its sender. A worker that has trained waits for its reply
+        until every worker has: then all of them get the final trained parameters."""
         numel = self.shard.numel
         buffer = torch.zeros(numel + FRAME)
         self._send_all()
         done: set[int] = set()
+        trained: list[int] = []
         while len(done) < self.workers:
             worker = dist.recv(buffer)  # from any worker; returns the sender's rank
             self.bytes_received += self.message_bytes
@@ -330,8 +360,13 @@ class ShardServer:
             if version == DONE:
                 done.add(worker)
                 continue
+            if version == TRAINED:
+                trained.append(worker)
+                if len(trained) == self.workers:
+                    _wait_all([self._send(w) for w in trained])
+                continue
             self.staleness[self.version - version] += 1
-            torch.mul(buffer[:numel], 1.0 / self.workers, out=self.grad)
+            torch.mul(buffer[:numel], self.async_scale, out=self.grad)
             self._step()
             self._send(worker).wait()
 

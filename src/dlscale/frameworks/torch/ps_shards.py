@@ -9,7 +9,7 @@ out back to back in one flat fp32 buffer.
 Every message (a push of a gradient shard, a pull of a parameter shard, a worker's ``done``) is
 that flat buffer plus :data:`FRAME` trailing element(s) carrying a version: the number of updates
 the server had applied to the parameters (a pull), or the version the gradient was computed on
-(a push; :data:`DONE` marks a worker that has finished).
+(a push; :data:`DONE` marks a worker that has finished, :data:`TRAINED` one that has trained).
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ FRAME = 1
 """Extra elements appended to each message: the version."""
 DONE = -1.0
 """Version value of the marker a finished worker sends to every server."""
+TRAINED = -2.0
+"""Version value of the marker an asynchronous worker sends once it has trained; each server
+replies with its parameters once every worker has (``PSStrategy.settle``)."""
 MAX_VERSION = 2**24
 """Versions travel as one fp32 element: integers are exact below 2**24 (16.7 M updates)."""
 WIRE_ITEMSIZE = 4
