@@ -42,6 +42,20 @@ def test_two_gpu_ddp_nccl(tmp_path: Path):
     assert outcome.result.metrics["exposed_comm_fraction"] is not None
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_two_gpu_ddp_bf16_hook_sends_half_the_gradient(tmp_path: Path):
+    """torch's bf16 hook runs on NCCL only (refused on the CPU before launch)."""
+    cfg = RunConfig.make(
+        backend="torch-ddp", model="tiny", device="cuda", workers=2, steps=3, windows=1,
+        compression="bf16",
+    )  # fmt: skip
+    outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    m = outcome.result.metrics  # 2 workers: a ring sends 1 x the payload
+    assert m["bytes_sent_per_step_counted"] == m["gradient_bytes"] / 2
+    assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
+
+
 def test_ddp_one_gpu_nccl(tmp_path: Path):
     cfg = RunConfig.make(
         backend="torch-ddp",

@@ -6,14 +6,19 @@ compression goes through DDP communication hooks: fp16/bf16 (cast, all-reduce, c
 PowerSGD (Vogels et al., NeurIPS 2019) with ``powersgd_rank``.
 
 Bytes: dlscale cannot see gloo's or NCCL's wire traffic, so the count kept during the run is
-the payload handed to the all-reduce (bucket bytes after compression) scaled by the ring
-all-reduce factor 2(N-1)/N; the model computes the same from the parameter sizes. PowerSGD's
-payload (its low-rank factors) is not counted.
+the bytes of every tensor the communication hook hands to ``torch.distributed.all_reduce``,
+counted from the tensors themselves (the fp16 or bf16 copy a compression hook sends, PowerSGD's
+P and Q factors and the rank-1 tensors it sends uncompressed), scaled by the ring all-reduce
+factor 2(N-1)/N; the model computes the same from the parameter sizes (none, fp16, bf16; no
+model for PowerSGD, whose factors depend on each bucket's matrix shapes). A hook that did not
+compress would show full bytes counted against half modelled.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +41,7 @@ _CAST_HOOKS = {
     "fp16": (default_hooks.fp16_compress_hook, 0.5),
     "bf16": (default_hooks.bf16_compress_hook, 0.5),
 }
+"""Each cast hook and the share of the fp32 gradient bytes it sends, by the model."""
 
 
 class DDPStrategy(TorchStrategy):
@@ -44,8 +50,9 @@ class DDPStrategy(TorchStrategy):
     def __init__(self) -> None:
         self.world = 1
         self.options = DDPOptions()
-        self._payload = 0.0
-        self._counting = False
+        self._payload = 0
+        self._all_reduce: Callable[..., Any] | None = None
+        """torch.distributed.all_reduce as it was before this strategy counted it."""
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         self.world, self.options = ctx.processes, ctx.config.typed(DDPOptions)
@@ -69,28 +76,30 @@ class DDPStrategy(TorchStrategy):
             )
             ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         else:
-            hook, scale = _CAST_HOOKS[options.compression]
-            self._counting = True
-
-            # No annotation on `bucket`: DDP rejects any but the class dist.GradBucket, and
-            # `from __future__ import annotations` would turn that into a string.
-            def counting_hook(state, bucket):
-                buffer = bucket.buffer()
-                self._payload += buffer.numel() * buffer.element_size() * scale
-                return hook(state, bucket)
-
-            ddp.register_comm_hook(None, counting_hook)
+            ddp.register_comm_hook(None, _CAST_HOOKS[options.compression][0])
+        self._count_all_reduces()
         return ddp
+
+    def _count_all_reduces(self) -> None:
+        """Count the bytes of every tensor handed to ``torch.distributed.all_reduce`` in this
+        process (the hooks call it through the module, as their source does), until
+        :meth:`teardown`. Within a window only the hooks call it."""
+        original = self._all_reduce = dist.all_reduce
+
+        @functools.wraps(original)
+        def all_reduce(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            self._payload += tensor.numel() * tensor.element_size()
+            return original(tensor, *args, **kwargs)
+
+        dist.all_reduce = all_reduce
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any] | None:
         assert isinstance(model, DistributedDataParallel)
         return model.no_sync()
 
     def take_bytes_sent(self) -> int | None:
-        if not self._counting:
-            return None
-        sent = round(ring_bytes_mean(round(self._payload), self.world))
-        self._payload = 0.0
+        sent = round(ring_bytes_mean(self._payload, self.world))
+        self._payload = 0
         return sent
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
@@ -113,6 +122,8 @@ class DDPStrategy(TorchStrategy):
             dist.barrier()
 
     def teardown(self, completed: bool = True) -> None:
+        if self._all_reduce is not None:
+            dist.all_reduce, self._all_reduce = self._all_reduce, None
         if dist.is_initialized():
             dist.destroy_process_group()
 

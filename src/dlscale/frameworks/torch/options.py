@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlscale.contract.algorithms import async_update_setting
+from dlscale.contract.backends import one_worker_role
+from dlscale.contract.errors import UnsupportedPoint
 from dlscale.contract.layout import Role
 from dlscale.contract.options import declared, setting
 
@@ -79,6 +81,18 @@ DDP_OPTIONS = declared(DDPOptions)
 RING_OPTIONS = declared(RingOptions)
 FSDP_OPTIONS = declared(FSDPOptions)
 PS_OPTIONS = declared(PSOptions)
+
+
+def ddp_roles(config: RunConfig) -> tuple[Role, ...]:
+    """One worker role; a point torch's hooks cannot run is refused before launch: the bf16
+    hook all-reduces on NCCL (2.10+) only, and gloo, the CPU's backend, refuses it."""
+    if config.device == "cpu" and config.typed(DDPOptions).compression == "bf16":
+        raise UnsupportedPoint(
+            "torch-ddp compression=bf16 needs CUDA (torch's bf16 hook runs on NCCL 2.10+ only, "
+            "not on gloo); on the CPU use compression=fp16, or torch-ring, whose own ring sums "
+            "bf16 on any device"
+        )
+    return one_worker_role(config)
 
 
 def ps_roles(config: RunConfig) -> tuple[Role, ...]:

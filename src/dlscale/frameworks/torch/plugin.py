@@ -13,6 +13,7 @@ from dlscale.frameworks.torch.options import (
     PS_OPTIONS,
     RING_OPTIONS,
     TORCH_LOOP_OPTIONS,
+    ddp_roles,
     ps_roles,
 )
 
@@ -60,6 +61,7 @@ BACKENDS.register(
         measures_exposed_comm=True,
         install=INSTALL,
         options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,
+        roles=ddp_roles,
         cluster_env=torch_cluster_env,
         ports=1,
         device_probe=DEVICE_PROBE,
