@@ -60,9 +60,10 @@ def test_horovodrun_run_records_metrics_bytes_and_the_timeline(tmp_path: Path, c
     assert result.status == "completed"
     m = result.metrics
     assert m["exposed_comm_ci95"] is not None and m["step_time_nosync_p50_ms"] > 0
-    # fp16 halves the payload; counted bytes follow the model: 2(N-1)/N x gradient bytes / 2
+    # fp16 halves the payload: 2(N-1)/N x gradient bytes / 2 by the model, and counted from
+    # the fp16 tensors Horovod's compressor hands to the all-reduce (full bytes if it did not)
     assert m["bytes_sent_per_step_model"] == round(m["gradient_bytes"] / 2)
-    assert m["bytes_sent_per_step_counted"] == pytest.approx(m["bytes_sent_per_step_model"])
+    assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
     assert m["traces"] == ["horovod-timeline.json"]
     run_dir = results / result.run_id
     timeline = (run_dir / "horovod-timeline.json").read_text()

@@ -95,7 +95,9 @@ def test_async_ps_records_staleness(tmp_path):
         tmp_path, backend="torch-ps", workers=2, batch_size=16, ps_mode="async", **SMALL
     )
     m = result.metrics
-    assert m["staleness_max"] >= 0 and m["staleness_histogram"]
+    # both workers' first gradients are computed on version 0: whichever arrives second is
+    # applied to version 1, so some gradient is stale however the pushes interleave
+    assert m["staleness_max"] >= 1 and m["staleness_histogram"]
     (server,) = _server_events(run_dir, 2, "server")
     assert (
         sum(m["staleness_histogram"].values())

@@ -6,10 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from dlscale.contract.comm_bytes import ring_bytes_mean
+from dlscale.frameworks.horovod.counting import CountingCompression
 from dlscale.frameworks.horovod.declare import HorovodCommon
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.mxnet.loop import MXStrategy, run_training
 from dlscale.runtime.context import WorkerContext
+
+
+def _nbytes(array: Any) -> int:
+    import numpy as np
+
+    return int(array.size) * np.dtype(array.dtype).itemsize
 
 
 class HorovodMX(MXStrategy):
@@ -22,6 +29,7 @@ class HorovodMX(MXStrategy):
         self.session = HorovodSession()
         self.hvd: Any = None
         self.fp16 = False
+        self._counter: CountingCompression | None = None
 
     def setup(self, ctx: WorkerContext, mx: Any) -> None:
         self.hvd = self.session.start(ctx, "horovod.mxnet")
@@ -33,7 +41,15 @@ class HorovodMX(MXStrategy):
         hvd = self.hvd
         hvd.broadcast_parameters(params, root_rank=0)
         compression = hvd.Compression.fp16 if self.fp16 else hvd.Compression.none
-        return hvd.DistributedTrainer(params, make_sgd(cfg), compression=compression)
+        self._counter = CountingCompression(compression, _nbytes)
+        return hvd.DistributedTrainer(params, make_sgd(cfg), compression=self._counter)
+
+    def take_bytes_sent(self) -> int | None:
+        """Counted from every tensor the compressor hands to the all-reduce (the ring factor
+        applied), as horovod-torch counts."""
+        if self._counter is None:
+            return None
+        return round(ring_bytes_mean(self._counter.take(), self.hvd.size()))
 
     def unsynced_update(self, trainer: Any, samples: int) -> None:
         trainer.update(samples)  # the local update without the all-reduce

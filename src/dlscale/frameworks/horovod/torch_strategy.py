@@ -17,9 +17,10 @@ parameter's countdown is set out of reach, so the hooks start no all-reduce, and
 under ``skip_synchronize()``: backward and the local SGD step only. On leaving, the handles are
 dropped and the countdowns reset as ``step()`` leaves them.
 
-Bytes: the payload handed to the all-reduce per synchronized step (gradient bytes, halved by
-``compression=fp16``) scaled by the ring factor 2(N-1)/N, as for torch-ddp: dlscale cannot see
-Gloo's or MPI's wire traffic.
+Bytes: counted from every tensor Horovod's compressor hands to the all-reduce
+(:class:`~dlscale.frameworks.horovod.counting.CountingCompression`: fp16 copies under
+``compression=fp16``), scaled by the ring factor 2(N-1)/N, as for torch-ddp: dlscale cannot see
+Gloo's or MPI's wire traffic. The model is the gradient bytes (halved by fp16) with that factor.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import torch
 from dlscale.contract.comm_bytes import ring_bytes_mean
 from dlscale.contract.errors import UserError
 from dlscale.contract.run_config import RunConfig
+from dlscale.frameworks.horovod.counting import CountingCompression
 from dlscale.frameworks.horovod.declare import HorovodOptions
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.torch.loop import (
@@ -48,14 +50,18 @@ NEVER = 1 << 30
 """A countdown the hooks do not reach within a probe."""
 
 
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
 class HorovodStrategy(TorchStrategy):
     def __init__(self) -> None:
         self.world = 1
         self.micro_batches = 1
         self._scale = 1.0
         self._step_payload = 0.0
-        """Bytes handed to the all-reduce per synchronized step (after compression)."""
-        self._payload = 0.0
+        """Bytes handed to the all-reduce per synchronized step (after compression), modelled."""
+        self._counter: CountingCompression | None = None
         self._sync = True
         self._optimizer: Any = None
         self._session = HorovodSession()
@@ -78,10 +84,11 @@ class HorovodStrategy(TorchStrategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self._step_payload = gradient_bytes(model) * self._scale
         compression = hvd.Compression.fp16 if self._scale < 1 else hvd.Compression.none
+        self._counter = CountingCompression(compression, _nbytes)
         self._optimizer = hvd.DistributedOptimizer(
             sgd(model.parameters(), cfg),
             named_parameters=model.named_parameters(),
-            compression=compression,
+            compression=self._counter,
             backward_passes_per_step=self.micro_batches,
         )
         hvd.broadcast_optimizer_state(self._optimizer, root_rank=0)
@@ -101,7 +108,6 @@ class HorovodStrategy(TorchStrategy):
         assert optimizer is not None
         if self._sync:
             optimizer.step()
-            self._payload += self._step_payload
             return
         with optimizer.skip_synchronize():  # type: ignore[attr-defined]
             optimizer.step()
@@ -125,9 +131,9 @@ class HorovodStrategy(TorchStrategy):
                 delays[param] = optimizer.backward_passes_per_step
 
     def take_bytes_sent(self) -> int | None:
-        sent = round(ring_bytes_mean(round(self._payload), self.world))
-        self._payload = 0.0
-        return sent
+        if self._counter is None:
+            return None
+        return round(ring_bytes_mean(self._counter.take(), self.world))
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         facts = self._session.facts(ctx.config)

@@ -200,6 +200,13 @@ class MXEngine(ModelledSyncEngine):
     def settle(self) -> None:
         self.strategy.settle(self.trainer)
 
+    def take_bytes_sent(self) -> float | None:
+        """What the strategy counted from the tensors it sent, where it counts them
+        (horovod-mxnet); else the modelled bytes of the synchronized steps."""
+        counted = self.strategy.take_bytes_sent()
+        modelled = super().take_bytes_sent()  # taken either way: each window starts at 0
+        return modelled if counted is None else counted
+
     def save_params(self) -> None:
         """The trained parameters under PyTorch's keys (BatchNorm's statistics left out)."""
         from dlscale.frameworks.mxnet.transfer import gluon_state

@@ -1,0 +1,46 @@
+"""Bytes a Horovod binding hands to its all-reduce, counted from the tensors themselves.
+
+Horovod compresses each gradient through its ``Compression`` interface (``compress`` returns
+the tensor that is all-reduced and a context, ``decompress`` undoes it), the one extension point
+its ``DistributedOptimizer`` and ``DistributedTrainer`` offer for this. :class:`CountingCompression`
+wraps the compressor a run chose (``none`` or ``fp16``) and adds up the bytes of every tensor
+``compress`` returns: what the all-reduce moves, before the ring factor, so a compressor that
+did not compress would show in the count rather than be assumed by the model. Horovod fuses
+the tensors into larger buffers, which changes the number of operations, not the bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class CountingCompression:
+    """A Horovod compressor (``hvd.Compression.none`` or ``.fp16``) that counts what it sends."""
+
+    def __init__(self, inner: Any, nbytes: Callable[[Any], int]) -> None:
+        self.inner = inner
+        self.nbytes = nbytes
+        """The bytes of one of the binding's tensors (torch: numel x element size)."""
+        self.sent = 0
+
+    def compress(self, tensor: Any) -> tuple[Any, Any]:
+        compressed, context = self.inner.compress(tensor)
+        self.sent += self.nbytes(compressed)
+        return compressed, context
+
+    def decompress(self, tensor: Any, context: Any) -> Any:
+        return self.inner.decompress(tensor, context)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to the compressor it wraps: a binding that asks which compressor it has
+        (horovod.mxnet skips decompressing after ``Compression.none``) sees that one."""
+        return other is self or other is self.inner
+
+    def __hash__(self) -> int:
+        return hash(self.inner)
+
+    def take(self) -> int:
+        """The bytes sent since the last call."""
+        sent, self.sent = self.sent, 0
+        return sent
