@@ -314,6 +314,16 @@ def test_table_caption_title_and_cells_stay_one_line(tmp_path: Path):
     assert "data_dir=d0\\nnext" in text and "│ next" not in text
 
 
+def test_the_reports_cells_show_control_characters_escaped(tmp_path: Path):
+    """A failed run's cause (and every other text of a stored result in the page) keeps no raw
+    control or bidirectional character: a page read in a terminal clears nothing."""
+    error = "boom\n\x1b[2Jloud\u202e"
+    rows = _rows(hostile_results(tmp_path, ("s\x1b]0;t\x07",), status="failed", error=error))
+    page, _ = build_html(rows, title="t", source="s")
+    _no_raw_controls(page)
+    assert html.escape(visible(error)) in page
+
+
 @pytest.mark.e2e
 def test_ls_runs_and_compare_show_control_characters_escaped(tmp_path: Path):
     a = tmp_path / "a\x1b]0;t\x07"
