@@ -18,6 +18,7 @@ from typing import Any
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.files import schema_version
+from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.result import Result
 from dlscale.contract.run_config import config_defaults, core_keys
 from dlscale.contract.shapes import MAX_QUANTITY
@@ -164,7 +165,12 @@ def _with_later_options(
     """The stored options, with each option added since the run was stored (one that declares
     :attr:`~dlscale.contract.options.Option.earlier`) at the value the run had."""
     filled = {kind: dict(group) for kind, group in grouped.items()}
-    for kind, registry in (("backend", BACKENDS), ("dataset", DATASETS)):
+    registries: tuple[tuple[str, Any], ...] = (
+        ("backend", BACKENDS),
+        ("dataset", DATASETS),
+        ("launcher", LAUNCHERS),
+    )  # every kind whose options are in the run id (RunConfig.identity)
+    for kind, registry in registries:
         name, group = config.get(kind), filled.get(kind)
         if not isinstance(name, str) or name not in registry or not isinstance(group, dict):
             continue

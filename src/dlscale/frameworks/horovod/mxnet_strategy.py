@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from dlscale.contract.comm_bytes import ring_bytes_mean
 from dlscale.frameworks.horovod.counting import CountingCompression
 from dlscale.frameworks.horovod.declare import HorovodCommon
@@ -14,8 +16,7 @@ from dlscale.runtime.context import WorkerContext
 
 
 def _nbytes(array: Any) -> int:
-    import numpy as np
-
+    """An MXNet NDArray's bytes, from its shape and dtype (no wait on its value)."""
     return int(array.size) * np.dtype(array.dtype).itemsize
 
 

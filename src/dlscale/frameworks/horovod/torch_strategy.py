@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -48,10 +49,6 @@ from dlscale.runtime.context import WorkerContext
 
 NEVER = 1 << 30
 """A countdown the hooks do not reach within a probe."""
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
 
 
 class HorovodStrategy(TorchStrategy):
@@ -84,7 +81,7 @@ class HorovodStrategy(TorchStrategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self._step_payload = gradient_bytes(model) * self._scale
         compression = hvd.Compression.fp16 if self._scale < 1 else hvd.Compression.none
-        self._counter = CountingCompression(compression, _nbytes)
+        self._counter = CountingCompression(compression, attrgetter("nbytes"))
         self._optimizer = hvd.DistributedOptimizer(
             sgd(model.parameters(), cfg),
             named_parameters=model.named_parameters(),

@@ -88,7 +88,7 @@ class DDPStrategy(TorchStrategy):
 
         @functools.wraps(original)
         def all_reduce(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-            self._payload += tensor.numel() * tensor.element_size()
+            self._payload += tensor.nbytes
             return original(tensor, *args, **kwargs)
 
         dist.all_reduce = all_reduce
