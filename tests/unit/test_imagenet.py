@@ -3,9 +3,11 @@ bad files, the augmentation, and the torch and numpy loaders giving the same bat
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -293,6 +295,19 @@ def test_a_loader_pool_gives_the_batches_of_decoding_in_process(tmp_path: Path) 
     std = np.asarray(imagenet.STD, np.float32)[:, None, None]
     np.testing.assert_allclose(ours[0][0][0], (raw[0][0] / np.float32(255) - mean) / std, rtol=1e-5)
     assert np.array_equal(transform_images(raw[0], inline.transform), ours[0][0])
+
+
+def test_a_loader_pool_lives_only_as_long_as_its_data_set(tmp_path: Path) -> None:
+    """Pools were keyed by ``id()``: a data set made at a collected one's address got the old
+    pool, decoding the old images, or none at all (CI saw a 1-worker set load in process)."""
+    root = write_folder(tmp_path, classes=2, per_class=8)
+    data = _data(root, workers=0)
+    next(data.train_batches(0))
+    pool = weakref.ref(loader_pool(data))
+    assert pool() is loader_pool(data)  # one pool per data set
+    del data
+    gc.collect()
+    assert pool() is None
 
 
 def test_a_killed_loader_process_is_one_line_not_a_hang(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -75,14 +76,17 @@ class LoaderPool:
             yield result
 
 
-_POOLS: dict[int, LoaderPool] = {}
+_POOLS: weakref.WeakKeyDictionary[ImageFiles, LoaderPool] = weakref.WeakKeyDictionary()
+"""Held only as long as its data set: keyed by ``id()``, a later data set given a dead one's
+address took the dead one's pool, and its processes decoded the dead one's images."""
 
 
 def loader_pool(data: ImageFiles) -> LoaderPool:
-    """One pool per data set object in this process (made at its first batch)."""
-    pool = _POOLS.get(id(data))
+    """One pool per data set object in this process (made at its first batch; its processes
+    shut down when the data set is collected)."""
+    pool = _POOLS.get(data)
     if pool is None:
-        pool = _POOLS[id(data)] = LoaderPool(data)
+        pool = _POOLS[data] = LoaderPool(data)
     return pool
 
 
