@@ -9,6 +9,7 @@ it the N-worker run is a different computation (that is why SyncBatchNorm exists
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,11 +36,24 @@ def _final_params(config: RunConfig, store: RunStore) -> dict[str, torch.Tensor]
     return torch.load(store.run_dir(outcome.run_id) / "final_params.pt")
 
 
+def step_losses(store: RunStore) -> list[float]:
+    """The one run's ``train_loss_by_step``: each measured step's loss, the mean over ranks."""
+    (result,) = store.results()
+    losses = result.metrics["train_loss_by_step"]
+    assert losses is not None and len(losses) == COMMON["steps"], losses
+    return losses
+
+
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
-    store = RunStore(tmp_path_factory.mktemp("ref"))
+def reference_store(tmp_path_factory) -> RunStore:
+    return RunStore(tmp_path_factory.mktemp("ref"))
+
+
+@pytest.fixture(scope="module")
+def reference(reference_store: RunStore) -> dict[str, torch.Tensor]:
     return _final_params(
-        RunConfig.make(backend="torch-single", workers=1, batch_size=16, **COMMON), store
+        RunConfig.make(backend="torch-single", workers=1, batch_size=16, **COMMON),
+        reference_store,
     )
 
 
@@ -71,10 +85,17 @@ def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
         "horovod-bpps2-small-fusion",
     ],
 )
-def test_two_workers_match_one_worker_with_twice_the_batch(tmp_path: Path, reference, extra):
+def test_two_workers_match_one_worker_with_twice_the_batch(
+    tmp_path: Path, reference, reference_store, extra
+):
     params = _final_params(
         RunConfig.make(workers=2, batch_size=8, **COMMON, **extra), RunStore(tmp_path)
     )
+    # step by step, from the stored results: the mean of the two ranks' losses is the loss of
+    # the single worker's batch of 16 (before the final parameters below say the same)
+    ours, theirs = step_losses(RunStore(tmp_path)), step_losses(reference_store)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert len(set(theirs)) == len(theirs)  # the steps moved the loss
     start = _final_params(
         RunConfig.make(
             backend="torch-single",

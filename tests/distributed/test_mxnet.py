@@ -19,7 +19,11 @@ from dlscale.config import RunConfig
 from dlscale.contract.events import read_events
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails
-from tests.distributed.test_equivalence import COMMON
+from tests.distributed.test_equivalence import (  # noqa: F401 (reference_store: a fixture)
+    COMMON,
+    reference_store,
+    step_losses,
+)
 from tests.distributed.test_tensorflow import (  # noqa: F401 (reference: a fixture)
     _final_params,
     reference,
@@ -45,10 +49,18 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_mxnet_workers_end_where_pytorch_ends(tmp_path: Path, reference, case):  # noqa: F811
+def test_mxnet_workers_end_where_pytorch_ends(
+    tmp_path: Path,
+    reference,  # noqa: F811
+    reference_store,  # noqa: F811
+    case,
+):
     backend, workers, extra = CASES[case]
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
     metrics = result.metrics
+    # step by step: the mean of the ranks' losses is the loss of PyTorch's batch of 16
+    ours, theirs = step_losses(RunStore(tmp_path)), step_losses(reference_store)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     packages = result.environment["packages"]
     assert packages["mxnet"] == "1.9.1" and packages["numpy"] == "1.23.5"  # its own venv
     assert result.environment["worker"]["python"].endswith(".venv-mxnet/bin/python")

@@ -21,7 +21,11 @@ from dlscale.contract.events import read_events
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails
-from tests.distributed.test_equivalence import COMMON  # the same points as the torch proof
+from tests.distributed.test_equivalence import (  # the same points as the torch proof
+    COMMON,
+    reference_store,  # noqa: F401  (a fixture)
+    step_losses,
+)
 
 pytestmark = pytest.mark.dist
 
@@ -38,10 +42,10 @@ def _final_params(config: RunConfig, store: RunStore) -> tuple[dict[str, np.ndar
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[str, np.ndarray]:
-    store = RunStore(tmp_path_factory.mktemp("ref"))
+def reference(tmp_path_factory, reference_store) -> dict[str, np.ndarray]:  # noqa: F811
     params, _ = _final_params(
-        RunConfig.make(backend="torch-single", workers=1, batch_size=16, **COMMON), store
+        RunConfig.make(backend="torch-single", workers=1, batch_size=16, **COMMON),
+        reference_store,
     )
     start, _ = _final_params(
         RunConfig.make(
@@ -50,7 +54,7 @@ def reference(tmp_path_factory) -> dict[str, np.ndarray]:
             batch_size=16,
             **{**COMMON, "steps": 1, "warmup_steps": 0},
         ),
-        store,
+        RunStore(tmp_path_factory.mktemp("start")),
     )
     # training moved the weights: the comparisons below are not of two untouched models
     assert max(float(np.abs(params[n] - start[n]).max()) for n in params) > 1e-3
@@ -87,10 +91,20 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference, case):
+def test_tensorflow_workers_end_where_pytorch_ends(
+    tmp_path: Path,
+    reference,
+    reference_store,  # noqa: F811
+    case,
+):
     backend, workers, extra = CASES[case]
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
     metrics = result.metrics
+    if backend in ("keras-fit", "horovod-keras", "tf-ps"):  # whole windows
+        assert metrics["train_loss_by_step"] is None
+    else:  # step by step: the mean of the ranks' losses is the loss of PyTorch's batch of 16
+        ours, theirs = step_losses(RunStore(tmp_path)), step_losses(reference_store)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     assert result.environment["packages"]["tensorflow"] == "2.21.0"
     assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
     strategy = next(
@@ -99,10 +113,30 @@ def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference, ca
     assert strategy["facts"]["weights"] == "torch"
     if workers == 2 and backend != "tf-mirrored":  # a ring of 2: each sends the payload once
         assert metrics["bytes_sent_per_step_model"] == metrics["gradient_bytes"]
+    if backend.startswith("horovod"):  # counted from the tensors handed to Horovod's all-reduce
+        assert metrics["bytes_sent_per_step_counted"] == metrics["gradient_bytes"]
     if backend in ("tf-mirrored", "tf-mwms", "horovod-tf"):  # the custom loops time steps
         assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
     else:  # fit and the coordinator time whole windows; tf-single synchronizes nothing
         assert metrics["step_time_nosync_p50_ms"] is None
+
+
+@pytest.mark.parametrize("backend", ["horovod-tf", "horovod-keras"])
+def test_horovod_fp16_compression_halves_what_is_sent_and_stays_close(
+    tmp_path: Path, reference, backend
+):
+    """Horovod's fp16 compressor rounds each gradient to float16 (~1e-3 relative) before the
+    all-reduce: the run ends near PyTorch's, not at it, and half the bytes are handed to the
+    all-reduce, counted from the float16 tensors of every step that ran (full bytes if the
+    compressor had not compressed, 0 if the count followed traces instead of steps)."""
+    config = RunConfig.make(backend=backend, workers=2, batch_size=8, compression="fp16", **COMMON)
+    params, _ = _final_params(config, RunStore(tmp_path))
+    for name, value in params.items():
+        np.testing.assert_allclose(value, reference[name], rtol=1e-2, atol=1e-3, err_msg=name)
+    (result,) = RunStore(tmp_path).results()
+    m = result.metrics
+    assert m["bytes_sent_per_step_model"] == m["gradient_bytes"] / 2
+    assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
 
 
 def test_keras_initial_weights_are_another_start(tmp_path: Path, reference):

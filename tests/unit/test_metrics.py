@@ -59,6 +59,21 @@ def test_aggregate_takes_max_over_ranks_and_sums_images():
     assert m["rank_step_time_mean_ms"] == {"0": 100.0, "1": 111.25}
 
 
+def test_the_loss_of_each_step_is_the_mean_over_ranks_and_null_where_not_finite():
+    def with_losses(rank, index, losses):
+        return {**window(rank, index, 1.0, [10.0] * len(losses)), "step_losses": losses}
+
+    per_rank = {
+        0: [with_losses(0, 0, [2.0, 1.5]), with_losses(0, 1, [1.0, None])],
+        1: [with_losses(1, 0, [3.0, 2.5]), with_losses(1, 1, [0.5, 0.25])],
+    }
+    m = aggregate(typed(per_rank), target_accuracy=None)
+    assert m["train_loss_by_step"] == [2.5, 2.0, 0.75, None]
+    # an engine that trains whole windows says no step's loss: none is made up
+    per_rank[1][1] = window(1, 1, 1.0, [10.0, 10.0])
+    assert aggregate(typed(per_rank), target_accuracy=None)["train_loss_by_step"] is None
+
+
 def test_aggregate_drops_a_window_a_rank_did_not_finish():
     per_rank = {
         0: [window(0, 0, 1.0, [10.0]), window(0, 1, 1.0, [10.0])],

@@ -52,9 +52,10 @@ class Engine:
     def sync(self) -> None:
         """Wait for the device's queued work (before a clock is read)."""
 
-    def loss_total(self, losses: list[Any]) -> float:
-        """The sum of the steps' losses as one float (may be NaN or infinite)."""
-        return float(sum(float(loss) for loss in losses))
+    def loss_values(self, losses: list[Any]) -> list[float]:
+        """Each step's loss (what :meth:`step` returned) as a float, read at once after the
+        window (may be NaN or infinite)."""
+        return [float(loss) for loss in losses]
 
     def evaluate(self) -> tuple[int, int, float]:
         """``(correct, total, loss_sum)`` over this process's share of the held-out data."""

@@ -102,6 +102,11 @@ class Window(Record):
     """Sum of the steps' mean training losses; ``None`` when a loss was not finite."""
     loss_count: int = 0
     loss_nonfinite: bool = False
+    step_losses: list[float | None] | None = None
+    """Each step's mean training loss on this process, in order (``None`` where not finite);
+    ``None`` when the engine trains whole windows (Keras ``fit`` reports a running mean, not
+    each step's loss) or returned no loss. Two engines' runs can be compared step by step
+    from these."""
     bytes_sent: float | None = None
     """Bytes this process sent for gradient synchronization in the window, if counted."""
     epoch_steps: int | None = None

@@ -114,6 +114,7 @@ METRICS: dict[str, Shape] = {
     "final_train_loss": LOSS,
     "loss_diverged": FLAG,
     "train_loss_by_window": list_of(LOSS),
+    "train_loss_by_step": list_of(LOSS),
     "eval_accuracy": FRACTION,
     "eval_history": records(
         epoch=Shape("count", nullable=False),

@@ -90,6 +90,10 @@ def aggregate(
         losses = [w["loss"] for w in every if w["loss"] is not None]
         out["final_train_loss"] = losses[-1] if losses else None
         out["train_loss_by_window"] = losses
+        by_step = [w["step_losses"] for w in every]
+        out["train_loss_by_step"] = (
+            [loss for window in by_step for loss in window] if None not in by_step else None
+        )
         out["loss_diverged"] = any(w["diverged"] for w in every)
         out["rank_step_time_mean_ms"] = _rank_means(per_rank)
     if measure:
@@ -205,6 +209,7 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
                 "step_ms": _max_over_ranks([p.step_ms for p in parts]),
                 "data_ms": _max_over_ranks([p.data_ms for p in parts]),
                 "loss": loss_sum / loss_count if loss_count else None,
+                "step_losses": _mean_over_ranks([p.step_losses for p in parts]),
                 "diverged": not finite,
                 "bytes_sent": sum(p.bytes_sent or 0.0 for p in parts)
                 if all(p.bytes_sent is not None for p in parts)
@@ -300,6 +305,19 @@ def _step_times(windows: list[dict[str, Any]]) -> tuple[np.ndarray, bool]:
     if all(w["step_ms"] is not None for w in windows):
         return np.concatenate([w["step_ms"] for w in windows]), True
     return np.array([w["duration_s"] * 1e3 / w["steps"] for w in windows]), False
+
+
+def _mean_over_ranks(per_rank: list[list[float | None] | None]) -> list[float | None] | None:
+    """Step-wise mean over ranks of each step's loss (the global batch's mean loss, the ranks'
+    batches being equal); a step is ``None`` where a rank's was not finite."""
+    rows = [losses for losses in per_rank if losses is not None]
+    if len(rows) < len(per_rank) or len({len(row) for row in rows}) > 1:
+        return None
+    means: list[float | None] = []
+    for step in zip(*rows, strict=True):
+        finite = [loss for loss in step if loss is not None]
+        means.append(math.fsum(finite) / len(step) if len(finite) == len(step) else None)
+    return means
 
 
 def _max_over_ranks(per_rank: list[list[float] | None]) -> np.ndarray | None:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from dlscale.contract.engine import Engine
+from dlscale.contract.engine import Engine, SyncStrategy
 from dlscale.contract.records import Environment
 from dlscale.runtime.allocator import loaded_allocator
 
@@ -50,9 +50,11 @@ class LoaderOnly(Engine):
 
 class ModelledSyncEngine(Engine):
     """An engine whose steps skip synchronization while :meth:`no_sync` holds (the flag
-    ``_sync``) and whose bytes are the algorithm's model per synchronized step
-    (``_step_payload``, ``None``: not modelled). TensorFlow's and MXNet's engines are."""
+    ``_sync``) and whose bytes are what its ``strategy`` counted from the tensors it sent, where
+    it counts them, else the algorithm's model per synchronized step (``_step_payload``,
+    ``None``: not modelled). TensorFlow's and MXNet's engines are."""
 
+    strategy: SyncStrategy
     _sync = True
     _step_payload: float | None = None
     _payload = 0.0
@@ -96,10 +98,11 @@ class ModelledSyncEngine(Engine):
             self._sync = True
 
     def take_bytes_sent(self) -> float | None:
-        if self._step_payload is None:
-            return None
-        sent, self._payload = self._payload, 0.0
-        return sent
+        counted = self.strategy.take_bytes_sent()
+        modelled, self._payload = self._payload, 0.0  # taken either way: windows start at 0
+        if counted is not None:
+            return counted
+        return None if self._step_payload is None else modelled
 
 
 def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) -> Environment:

@@ -155,10 +155,12 @@ class _WindowTimer:
             engine.sync()
         duration = clock() - window_start
         after = sample(self.root)
-        loss_sum: float | None = engine.loss_total(losses) if losses else 0.0
-        finite = loss_sum is not None and math.isfinite(loss_sum)
-        if not finite:
-            loss_sum = None  # training diverged; JSON has no NaN, and the timing still holds
+        values = engine.loss_values(losses) if losses else []
+        finite = all(math.isfinite(value) for value in values)
+        # training diverged: JSON has no NaN, and the timing still holds
+        loss_sum = math.fsum(values) if finite else None
+        whole = engine.times_steps and len(values) == steps  # each step said its loss
+        step_losses = [v if math.isfinite(v) else None for v in values] if whole else None
         self.ctx.events.write(
             Window(
                 steps=steps,
@@ -169,6 +171,7 @@ class _WindowTimer:
                 loss_sum=loss_sum,
                 loss_count=len(losses),
                 loss_nonfinite=not finite,
+                step_losses=step_losses,
                 bytes_sent=engine.take_bytes_sent(),
                 **_load_fields(before, after),
                 **fields,

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dlscale.contract.comm_bytes import ring_bytes_mean
+
 
 class CountingCompression:
     """A Horovod compressor (``hvd.Compression.none`` or ``.fp16``) that counts what it sends."""
@@ -44,3 +46,8 @@ class CountingCompression:
         """The bytes sent since the last call."""
         sent, self.sent = self.sent, 0
         return sent
+
+    def take_sent(self, world: int) -> int:
+        """The bytes one rank of a ring of ``world`` sent for what was compressed since the
+        last call: ``2(N-1)/N`` of it (Horovod's own wire traffic is not visible here)."""
+        return round(ring_bytes_mean(self.take(), world))

@@ -4,8 +4,8 @@ the gradients Keras computes) and no strategy, on the keras-fit engine
 
 from __future__ import annotations
 
-from dlscale.frameworks.horovod.declare import HorovodCommon
 from dlscale.frameworks.horovod.session import HorovodSession
+from dlscale.frameworks.horovod.tensorflow_strategy import horovod_compression
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads
 from dlscale.frameworks.tensorflow.keras_fit import FitEngine
 from dlscale.runtime.context import WorkerContext
@@ -18,11 +18,13 @@ def run(ctx: WorkerContext) -> None:
     set_threads(ctx.threads, 1)
     session = HorovodSession()
     try:
-        session.start(ctx, "horovod.tensorflow")
+        hvd = session.start(ctx, "horovod.tensorflow")
         import horovod.tensorflow.keras as hvd_keras
 
-        fp16 = ctx.config.typed(HorovodCommon).compression == "fp16"
-        engine = FitEngine(ctx, tf.distribute.get_strategy(), hvd_keras, fp16=fp16)
+        compression = horovod_compression(hvd, ctx.config)
+        fp16 = compression.inner is hvd.Compression.fp16
+        dist = tf.distribute.get_strategy()
+        engine = FitEngine(ctx, dist, hvd_keras, compression=compression, fp16=fp16)
         facts = session.facts(ctx.config)
         algorithm = f"Horovod all-reduce ({facts['horovod_controller']}), modelled as a ring"
         engine.write_strategy(

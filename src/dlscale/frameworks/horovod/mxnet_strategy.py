@@ -48,9 +48,7 @@ class HorovodMX(MXStrategy):
     def take_bytes_sent(self) -> int | None:
         """Counted from every tensor the compressor hands to the all-reduce (the ring factor
         applied), as horovod-torch counts."""
-        if self._counter is None:
-            return None
-        return round(ring_bytes_mean(self._counter.take(), self.hvd.size()))
+        return None if self._counter is None else self._counter.take_sent(self.hvd.size())
 
     def unsynced_update(self, trainer: Any, samples: int) -> None:
         trainer.update(samples)  # the local update without the all-reduce

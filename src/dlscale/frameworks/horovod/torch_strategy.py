@@ -128,9 +128,7 @@ class HorovodStrategy(TorchStrategy):
                 delays[param] = optimizer.backward_passes_per_step
 
     def take_bytes_sent(self) -> int | None:
-        if self._counter is None:
-            return None
-        return round(ring_bytes_mean(self._counter.take(), self.world))
+        return None if self._counter is None else self._counter.take_sent(self.world)
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         facts = self._session.facts(ctx.config)

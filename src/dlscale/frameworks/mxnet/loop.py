@@ -127,6 +127,8 @@ def run_training(ctx: WorkerContext, strategy: MXStrategy) -> None:
 class MXEngine(ModelledSyncEngine):
     """One MXNet training process: the Gluon model, its trainer and this worker's data."""
 
+    strategy: MXStrategy
+
     def __init__(
         self,
         ctx: WorkerContext,
@@ -180,8 +182,8 @@ class MXEngine(ModelledSyncEngine):
     def sync(self) -> None:
         self.mx.nd.waitall()
 
-    def loss_total(self, losses: list[Any]) -> float:
-        return float(sum(float(loss.asscalar()) for loss in losses))
+    def loss_values(self, losses: list[Any]) -> list[float]:
+        return [float(loss.asscalar()) for loss in losses]
 
     def evaluate(self) -> tuple[int, int, float]:
         """Sums kept as NDArrays and read once at the end (a read per batch would wait for
@@ -199,13 +201,6 @@ class MXEngine(ModelledSyncEngine):
 
     def settle(self) -> None:
         self.strategy.settle(self.trainer)
-
-    def take_bytes_sent(self) -> float | None:
-        """What the strategy counted from the tensors it sent, where it counts them
-        (horovod-mxnet); else the modelled bytes of the synchronized steps."""
-        counted = self.strategy.take_bytes_sent()
-        modelled = super().take_bytes_sent()  # taken either way: each window starts at 0
-        return modelled if counted is None else counted
 
     def save_params(self) -> None:
         """The trained parameters under PyTorch's keys (BatchNorm's statistics left out)."""

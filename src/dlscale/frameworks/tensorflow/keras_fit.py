@@ -54,10 +54,18 @@ class FitEngine(Engine):
     times_steps = False
 
     def __init__(
-        self, ctx: WorkerContext, dist: Any, horovod: Any = None, *, fp16: bool = False
+        self,
+        ctx: WorkerContext,
+        dist: Any,
+        horovod: Any = None,
+        *,
+        compression: Any = None,
+        fp16: bool = False,
     ) -> None:
-        """``horovod``: Horovod's Keras binding, whose ``DistributedOptimizer`` (fp16
-        compression if ``fp16``) wraps the optimizer; ``None``: ``dist``'s strategy alone."""
+        """``horovod``: Horovod's Keras binding, whose ``DistributedOptimizer`` wraps the
+        optimizer with ``compression`` (a Horovod compressor that counts what it hands to the
+        all-reduce: ``take_sent(world)`` gives the bytes since the last call; ``fp16``: it
+        halves them); ``None``: ``dist``'s strategy alone, its bytes modelled."""
         cfg = ctx.config
         options = cfg.typed(FitOptions)
         self.ctx, self.dist, self.horovod = ctx, dist, horovod
@@ -67,7 +75,6 @@ class FitEngine(Engine):
             self.model = build_keras_model(cfg)
             optimizer = torch_sgd(cfg)
             if horovod is not None:
-                compression = horovod.Compression.fp16 if fp16 else horovod.Compression.none
                 optimizer = horovod.DistributedOptimizer(optimizer, compression=compression)
             self.model.compile(
                 optimizer=optimizer,
@@ -76,6 +83,7 @@ class FitEngine(Engine):
             )
         self._eval_step = make_eval_step(self.model)
         self._callbacks: list[Any] = []
+        self._compression = compression
         gradient = self._gradient_bytes = trainable_bytes(self.model)
         replicas = dist.num_replicas_in_sync if horovod is None else horovod.size()
         scale = 0.5 if horovod is not None and fp16 else 1.0
@@ -127,6 +135,8 @@ class FitEngine(Engine):
 
     def take_bytes_sent(self) -> float | None:
         sent, self._payload = self._payload, 0.0
+        if self._compression is not None:
+            return float(self._compression.take_sent(self.horovod.size()))
         return sent
 
     def evaluate(self) -> tuple[int, int, float]:

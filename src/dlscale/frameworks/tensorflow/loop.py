@@ -163,6 +163,8 @@ def run_training(ctx: WorkerContext, strategy: TFStrategy) -> None:
 class TFEngine(ModelledSyncEngine):
     """One TensorFlow training process: model, optimizer and data under a strategy."""
 
+    strategy: TFStrategy
+
     def __init__(self, ctx: WorkerContext, strategy: TFStrategy, dist: Any) -> None:
         cfg = ctx.config
         self.ctx, self.strategy, self.dist = ctx, strategy, dist

@@ -258,8 +258,8 @@ class TorchEngine(Engine):
         if self.device.type == "cuda":
             torch.cuda.synchronize()
 
-    def loss_total(self, losses: list[Any]) -> float:
-        return float(torch.stack(losses).double().sum())
+    def loss_values(self, losses: list[Any]) -> list[float]:
+        return [float(loss) for loss in torch.stack(losses).double().tolist()]
 
     @torch.no_grad()
     def evaluate(self) -> tuple[int, int, float]:
