@@ -4,8 +4,8 @@ Each parameter's gradient accumulator has a hook that starts an asynchronous all
 backward has produced that gradient ``backward_passes_per_step`` times; Horovod's background
 thread fuses the ready tensors into buffers of up to ``fusion_mb`` MB every ``cycle_ms`` and
 all-reduces them (Gloo or MPI on CPU); ``optimizer.step()`` waits for every handle, then
-applies SGD. So, as with DDP, communication overlaps backward. Rank 0's parameters and
-optimizer state are broadcast once at the start.
+applies SGD. So, as with DDP, communication overlaps backward. Rank 0's parameters are
+broadcast once at the start (not the fresh optimizer's state: see make_optimizer).
 
 ``backward_passes_per_step = k``: each step's batch is split into k micro-batches whose
 gradients accumulate locally (each loss divided by k, so the sum is the batch's mean gradient)
@@ -88,7 +88,11 @@ class HorovodStrategy(TorchStrategy):
             compression=self._counter,
             backward_passes_per_step=self.micro_batches,
         )
-        hvd.broadcast_optimizer_state(self._optimizer, root_rank=0)
+        # No hvd.broadcast_optimizer_state: on a fresh optimizer (every rank's state is the
+        # same, empty one) it sets every gradient to zero and takes an SGD step, which applies
+        # weight decay once and seeds each momentum buffer with weight_decay x weight before
+        # the first real step: a start torch-ddp does not take (ResNet-20's step-1 loss moved
+        # by 2.2e-6). Nothing restores this optimizer (horovod-torch is not resumable).
         return self._optimizer
 
     def backward(self, loss_of: LossOf, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
