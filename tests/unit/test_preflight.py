@@ -10,6 +10,8 @@ from dlscale.config import RunConfig
 from dlscale.contract.engine import Engine
 from dlscale.contract.events import EventWriter, events_path, read_events
 from dlscale.contract.layout import Addresses, usable_cores
+from dlscale.contract.records import from_dict
+from dlscale.metrics.aggregate import aggregate, impossible_figures
 from dlscale.preflight import MAX_PROCESSES_PER_CORE, memory_lower_bound_bytes
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import run_schedule
@@ -121,6 +123,12 @@ def test_a_diverged_model_in_epoch_mode_is_recorded_not_crashed(tmp_path: Path):
     assert [e["loss_sum"] for e in evals] == [None, None] and evals[0]["correct"] == 3
     assert all(w["loss_nonfinite"] and w["loss_sum"] is None for w in windows)
     json.dumps(records, allow_nan=False)  # nothing NaN was stored
+    # a diverged run is a completed run that says so, not a failed one: each step's loss is
+    # null, and a null loss is no impossible reading
+    metrics = aggregate({0: [from_dict(r) for r in records]}, target_accuracy=None)
+    assert metrics["loss_diverged"] is True
+    assert metrics["train_loss_by_step"] == [None] * sum(w["steps"] for w in windows)
+    assert impossible_figures(metrics) == (metrics, None)
 
 
 def test_a_backend_whose_modules_are_missing_is_refused_with_its_install_command(tmp_path):

@@ -10,7 +10,7 @@ fields carry theirs, :mod:`dlscale.contract.result`). Definitions and units: doc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 MAX_QUANTITY = 1e15
 """The largest throughput (img/s), time (ms or s), byte count or count a stored result may
@@ -70,8 +70,9 @@ def count(unit: str = "") -> Shape:
     return Shape("count", unit)
 
 
-def list_of(item: Shape) -> Shape:
-    return Shape("list", item=item)
+def list_of(item: Shape, *, gaps: bool = False) -> Shape:
+    """A list of ``item``; ``gaps``: an item may be null (a step whose loss was not finite)."""
+    return Shape("list", item=replace(item, nullable=gaps))
 
 
 def by_key(item: Shape) -> Shape:
@@ -114,7 +115,7 @@ METRICS: dict[str, Shape] = {
     "final_train_loss": LOSS,
     "loss_diverged": FLAG,
     "train_loss_by_window": list_of(LOSS),
-    "train_loss_by_step": list_of(LOSS),
+    "train_loss_by_step": list_of(LOSS, gaps=True),
     "eval_accuracy": FRACTION,
     "eval_history": records(
         epoch=Shape("count", nullable=False),

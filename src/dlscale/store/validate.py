@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from dlscale.contract.result import RESULT
@@ -137,7 +137,7 @@ def _first(value: Any, shape: Shape) -> tuple[str, Any, Shape] | None:
 def _item(item: Any, shape: Shape) -> tuple[str, Any, Shape] | None:
     if shape.kind == "list":
         assert shape.item is not None
-        return _first(item, replace(shape.item, nullable=False))
+        return _first(item, shape.item)
     if not isinstance(item, dict):  # records
         return "", item, Shape("record", fields=shape.fields)
     for name, field in shape.fields:
