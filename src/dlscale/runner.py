@@ -237,7 +237,7 @@ def result_of(
     """The point's result from its spec, its ranks' events and how its launch ended: here
     after a watched run, or in the point's own finishing step (:mod:`dlscale.finish`)."""
     from dlscale.contract.shapes import ENVIRONMENT
-    from dlscale.metrics.aggregate import impossible_figures
+    from dlscale.metrics.impossible import impossible_figures
     from dlscale.store.validate import without_problems
 
     layout = config.layout()

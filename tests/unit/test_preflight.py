@@ -11,7 +11,8 @@ from dlscale.contract.engine import Engine
 from dlscale.contract.events import EventWriter, events_path, read_events
 from dlscale.contract.layout import Addresses, usable_cores
 from dlscale.contract.records import from_dict
-from dlscale.metrics.aggregate import aggregate, impossible_figures
+from dlscale.metrics.aggregate import aggregate
+from dlscale.metrics.impossible import impossible_figures
 from dlscale.preflight import MAX_PROCESSES_PER_CORE, memory_lower_bound_bytes
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import run_schedule
