@@ -117,18 +117,7 @@ def test_two_workers_match_one_worker_with_twice_the_batch(
     assert moved > 1e-3
 
 
-BATCHNORM = dict(
-    model="resnet20",
-    dataset="digits",
-    steps=3,
-    windows=1,
-    warmup_steps=0,
-    comm_probe_steps=0,
-    lr=0.01,
-    seed=3,
-    workers=2,
-    batch_size=8,
-)
+BATCHNORM = dict(COMMON, model="resnet20", warmup_steps=0, comm_probe_steps=0, lr=0.01, seed=3)
 """A paper's model (BatchNorm, weight decay 5e-4, momentum 0.9): each worker normalizes its own
 batch of 8, so the reference is torch-ddp at 2 workers, not one worker of 16."""
 
@@ -136,7 +125,7 @@ batch of 8, so the reference is torch-ddp at 2 workers, not one worker of 16."""
 @pytest.fixture(scope="module")
 def batchnorm_reference(tmp_path_factory) -> list[float]:
     store = RunStore(tmp_path_factory.mktemp("bn"))
-    _run(RunConfig.make(backend="torch-ddp", **BATCHNORM), store)
+    _run(RunConfig.make(backend="torch-ddp", workers=2, batch_size=8, **BATCHNORM), store)
     return step_losses(store)
 
 
@@ -150,7 +139,7 @@ def test_torch_engines_take_torch_ddps_steps_on_resnet20(
     once, momentum seeded with it): 4e-5 off at step 2, 7.5e-4 at step 3, before 'make_optimizer'
     stopped calling it."""
     store = RunStore(tmp_path)
-    _run(RunConfig.make(backend=backend, **BATCHNORM), store)
+    _run(RunConfig.make(backend=backend, workers=2, batch_size=8, **BATCHNORM), store)
     ours = step_losses(store)
     np.testing.assert_allclose(ours, batchnorm_reference, rtol=1e-6, atol=0)
     assert len(set(ours)) == len(ours)  # the steps moved the loss
