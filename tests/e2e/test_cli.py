@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import dlscale
+from tests.image_data import write_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -235,8 +236,19 @@ def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path
         "--json", "--results", str(tmp_path),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    (point,) = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "point"]
+    records = list(map(json.loads, run.stdout.splitlines()))
+    (point,) = [r for r in records if r["kind"] == "point"]
     assert point["status"] == "completed" and point["dataset"] == "digits"
+    # the preset's published claim: 12 GPUs, which 2 CPU processes cannot check
+    (claim,) = [r for r in records if r["kind"] == "claim"]
+    assert claim["id"] == "ddp-12-gpus" and claim["verdict"] == "cannot be measured here"
+    assert claim["why"].startswith("needs workers=12, device=cuda; this study's runs of it have")
+    report = cli("report", "--results", str(tmp_path), "--out", str(tmp_path / "r.html"))
+    assert report.returncode == 0, report.stderr
+    assert "study mahon2020: the paper's claims" in report.stdout
+    assert "cannot be measured here" in report.stdout and "10.11x" in report.stdout
+    page = (tmp_path / "r.html").read_text()
+    assert 'data-verdict="cannot be measured here"' in page
     assert point["model"] == "resnet44" and point["batch_size_per_worker"] == 16
     (stored,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
     assert stored["study"] == "mahon2020" and stored["config"]["steps"] == 4
@@ -245,3 +257,24 @@ def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path
     assert "cifar-10-batches-py does not exist" in full.stderr
     wrong = cli("run", study, "--set", "scale=huge", "--dry-run")
     assert wrong.returncode == 2 and "no scale 'huge'; it has: full, local" in wrong.stderr
+
+
+def test_malik2018_takes_an_imagenet_folder_and_draws_loss_against_epochs(tmp_path: Path, cli):
+    """The paper's second input: JPEG class folders, trained by epochs (here the preset's
+    imagenet-local scale narrowed to one point), and the report's loss and accuracy against
+    epochs from the evaluation after each epoch."""
+    data = write_folder(tmp_path / "imagenet", classes=4, per_class=8)
+    results, page = tmp_path / "res", tmp_path / "r.html"
+    run = cli(
+        "run", str(ROOT / "studies" / "malik2018.toml"), "--set", "scale=imagenet-local",
+        "--data-dir", str(data), "--model", "googlenet", "--backend", "tf-single",
+        "--workers", "1", "--json", "--results", str(results),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (stored,) = [json.loads(p.read_text()) for p in results.glob("*/result.json")]
+    assert stored["status"] == "completed" and stored["config"]["dataset"] == "imagenet-subset"
+    history = stored["metrics"]["eval_history"]
+    assert [h["epoch"] for h in history] == [1, 2] and all(h["loss"] > 0 for h in history)
+    report = cli("report", "--results", str(results), "--out", str(page))
+    assert report.returncode == 0, report.stderr
+    assert 'data-figure="loss_by_epoch"' in page.read_text()

@@ -29,6 +29,9 @@ def test_mahon2020_full_is_resnet44_on_cifar10_on_1_to_12_gpus_in_every_framewor
     assert frameworks == {"torch", "tensorflow"}  # MXNet has no GPU build here: skipped, noted
     assert any("mxnet-kv" in note for note in study.skipped)
     assert {p.target_accuracy for p in points} == {0.9} and {p.epochs for p in points} == {30}
+    compressed = {(p.backend, p.options.get("compression")) for p in points if p.workers == 12}
+    for backend in ("horovod-torch", "horovod-tf", "horovod-keras"):  # Horovod's fp16 axis
+        assert {(backend, "none"), (backend, "fp16")} <= compressed
     assert study.repeats.repeats == 3
 
 
@@ -68,7 +71,9 @@ def test_every_preset_has_a_local_scale_that_fits_this_machine(name):
 
 def test_a_scale_the_study_lacks_is_one_line_naming_those_it_has(tmp_path):
     settings = load_study_file(STUDIES / "malik2018.toml")
-    with pytest.raises(UserError, match="no scale 'tiny'; it has: full, local"):
+    with pytest.raises(
+        UserError, match="no scale 'tiny'; it has: full, imagenet, imagenet-local, local"
+    ):
         apply_scale(settings, "tiny", "malik2018")
     assert apply_scale({"model": "tiny"}, "full", "x") == {"model": "tiny"}
     bad = tmp_path / "bad.toml"

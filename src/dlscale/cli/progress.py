@@ -16,12 +16,15 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dlscale.cli.claims import print_claims
 from dlscale.cli.tables import LEGEND, console, markup, points_table, results_command, say
 from dlscale.config.repeats import Repeats
 from dlscale.config.study import Study
 from dlscale.contract.text import visible
+from dlscale.metrics.claims import check_claims
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
+from dlscale.store.claims import write_claims
 from dlscale.store.results import RunStore, describe_owner
 
 JSON_KEYS = (
@@ -103,6 +106,7 @@ def run_study(
         line(f"dlscale: [yellow]warning:[/] {markup(message)}")
 
     store = RunStore(results, on_warning=warn)
+    write_claims(store, study.name, study.claims)  # for `dlscale report` to check later
     progress = study_progress(err, disable=as_json)
     run_ids: dict[int, list[str]] = {i: [] for i in range(len(study.points))}
 
@@ -139,6 +143,8 @@ def run_study(
     if as_json:
         for point in points:
             print(json.dumps(json_record(point, kind="point")), flush=True)
+        for check in check_claims(study.claims, points) if study.claims else []:
+            print(json.dumps(check.record()), flush=True)
     elif points or not tally.submitted:
         out = console()
         out.print(points_table(points, title=f"study {study.name}: {study.description}"))
@@ -147,6 +153,7 @@ def run_study(
 
         for finding in input_findings(points):
             say(out, f"input: {finding.sentence()}")
+        print_claims(out, study.name, study.claims, points)
         say(
             out,
             f"results: {results}/ ({results_command('ls', 'runs', results=results)}; "

@@ -53,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
     from dlscale.report.html import build_html
     from dlscale.report.tables import to_csv, to_markdown
     from dlscale.runner import submitted_points
+    from dlscale.store.claims import read_claims
     from dlscale.store.results import RunStore
 
     files = [(args.out, "--out"), (args.markdown, "--markdown"), (args.csv, "--csv")]
@@ -81,6 +82,7 @@ def main(args: argparse.Namespace) -> int:
             "run `dlscale run` first"
         )
     fitted = fitted_networks(Path(args.results), on_problem=store.on_warning)
+    claims = read_claims(Path(args.results), on_problem=store.on_warning)
     figures = _planned_figures(rows, microbench, fitted) if args.figures is not None else []
     if args.figures is not None:
         for stem, _ in figures:
@@ -89,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
     href = os.path.relpath(Path(args.results).absolute(), args.out.absolute().parent)
     page, plots = build_html(
         rows, title=args.title, source=str(args.results), results_href=Path(href).as_posix(),
-        microbench=microbench, fitted=fitted,
+        microbench=microbench, fitted=fitted, claims=claims,
     )  # fmt: skip
     size = _write(args.out, page)
     print(
@@ -99,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
             + f"{plots} plots, {size / 1e6:.1f} MB; opens offline in any browser)"
         )
     )
+    _print_claims(claims, rows)
     if args.markdown:
         _write(args.markdown, to_markdown(rows))
         print(visible(f"table: {args.markdown}"))
@@ -109,6 +112,16 @@ def main(args: argparse.Namespace) -> int:
         written = _write_figures(figures, args.figures)
         print(visible(f"figures: {len(written)} files (PNG + PDF) in {args.figures}"))
     return 0
+
+
+def _print_claims(claims: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """Each study's published claims with their verdicts, as `dlscale run` prints them."""
+    from dlscale.cli.claims import by_study, print_claims
+    from dlscale.cli.tables import console
+
+    out = console()
+    for study, points in sorted(by_study(rows).items()):
+        print_claims(out, study, claims.get(study, ()), points)
 
 
 def _directory(directory: Path, flag: str = "") -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlscale.config.claims import Claim, parse_claims
 from dlscale.config.repeats import Repeats, coerce_study
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import UnsupportedPoint, UserError
@@ -24,10 +25,10 @@ from dlscale.contract.run_config import RunConfig, core_keys, declared_options
 
 _HINTS = typing.get_type_hints(RunConfig)
 _REPEAT_FIELDS = {f.name: f for f in dataclasses.fields(Repeats)}
-SCALE, SCALES = "scale", "scales"
+SCALE, SCALES, CLAIMS = "scale", "scales", "claims"
 """``scale = "local"`` picks a study file's ``[scales.local]`` table of overrides (paper
 presets: the full study, and a reduced one that runs on a laptop)."""
-STUDY_ONLY_KEYS = ("name", "description", SCALE, SCALES, *_REPEAT_FIELDS)
+STUDY_ONLY_KEYS = ("name", "description", SCALE, SCALES, CLAIMS, *_REPEAT_FIELDS)
 """Keys of a study file that are about the study, not one run's configuration."""
 
 
@@ -39,6 +40,8 @@ class Study:
     skipped: tuple[str, ...]
     """Human-readable notes on grid combinations a backend cannot run (e.g. 2 x torch-single)."""
     repeats: Repeats = dataclasses.field(default_factory=Repeats)
+    claims: tuple[Claim, ...] = ()
+    """The published claims the study checks (:mod:`dlscale.config.claims`)."""
 
 
 def load_study_file(path: Path) -> dict[str, Any]:
@@ -52,6 +55,7 @@ def load_study_file(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"study file {path} is not valid TOML: {error}") from None
     scales = data.pop(SCALES, {})
+    claims = data.pop(CLAIMS, [])
     if not isinstance(scales, dict) or not all(isinstance(v, dict) for v in scales.values()):
         raise UserError(
             f"{path}: {SCALES} must be tables of keys, e.g. [{SCALES}.local] with steps = 4"
@@ -82,7 +86,18 @@ def load_study_file(path: Path) -> dict[str, Any]:
             else _checked(key, value, origin)
             for key, value in overrides.items()
         }
+    if claims:
+        data[CLAIMS] = parse_claims(claims, str(path), coerce=_selector_value)
     return data
+
+
+def _selector_value(key: str, value: Any) -> Any:
+    """A claim's selector value in its key's type (an unknown key refused)."""
+    if key not in valid_keys():
+        raise UserError(f"unknown key {key!r} (dlscale run --keys lists the study keys)")
+    value = coerce(key, value)
+    _check_accepted(key, [value])
+    return value
 
 
 def _checked(key: str, value: Any, origin: str) -> Any:
@@ -178,7 +193,8 @@ def expand(
     same resources.
     """
     repeats = Repeats(**{k: settings[k] for k in _REPEAT_FIELDS if k in settings})
-    settings = {k: v for k, v in settings.items() if k not in _REPEAT_FIELDS}
+    claims = tuple(settings.get(CLAIMS, ()))
+    settings = {k: v for k, v in settings.items() if k not in (*_REPEAT_FIELDS, CLAIMS)}
     if "threads_per_worker" not in settings:
         cores = cores or usable_cores()
         probe = _expand(settings)
@@ -194,6 +210,7 @@ def expand(
                 points=_sorted(points),
                 skipped=study.skipped,
                 repeats=repeats,
+                claims=claims,
             )
     study = _expand(settings)
     return Study(
@@ -202,6 +219,7 @@ def expand(
         points=study.points,
         skipped=study.skipped,
         repeats=repeats,
+        claims=claims,
     )
 
 

@@ -107,7 +107,7 @@ def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
             machines.get(machine_key(point), []), key=lambda p: threads(p) or 0, default=None
         )
         if machine is not None and (threads(machine) or 0) > (threads(base or point) or 0):
-            ratio, interval = _ratio(point, machine)
+            ratio, interval = throughput_ratio(point, machine)
             point["machine_speedup"], point["machine_speedup_ci95"] = ratio, interval
             point["machine_baseline"] = describe(machine)
     if per == "point":
@@ -137,7 +137,7 @@ def _fill(point: Row, base: Row) -> None:
     if base is point:  # its own baseline: exactly 1 by definition
         ratio, interval = 1.0, None
     else:
-        ratio, interval = _ratio(point, base)
+        ratio, interval = throughput_ratio(point, base)
     point["speedup"], point["speedup_ci95"] = ratio, interval
     point["efficiency"] = ratio / workers
     point["efficiency_ci95"] = None if interval is None else [v / workers for v in interval]
@@ -152,7 +152,7 @@ def _fill(point: Row, base: Row) -> None:
         )
 
 
-def _ratio(point: Row, base: Row) -> tuple[float, list[float] | None]:
+def throughput_ratio(point: Row, base: Row) -> tuple[float, list[float] | None]:
     """Throughput ratio of two points and its Fieller interval, over runs when both have two
     or more, else over the windows of each (the interval of a single run's windows)."""
     runs_point, runs_base = point.get("run_rows") or [point], base.get("run_rows") or [base]

@@ -8,9 +8,11 @@ from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
 
+from dlscale.config.claims import Claim
 from dlscale.contract.text import shell_command, visible
 from dlscale.perfmodel.networks import link_lookup, stored_fit, stored_fits
 from dlscale.perfmodel.validate import network_key
+from dlscale.report.claims import claims_section
 from dlscale.report.columns import Column, human_layout
 from dlscale.report.figures import study_figures
 from dlscale.report.interactive import to_plotly
@@ -264,11 +266,13 @@ def build_html(
     results_href: str = "dlscale-results",
     microbench: list[dict[str, Any]] | None = None,
     fitted: dict[Any, Any] | None = None,
+    claims: dict[str, tuple[Claim, ...]] | None = None,
 ) -> tuple[str, int]:
     """The report page and the number of plots in it; ``results_href`` is the results
     directory relative to where the page is written (for links to files in runs);
     ``microbench``: the stored microbench runs, ``fitted``: the networks fitted from them
-    (:mod:`dlscale.perfmodel.networks`)."""
+    (:mod:`dlscale.perfmodel.networks`); ``claims``: each study's published claims
+    (:mod:`dlscale.store.claims`)."""
     import plotly.offline
 
     studies: dict[str, list[Row]] = defaultdict(list)
@@ -287,6 +291,7 @@ def build_html(
             else ""
         )
         parts.append(runs_table(study_rows))
+        parts.append(claims_section((claims or {}).get(name, ()), study_rows))
         parts.append(_failures(study_rows))
         parts.append(_input(study_rows))
         parts.append(traces(study_rows, results_href))

@@ -206,6 +206,10 @@ class RunStore:
             "recorded, and dlscale does not recreate it; run the command again to rerun the point"
         )
 
+    def prepare(self) -> None:
+        """Make the results directory if it is missing (:meth:`_check_root`)."""
+        self._check_root()
+
     def _check_root(self) -> None:
         """Make the results directory (and its parents) the first time this store writes under
         it; from then on, one removed or replaced (a study's earlier points gone with it) is
