@@ -120,28 +120,61 @@ def test_two_workers_match_one_worker_with_twice_the_batch(
 BATCHNORM = dict(COMMON, model="resnet20", warmup_steps=0, comm_probe_steps=0, lr=0.01, seed=3)
 """A paper's model (BatchNorm, weight decay 5e-4, momentum 0.9): each worker normalizes its own
 batch of 8, so the reference is torch-ddp at 2 workers, not one worker of 16."""
+PAPER_MODELS = {
+    "resnet20": dict(BATCHNORM, batch_size=8),
+    # 64x64 inputs, batch 4; dropout off: each framework draws its own dropout masks, which
+    # alone moved AlexNet's first loss by 1.5e-4 (docs/equivalence.md). GoogLeNet is not here:
+    # its gradient is so sensitive to rounding at these sizes that torch-ddp with 2 threads is
+    # 8e-3 off torch-ddp with 1 at step 2 (measured, docs/equivalence.md)
+    "alexnet": dict(BATCHNORM, model="alexnet", batch_size=4, image_size=64, dropout=0.0),
+}
+"""The papers' models at 2 workers, as every synchronous engine is held to torch-ddp's steps."""
 
 
 @pytest.fixture(scope="module")
-def batchnorm_reference(tmp_path_factory) -> list[float]:
-    store = RunStore(tmp_path_factory.mktemp("bn"))
-    _run(RunConfig.make(backend="torch-ddp", workers=2, batch_size=8, **BATCHNORM), store)
-    return step_losses(store)
+def paper_reference(tmp_path_factory):
+    """torch-ddp's per-step losses on one of :data:`PAPER_MODELS`, run once per module."""
+    losses: dict[str, list[float]] = {}
+
+    def reference(model: str) -> list[float]:
+        if model not in losses:
+            store = RunStore(tmp_path_factory.mktemp(model))
+            _run(RunConfig.make(backend="torch-ddp", workers=2, **PAPER_MODELS[model]), store)
+            losses[model] = step_losses(store)
+        return losses[model]
+
+    return reference
 
 
-@pytest.mark.parametrize("backend", ["torch-ring", "torch-fsdp", "horovod-torch"])
-def test_torch_engines_take_torch_ddps_steps_on_resnet20(
-    tmp_path: Path, batchnorm_reference, backend
-):
+@pytest.mark.parametrize("backend", ["torch-ring", "torch-fsdp", "horovod-torch", "torch-ps"])
+def test_torch_engines_take_torch_ddps_steps_on_resnet20(tmp_path: Path, paper_reference, backend):
     """The same torch kernels on the same weights and samples: the engines differ only in how
     the gradients are summed, which on this machine changed no bit in 3 steps. Horovod's
     broadcast_optimizer_state took a zero-gradient SGD step at the start (weight decay applied
     once, momentum seeded with it): 4e-5 off at step 2, 7.5e-4 at step 3, before 'make_optimizer'
     stopped calling it."""
     store = RunStore(tmp_path)
-    _run(RunConfig.make(backend=backend, workers=2, batch_size=8, **BATCHNORM), store)
+    _run(RunConfig.make(backend=backend, workers=2, **PAPER_MODELS["resnet20"]), store)
     ours = step_losses(store)
-    np.testing.assert_allclose(ours, batchnorm_reference, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(ours, paper_reference("resnet20"), rtol=1e-6, atol=0)
+    assert len(set(ours)) == len(ours)  # the steps moved the loss
+
+
+PAPER_MODEL_TOLERANCE = 1e-3
+"""How far (nats, absolute) another framework's per-step loss on a paper's model may be from
+torch-ddp's over 3 steps. Measured here on ResNet-20 (docs/equivalence.md): TensorFlow's
+engines 1.7e-4 and MXNet's 4.5e-4 at step 3; their step-1 gaps are forward rounding (1e-6
+relative) and each later step amplifies a gap about 20-fold, as it amplifies torch-ddp's own
+thread-count rounding."""
+
+
+def follows_torch_ddp(tmp_path: Path, paper_reference, backend: str, model: str) -> None:
+    """Run ``backend`` at 2 workers on one of :data:`PAPER_MODELS` and hold its per-step
+    losses to torch-ddp's within :data:`PAPER_MODEL_TOLERANCE`."""
+    store = RunStore(tmp_path)
+    _run(RunConfig.make(backend=backend, workers=2, **PAPER_MODELS[model]), store)
+    ours = step_losses(store)
+    np.testing.assert_allclose(ours, paper_reference(model), rtol=0, atol=PAPER_MODEL_TOLERANCE)
     assert len(set(ours)) == len(ours)  # the steps moved the loss
 
 

@@ -19,8 +19,10 @@ from dlscale.config import RunConfig
 from dlscale.contract.events import read_events
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails
-from tests.distributed.test_equivalence import (  # noqa: F401 (reference_store: a fixture)
+from tests.distributed.test_equivalence import (  # noqa: F401 (fixtures: the references)
     COMMON,
+    follows_torch_ddp,
+    paper_reference,
     reference_store,
     step_losses,
 )
@@ -86,6 +88,22 @@ def test_mxnet_workers_end_where_pytorch_ends(
     if backend == "horovod-mxnet":  # a ring of 2: each sends the payload once
         assert metrics["bytes_sent_per_step_model"] == metrics["gradient_bytes"]
         assert result.environment["mkldnn_enabled"] is False
+
+
+@pytest.mark.parametrize(
+    "backend, model",
+    [("mxnet-kv", "resnet20"), ("horovod-mxnet", "resnet20"), ("mxnet-kv", "alexnet")],
+)  # fmt: skip
+def test_mxnet_engines_take_torch_ddps_steps_on_the_papers_models(
+    tmp_path: Path,
+    paper_reference,  # noqa: F811
+    backend,
+    model,
+):
+    """A paper's model with BatchNorm, weight decay and momentum, from the PyTorch twin's
+    weights: each step's loss within 1e-3 of torch-ddp's (mxnet-kv: dist_sync through a real
+    server; horovod-mxnet with MKL-DNN off, so it rounds apart from mxnet-kv)."""
+    follows_torch_ddp(tmp_path, paper_reference, backend, model)
 
 
 def test_horovod_fp16_compression_halves_the_payload_and_stays_close(

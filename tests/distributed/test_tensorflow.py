@@ -23,6 +23,8 @@ from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails
 from tests.distributed.test_equivalence import (  # the same points as the torch proof
     COMMON,
+    follows_torch_ddp,
+    paper_reference,  # noqa: F401  (a fixture)
     reference_store,  # noqa: F401  (a fixture)
     step_losses,
 )
@@ -119,6 +121,23 @@ def test_tensorflow_workers_end_where_pytorch_ends(
         assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
     else:  # fit and the coordinator time whole windows; tf-single synchronizes nothing
         assert metrics["step_time_nosync_p50_ms"] is None
+
+
+@pytest.mark.parametrize(
+    "backend, model",
+    [("tf-mirrored", "resnet20"), ("tf-mwms", "resnet20"), ("horovod-tf", "resnet20"),
+     ("tf-mwms", "alexnet")],
+)  # fmt: skip
+def test_tensorflow_engines_take_torch_ddps_steps_on_the_papers_models(
+    tmp_path: Path,
+    paper_reference,  # noqa: F811
+    backend,
+    model,
+):
+    """The papers' models (BatchNorm, weight decay, momentum), from the PyTorch twin's
+    weights: each step's loss within 1e-3 of torch-ddp's (keras-fit and horovod-keras train
+    whole windows in `fit` and record no step's loss)."""
+    follows_torch_ddp(tmp_path, paper_reference, backend, model)
 
 
 @pytest.mark.parametrize("backend", ["horovod-tf", "horovod-keras"])

@@ -243,3 +243,30 @@ def test_gradient_bytes() -> None:
         gradient_bytes(-1)
     with pytest.raises(ValueError):
         gradient_bytes(10, dtype_bytes=0)
+
+
+def test_dropout_is_a_key_that_reaches_every_frameworks_builder_and_keeps_earlier_run_ids():
+    """Each framework draws its own dropout masks, so comparing engines step by step on AlexNet
+    or GoogLeNet needs dropout off (docs/equivalence.md); runs that do not set it keep their
+    ids, and a value a model cannot take is refused or skipped with one line."""
+    import torch
+
+    from dlscale.contract.errors import UnsupportedPoint
+    from dlscale.contract.run_config import RunConfig
+
+    plain = RunConfig.make(model="alexnet")
+    assert plain.run_id() == "alexnet-torch-ddp-synthetic-w1-86db75f1e0"  # as before the key
+    assert RunConfig.make(model="alexnet", dropout=0.5).run_id() == plain.run_id()  # its own
+    assert RunConfig.make(model="resnet20", dropout=0.0).dropout is None  # has none anyway
+    assert RunConfig.make(model="alexnet", dropout=0.0).run_id() != plain.run_id()
+    for model in ("alexnet", "googlenet"):
+        net = MODELS.get(model).build(10, "torch", dropout=0.0)
+        rates = [m.p for m in net.modules() if isinstance(m, torch.nn.Dropout)]
+        assert rates and set(rates) == {0.0}
+        assert MODELS.get(model).dropout_kwargs(0.25) == {"dropout": 0.25}
+    assert MODELS.get("resnet20").dropout_kwargs(0.25) == {}
+    for bad in (1.0, -0.1, float("nan")):
+        with pytest.raises(UserError, match="dropout must"):
+            RunConfig.make(model="alexnet", dropout=bad)
+    with pytest.raises(UnsupportedPoint, match="model resnet20 has no dropout to set"):
+        RunConfig.make(model="resnet20", dropout=0.3)

@@ -28,12 +28,21 @@ class ModelSpec:
     default_classes: int
     """Classes used with synthetic data (10 for CIFAR nets, 1000 for ImageNet nets)."""
     has_batchnorm: bool
+    dropout: float | None = None
+    """The dropout probability the model trains with (``None``: it has no dropout); a run's
+    ``dropout`` key sets another, which every framework's builder takes as ``dropout=``."""
 
-    def build(self, num_classes: int, framework: str = "torch") -> Any:
+    def build(
+        self, num_classes: int, framework: str = "torch", dropout: float | None = None
+    ) -> Any:
         reference = self.builders.get(framework)
         if reference is None:
             raise KeyError(f"model {self.name} has no {framework} builder")
-        return load_object(reference)(num_classes)
+        return load_object(reference)(num_classes, **self.dropout_kwargs(dropout))
+
+    def dropout_kwargs(self, dropout: float | None) -> dict[str, float]:
+        """``{"dropout": p}`` for a builder when a run sets another dropout than the model's."""
+        return {} if dropout is None or self.dropout is None else {"dropout": dropout}
 
 
 def register_builder(model: str, framework: str, reference: str) -> None:
@@ -78,6 +87,7 @@ MODELS.register(
         input_size=224,
         default_classes=1000,
         has_batchnorm=False,
+        dropout=0.5,
     ),
 )
 MODELS.register(
@@ -88,6 +98,7 @@ MODELS.register(
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
+        dropout=0.2,
     ),
 )
 MODELS.register(

@@ -109,6 +109,13 @@ class RunConfig:
     image_size: int | None = field(
         default=None, metadata=_doc("input height = width (default: the model's native size)")
     )
+    dropout: float | None = field(
+        default=None,
+        metadata=_doc(
+            "dropout probability of a model with dropout (alexnet 0.5, googlenet 0.2; none: "
+            "the model's own); 0 turns it off, so every framework takes the same steps"
+        ),
+    )
     save_params: bool = field(
         default=False,
         metadata=_doc("rank 0 saves the trained parameters (final_params.*)", kind=OPERATIONAL),
@@ -171,6 +178,14 @@ class RunConfig:
                     f"target_accuracy must be in (0, 1], got {self.target_accuracy} "
                     "(write 0.9 for 90%)"
                 )
+        if self.dropout is not None:
+            _check_finite("dropout", self.dropout, minimum=0.0)
+            if self.dropout >= 1:
+                raise UserError(f"dropout must be below 1, got {self.dropout!r} (0.5: half)")
+            if model.dropout is None and self.dropout > 0:
+                raise UnsupportedPoint(f"model {self.model} has no dropout to set")
+            if model.dropout in (None, self.dropout):  # what the model does anyway
+                object.__setattr__(self, "dropout", None)
         if not isinstance(self.options, dict):
             raise UserError(f"options must be a mapping, got {self.options!r}")
         given = {k: v for k, v in self.options.items() if not _ignorable(k, v, self)}
@@ -293,7 +308,7 @@ class RunConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
-_LATER_KEYS: dict[str, Any] = {"loader_only": False}
+_LATER_KEYS: dict[str, Any] = {"loader_only": False, "dropout": None}
 """Core keys added after results were stored, with the value every earlier run had."""
 
 

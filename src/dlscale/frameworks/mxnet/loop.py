@@ -87,7 +87,7 @@ def build_gluon_model(cfg: Any, mx: Any, initial: dict[str, np.ndarray] | None) 
     spec = MODELS.get(cfg.model)
     classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
     mx.random.seed(cfg.seed)
-    net = load_object(spec.builders["mxnet"])(classes)
+    net = load_object(spec.builders["mxnet"])(classes, **spec.dropout_kwargs(cfg.dropout))
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     if initial is not None:
         load_torch_weights(net, initial)

@@ -77,7 +77,7 @@ def build_keras_model(cfg: RunConfig) -> Any:
     classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
     tf.keras.utils.set_random_seed(cfg.seed)
     model = load_object(spec.builders["tensorflow"])(
-        classes, input_size=cfg.image_size or spec.input_size
+        classes, input_size=cfg.image_size or spec.input_size, **spec.dropout_kwargs(cfg.dropout)
     )
     if cfg.typed(TFLoopOptions).weights == "torch":
         load_torch_weights(model, FRAMEWORKS.get("torch").initial_weights(cfg))

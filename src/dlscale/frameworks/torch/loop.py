@@ -147,7 +147,7 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
     spec = MODELS.get(cfg.model)
     torch.manual_seed(cfg.seed)
     model: torch.nn.Module = spec.build(
-        DATASETS.get(cfg.dataset).num_classes or spec.default_classes, "torch"
+        DATASETS.get(cfg.dataset).num_classes or spec.default_classes, "torch", cfg.dropout
     )
     return model
 

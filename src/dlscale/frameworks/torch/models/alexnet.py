@@ -52,6 +52,6 @@ class AlexNet(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-def alexnet(num_classes: int) -> nn.Module:
+def alexnet(num_classes: int, dropout: float = 0.5) -> nn.Module:
     """One-tower AlexNet, 61.1M parameters at 1000 classes."""
-    return AlexNet(num_classes)
+    return AlexNet(num_classes, dropout)

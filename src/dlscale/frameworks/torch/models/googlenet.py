@@ -117,6 +117,6 @@ class GoogLeNet(nn.Module):
         return self.fc(self.dropout(x))
 
 
-def googlenet(num_classes: int) -> nn.Module:
+def googlenet(num_classes: int, dropout: float = 0.2) -> nn.Module:
     """GoogLeNet with BatchNorm, no auxiliary classifiers: about 6.62M parameters at 1000."""
-    return GoogLeNet(num_classes)
+    return GoogLeNet(num_classes, dropout)
