@@ -114,7 +114,7 @@ def _speedups(claim: Claim, met: list[Row]) -> list[ClaimCheck]:
             claim,
             point["speedup"],
             point.get("speedup_ci95"),
-            f"{describe(point)} over {point['baseline']}{_variant(point, varying)}",
+            f"{_named(point, claim.of)} over {point['baseline']}{_variant(point, varying)}",
         )
         for point in at_most
     ]
@@ -146,7 +146,8 @@ def _ratios(claim: Claim, met: list[Row], points: list[Row]) -> list[ClaimCheck]
     checks = []
     for mine, other in at_most:
         ratio, interval = throughput_ratio(mine, other)
-        at = f"{describe(mine)} over {describe(other)}{_variant(mine, varying)}"
+        at = f"{_named(mine, claim.of)} over {_named(other, claim.over)}"
+        at += _variant(mine, varying)
         checks.append(_verdict(claim, ratio, interval, at))
     return checks
 
@@ -227,6 +228,12 @@ def _varying(points: list[Row]) -> list[str]:
     """The keys whose values differ among ``points`` (a grid the claim spans)."""
     keys = {k for p in points for k in p["config"] if k not in NOT_MATCHED_KEYS}
     return sorted(k for k in keys if len({repr(_value(p, k)) for p in points}) > 1)
+
+
+def _named(point: Row, selector: Mapping[str, Any]) -> str:
+    """``mxnet-kv x2, 1 thr (kvstore=dist_sync)``: the point and the options the claim chose."""
+    chosen = {k: v for k, v in selector.items() if k not in ("backend", "workers")}
+    return describe(point) + (f" ({selected(chosen)})" if chosen else "")
 
 
 def _variant(point: Row, varying: list[str]) -> str:
