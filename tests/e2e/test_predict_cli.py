@@ -113,7 +113,9 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     (result,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
     assert result["config"]["backend"] == "torch-single" and result["status"] == "completed"
     step_ms = result["metrics"]["step_time_p50_ms"]
-    said = re.search(r"measured: tiny at batch 8, 1 worker, ([\d.]+) ms a step", first.stdout)
+    said = re.search(
+        r"measured: tiny at batch 8, 1 worker of torch-single, ([\d.]+) ms a step", first.stdout
+    )
     assert said and float(said.group(1)) == pytest.approx(step_ms, abs=0.05)
     again = cli(*flags)
     assert again.returncode == 0 and len(list(tmp_path.glob("*/result.json"))) == 1
@@ -126,6 +128,22 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     assert steps[8] == pytest.approx(step_ms / 1e3) and set(steps) == {8, 16}
     table = cli(*flags[:4], "8,16", *flags[5:])
     assert "compute profile against batch (1 worker): 8: " in table.stdout
+
+
+def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp_path: Path):
+    """--framework tensorflow measures tf-single's step (the framework registry names it), and
+    a framework without a reference backend is one line naming those that have one."""
+    flags = ("predict", "--model", "tiny", "--batch", "8", "--bandwidth", "1gbit",
+             "--workers", "1,2", "--results", str(tmp_path))  # fmt: skip
+    run = cli(*flags, "--framework", "tensorflow")
+    assert run.returncode == 0, run.stderr
+    (result,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
+    assert result["config"]["backend"] == "tf-single" and result["status"] == "completed"
+    assert "1 worker of tf-single" in run.stdout
+    bad = cli(*flags, "--framework", "caffe")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "--framework 'caffe' has no reference backend" in bad.stderr
+    assert "frameworks that do: mxnet, tensorflow, torch" in bad.stderr
 
 
 @pytest.mark.parametrize(

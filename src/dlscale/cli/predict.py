@@ -60,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="also print the bandwidth each strategy needs for this efficiency at the most workers",
     )
+    parser.add_argument(
+        "--framework",
+        default="torch",
+        help="whose step is measured when --compute-ms is not given: the framework's reference "
+        "backend at 1 worker (torch: torch-single, tensorflow: tf-single, mxnet: mxnet-single)",
+    )
     parser.add_argument("--compute-ms", type=float, help="one worker's step (forward+backward)")
     parser.add_argument("--gradient-bytes", type=float, help="the gradient's size in bytes")
     parser.add_argument(
@@ -288,8 +294,9 @@ def _profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]:
         measured = _measure(args, batch)
         compute_ms = measured["step_time_p50_ms"]
         sources.append(
-            f"measured: {args.model} at batch {batch}, 1 worker, {compute_ms:.1f} ms a "
-            f"step (run {measured['run_id']} in {args.results})"
+            f"measured: {args.model} at batch {batch}, 1 worker of "
+            f"{_reference_backend(args.framework)}, {compute_ms:.1f} ms a step "
+            f"(run {measured['run_id']} in {args.results})"
         )
     if gradient is None:
         gradient = _gradient_bytes(args.model)
@@ -310,8 +317,8 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     from dlscale.store.results import RunStore
 
     config = RunConfig.make(
-        backend="torch-single", model=args.model, dataset="synthetic", workers=1,
-        batch_size=batch, steps=5, windows=1, warmup_steps=2,
+        backend=_reference_backend(args.framework), model=args.model, dataset="synthetic",
+        workers=1, batch_size=batch, steps=5, windows=1, warmup_steps=2,
     )  # fmt: skip
     store = RunStore(args.results)
     if store.completed(config.run_id()) is None:
@@ -328,6 +335,22 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
         why = result.error if result is not None else "no result was recorded"
         raise UserError(f"the profile run of {args.model} failed: {why}")
     return {**metrics, "run_id": outcome.run_id}
+
+
+def _reference_backend(framework: str) -> str:
+    """The backend that measures ``framework``'s step: its reference (no wrapper), by the
+    framework registry, so a plug-in's framework is measured as the built-in ones are."""
+    from dlscale.contract.backends import BACKENDS
+    from dlscale.contract.frameworks import FRAMEWORKS
+
+    reference = BACKENDS.reference_of(framework)
+    if reference is None:
+        have = sorted(name for name, _ in FRAMEWORKS if BACKENDS.reference_of(name))
+        raise UserError(
+            f"--framework {framework!r} has no reference backend to measure a step with; "
+            f"frameworks that do: {', '.join(have)}"
+        )
+    return reference
 
 
 def _check_can_store(results: Path, model: str) -> None:
