@@ -230,9 +230,11 @@ def test_a_damaged_or_planted_claims_file_is_left_out_with_one_line(tmp_path):
     victim = tmp_path / "victim.json"
     victim.write_text("{}")
     os.symlink(victim, tmp_path / "claims-link.json")
+    os.mkfifo(tmp_path / "claims-fifo.json")  # read, it would block the report forever
+    (tmp_path / "claims-huge.json").write_bytes(b" " * (2 << 20))
     problems: list[str] = []
     assert list(read_claims(tmp_path, problems.append)) == ["good"]
-    assert len(problems) == 3 and all("\n" not in p for p in problems)
+    assert len(problems) == 5 and all("\n" not in p for p in problems)
     assert any("claims-forged.json" in p and "claim 1 (c)" in p for p in problems)
     os.symlink(victim, claims_path(tmp_path, "linked"))
     with pytest.raises(OutputError):  # never written through a planted link

@@ -16,10 +16,12 @@ from pathlib import Path
 
 from dlscale.config.claims import Claim, parse_claims
 from dlscale.contract.errors import SchemaError, UserError
-from dlscale.contract.files import read_json, write_json_atomic
+from dlscale.contract.files import parse_json, read_small_file, write_json_atomic
 from dlscale.store.results import RunStore
 
 PREFIX = "claims-"
+_LIMIT = 1 << 20
+"""Bytes a claims file may hold: a study's claims take a few KiB."""
 
 
 def claims_path(root: Path, study: str) -> Path:
@@ -46,18 +48,28 @@ def read_claims(
     ``on_problem`` hears which and why, in one line."""
     found: dict[str, tuple[Claim, ...]] = {}
     for path in sorted(root.glob(f"{PREFIX}*.json")):
-        if path.is_symlink():
-            problem: str | None = "a link (dlscale writes none here)"
+        read = _read(path)
+        if isinstance(read, str):
+            if on_problem is not None:
+                on_problem(f"skipped {path}: {read}")
         else:
-            try:
-                document = read_json(path, "claims")
-                study = document.get("study")
-                if not isinstance(study, str):
-                    raise UserError(f"study must be a name, got {study!r}")
-                found[study] = parse_claims(document.get("claims"), "claims")
-                problem = None
-            except (SchemaError, UserError) as error:
-                problem = str(error).removeprefix(f"{path}: ")
-        if problem is not None and on_problem is not None:
-            on_problem(f"skipped {path}: {problem}")
+            found[read[0]] = read[1]
     return found
+
+
+def _read(path: Path) -> tuple[str, tuple[Claim, ...]] | str:
+    """A claims file's study and claims, or what is wrong with it in a few words."""
+    try:  # never through a link, never blocking on a FIFO planted under the name
+        raw = read_small_file(path, _LIMIT)
+    except OSError as error:
+        return f"not a readable file ({error.strerror or error})"
+    if len(raw) >= _LIMIT:
+        return f"larger than {_LIMIT // 1024} KiB (dlscale writes a few)"
+    try:
+        document = parse_json(raw, path, "claims")
+        study = document.get("study")
+        if not isinstance(study, str):
+            raise UserError(f"study must be a name, got {study!r}")
+        return study, parse_claims(document.get("claims"), "claims")
+    except (SchemaError, UserError) as error:
+        return str(error).removeprefix(f"{path}: ")
