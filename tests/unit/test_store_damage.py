@@ -126,6 +126,26 @@ def test_results_survive_a_file_that_vanishes_or_is_a_directory(tmp_path: Path):
     assert any("cannot be read" in w for w in warnings)
 
 
+def test_a_fifo_planted_where_a_reader_opens_a_file_is_skipped_not_waited_on(tmp_path: Path):
+    """In a shared results directory anyone may plant a FIFO named result.json or
+    microbench.json; opened for reading it would block `ls runs` and `report` forever."""
+    import os
+
+    from dlscale.perfmodel.networks import microbench_runs
+
+    store_with_damage(tmp_path, "empty")
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "result.json")
+    (tmp_path / "microbench-x").mkdir()
+    os.mkfifo(tmp_path / "microbench-x" / "microbench.json")
+    warnings: list[str] = []
+    rows = RunStore(tmp_path, on_warning=warnings.append).results()
+    assert len(rows) == 2 and any("fifo/result.json: cannot be read" in w for w in warnings)
+    skipped: list[str] = []
+    assert microbench_runs(tmp_path, on_problem=skipped.append) == []
+    assert len(skipped) == 1 and "not a regular file" in skipped[0]
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "dlscale", *args], capture_output=True, text=True, timeout=300

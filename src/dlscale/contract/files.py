@@ -175,6 +175,17 @@ def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:
     write_atomic(path, text)
 
 
+def read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+    """The whole of the regular file at ``path`` and its status; a FIFO, device or directory
+    planted under the name is an ``OSError``, never a read that blocks or never ends."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return handle.read(), info
+
+
 def read_json(path: Path, kind: str) -> dict[str, Any]:
     """Read a document of ``kind``; refuse one from a newer dlscale with a clear message.
 
@@ -182,7 +193,7 @@ def read_json(path: Path, kind: str) -> dict[str, Any]:
     line) for a file that cannot be read or is damaged, :class:`NewerSchema` for a newer one.
     """
     try:
-        raw = path.read_bytes()
+        raw, _ = read_regular(path)
     except OSError as error:
         raise UnreadableFile(path, f"cannot be read ({error.strerror or error})") from None
     return parse_json(raw, path, kind)

@@ -32,6 +32,7 @@ from dlscale.contract.files import (
     open_directory,
     output_failure,
     parse_json,
+    read_regular,
     refuse_non_directory,
     write_json_atomic,
 )
@@ -295,9 +296,7 @@ def _read(path: Path) -> Stored:
     from dlscale.store.migrate import ShapeError, result_view
 
     try:
-        with path.open("rb") as handle:
-            info = os.fstat(handle.fileno())
-            raw = handle.read()
+        raw, info = read_regular(path)  # a FIFO planted as result.json cannot hang a reader
     except FileNotFoundError:
         return Stored(path)  # not written yet, or removed since it was listed
     except OSError as error:
