@@ -28,6 +28,9 @@ class Engine:
 
     times_steps = True
     """False: the engine runs whole windows (:meth:`train_window`); no per-step times."""
+    window_losses_by_step = False
+    """With ``times_steps = False``: True when :meth:`train_window` returns each step's own
+    loss, False when it can only repeat the window's mean (stored as no per-step losses)."""
     synchronizes = True
     """False: the steps synchronize nothing (one process, no wrapper); exposed communication
     is then 0 by definition, and no probe runs."""

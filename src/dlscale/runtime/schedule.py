@@ -159,7 +159,8 @@ class _WindowTimer:
         finite = all(math.isfinite(value) for value in values)
         # training diverged: JSON has no NaN, and the timing still holds
         loss_sum = math.fsum(values) if finite else None
-        whole = engine.times_steps and len(values) == steps  # each step said its loss
+        # each step said its own loss
+        whole = (engine.times_steps or engine.window_losses_by_step) and len(values) == steps
         step_losses = [v if math.isfinite(v) else None for v in values] if whole else None
         self.ctx.events.write(
             Window(

@@ -17,8 +17,11 @@ and setting ``TF_USE_LEGACY_KERAS=1``.
 Measurement: ``fit`` runs a whole window (``times_steps = False``): one ``fit`` call of
 ``steps`` steps per window, ``steps_per_execution`` steps per call of Keras' compiled train
 function. So the windows carry no per-step or input times, and each window includes ``fit``'s
-own set-up (its data handler and callbacks: what a user pays once per ``fit`` call). Keras
-reports a window's mean loss, which stands for each of its steps. The data continue across
+own set-up (its data handler and callbacks: what a user pays once per ``fit`` call). Each
+step's loss is read back from the running mean Keras hands its batch callbacks (``m_i``, the
+mean of the window's first i losses: step i's loss is ``i m_i - (i-1) m_(i-1)``); with
+``steps_per_execution`` above 1 the callbacks see every k-th step only, and the window's mean
+stands for each of its steps (stored as no per-step losses). The data continue across
 windows exactly as the custom loops read them (the same epoch plans, shards and order). No
 step without the all-reduce exists inside ``fit``, so exposed communication is not measured
 here; tf-mwms and horovod-tf measure it on the same model and all-reduce.
@@ -26,6 +29,7 @@ here; tf-mwms and horovod-tf measure it on the same model and all-reduce.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,6 +95,12 @@ class FitEngine(Engine):
         self._payload = 0.0
         if horovod is not None:
             self._callbacks = [horovod.callbacks.BroadcastGlobalVariablesCallback(0)]
+        self.window_losses_by_step = options.steps_per_execution == 1
+        self._running = _RunningLoss()
+        # Under MultiWorkerMirroredStrategy, fit's logs add up the replicas' mean losses (its
+        # reported loss at N workers was N times the loss: measured at 1, 2 and 4 workers
+        # against torch-ddp); Horovod's fit logs each rank's own
+        self._loss_scale = 1.0 / dist.num_replicas_in_sync if horovod is None else 1.0
 
     def write_strategy(self, facts: dict[str, Any]) -> None:
         fit = self.ctx.config.typed(FitOptions)
@@ -120,18 +130,21 @@ class FitEngine(Engine):
         if self.horovod is None:
             data = tf.keras.utils.experimental.DatasetCreator(lambda _: pipeline)
         try:
+            self._running.means.clear()
             history = self.model.fit(
                 data,
                 steps_per_epoch=steps,
                 epochs=1,
                 verbose=0,
-                callbacks=self._callbacks,
+                callbacks=[*self._callbacks, self._running],
             )
         except tf.errors.OpError as error:
             window = range(start, start + steps)
             raise self.data.explain(error, epoch, window) from None
         self._payload += steps * self._step_payload
-        return [history.history["loss"][-1]] * steps
+        if self.window_losses_by_step and len(self._running.means) == steps:
+            return [loss * self._loss_scale for loss in self._running.step_losses()]
+        return [history.history["loss"][-1] * self._loss_scale] * steps
 
     def take_bytes_sent(self) -> float | None:
         sent, self._payload = self._payload, 0.0
@@ -149,6 +162,24 @@ class FitEngine(Engine):
 
     def framework_facts(self) -> dict[str, Any]:
         return tensorflow_environment()
+
+
+class _RunningLoss(tf.keras.callbacks.Callback):  # type: ignore[name-defined]
+    """The running mean of the loss Keras hands each batch's end, for each step's loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.means: list[float] = []
+
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+        self.means.append(float((logs or {}).get("loss", math.nan)))
+
+    def step_losses(self) -> list[float]:
+        """Step i's loss from the means of the first i and i-1 steps."""
+        return [
+            (i + 1) * mean - i * (self.means[i - 1] if i else 0.0)
+            for i, mean in enumerate(self.means)
+        ]
 
 
 def run_mwms(ctx: WorkerContext) -> None:
