@@ -131,14 +131,21 @@ def read_small_file(path: Path | str, limit: int = 65536, *, dir_fd: int | None 
     """The first ``limit`` bytes of the regular file ``path`` (relative to ``dir_fd`` if
     given), never through a link and never blocking on a FIFO or a device planted there
     (``OSError`` for those)."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fd = os.open(path, flags, dir_fd=dir_fd)
+    fd = _open_regular(path, os.O_NOFOLLOW, dir_fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
         return os.read(fd, limit)
     finally:
         os.close(fd)
+
+
+def _open_regular(path: Path | str, flags: int = 0, dir_fd: int | None = None) -> int:
+    """A descriptor of the regular file ``path``, opened without blocking: a FIFO, device or
+    directory planted under the name is an ``OSError``, never a read that waits forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | flags, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
 
 
 def write_atomic(path: Path, data: bytes | str) -> None:
@@ -176,14 +183,10 @@ def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:
 
 
 def read_regular(path: Path) -> tuple[bytes, os.stat_result]:
-    """The whole of the regular file at ``path`` and its status; a FIFO, device or directory
-    planted under the name is an ``OSError``, never a read that blocks or never ends."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return handle.read(), info
+    """The whole of the regular file at ``path`` (a link followed) and its status
+    (:func:`_open_regular`: never blocking on what is planted there)."""
+    with os.fdopen(_open_regular(path), "rb") as handle:
+        return handle.read(), os.fstat(handle.fileno())
 
 
 def read_json(path: Path, kind: str) -> dict[str, Any]:

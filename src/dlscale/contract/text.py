@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import shlex
 import unicodedata
@@ -41,3 +42,9 @@ def shell_command(argv: Iterable[Any]) -> str:
     (a space, ``;``, ``$(...)``), then control characters made visible (a line break inside a
     word would otherwise end the command)."""
     return visible(shlex.join(str(word) for word in argv))
+
+
+def html_text(value: Any) -> str:
+    """User text for an HTML page: escaped, with its control, format and bidirectional
+    characters written as :func:`visible` writes them for a terminal; ``None`` as ``-``."""
+    return html.escape("-" if value is None else visible(value))

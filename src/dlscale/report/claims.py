@@ -4,11 +4,10 @@ result's, so every cell is escaped."""
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from dlscale.config.claims import Claim
-from dlscale.contract.text import visible
+from dlscale.contract.text import html_text as _e
 from dlscale.metrics.claims import ClaimVerdict, check_claims
 
 _COLOURS = {
@@ -17,10 +16,6 @@ _COLOURS = {
     ClaimVerdict.CONTRADICTED: "#b00020",
     ClaimVerdict.NOT_MEASURABLE: "#555",
 }
-
-
-def _e(value: Any) -> str:
-    return html.escape(visible(value))
 
 
 def claims_section(claims: tuple[Claim, ...], rows: list[dict[str, Any]]) -> str:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime
-import html
 from collections import defaultdict
 from typing import Any
 from urllib.parse import quote
 
 from dlscale.config.claims import Claim
-from dlscale.contract.text import shell_command, visible
+from dlscale.contract.text import html_text, shell_command
 from dlscale.perfmodel.networks import link_lookup, stored_fit, stored_fits
 from dlscale.perfmodel.validate import network_key
 from dlscale.report.claims import claims_section
@@ -33,11 +32,10 @@ th{background:#f5f5f5} .note{color:#555;font-size:.9rem;margin:.2rem 0 1.5rem}
 """
 
 
-def _e(value: Any) -> str:
-    """Text from a stored result or a study as HTML: escaped, with its control, format and
-    bidirectional characters written as Python escapes (:func:`visible`), as a terminal shows
-    them, so a page read in a terminal, or a cell a browser would reorder, shows them literally."""
-    return html.escape("-" if value is None else visible(value))
+_e = html_text
+"""Text from a stored result or a study as HTML (:func:`dlscale.contract.text.html_text`): a
+page read in a terminal, or a cell a browser would reorder, shows its control characters
+literally."""
 
 
 def reproduce(rows: list[Row]) -> list[str]:

@@ -165,21 +165,24 @@ class FitEngine(Engine):
 
 
 class _RunningLoss(tf.keras.callbacks.Callback):  # type: ignore[name-defined]
-    """The running mean of the loss Keras hands each batch's end, for each step's loss."""
+    """The running mean of the loss Keras hands each batch's end, for each step's loss. It
+    takes Keras' own tensors (``_supports_tf_logs``): no step waits for its loss to be copied
+    to a Python number, which a batch callback otherwise makes `fit` do after every step; the
+    window's values are read once, after `fit` returns."""
+
+    _supports_tf_logs = True
 
     def __init__(self) -> None:
         super().__init__()
-        self.means: list[float] = []
+        self.means: list[Any] = []
 
     def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        self.means.append(float((logs or {}).get("loss", math.nan)))
+        self.means.append((logs or {}).get("loss", math.nan))
 
     def step_losses(self) -> list[float]:
         """Step i's loss from the means of the first i and i-1 steps."""
-        return [
-            (i + 1) * mean - i * (self.means[i - 1] if i else 0.0)
-            for i, mean in enumerate(self.means)
-        ]
+        means = [float(mean) for mean in self.means]
+        return [(i + 1) * mean - i * (means[i - 1] if i else 0.0) for i, mean in enumerate(means)]
 
 
 def run_mwms(ctx: WorkerContext) -> None:
