@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import dlscale.cli.microbench
-import dlscale.cli.predict
+import dlscale.cli.profile
 import dlscale.preflight
 from dlscale.cli import build_parser, main
 from dlscale.config import RunConfig
@@ -410,7 +410,7 @@ def test_predict_in_a_read_only_directory_names_the_path_and_the_fix(tmp_path, c
         err = _one_line(capsys, ["predict", "--model", "tiny", "--bandwidth", "10gbit"])
         assert f"--results {readonly}/dlscale-results" in err
         assert "give --results DIR where you can write, or --compute-ms MS" in err
-        monkeypatch.setattr(dlscale.cli.predict, "_gradient_bytes", lambda model: 4000)
+        monkeypatch.setattr(dlscale.cli.profile, "_gradient_bytes", lambda model: 4000)
         assert main(["predict", "--model", "tiny", "--bandwidth", "10gbit",
                      "--compute-ms", "10"]) == 0  # fmt: skip
         assert list(readonly.iterdir()) == []
