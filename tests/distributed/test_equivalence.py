@@ -168,14 +168,17 @@ relative) and each later step amplifies a gap about 20-fold, as it amplifies tor
 thread-count rounding."""
 
 
-def follows_torch_ddp(tmp_path: Path, paper_reference, backend: str, model: str) -> None:
-    """Run ``backend`` at 2 workers on one of :data:`PAPER_MODELS` and hold its per-step
-    losses to torch-ddp's within :data:`PAPER_MODEL_TOLERANCE`."""
+def follows_torch_ddp(
+    tmp_path: Path, paper_reference, backend: str, model: str, **options
+) -> RunStore:
+    """Run ``backend`` (with its ``options``) at 2 workers on one of :data:`PAPER_MODELS` and
+    hold its per-step losses to torch-ddp's within :data:`PAPER_MODEL_TOLERANCE`; the store."""
     store = RunStore(tmp_path)
-    _run(RunConfig.make(backend=backend, workers=2, **PAPER_MODELS[model]), store)
+    _run(RunConfig.make(backend=backend, workers=2, **PAPER_MODELS[model], **options), store)
     ours = step_losses(store)
     np.testing.assert_allclose(ours, paper_reference(model), rtol=0, atol=PAPER_MODEL_TOLERANCE)
     assert len(set(ours)) == len(ours)  # the steps moved the loss
+    return store
 
 
 @pytest.mark.parametrize(

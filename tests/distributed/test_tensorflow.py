@@ -82,6 +82,7 @@ def run_and_compare(
 CASES = {
     "tf-single": ("tf-single", 1, {}),
     "tf-ps-1-worker": ("tf-ps", 1, {}),
+    "tf-ps-sync": ("tf-ps", 2, {"ps_mode": "sync"}),
     "tf-mirrored": ("tf-mirrored", 2, {}),
     "tf-mwms": ("tf-mwms", 2, {}),
     "tf-mwms-ring": ("tf-mwms", 2, {"collective": "ring"}),
@@ -103,7 +104,8 @@ def test_tensorflow_workers_end_where_pytorch_ends(
     backend, workers, extra = CASES[case]
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
     metrics = result.metrics
-    if backend == "tf-ps" or extra.get("steps_per_execution", 1) > 1:  # a window's mean only
+    coordinator = backend == "tf-ps" and extra.get("ps_mode") != "sync"
+    if coordinator or extra.get("steps_per_execution", 1) > 1:  # a window's mean only
         assert metrics["train_loss_by_step"] is None
     else:  # step by step: the mean of the ranks' losses is the loss of PyTorch's batch of 16
         ours, theirs = step_losses(RunStore(tmp_path)), step_losses(reference_store)
@@ -114,14 +116,20 @@ def test_tensorflow_workers_end_where_pytorch_ends(
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
     )
     assert strategy["facts"]["weights"] == "torch"
-    if workers == 2 and backend != "tf-mirrored":  # a ring of 2: each sends the payload once
+    if backend == "tf-ps":  # a pull of every variable and a push of every gradient
+        assert metrics["bytes_sent_per_step_model"] == 2 * metrics["gradient_bytes"]
+    elif workers == 2 and backend != "tf-mirrored":  # a ring of 2: each sends the payload once
         assert metrics["bytes_sent_per_step_model"] == metrics["gradient_bytes"]
     if backend.startswith("horovod"):  # counted from the tensors handed to Horovod's all-reduce
         assert metrics["bytes_sent_per_step_counted"] == metrics["gradient_bytes"]
     if backend in ("tf-mirrored", "tf-mwms", "horovod-tf"):  # the custom loops time steps
         assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
-    else:  # fit and the coordinator time whole windows; tf-single synchronizes nothing
+    else:  # fit and the coordinator time whole windows; tf-single synchronizes nothing; the
+        # synchronous ps times its steps but has no step without the ps to compare with
         assert metrics["step_time_nosync_p50_ms"] is None
+    if not coordinator and backend == "tf-ps":
+        assert metrics["step_time_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
+        assert strategy["facts"]["strategy"] == "SyncReplicasOptimizer"
 
 
 @pytest.mark.parametrize(
@@ -139,6 +147,18 @@ def test_tensorflow_engines_take_torch_ddps_steps_on_the_papers_models(
     weights: each step's loss within 1e-3 of torch-ddp's (keras-fit and horovod-keras read
     back from the running mean `fit` hands its callbacks)."""
     follows_torch_ddp(tmp_path, paper_reference, backend, model)
+
+
+@pytest.mark.parametrize("model", ["resnet20", "alexnet"])
+def test_the_synchronous_parameter_server_takes_torch_ddps_steps(
+    tmp_path: Path,
+    paper_reference,  # noqa: F811
+    model,
+):
+    """tf-ps ps_mode = sync (TF1's SyncReplicasOptimizer): each update the mean of one
+    gradient from every worker (each worker checks its step tokens, or the run fails), so the
+    ranks' losses follow torch-ddp's on BatchNorm, weight decay and momentum."""
+    follows_torch_ddp(tmp_path, paper_reference, "tf-ps", model, ps_mode="sync")
 
 
 @pytest.mark.parametrize("backend", ["horovod-tf", "horovod-keras"])
@@ -172,6 +192,20 @@ def test_a_killed_ps_task_fails_the_run_and_leaves_nothing_running(tmp_path: Pat
     """Ranks: chief 0, workers 1-2, ps 3. The ps task never exits by itself; killed, it ends
     the run as failed, named, and the launcher stops the chief and the workers."""
     kill_rank_and_check_the_run_fails(tmp_path, "tf-ps", ranks=4, rank=3, role="ps")
+
+
+def test_a_killed_worker_of_the_synchronous_parameter_server_fails_the_run(tmp_path: Path):
+    """Ranks: workers 0-1, ps 2. The chief (worker 0) would wait for worker 1's gradient for
+    ever: the launcher ends it and the ps task, and names the dead worker."""
+    kill_rank_and_check_the_run_fails(
+        tmp_path,
+        "tf-ps",
+        ranks=3,
+        rank=1,
+        role="worker",
+        extra=("--set", "ps_mode=sync"),
+        reason="rank 1 was killed by SIGKILL",  # a worker: no role named
+    )
 
 
 def test_ls_backends_lists_every_tensorflow_backend_as_installed(cli):

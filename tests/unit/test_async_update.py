@@ -33,6 +33,7 @@ def test_the_rule_is_in_the_run_id_where_it_changes_the_run_and_differs_from_bef
     assert not identity_has_the_rule("mxnet-kv", kvstore="dist_async", async_update="sum")
     assert identity_has_the_rule("tf-ps")
     assert not identity_has_the_rule("tf-ps", async_update="sum")
+    assert not identity_has_the_rule("tf-ps", ps_mode="sync")  # no asynchronous update there
 
 
 def test_run_ids_of_points_stored_before_the_rule_are_unchanged():

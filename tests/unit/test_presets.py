@@ -39,6 +39,8 @@ def test_malik2018_full_is_three_models_horovod_against_the_ps_batch_64_to_512_t
     points = _study("malik2018", None).points
     assert {p.model for p in points} == {"alexnet", "googlenet", "resnet50"}
     assert {p.backend for p in points} == {"tf-single", "horovod-tf", "tf-ps"}
+    # the paper's parameter server was TF1's synchronous one
+    assert {p.options["ps_mode"] for p in points if p.backend == "tf-ps"} == {"sync"}
     assert {p.batch_size for p in points} == {64, 128, 256, 512}
     assert max(p.workers for p in points) == 256 and {p.dataset for p in points} == {"synthetic"}
 
@@ -47,7 +49,8 @@ def test_nikolaidis2021_full_is_cpu_nodes_allreduce_against_ps_sync_against_asyn
     points = _study("nikolaidis2021", None).points
     assert {p.device for p in points} == {"cpu"} and {p.threads_per_worker for p in points} == {8}
     modes = {(p.backend, p.options.get("ps_mode") or p.options.get("kvstore")) for p in points}
-    for expected in [("torch-ps", "sync"), ("torch-ps", "async"), ("mxnet-kv", "dist_sync"),
+    for expected in [("torch-ps", "sync"), ("torch-ps", "async"), ("tf-ps", "sync"),
+                     ("tf-ps", "async"), ("mxnet-kv", "dist_sync"),
                      ("mxnet-kv", "dist_async")]:  # fmt: skip
         assert expected in modes
     assert {"torch-ddp", "horovod-torch", "tf-mwms", "horovod-mxnet", "tf-ps"} <= {

@@ -296,8 +296,9 @@ class RunConfig:
                 data.pop(key)
         for kind, (_, declared) in self._option_owners().items():
             group = data["options"][kind]
+            resolved = dict(group)  # each option judged on every resolved value, none popped
             for option in declared:
-                if not option.in_identity(group):
+                if not option.in_identity(resolved):
                     group.pop(option.name)
         return data
 

@@ -10,9 +10,12 @@ Processes and roles:
   replica, role ``worker``;
 * ``tf-mirrored``: one process training every replica on its own logical CPU device
   (``replicas_per_process = workers``);
-* ``tf-ps``: a ``chief`` (the coordinator: it schedules steps and records the windows, so it
-  is the training role, with every replica counted on it), ``worker`` tasks and ``ps`` tasks,
-  each a ``tf.distribute.Server`` that never exits by itself (the launcher stops them).
+* ``tf-ps`` (``ps_mode = "async"``): a ``chief`` (the coordinator: it schedules steps and
+  records the windows, so it is the training role, with every replica counted on it),
+  ``worker`` tasks and ``ps`` tasks, each a ``tf.distribute.Server`` that never exits by itself
+  (the launcher stops them);
+* ``tf-ps`` (``ps_mode = "sync"``): one training ``worker`` per replica (worker 0 is the chief
+  that applies the aggregated updates) and the ``ps`` tasks, servers as above.
 
 TF_CONFIG is the JSON TensorFlow reads to find its cluster: every process of the roles above,
 ``host:port`` in rank order, and this process's task (its role and index).
@@ -59,8 +62,16 @@ class MWMSOptions:
 
 @dataclass(frozen=True)
 class TFPSOptions:
+    ps_mode: str = setting(
+        "async",
+        "async: TF2's ParameterServerStrategy, a coordinator scheduling steps on free workers; "
+        "sync: TF1's SyncReplicasOptimizer, every worker trains and each update is the mean of "
+        "one gradient from every worker",
+        choices=("async", "sync"),
+        earlier=("async",),
+    )
     num_ps: int = setting(1, "parameter server tasks", minimum=1)
-    async_update: str = async_update_setting(applies=None, earlier="sum")
+    async_update: str = async_update_setting(applies=("ps_mode", "async"), earlier="sum")
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,14 @@ def mirrored_roles(config: RunConfig) -> tuple[Role, ...]:
 
 
 def ps_roles(config: RunConfig) -> tuple[Role, ...]:
-    """The coordinator (chief, rank 0) drives every replica; workers and ps tasks serve."""
+    """Asynchronous: the coordinator (chief, rank 0) drives every replica; workers and ps
+    tasks serve. Synchronous: every worker trains its replica; the ps tasks serve."""
+    options = config.typed(TFPSOptions)
+    if options.ps_mode == "sync":
+        return (
+            Role(name="worker", count=config.workers),
+            Role(name="ps", count=options.num_ps, trains=False, exits=False),
+        )
     return (
         Role(name="chief", count=1, replicas_per_process=config.workers),
         Role(name="worker", count=config.workers, trains=False, exits=False),

@@ -70,16 +70,17 @@ class TFStrategy(SyncStrategy):
         return {"algorithm": "none (one replica)"}
 
 
-def build_keras_model(cfg: RunConfig) -> Any:
+def build_keras_model(cfg: RunConfig, *, transfer: bool = True) -> Any:
     """The Keras twin of ``cfg.model`` at the run's input size and classes, with the PyTorch
-    twin's initial weights (``weights = "torch"``) or Keras' initializers, seeded."""
+    twin's initial weights (``weights = "torch"``; ``transfer = False``: the caller sets them,
+    as a TF1 graph does from its session) or Keras' initializers, seeded."""
     spec = MODELS.get(cfg.model)
     classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
     tf.keras.utils.set_random_seed(cfg.seed)
     model = load_object(spec.builders["tensorflow"])(
         classes, input_size=cfg.image_size or spec.input_size, **spec.dropout_kwargs(cfg.dropout)
     )
-    if cfg.typed(TFLoopOptions).weights == "torch":
+    if transfer and cfg.typed(TFLoopOptions).weights == "torch":
         load_torch_weights(model, FRAMEWORKS.get("torch").initial_weights(cfg))
     return model
 

@@ -59,8 +59,8 @@ for _spec in (
     ),
     BackendSpec(
         name="tf-ps",
-        description="TensorFlow ParameterServerStrategy: a coordinator, num_ps ps tasks, "
-        "asynchronous workers",
+        description="TensorFlow parameter server, num_ps ps tasks: TF2's asynchronous "
+        "ParameterServerStrategy, or TF1's SyncReplicasOptimizer (ps_mode = sync)",
         worker="dlscale.frameworks.tensorflow.ps:run",
         options=tfd.TF_LOOP_OPTIONS + tfd.PS_OPTIONS,
         roles=tfd.ps_roles,

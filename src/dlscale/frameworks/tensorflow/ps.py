@@ -1,4 +1,6 @@
-"""tf-ps: TensorFlow 2's ParameterServerStrategy, asynchronous as TF2 does it.
+"""tf-ps: TensorFlow 2's ParameterServerStrategy, asynchronous as TF2 does it (``ps_mode =
+"async"``, the default; ``"sync"`` is TF1's synchronous parameter server:
+:mod:`dlscale.frameworks.tensorflow.ps_sync`).
 
 Processes (``declare.ps_roles``): the chief is the coordinator (``ClusterCoordinator``); it
 creates the variables (on the ps tasks, round-robin), schedules step functions and records the
@@ -198,6 +200,11 @@ class PSEngine(Engine):
 def run(ctx: WorkerContext) -> None:
     if not ctx.process.trains:
         serve(ctx)
+        return
+    if ctx.config.typed(TFPSOptions).ps_mode == "sync":
+        from dlscale.frameworks.tensorflow import ps_sync
+
+        ps_sync.run(ctx)
         return
     set_threads(ctx.threads, _inter_op_threads(ctx))
     run_schedule(ctx, PSEngine(ctx))

@@ -38,38 +38,54 @@ def _keras_weights(layer: Any, state: dict[str, np.ndarray], used: set[str]) -> 
     raise ValueError(f"Keras layer {name} ({kind}) has weights the transfer does not know")
 
 
-def load_torch_weights(keras_model: Any, state: dict[str, np.ndarray]) -> None:
-    """Set every weight of ``keras_model`` from ``state``, PyTorch's names and layouts
-    (:func:`dlscale.frameworks.torch.weights.torch_state`)."""
+def torch_values(keras_model: Any, state: dict[str, np.ndarray]) -> list[tuple[Any, np.ndarray]]:
+    """Every weight variable of ``keras_model`` with its value from ``state``, PyTorch's names
+    and layouts (:func:`dlscale.frameworks.torch.weights.torch_state`), checked both ways."""
     used: set[str] = set()
+    pairs: list[tuple[Any, np.ndarray]] = []
     for layer in keras_model.layers:
         if not layer.weights:
             continue
         weights = _keras_weights(layer, state, used)
-        shapes = [tuple(w.shape) for w in layer.get_weights()]
+        shapes = [tuple(v.shape) for v in layer.weights]
         if [w.shape for w in weights] != shapes:
             raise ValueError(
                 f"layer {layer.name}: PyTorch shapes {[w.shape for w in weights]} "
                 f"do not fit Keras shapes {shapes}"
             )
-        layer.set_weights(weights)
+        for variable, value in zip(layer.weights, weights, strict=True):
+            pairs.append((variable, np.asarray(value, dtype=variable.dtype.as_numpy_dtype)))
     left = sorted(set(state) - used)
     if left:
         raise ValueError(f"PyTorch tensors with no Keras layer: {', '.join(left[:5])}")
+    return pairs
 
 
-def keras_state(keras_model: Any, *, parameters_only: bool = False) -> dict[str, np.ndarray]:
+def load_torch_weights(keras_model: Any, state: dict[str, np.ndarray]) -> None:
+    """Set every weight of ``keras_model`` (eager) from ``state`` (:func:`torch_values`)."""
+    for variable, value in torch_values(keras_model, state):
+        variable.assign(value)
+
+
+def keras_state(
+    keras_model: Any, *, parameters_only: bool = False, read: Any = None
+) -> dict[str, np.ndarray]:
     """The inverse of :func:`load_torch_weights`: the Keras twin's weights under the PyTorch
     state-dict keys and layouts, so a TensorFlow run's parameters compare with a PyTorch run's.
     ``parameters_only``: the trainable weights alone (PyTorch's ``named_parameters``), which
     also leaves BatchNorm's sync-on-read statistics unread (reading them outside a replica is
-    an all-reduce under MultiWorkerMirroredStrategy)."""
+    an all-reduce under MultiWorkerMirroredStrategy). ``read``: how a layer's variables become
+    arrays (a graph's session run); by default each is read eagerly."""
     state: dict[str, np.ndarray] = {}
     for layer in keras_model.layers:
         variables = layer.trainable_weights if parameters_only else layer.weights
         if not variables:
             continue
-        weights = [np.asarray(v.numpy()) for v in variables]
+        weights = (
+            [np.asarray(v) for v in read(variables)]
+            if read
+            else [np.asarray(v.numpy()) for v in variables]
+        )
         kind, name = type(layer).__name__, layer.name
         if kind == "Conv2D":
             state[f"{name}.weight"] = weights[0].transpose(3, 2, 0, 1)

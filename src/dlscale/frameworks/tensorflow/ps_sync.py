@@ -1,0 +1,271 @@
+"""tf-ps ``ps_mode = "sync"``: TensorFlow 1's synchronous parameter server, the 2018 study's.
+
+TensorFlow 2's ParameterServerStrategy has no synchronous mode; TF1's ``SyncReplicasOptimizer``
+still runs on TensorFlow 2.21 (deprecated), in a graph and a ``tf.compat.v1.Session``. This
+process stays eager for its data (the same tf.data pipeline as every TensorFlow engine) and
+builds one graph for training:
+
+* the Keras twin of the model, its variables placed on the ps tasks round-robin
+  (``replica_device_setter``), its computation on this worker;
+* each step, this worker's batch is fed in, the worker computes its replica's gradient (plus
+  weight decay, as ``torch.optim.SGD`` adds it) and pushes it into the ps's accumulators;
+  worker 0 (the chief) runs the optimizer's queue runner, which waits for ``workers``
+  gradients, applies their mean with PyTorch's SGD rule (TF1's ``MomentumOptimizer`` keeps
+  ``v = momentum * v + g; w -= lr * v``, the same rule) and hands every worker a token to
+  go on. So a step is DDP's: the mean gradient of the global batch, applied once;
+* the initial weights are the PyTorch twin's (``weights = "torch"``), assigned by the chief
+  before any worker starts.
+
+Two properties of TF1's optimizer are held here (docs/equivalence.md, the probe):
+
+* it aggregates any ``workers`` gradients of the current step, not one from each worker. The
+  chief's "init tokens" would let a worker push two gradients before another pushed one, so
+  they are not used: a worker's first push then blocks on its token until every worker has
+  pushed. Each token carries the global step the worker's next gradient belongs to; every
+  worker checks that its tokens count 1, 2, 3... without a gap or a repeat, which proves
+  every update was the mean of exactly one gradient from each worker (a repeat would be two of
+  one worker's gradients in one update), and a run where that fails ends with an error;
+* the chief never ends by itself (its queue runner waits for the next step's gradients): this
+  engine stops it after the last step, and the launcher stops the ps tasks.
+
+Per-step times are each worker's own (a step returns once the update it waits for is applied);
+no probe without synchronization (a step without the ps is not this algorithm's step), so
+exposed communication is not measured. Bytes: the model is a pull of every variable and a push
+of every gradient per step (2 x the gradient bytes, as tf-ps async and torch-ps count);
+dlscale cannot see gRPC's traffic. BatchNorm's running statistics live on the ps, and each
+worker writes its own batch's (the last writer's are kept, as rank 0's are in DDP).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from dlscale.contract.engine import SyncStrategy
+from dlscale.contract.errors import UserError
+from dlscale.contract.frameworks import FRAMEWORKS
+from dlscale.frameworks.tensorflow.data import checked_batches
+from dlscale.frameworks.tensorflow.declare import TFLoopOptions, TFPSOptions
+from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
+from dlscale.frameworks.tensorflow.loop import (
+    build_keras_model,
+    load_tf_data,
+    mean_loss,
+    trainable_bytes,
+)
+from dlscale.frameworks.tensorflow.transfer import keras_state, torch_values
+from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.engine import ModelledSyncEngine
+from dlscale.runtime.schedule import run_schedule
+
+tf = import_tensorflow()
+v1 = tf.compat.v1
+
+READY_WAIT_S = 600.0
+"""How long a worker waits for the chief to set the initial weights (a chief still building
+its model on a busy machine, or one that died: the launcher ends the run then)."""
+
+
+def check_token(previous: int, token: int, worker: int) -> int:
+    """The global step a worker's next gradient belongs to, after it pushed one tagged
+    ``previous``: exactly ``previous + 1`` when every update took one gradient from each
+    worker. Anything else is an error naming what happened."""
+    if token != previous + 1:
+        raise RuntimeError(
+            f"the synchronous parameter server mixed gradients: worker {worker} pushed its "
+            f"gradient for global step {previous} and was handed step {token}, so an update "
+            "took "
+            + ("two gradients of one worker" if token == previous else "no gradient of it")
+            + ": not a synchronous step of every worker (docs/equivalence.md)"
+        )
+    return token
+
+
+class SyncPSEngine(ModelledSyncEngine):
+    """One worker of the synchronous parameter server: its replica's steps in a TF1 graph."""
+
+    resumable = False
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        cfg = ctx.config
+        self.ctx, self.worker = ctx, ctx.process.index
+        self.strategy = SyncStrategy()  # nothing counted: the bytes are the model's
+        cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+        threads = v1.ConfigProto(
+            intra_op_parallelism_threads=ctx.threads, inter_op_parallelism_threads=2
+        )
+        self.server = tf.distribute.Server(
+            cluster, job_name="worker", task_index=self.worker, config=threads, start=True
+        )
+        self.data, self.has_eval = load_tf_data(ctx)
+        self.steps_per_epoch = self.data.steps_per_epoch
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            self._build(cluster)
+        session = v1.ConfigProto()
+        session.CopyFrom(threads)
+        # this worker's session sees the ps tasks and itself, not the other workers: it
+        # neither waits for them to start nor fails when they end first
+        session.device_filters.extend(["/job:ps", f"/job:worker/task:{self.worker}"])
+        self.session = v1.Session(self.server.target, graph=self.graph, config=session)
+        self._queue_runners: list[threading.Thread] = []
+        self._stopper = tf.train.Coordinator()  # takes the queue runner's error at close
+        self._start()
+        gradient = trainable_bytes(self.model)
+        options = cfg.typed(TFPSOptions)
+        self.declare_payload(
+            ctx,
+            gradient,
+            2.0 * gradient,
+            {
+                "strategy": "SyncReplicasOptimizer",
+                "algorithm": "synchronous parameter server (TF1 SyncReplicasOptimizer): each "
+                "update the mean of one gradient from every worker, checked by step tokens",
+                "ps_tasks": options.num_ps,
+                "replicas_to_aggregate": cfg.workers,
+                "weights": cfg.typed(TFLoopOptions).weights,
+            },
+        )
+
+    def _build(self, cluster: Any) -> None:
+        cfg = self.ctx.config
+        place = v1.train.replica_device_setter(
+            worker_device=f"/job:worker/task:{self.worker}", cluster=cluster
+        )
+        with v1.device(place):
+            self.model = build_keras_model(cfg, transfer=False)
+            size = self.data.input_shape
+            self._x = v1.placeholder(tf.float32, (None, size[1], size[2], size[0]), name="x")
+            self._y = v1.placeholder(tf.int64, (None,), name="y")
+            built = {id(op) for op in self.model.updates}  # on the model's own Input
+            self._loss = mean_loss(self._y, self.model(self._x, training=True))
+            # BatchNorm's running statistics, as this step's batch updates them
+            bn_updates = [op for op in self.model.updates if id(op) not in built]
+            variables = self.model.trainable_variables
+            grads = v1.gradients(self._loss, variables)
+            if cfg.weight_decay:  # torch.optim.SGD's L2 term, added before the mean
+                grads = [g + cfg.weight_decay * v for g, v in zip(grads, variables, strict=True)]
+            base = (
+                v1.train.MomentumOptimizer(cfg.effective_lr, cfg.momentum)
+                if cfg.momentum
+                else v1.train.GradientDescentOptimizer(cfg.effective_lr)
+            )
+            self.optimizer = v1.train.SyncReplicasOptimizer(
+                base, replicas_to_aggregate=cfg.workers, total_num_replicas=cfg.workers
+            )
+            step = v1.train.get_or_create_global_step()
+            train = self.optimizer.apply_gradients(
+                list(zip(grads, variables, strict=True)), global_step=step
+            )
+            self._train = [self._loss, train, *bn_updates]
+            logits = self.model(self._x, training=False)
+            losses = tf.keras.losses.sparse_categorical_crossentropy(
+                self._y, logits, from_logits=True
+            )
+            hits = tf.equal(tf.argmax(logits, axis=1), self._y)
+            self._eval = [
+                tf.reduce_sum(tf.cast(hits, tf.int64)),
+                tf.reduce_sum(tf.cast(losses, tf.float64)),
+            ]
+            self._ready = v1.Variable(False, trainable=False, name="dlscale_weights_set")
+            self._set_ready = self._ready.assign(True)
+            self._init = v1.global_variables_initializer()
+            self._local_init = self.optimizer.local_step_init_op
+            self._local_step = self.optimizer._local_step
+            if self.worker == 0:
+                self._chief_runner = self.optimizer.get_chief_queue_runner()
+                self._weights = self._weight_feeds()
+
+    def _weight_feeds(self) -> tuple[Any, dict[Any, np.ndarray]]:
+        """The ops that set the initial weights, and their feed (the chief runs them)."""
+        cfg = self.ctx.config
+        if cfg.typed(TFLoopOptions).weights != "torch":
+            return v1.no_op(), {}
+        pairs = torch_values(self.model, FRAMEWORKS.get("torch").initial_weights(cfg))
+        feeds = {v1.placeholder(v.dtype.base_dtype, v.shape): value for v, value in pairs}
+        ops = [v.assign(ph) for (v, _), ph in zip(pairs, feeds, strict=True)]
+        return tf.group(*ops), feeds
+
+    def _start(self) -> None:
+        """The chief initializes every variable, sets the initial weights and starts the
+        queue runner that applies the updates; the other workers wait for the weights."""
+        run = self.session.run
+        if self.worker == 0:
+            run(self._init)
+            op, feeds = self._weights
+            run(op, feeds)
+            run(self._set_ready)
+            self._queue_runners = self._chief_runner.create_threads(
+                self.session, coord=self._stopper, daemon=True, start=True
+            )
+        else:
+            deadline = time.monotonic() + READY_WAIT_S
+            while not self._weights_set():
+                if time.monotonic() > deadline:
+                    raise UserError(
+                        f"tf-ps sync: worker {self.worker} waited {READY_WAIT_S:.0f} s for the "
+                        "chief (worker 0) to set the initial weights; see worker 0's log"
+                    )
+                time.sleep(0.05)
+        run(self._local_init)
+        self._tag = int(run(self._local_step))
+
+    def _weights_set(self) -> bool:
+        try:
+            return bool(self.session.run(self._ready))
+        except tf.errors.FailedPreconditionError:  # not initialized yet
+            return False
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        for x, y in checked_batches(self.data, self.data.train_batches(epoch), epoch):
+            yield x.numpy(), y.numpy()
+
+    def step(self, batch: Any) -> Any:
+        x, y = batch
+        loss, token, *_ = self.session.run(self._train, {self._x: x, self._y: y})
+        self._tag = check_token(self._tag, int(token), self.worker)
+        self.count_synced_step()
+        return float(loss)
+
+    def no_sync(self) -> None:
+        return None  # a step without the ps is not this algorithm's step
+
+    def evaluate(self) -> tuple[int, int, float]:
+        pipeline = self.data.eval_batches()
+        correct = total = 0
+        loss_sum = 0.0
+        for x, y in pipeline if pipeline is not None else ():
+            hits, losses = self.session.run(self._eval, {self._x: x.numpy(), self._y: y.numpy()})
+            correct, loss_sum, total = correct + int(hits), loss_sum + float(losses), total + len(y)
+        return correct, total, loss_sum
+
+    def save_params(self) -> None:
+        from dlscale.contract.models import PARAMS_FILE
+
+        state = keras_state(self.model, parameters_only=True, read=self.session.run)
+        np.savez(self.ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """End the chief's queue runner (it waits for gradients that will not come) and the
+        session; the ps tasks are the launcher's to stop."""
+        self._stopper.request_stop()
+        self.session.close()  # cancels the queue runner's pending take
+        for thread in self._queue_runners:
+            thread.join(timeout=10)
+
+    def framework_facts(self) -> dict[str, Any]:
+        return tensorflow_environment()
+
+
+def run(ctx: WorkerContext) -> None:
+    """A worker of the synchronous parameter server (the ps tasks serve: ``ps.serve``)."""
+    set_threads(ctx.threads, 1)  # the eager data pipeline's pools
+    engine = SyncPSEngine(ctx)
+    try:
+        run_schedule(ctx, engine)
+    finally:
+        engine.close()

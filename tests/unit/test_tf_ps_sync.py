@@ -1,0 +1,53 @@
+"""tf-ps's synchronous mode as data: which processes it starts, what its run id keeps, and the
+check every worker makes of its step tokens (tests/distributed/test_tensorflow.py runs it)."""
+
+import pytest
+
+from dlscale.config import RunConfig
+from dlscale.frameworks.tensorflow.ps_sync import check_token
+
+
+def roles(**options) -> list[tuple[str, int, bool, bool]]:
+    layout = RunConfig.make(model="tiny", backend="tf-ps", workers=3, **options).layout()
+    return [(p.role, p.index, p.trains, p.exits) for p in layout.processes]
+
+
+def test_every_worker_trains_and_the_ps_tasks_serve():
+    assert roles(ps_mode="sync", num_ps=2) == [
+        ("worker", 0, True, True),
+        ("worker", 1, True, True),
+        ("worker", 2, True, True),
+        ("ps", 0, False, False),
+        ("ps", 1, False, False),
+    ]
+    # asynchronous (the default): the chief coordinates, workers and the ps task serve
+    assert [r[:3] for r in roles()] == [("chief", 0, True)] + [
+        ("worker", i, False) for i in range(3)
+    ] + [("ps", 0, False)]
+
+
+def test_the_mode_is_in_the_run_id_only_when_it_is_sync():
+    before = RunConfig.make(model="tiny", backend="tf-ps", workers=2, async_update="sum")
+    assert before.run_id() == "tiny-tf-ps-synthetic-w2-d62e7b1e9c"  # as at 34f2442
+    assert RunConfig.make(model="tiny", backend="tf-ps", workers=2, ps_mode="async",
+                          async_update="sum").run_id() == before.run_id()  # fmt: skip
+    sync = RunConfig.make(model="tiny", backend="tf-ps", workers=2, ps_mode="sync")
+    assert sync.run_id() != before.run_id()
+    options = sync.identity()["options"]["backend"]
+    assert options["ps_mode"] == "sync" and "async_update" not in options
+
+
+def test_a_worker_goes_on_only_to_the_next_global_step():
+    assert check_token(0, 1, worker=1) == 1
+    assert check_token(41, 42, worker=0) == 42
+
+
+@pytest.mark.parametrize(
+    ("previous", "token", "what"),
+    [(3, 3, "two gradients of one worker"), (3, 5, "no gradient of it")],
+)
+def test_a_mixed_update_ends_the_run_with_what_happened(previous, token, what):
+    with pytest.raises(RuntimeError, match=what) as error:
+        check_token(previous, token, worker=1)
+    assert f"worker 1 pushed its gradient for global step {previous}" in str(error.value)
+    assert f"was handed step {token}" in str(error.value)
