@@ -123,10 +123,14 @@ batch of 8, so the reference is torch-ddp at 2 workers, not one worker of 16."""
 PAPER_MODELS = {
     "resnet20": dict(BATCHNORM, batch_size=8),
     # 64x64 inputs, batch 4; dropout off: each framework draws its own dropout masks, which
-    # alone moved AlexNet's first loss by 1.5e-4 (docs/equivalence.md). GoogLeNet is not here:
-    # its gradient is so sensitive to rounding at these sizes that torch-ddp with 2 threads is
-    # 8e-3 off torch-ddp with 1 at step 2 (measured, docs/equivalence.md)
+    # alone moved AlexNet's first loss by 1.5e-4 (docs/equivalence.md)
     "alexnet": dict(BATCHNORM, model="alexnet", batch_size=4, image_size=64, dropout=0.0),
+    # GoogLeNet's first step only, the forward pass from the same weights on the same images:
+    # from step 2 its gradient is so sensitive to rounding at these sizes that torch-ddp with 2
+    # threads is 8e-3 off torch-ddp with 1 (measured, docs/equivalence.md)
+    "googlenet": dict(
+        BATCHNORM, model="googlenet", batch_size=4, image_size=64, dropout=0.0, steps=1
+    ),
 }
 """The papers' models at 2 workers, as every synchronous engine is held to torch-ddp's steps."""
 
@@ -168,15 +172,23 @@ relative) and each later step amplifies a gap about 20-fold, as it amplifies tor
 thread-count rounding."""
 
 
+FIRST_STEP_TOLERANCE = 2e-5
+"""How far a first step's loss (the forward pass alone, from the same weights and images) may
+be from torch-ddp's: GoogLeNet's were within 3.2e-6 in TensorFlow and MXNet here."""
+
+
 def follows_torch_ddp(
     tmp_path: Path, paper_reference, backend: str, model: str, **options
 ) -> RunStore:
     """Run ``backend`` (with its ``options``) at 2 workers on one of :data:`PAPER_MODELS` and
-    hold its per-step losses to torch-ddp's within :data:`PAPER_MODEL_TOLERANCE`; the store."""
+    hold its per-step losses to torch-ddp's within :data:`PAPER_MODEL_TOLERANCE` (a first step
+    alone: :data:`FIRST_STEP_TOLERANCE`); the store."""
     store = RunStore(tmp_path)
     _run(RunConfig.make(backend=backend, workers=2, **PAPER_MODELS[model], **options), store)
     ours = step_losses(store)
-    np.testing.assert_allclose(ours, paper_reference(model), rtol=0, atol=PAPER_MODEL_TOLERANCE)
+    one_step = PAPER_MODELS[model]["steps"] == 1
+    atol = FIRST_STEP_TOLERANCE if one_step else PAPER_MODEL_TOLERANCE
+    np.testing.assert_allclose(ours, paper_reference(model), rtol=0, atol=atol)
     assert len(set(ours)) == len(ours)  # the steps moved the loss
     return store
 

@@ -92,7 +92,8 @@ def test_mxnet_workers_end_where_pytorch_ends(
 
 @pytest.mark.parametrize(
     "backend, model",
-    [("mxnet-kv", "resnet20"), ("horovod-mxnet", "resnet20"), ("mxnet-kv", "alexnet")],
+    [("mxnet-kv", "resnet20"), ("horovod-mxnet", "resnet20"), ("mxnet-kv", "alexnet"),
+     ("mxnet-kv", "googlenet")],
 )  # fmt: skip
 def test_mxnet_engines_take_torch_ddps_steps_on_the_papers_models(
     tmp_path: Path,

@@ -135,7 +135,8 @@ def test_tensorflow_workers_end_where_pytorch_ends(
 @pytest.mark.parametrize(
     "backend, model",
     [("tf-mirrored", "resnet20"), ("tf-mwms", "resnet20"), ("horovod-tf", "resnet20"),
-     ("keras-fit", "resnet20"), ("horovod-keras", "resnet20"), ("tf-mwms", "alexnet")],
+     ("keras-fit", "resnet20"), ("horovod-keras", "resnet20"), ("tf-mwms", "alexnet"),
+     ("tf-mwms", "googlenet")],
 )  # fmt: skip
 def test_tensorflow_engines_take_torch_ddps_steps_on_the_papers_models(
     tmp_path: Path,
@@ -145,7 +146,7 @@ def test_tensorflow_engines_take_torch_ddps_steps_on_the_papers_models(
 ):
     """The papers' models (BatchNorm, weight decay, momentum), from the PyTorch twin's
     weights: each step's loss within 1e-3 of torch-ddp's (keras-fit and horovod-keras read
-    back from the running mean `fit` hands its callbacks)."""
+    back from the running mean `fit` hands its callbacks); GoogLeNet's first step within 2e-5."""
     follows_torch_ddp(tmp_path, paper_reference, backend, model)
 
 
