@@ -44,6 +44,7 @@ LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 CASES = {
     "tiny": (lambda: MODELS.get("tiny").build(10), lambda: km.tiny(10), 32, 4),
     "resnet20": (lambda: MODELS.get("resnet20").build(10), lambda: km.resnet20(10), 32, 4),
+    "resnet44": (lambda: MODELS.get("resnet44").build(10), lambda: km.resnet44(10), 32, 4),
     "resnet50": (
         lambda: MODELS.get("resnet50").build(10),
         lambda: km.resnet50(10, input_size=96),

@@ -89,3 +89,25 @@ def test_a_scale_the_study_lacks_is_one_line_naming_those_it_has(tmp_path):
     chosen = tmp_path / "chosen.toml"
     chosen.write_text('model = "tiny"\nscale = "local"\n[scales.local]\nsteps = 2\n')
     assert apply_scale(load_study_file(chosen), None, "chosen")["steps"] == 2
+
+
+def _narrowed(*argv: str):
+    from dlscale.cli import build_parser
+    from dlscale.cli.run import study_from
+
+    return study_from(build_parser().parse_args(["run", *argv]))
+
+
+def test_a_preset_narrowed_to_backends_without_its_options_leaves_them_out():
+    """malik2018 sets ps_mode for its parameter server: narrowed to tf-single it runs without
+    it, while the same option given on the command line to such a backend is refused."""
+    study = _narrowed(
+        str(STUDIES / "malik2018.toml"), "--set", "scale=local", "--backend", "tf-single",
+        "--model", "alexnet", "--set", "machine_reference=false",
+    )  # fmt: skip
+    assert [(p.backend, p.workers) for p in study.points] == [("tf-single", 1)]
+    with pytest.raises(UserError, match="ps_mode: not an option of backend tf-single"):
+        _narrowed("--backend", "tf-single", "--set", "ps_mode=sync")
+    with pytest.raises(UserError, match="ps_mode: not an option of backend tf-single"):
+        _narrowed(str(STUDIES / "malik2018.toml"), "--backend", "tf-single",
+                  "--set", "ps_mode=sync")  # fmt: skip

@@ -19,6 +19,7 @@ from dlscale.config.study import (
     expand,
     load_study_file,
     parse_set,
+    without_unused_options,
 )
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import shell_command, visible
@@ -136,17 +137,19 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
         raise UserError(
             "give --epochs E (train by epochs) or --steps S (measured steps per window), not both"
         )
+    from_study = set(settings)
     for key in FLAGS.values():
         text = getattr(args, key)
         if text is not None:
             values = [coerce(key, part) for part in text.split(",")]
             settings[key] = values if len(values) > 1 else values[0]
+            from_study.discard(key)
     for flag, key, _ in STUDY_FLAGS:
         text = getattr(args, key)
         if text is not None:
             settings[key] = coerce_study(key, text, origin=flag)
     settings.update(overrides)
-    return settings, name, description
+    return without_unused_options(settings, from_study - set(overrides)), name, description
 
 
 def study_from(args: argparse.Namespace) -> Study:

@@ -322,6 +322,22 @@ def _declared_in_grid(axes: dict[str, list[Any]]) -> set[str]:
     return {name for combo in itertools.product(*plugins) for name in _plugin_options(*combo)}
 
 
+def without_unused_options(settings: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """``settings`` less those of ``keys`` (options a study file set, not the command line)
+    that no plug-in of the grid declares: a preset narrowed to backends without a parameter
+    server (``--backend tf-single``) leaves its ``ps_mode`` out instead of refusing it. An
+    option the command line sets is still refused where nothing declares it."""
+    axes = {
+        kind: value if isinstance(value, list) else [value]
+        for kind, value in settings.items()
+        if kind in ("backend", "dataset", "launcher")
+    }
+    declared = _declared_in_grid(axes)
+    options = declared_options()
+    unused = {k for k in keys if k in options and k not in core_keys() and k not in declared}
+    return {k: v for k, v in settings.items() if k not in unused}
+
+
 def _declared_only(values: dict[str, Any], spanned: set[str]) -> dict[str, Any]:
     """``values`` less the grid's options (``spanned``: declared by some point's plug-ins)
     that this point's plug-ins do not declare: in a grid over backends, ``ps_mode = ["sync",
