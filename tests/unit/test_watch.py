@@ -29,3 +29,33 @@ def test_a_rank_that_dies_after_its_end_record_is_named_as_such(tmp_path):
         1,
         "rank 1 (command of ranks [0, 1]) exited with code 1",
     )
+
+
+def test_of_several_dead_commands_the_first_to_record_its_error_is_the_cause(tmp_path):
+    """Both ranks exited with code 1: rank 1's loader died (its error first), then rank 0 lost
+    its connection to rank 1. Seen dead in the same poll, rank 1 is the cause; a rank killed by
+    a signal, or one seen dead a poll earlier, comes before either (a CI run blamed rank 0's
+    "Connection closed by peer" when rank 1's loader had been killed)."""
+    import json
+    from types import SimpleNamespace
+
+    from dlscale.launchers.watch import _cause_order
+
+    for rank, at in ((0, 1000.5), (1, 1000.0)):
+        record = {"event": "error", "rank": rank, "time": at, "kind": "RuntimeError"}
+        events_path(tmp_path, rank).write_text(json.dumps(record) + "\n")
+    entries = tuple(
+        PlanEntry(ranks=range(r, r + 1), argv=("x",), env={}, stdout=tmp_path / "o",
+                  stderr=tmp_path / "e")
+        for r in (0, 1)
+    )  # fmt: skip
+    plan = SimpleNamespace(entries=entries)
+
+    def cause(codes: dict[int, int], first: set[int]) -> int:
+        return min(codes, key=lambda i: _cause_order(i, codes[i], first, plan, tmp_path))
+
+    assert cause({0: 1, 1: 1}, first={0, 1}) == 1  # the earlier error
+    assert cause({0: 1, 1: 1}, first={0}) == 0  # seen dead a poll before the other
+    assert cause({0: -9, 1: 1}, first={0, 1}) == 0  # killed by a signal
+    events_path(tmp_path, 1).write_text("")  # no error recorded: the lowest index
+    assert cause({0: 1, 1: 1}, first={0, 1}) == 0

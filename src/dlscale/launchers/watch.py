@@ -55,6 +55,7 @@ def watch(
         while True:
             codes = running.poll()
             bad = [i for i, code in enumerate(codes) if code not in (None, 0) and i not in stopped]
+            first = set(bad)
             if bad and all(codes[i] > 0 for i in bad):  # type: ignore[operator]
                 # A rank killed by a signal closes its sockets before its exit status can be
                 # read, so a peer that failed on that closed connection can be seen first:
@@ -63,9 +64,7 @@ def watch(
                 codes = running.poll()
                 bad = [i for i, c in enumerate(codes) if c not in (None, 0) and i not in stopped]
             if bad:
-                # Several commands seen dead in one poll: one killed by a signal is the cause
-                # more often than its peers that then failed on a closed connection.
-                index = min(bad, key=lambda i: (codes[i] >= 0, i))  # type: ignore[operator]
+                index = min(bad, key=lambda i: _cause_order(i, codes[i], first, plan, run_dir))
                 entry = plan.entries[index]
                 failed = failed_rank(entry, codes[index], run_dir, blame(entry))
                 if (evidence := oom.evidence(_pids(run_dir, entry.ranks))) is not None:
@@ -122,6 +121,23 @@ def watch(
         stderr_tail=tail_of(entry.stderr),
         duration_s=duration,
     )
+
+
+def _cause_order(
+    index: int, code: int | None, first: set[int], plan: LaunchPlan, run_dir: Path
+) -> tuple[bool, bool, float, int]:
+    """How likely a failed command is the cause, lowest first, among several seen dead: one
+    killed by a signal (its peers then fail on its closed connections), then one seen dead
+    before the others, then the one whose ranks recorded an error first (a rank whose loader
+    died fails before the peer that then loses its connection to it), then the lowest."""
+    errors = [
+        float(record.get("time") or math.inf)
+        for rank in plan.entries[index].ranks
+        for record in read_events(events_path(run_dir, rank))
+        if record.get("event") == "error"
+    ]
+    assert code is not None
+    return code >= 0, index not in first, min(errors, default=math.inf), index
 
 
 def _never_exiting(plan: LaunchPlan, live: list[int], run_dir: Path, ended: set[int]) -> list[int]:
