@@ -143,10 +143,11 @@ def evaluate_model(data: TFDataset, eval_step: Any, dist: Any = None) -> tuple[i
     return correct, total, loss_sum
 
 
-def save_keras_params(model: Any, ctx: WorkerContext) -> None:
+def save_keras_params(model: Any, ctx: WorkerContext, read: Any = None) -> None:
     """The trained parameters (BatchNorm's running statistics left out, as PyTorch's
-    ``named_parameters``) under PyTorch's keys and layouts."""
-    state = keras_state(model, parameters_only=True)
+    ``named_parameters``) under PyTorch's keys and layouts; ``read``: how variables become
+    arrays (a TF1 session's ``run``; eagerly by default)."""
+    state = keras_state(model, parameters_only=True, read=read)
     np.savez(ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
 
 

@@ -53,11 +53,13 @@ from dlscale.frameworks.tensorflow.declare import TFLoopOptions, TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
+    evaluate_model,
     load_tf_data,
     mean_loss,
+    save_keras_params,
     trainable_bytes,
 )
-from dlscale.frameworks.tensorflow.transfer import keras_state, torch_values
+from dlscale.frameworks.tensorflow.transfer import torch_values
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
@@ -161,7 +163,8 @@ class SyncPSEngine(ModelledSyncEngine):
             train = self.optimizer.apply_gradients(
                 list(zip(grads, variables, strict=True)), global_step=step
             )
-            self._train = [self._loss, train, *bn_updates]
+            # one op for the statistics: nothing of theirs is fetched back to Python per step
+            self._train = [self._loss, train, tf.group(*bn_updates)]
             logits = self.model(self._x, training=False)
             losses = tf.keras.losses.sparse_categorical_crossentropy(
                 self._y, logits, from_logits=True
@@ -235,19 +238,13 @@ class SyncPSEngine(ModelledSyncEngine):
         return None  # a step without the ps is not this algorithm's step
 
     def evaluate(self) -> tuple[int, int, float]:
-        pipeline = self.data.eval_batches()
-        correct = total = 0
-        loss_sum = 0.0
-        for x, y in pipeline if pipeline is not None else ():
-            hits, losses = self.session.run(self._eval, {self._x: x.numpy(), self._y: y.numpy()})
-            correct, loss_sum, total = correct + int(hits), loss_sum + float(losses), total + len(y)
-        return correct, total, loss_sum
+        def eval_step(x: Any, y: Any) -> Any:
+            return self.session.run(self._eval, {self._x: x.numpy(), self._y: y.numpy()})
+
+        return evaluate_model(self.data, eval_step)
 
     def save_params(self) -> None:
-        from dlscale.contract.models import PARAMS_FILE
-
-        state = keras_state(self.model, parameters_only=True, read=self.session.run)
-        np.savez(self.ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
+        save_keras_params(self.model, self.ctx, read=self.session.run)
 
     def close(self) -> None:
         """End the chief's queue runner (it waits for gradients that will not come) and the
