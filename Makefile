@@ -34,6 +34,7 @@ test: $(VENV)/.installed-test $(VENV)/.installed-tensorflow
 	scripts/install-openmpi.sh
 	scripts/install-slurm.sh
 	scripts/install-iproute2.sh
+	scripts/install-openssh.sh
 	scripts/build-horovod.sh $(VENV)
 	scripts/install-mxnet.sh
 	scripts/build-horovod.sh .venv-mxnet mxnet
@@ -69,10 +70,12 @@ mxnet: $(VENV)/.installed-run
 	scripts/build-horovod.sh .venv-mxnet mxnet
 
 # A real Slurm from Debian (slurm-wlm, munge) for --launcher slurm; scripts/slurm-local.sh
-# start DIR runs a one-node cluster on this machine (the tests start and stop their own).
+# start DIR runs a one-node cluster on this machine, --hosts N one of N emulated hosts (the
+# tests start and stop their own). OpenSSH's server for the emulated hosts (dlscale hosts).
 slurm:
 	scripts/install-slurm.sh
 	scripts/install-iproute2.sh
+	scripts/install-openssh.sh
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests benchmarks

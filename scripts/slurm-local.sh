@@ -1,28 +1,51 @@
 #!/usr/bin/env bash
-# A real one-node Slurm on this machine, for the slurm launcher's tests and for trying it:
+# A real Slurm on this machine, for the slurm launcher's tests and for trying it:
 #   scripts/slurm-local.sh start DIR   writes DIR/slurm.conf, starts munged (if not running),
 #                                      slurmctld and slurmd, waits until the node is idle;
 #                                      prints the line to export: SLURM_CONF=DIR/slurm.conf
+#   scripts/slurm-local.sh start DIR --hosts N [--owner PID]
+#                                      a Slurm of N nodes: N emulated hosts (dlscale hosts
+#                                      start DIR/hosts: network and UTS namespaces, sshd), one
+#                                      slurmd in each (dlsnode1..N), slurmctld on this machine
 #   scripts/slurm-local.sh stop DIR    stops the daemons it started (and munged, if it did)
+#                                      and the emulated hosts
 # Needs root (the daemons run as root here) and scripts/install-slurm.sh. The configuration
 # lives in DIR, not /etc/slurm, so a machine's own Slurm is left alone; clients find it through
 # SLURM_CONF. The node offers more CPUs than the machine has (config_overrides), so a study's
 # points of 3-4 processes fit on a 2-core machine, as under the local launcher.
 set -euo pipefail
-action=${1:?usage: slurm-local.sh start|stop DIR}
-dir=$(realpath -m "${2:?usage: slurm-local.sh start|stop DIR}")
+usage="usage: slurm-local.sh start|stop DIR [--hosts N] [--owner PID]"
+action=${1:?$usage}
+dir=$(realpath -m "${2:?$usage}")
+shift 2
+hosts=0
+owner=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --hosts) hosts=${2:?$usage}; shift 2 ;;
+        --owner) owner=(--owner "${2:?$usage}"); shift 2 ;;
+        *) echo "$usage" >&2; exit 2 ;;
+    esac
+done
+case $hosts in ''|*[!0-9]*) echo "slurm-local.sh: --hosts takes a number of nodes, not '$hosts'" >&2; exit 2 ;; esac
 conf=$dir/slurm.conf
+root=$(cd "$(dirname "$0")/.." && pwd)
+python=${DLSCALE_PYTHON:-$root/.venv/bin/python}
+[ -x "$python" ] || python=python3
 
 stop() {
-    for daemon in slurmd slurmctld munged; do
-        if [ -f "$dir/$daemon.pid" ]; then
-            pid=$(cat "$dir/$daemon.pid")
+    for file in "$dir"/*.slurmd.pid "$dir/slurmctld.pid" "$dir/munged.pid"; do
+        if [ -f "$file" ]; then
+            pid=$(cat "$file")
             kill "$pid" 2>/dev/null || true
             for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
             kill -9 "$pid" 2>/dev/null || true
-            rm -f "$dir/$daemon.pid"
+            rm -f "$file"
         fi
     done
+    if [ -f "$dir/hosts/hosts.json" ]; then  # the nodes' slurmd go with their hosts
+        "$python" -m dlscale hosts stop "$dir/hosts" >/dev/null || true
+    fi
 }
 
 if [ "$action" = stop ]; then
@@ -58,11 +81,24 @@ if ! pgrep -x munged >/dev/null; then
 fi
 
 host=$(hostname -s)
+controller=$host
 cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))
 memory=$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) * 9 / 10 ))
+nodes="NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN"
+partition=$host
+if [ "$hosts" -gt 0 ]; then
+    "$python" -m dlscale hosts start "$dir/hosts" --hosts "$hosts" --slots "$cpus" "${owner[@]}" >/dev/null
+    controller="$host(10.98.0.1)"  # this machine, as the hosts reach it
+    memory=$(( memory / hosts ))
+    nodes=""
+    for k in $(seq "$hosts"); do
+        nodes+="NodeName=dlsnode$k NodeAddr=10.98.0.$((100 + k)) CPUs=$cpus RealMemory=$memory State=UNKNOWN"$'\n'
+    done
+    partition="dlsnode[1-$hosts]"
+fi
 cat > "$conf" <<CONF
 ClusterName=dlscale-local
-SlurmctldHost=$host
+SlurmctldHost=$controller
 AuthType=auth/munge
 CredType=cred/munge
 ProctrackType=proctrack/linuxproc
@@ -71,11 +107,11 @@ MpiDefault=none
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/%n.slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
@@ -84,21 +120,36 @@ ReturnToService=2
 MinJobAge=600
 KillWait=5
 JobAcctGatherType=jobacct_gather/none
-NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+$nodes
+PartitionName=debug Nodes=$partition Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF
 
 export SLURM_CONF=$conf
 slurmctld
-slurmd
+if [ "$hosts" -gt 0 ]; then  # each node's slurmd in its host, started over ssh as on a cluster
+    for k in $(seq "$hosts"); do
+        mkdir -p "$dir/spool/dlsnode$k"
+        if ! ssh "dlsnode$k" "slurmd -f '$conf' -N dlsnode$k"; then
+            said=$(tail -1 "$dir/log/slurmd-dlsnode$k.log" 2>/dev/null || true)
+            echo "slurm-local.sh: slurmd did not start on dlsnode$k: ${said:-no log}" >&2
+            stop
+            exit 1
+        fi
+    done
+else
+    mkdir -p "$dir/spool/$host"
+    slurmd
+fi
+want=$(( hosts > 0 ? hosts : 1 ))
 for _ in $(seq 150); do
-    state=$(sinfo -h -N -o %t 2>/dev/null | head -1 || true)
-    if [ "$state" = idle ]; then
+    idle=$(sinfo -h -N -o %t 2>/dev/null | grep -cx idle || true)
+    if [ "$idle" -ge "$want" ]; then
         echo "SLURM_CONF=$conf"
         exit 0
     fi
     sleep 0.2
 done
-echo "slurm-local.sh: the node did not become idle in 30 s (state '${state:-none}'); logs in $dir/log" >&2
+state=$(sinfo -h -N -o '%N %t' 2>/dev/null | tr '\n' ' ' || true)
+echo "slurm-local.sh: the nodes did not become idle in 30 s (${state:-no state}); logs in $dir/log" >&2
 stop
 exit 1

@@ -247,7 +247,7 @@ def process_count(config: RunConfig) -> int:
 def check_resources(config: RunConfig, microbench: Settings | None = None) -> None:
     """The resource guard (module docstring); ``microbench``: the point runs these
     collectives instead of training, and its memory is their buffers."""
-    if not LAUNCHERS.get(config.launcher).same_machine:
+    if not LAUNCHERS.get(config.launcher).on_this_machine(config.options):
         return
     processes, cores = process_count(config), usable_cores()
     if processes > MAX_PROCESSES_PER_CORE * cores:

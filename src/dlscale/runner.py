@@ -21,7 +21,7 @@ from dlscale.contract.files import read_json, write_json_atomic
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import usable_cores
 from dlscale.contract.plugins import load_plugins
-from dlscale.contract.records import Environment, Error, Record
+from dlscale.contract.records import Environment, Error, Record, Start
 from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, Submitted
@@ -208,7 +208,9 @@ def launch(
         "plugins": plugins,
         "threads_per_worker": plan.threads_per_worker,
         "warnings": list(plan.warnings),
-        "oversubscribed": _oversubscribed(plan, LAUNCHERS.get(config.launcher).same_machine),
+        "oversubscribed": _oversubscribed(
+            plan, LAUNCHERS.get(config.launcher).on_this_machine(config.options)
+        ),
         **(task or {}),
     }
     write_json_atomic(spec_path, "spec", spec)
@@ -275,7 +277,7 @@ def result_of(
         framework=config.framework,
         reference=BACKENDS.get(config.backend).reference,
         config=config.to_dict(),
-        layout=tuple(layout.to_dict()),
+        layout=placed(layout.to_dict(), per_rank),
         batch_size_per_worker=config.batch_per_worker,
         global_batch_size=config.global_batch,
         threads_per_worker=spec.get("threads_per_worker"),
@@ -288,6 +290,19 @@ def result_of(
         finished_at=time.time(),
         duration_s=outcome.duration_s,
     )
+
+
+def placed(
+    processes: list[dict[str, Any]], per_rank: dict[int, list[Record]]
+) -> tuple[dict[str, Any], ...]:
+    """Each process's role and rank, with the host its ``start`` record names (where it ran;
+    absent for a rank that never started)."""
+    out = []
+    for process in processes:
+        records = per_rank.get(process["rank"], [])
+        host = next((r.host for r in records if isinstance(r, Start) and r.host), None)
+        out.append({**process, **({"host": host} if host else {})})
+    return tuple(out)
 
 
 def _still_submitted(store: RunStore, run_id: str) -> Submitted | None:

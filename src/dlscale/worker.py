@@ -37,6 +37,7 @@ from dlscale.contract.records import End, Error, Start
 from dlscale.contract.registry import load_object
 from dlscale.contract.run_config import RunConfig
 from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.placement import check_placement
 from dlscale.runtime.watchdog import start_watchdog
 
 
@@ -74,6 +75,7 @@ def main(argv: list[str]) -> int:
         if not addresses.hosts:  # placed by a scheduler: the launcher's tool says where
             hosts = LAUNCHERS.get(config.launcher).create().hosts(layout.size)
             addresses = Addresses(hosts=hosts, ports=addresses.ports)
+        check_placement(rank, addresses.hosts)
         backend = BACKENDS.get(config.backend)
         os.environ.update(backend.cluster_env(process, layout, addresses, config))
         ctx = WorkerContext(

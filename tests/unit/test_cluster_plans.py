@@ -269,3 +269,39 @@ def test_the_finishing_step_refuses_bad_arguments_in_one_line(argv, said, capsys
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_on_gpus_slurm_binds_each_task_to_its_own_gpu_and_the_rank_uses_it(monkeypatch):
+    """Under --device cuda the plan asks one GPU per task (Slurm then sets each task's
+    CUDA_VISIBLE_DEVICES to its own) and tells the ranks so; on CPUs it asks none."""
+    from dlscale.runtime.gpus import BOUND_ENV, gpu_index
+
+    for mode in ("srun", "sbatch"):
+        plan = SlurmLauncher().plan(_slurm(mode, device="cuda"), SPEC, "/py", ports=(1, 2, 3, 4))
+        (entry,) = plan.entries
+        text = " ".join(entry.argv) + "".join(entry.files.values())
+        assert "--gpus-per-task=1" in text
+        assert entry.env.get(BOUND_ENV) == "1" or f"export {BOUND_ENV}=1" in text
+        cpu = SlurmLauncher().plan(_slurm(mode), SPEC, "/py", ports=(1, 2, 3, 4)).entries[0]
+        assert "gpus-per-task" not in " ".join(cpu.argv) + "".join(cpu.files.values())
+    monkeypatch.setenv(BOUND_ENV, "1")
+    assert gpu_index(local_rank=3, visible=1) == 0  # bound: the one GPU it sees is its own
+    monkeypatch.delenv(BOUND_ENV)
+    assert gpu_index(local_rank=1, visible=2) == 1  # unbound: its local rank's GPU
+
+
+@pytest.mark.parametrize("local_rank, visible, said", [
+    (2, 2, r"shows 2 GPUs and runs at least 3 ranks \(local rank 2 has no GPU of its own\)"),
+    (1, 1, r"shows 1 GPU and runs at least 2 ranks"),
+    (0, 0, "sees no CUDA GPU on host"),
+])  # fmt: skip
+def test_a_host_with_fewer_gpus_than_ranks_is_refused_in_one_line(
+    monkeypatch, local_rank, visible, said
+):
+    """Two ranks on one GPU would measure contention, not scaling: refused, never shared (a
+    bound rank that sees several GPUs falls back to the same rule)."""
+    from dlscale.runtime.gpus import BOUND_ENV, gpu_index
+
+    monkeypatch.setenv(BOUND_ENV, "1" if visible != 1 else "0")
+    with pytest.raises(UserError, match=said):
+        gpu_index(local_rank, visible)

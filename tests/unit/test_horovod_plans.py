@@ -14,6 +14,7 @@ from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.horovodrun import HorovodrunLauncher
 from dlscale.launchers.local import LocalLauncher
 from dlscale.launchers.mpirun import MpirunLauncher
+from dlscale.launchers.slurm import SlurmLauncher
 
 SPEC = Path("/r/x/spec.json")
 
@@ -131,6 +132,13 @@ def test_horovod_options_are_validated():
             1,
         ),
         (MpirunLauncher(), "nothing useful", None),
+        (  # seen on a Slurm of 2 emulated nodes: the killed task, not the peer it took down
+            SlurmLauncher(),
+            "srun: error: dlsnode2: task 1: Killed\nsrun: launch/slurm: _step_signal: "
+            "Terminating StepId=9.0\nsrun: error: dlsnode1: task 0: Exited with exit code 1\n",
+            1,
+        ),
+        (SlurmLauncher(), "srun: error: node1: tasks 0-1: Exited with exit code 1\n", None),
     ],
 )
 def test_the_failed_rank_is_read_from_the_tools_output(tmp_path, launcher, text, rank):

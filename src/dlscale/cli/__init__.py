@@ -23,6 +23,7 @@ COMMANDS = {
     "compare": ("dlscale.cli.compare", "compare two results directories: find regressions"),
     "microbench": ("dlscale.cli.microbench", "time collectives over message sizes on an engine"),
     "predict": ("dlscale.cli.predict", "predict scaling to many workers from a compute profile"),
+    "hosts": ("dlscale.cli.hosts", "emulated hosts on this machine: a test bed of a cluster"),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
@@ -181,6 +181,28 @@ def _launchers() -> Table:
     return table
 
 
+def _placement(stored: list[Any]) -> Table | None:
+    """Where the processes of each run ran, for runs not all on this machine (a host list,
+    Slurm nodes, emulated hosts); ``None`` when every run stayed here."""
+    import socket
+
+    here = socket.gethostname()
+    table = Table(title="where the processes ran (runs on other hosts)")
+    for column in ("run", "host", "processes"):
+        table.add_column(column)
+    for result in stored:
+        by_host: dict[str, list[str]] = {}
+        for process in result.layout or ():
+            host = str(process.get("host") or "?")
+            by_host.setdefault(host, []).append(f"{process.get('role')} {process.get('rank')}")
+        if set(by_host) <= {here, "?"}:
+            continue
+        for index, (host, processes) in enumerate(by_host.items()):
+            run = result.run_id if index == 0 else ""
+            table.add_row(*map(markup, (run, host, ", ".join(processes))))
+    return table if table.row_count else None
+
+
 def _runs(results: str) -> list[Table]:
     """The stored runs (each with its point's speedup), then the points submitted detached
     that have no result yet, with where their jobs stand (a job that ended without recording
@@ -194,8 +216,11 @@ def _runs(results: str) -> list[Table]:
     waiting = submitted_points(store)
     tables = []
     if not waiting or any(store.root.glob("*/result.json")):
-        rows = add_scaling(store.results(), per="run")  # each run, its point's speedup
+        stored = store.results()
+        rows = add_scaling(stored, per="run")  # each run, its point's speedup
         tables.append(points_table(rows, title=f"runs in {results} ({len(rows)})", run_ids=True))
+        if placed := _placement(stored):
+            tables.append(placed)
     if waiting:
         table = Table(title=f"submitted, no result yet ({len(waiting)})")
         for column in ("run", "state", "where it stands", "to stop it"):

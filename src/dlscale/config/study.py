@@ -159,6 +159,9 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         if key in _REPEAT_FIELDS:
             out[key] = coerce_study(key, text, origin="--set")
             continue
+        if key not in core_keys() and any(o.whole for _, o in declared_options()[key]):
+            out[key] = coerce(key, text)  # a host list: its commas are its own
+            continue
         parts = [part.strip() for part in text.split(",")]
         values = [coerce(key, part) for part in parts]
         out[key] = values if len(values) > 1 else values[0]

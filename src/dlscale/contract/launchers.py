@@ -23,10 +23,17 @@ class LauncherSpec:
     """The launcher's own settings (study keys), validated like a backend's."""
     same_machine: bool = False
     """Every process runs on this machine: the resource guard compares a point with it."""
+    elsewhere_when: tuple[str, ...] = ()
+    """Options that, when set, put the processes on other hosts (``hosts``): the resource
+    guard then leaves the point alone, as for a launcher that is not ``same_machine``."""
     provides: tuple[str, ...] = ()
     """Runtimes the launcher's tool sets up for its ranks itself (``horovod``: Horovod's
     rendezvous and HOROVOD_* variables; ``mpi``: an MPI world), which a backend's cluster hook
     then leaves to it."""
+
+    def on_this_machine(self, options: dict[str, Any]) -> bool:
+        """Whether every process of a point with these options runs on this machine."""
+        return self.same_machine and not any(options.get(name) for name in self.elsewhere_when)
 
     def create(self) -> Any:
         return load_object(self.implementation)()

@@ -72,6 +72,9 @@ class Option:
     """``(value,)``: what every run stored before the option existed did. The run id leaves the
     option out at that value, so those points keep their ids (and are not run again), and a
     stored result without the option reads as having it (``store/migrate.py``)."""
+    whole: bool = False
+    """The value holds commas of its own (a host list ``a:2,b:2``): ``--set`` takes it whole
+    rather than as a grid of values (a study file's grid is a TOML array)."""
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -166,6 +169,7 @@ def setting(
     validate: Callable[[Any], None] | None = None,
     applies: tuple[str, Any] | None = None,
     earlier: tuple[Any, ...] = (),
+    whole: bool = False,
 ) -> Any:
     """One field of a plug-in's options dataclass: its default and what its :class:`Option`
     says (the name and type come from the field). A plug-in declares its options once, as a
@@ -179,6 +183,7 @@ def setting(
         "validate": validate,
         "applies": applies,
         "earlier": earlier,
+        "whole": whole,
     }
     return dataclasses.field(default=default, metadata={"option": spec})
 

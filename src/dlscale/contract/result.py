@@ -60,7 +60,9 @@ class Result:
     reference: bool | None = _checked(FLAG)
     """The backend is its framework's reference (the baseline speedups divide by)."""
     layout: tuple[Mapping[str, Any], ...] | None = None
-    """Each process's role and rank (:meth:`~dlscale.contract.layout.Layout.to_dict`)."""
+    """Each process's role and rank (:meth:`~dlscale.contract.layout.Layout.to_dict`), and the
+    ``host`` it ran on (its ``start`` record's; absent for one that never started, and in
+    results stored before hosts were recorded)."""
     batch_size_per_worker: float | None = _checked(number("images"))
     global_batch_size: float | None = _checked(number("images"))
     threads_per_worker: int | None = _checked(count("threads"))

@@ -1,10 +1,11 @@
 """``--launcher horovodrun``: Horovod's own launcher with its Gloo rendezvous.
 
 horovodrun starts a rendezvous server, gives every rank its HOROVOD_* variables and starts the
-ranks (``-H localhost:N``: all on this machine); when one exits non-zero it stops the others
-and names it. It is run from the workers' environment (the ``horovodrun`` beside their
-interpreter), where ``make horovod`` installed it. Other backends run under it too: their
-processes find their ranks in HOROVOD_RANK.
+ranks (``-H localhost:N``: all on this machine; or ``-H a:2,b:2`` from ``hosts``/``hostfile``,
+reached by ssh, with ``interface`` as its ``--network-interface``); when one exits non-zero it
+stops the others and names it. It is run from the workers' environment (the ``horovodrun``
+beside their interpreter), where ``make horovod`` installed it. Other backends run under it
+too: their processes find their ranks in HOROVOD_RANK.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
+from dlscale.launchers.host_list import Placement
 from dlscale.launchers.one_command import OneCommandLauncher
 
 START_TIMEOUT_S = 120
@@ -25,14 +27,18 @@ class HorovodrunLauncher(OneCommandLauncher):
     install = "make horovod (it installs horovodrun beside the workers' interpreter)"
     failed_rank = (re.compile(r"failure of process (\d+)", re.IGNORECASE),)
 
-    def tool(self, size: int, python: str, env: dict[str, str]) -> tuple[str, ...]:
+    def tool(
+        self, size: int, python: str, env: dict[str, str], where: Placement | None = None
+    ) -> tuple[str, ...]:
+        nic = ("--network-interface", where.interface) if where and where.interface else ()
         return (
             str(Path(shutil.which(python) or python).parent / "horovodrun"),
             "-np",
             str(size),
             "-H",
-            f"localhost:{size}",
+            where.tool_hosts() if where else f"localhost:{size}",
             "--gloo",
+            *nic,
             "--start-timeout",
             str(START_TIMEOUT_S),
         )

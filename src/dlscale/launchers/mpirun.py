@@ -1,6 +1,8 @@
 """``--launcher mpirun``: OpenMPI's mpirun (Debian's openmpi-bin: scripts/install-openmpi.sh).
 
-Every rank runs on this machine (``--host localhost:N``), unbound (``--bind-to none``: the
+Every rank runs on this machine (``--host localhost:N``), or on the hosts of ``hosts`` or
+``hostfile`` (``--host a:2,b:2 --map-by slot``: filled in order, reached by ssh; ``interface``
+becomes ``btl_tcp_if_include`` and ``oob_tcp_if_include``), unbound (``--bind-to none``: the
 thread budget, not core binding, shares the cores, as under the local launcher), with the
 worker variables exported by name (``-x``). mpirun refuses to run as root unless told
 (``--allow-run-as-root``). When a rank exits non-zero, mpirun stops the others and names it.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 
+from dlscale.launchers.host_list import Placement
 from dlscale.launchers.one_command import OneCommandLauncher
 
 
@@ -24,18 +27,28 @@ class MpirunLauncher(OneCommandLauncher):
         re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal"),
     )
 
-    def tool(self, size: int, python: str, env: dict[str, str]) -> tuple[str, ...]:
+    def tool(
+        self, size: int, python: str, env: dict[str, str], where: Placement | None = None
+    ) -> tuple[str, ...]:
         root = ("--allow-run-as-root",) if os.geteuid() == 0 else ()
         exported = tuple(arg for name in sorted(env) for arg in ("-x", name))
+        hosts = where.tool_hosts() if where else f"localhost:{size}"
+        nic = where.interface if where else ""
+        network = (
+            ("--mca", "btl_tcp_if_include", nic, "--mca", "oob_tcp_if_include", nic) if nic else ()
+        )
         return (
             "mpirun",
             *root,
             "-np",
             str(size),
             "--host",
-            f"localhost:{size}",
+            hosts,
+            "--map-by",
+            "slot",
             "--bind-to",
             "none",
+            *network,
             "--tag-output",
             *exported,
         )

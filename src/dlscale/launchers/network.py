@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import UserError
+from dlscale.launchers import host_list
 from dlscale.launchers.base import Setup
 from dlscale.runtime.procfs import is_alive, process_start
 
@@ -126,16 +127,7 @@ def address(node: int) -> str:
 
 def interface_env() -> dict[str, str]:
     """The variables that make each engine's sockets use the node's link."""
-    return {
-        name: INTERFACE
-        for name in (
-            "GLOO_SOCKET_IFNAME",
-            "TP_SOCKET_IFNAME",
-            "NCCL_SOCKET_IFNAME",
-            "HOROVOD_GLOO_IFACE",
-            "DMLC_INTERFACE",
-        )
-    }
+    return host_list.interface_env(INTERFACE)
 
 
 @dataclass(frozen=True)
@@ -206,28 +198,9 @@ class EmulatedNetwork(Setup):
                 ("ip", "-n", sw, "link", "set", port, "up"),
                 ("ip", "-n", ns, "addr", "add", f"{address(node)}/24", "dev", INTERFACE),
                 ("ip", "-n", ns, "link", "set", INTERFACE, "up"),
-                *self._shaping(ns, INTERFACE),
-                *self._shaping(sw, port),
+                *shaping(self.link, ns, INTERFACE),
+                *shaping(self.link, sw, port),
             ]
-        return out
-
-    def _shaping(self, namespace: str, device: str) -> list[tuple[str, ...]]:
-        link = self.link
-        tc = ("tc", "-n", namespace, "qdisc", "add", "dev", device)  # no space in either name
-        out: list[tuple[str, ...]] = []
-        parent: tuple[str, ...] = ("root",)
-        if link.rate_bit_s is not None:
-            # burst: the bytes of 4 ms at the rate (the bucket must not cap below the rate
-            # between the kernel's timer ticks), at least two full frames; no more, or a slow
-            # link would send a long run of steps' gradients at once (64 KiB is half a second
-            # at 1 Mbit/s). Measured here: 1.0, 19.1, 951 Mbit/s TCP goodput at 1, 20, 1000.
-            burst = max(4096, link.rate_bit_s // 8 // 250)
-            shape = f"root handle 1: tbf rate {link.rate_bit_s}bit burst {burst} latency 100ms"
-            out.append((*tc, *shape.split()))
-            parent = ("parent", "1:1")
-        if link.latency_s > 0:
-            delay = f"{link.latency_s / 2 * 1e6:.3f}us"
-            out.append((*tc, *parent, "handle", "10:", "netem", "delay", delay, "limit", "100000"))
         return out
 
     def create(self) -> None:
@@ -240,7 +213,7 @@ class EmulatedNetwork(Setup):
             owner = {"pid": os.getpid(), "start": process_start(os.getpid())}
             (OWNERS / f"{self.name}.json").write_text(json.dumps(owner))
             for command in self.commands():
-                _ip(command)
+                run_ip(command)
             for node in range(self.nodes):
                 path, text = self.hosts_file(node)
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -263,7 +236,7 @@ class EmulatedNetwork(Setup):
         for name in names:
             if name in existing:
                 with contextlib.suppress(UserError):
-                    _ip(("ip", "netns", "delete", name))
+                    run_ip(("ip", "netns", "delete", name))
             shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
         with contextlib.suppress(OSError):
             (OWNERS / f"{self.name}.json").unlink(missing_ok=True)
@@ -279,11 +252,12 @@ class EmulatedNetwork(Setup):
                 ("in", self.switch, f"p{node}"),
             ):
                 (link,) = json.loads(
-                    _ip(("ip", "-n", namespace, "-s", "-j", "link", "show", "dev", device))
+                    run_ip(("ip", "-n", namespace, "-s", "-j", "link", "show", "dev", device))
                 )
                 sent = link.get("stats64", {}).get("tx", {})
                 qdiscs = json.loads(
-                    _ip(("tc", "-n", namespace, "-s", "-j", "qdisc", "show", "dev", device)) or "[]"
+                    run_ip(("tc", "-n", namespace, "-s", "-j", "qdisc", "show", "dev", device))
+                    or "[]"
                 )
                 ways[way] = {
                     "bytes": sent.get("bytes"),
@@ -298,9 +272,30 @@ class EmulatedNetwork(Setup):
         }
 
 
+def shaping(link: Link, namespace: str, device: str) -> list[tuple[str, ...]]:
+    """The tc commands that shape ``device`` (in ``namespace``) on its way out: a token bucket
+    at the link's rate and, for a latency, netem's delay of half the one-way latency inside."""
+    tc = ("tc", "-n", namespace, "qdisc", "add", "dev", device)  # no space in either name
+    out: list[tuple[str, ...]] = []
+    parent: tuple[str, ...] = ("root",)
+    if link.rate_bit_s is not None:
+        # burst: the bytes of 4 ms at the rate (the bucket must not cap below the rate
+        # between the kernel's timer ticks), at least two full frames; no more, or a slow
+        # link would send a long run of steps' gradients at once (64 KiB is half a second
+        # at 1 Mbit/s). Measured here: 1.0, 19.1, 951 Mbit/s TCP goodput at 1, 20, 1000.
+        burst = max(4096, link.rate_bit_s // 8 // 250)
+        shape = f"root handle 1: tbf rate {link.rate_bit_s}bit burst {burst} latency 100ms"
+        out.append((*tc, *shape.split()))
+        parent = ("parent", "1:1")
+    if link.latency_s > 0:
+        delay = f"{link.latency_s / 2 * 1e6:.3f}us"
+        out.append((*tc, *parent, "handle", "10:", "netem", "delay", delay, "limit", "100000"))
+    return out
+
+
 def namespaces() -> list[str]:
     """The names of this machine's network namespaces."""
-    text = _ip(("ip", "-j", "netns", "list"))
+    text = run_ip(("ip", "-j", "netns", "list"))
     return [entry["name"] for entry in json.loads(text or "[]")]
 
 
@@ -313,10 +308,10 @@ def remove_stale() -> None:
         if not name.startswith(PREFIX):
             continue
         network = name.rpartition("-")[0]
-        if not _maker_gone(network, name) or _ip(("ip", "netns", "pids", name)).strip():
+        if not _maker_gone(network, name) or run_ip(("ip", "netns", "pids", name)).strip():
             continue
         with contextlib.suppress(UserError):
-            _ip(("ip", "netns", "delete", name))
+            run_ip(("ip", "netns", "delete", name))
         shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
     for folder in NETNS_ETC.glob(f"{PREFIX}*"):
         if folder.name not in live and _maker_gone(folder.name.rpartition("-")[0], None):
@@ -367,18 +362,20 @@ def netem_available() -> bool:
     removed after)."""
     name = f"{PREFIX}probe-{os.getpid()}"
     try:
-        _ip(("ip", "netns", "add", name))
-        _ip(("ip", "-n", name, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1"))
-        _ip(("tc", "-n", name, "qdisc", "add", "dev", "probe0", "root", "netem", "delay", "1ms"))
+        run_ip(("ip", "netns", "add", name))
+        run_ip(
+            ("ip", "-n", name, "link", "add", "probe0", "type", "veth", "peer", "name", "probe1")
+        )
+        run_ip(("tc", "-n", name, "qdisc", "add", "dev", "probe0", "root", "netem", "delay", "1ms"))
         return True
     except UserError:
         return False
     finally:
         with contextlib.suppress(UserError):
-            _ip(("ip", "netns", "delete", name))
+            run_ip(("ip", "netns", "delete", name))
 
 
-def _ip(command: tuple[str, ...]) -> str:
+def run_ip(command: tuple[str, ...]) -> str:
     """Run one ip or tc command; its output, or :class:`UserError` with its message."""
     try:
         done = subprocess.run(

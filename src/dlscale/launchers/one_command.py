@@ -1,8 +1,9 @@
 """What launchers that start every rank from one command share (horovodrun, mpirun).
 
 The tool's command wraps the worker's (``python -P -m dlscale.worker spec.json``); every rank runs
-on this machine, the tool names ranks its own way (``rank_vars``), and when a rank fails the
-tool prints which one, which :meth:`OneCommandLauncher.blame` reads from its output.
+on this machine, or on the hosts of ``hosts``/``hostfile`` (:mod:`dlscale.launchers.host_list`),
+the tool names ranks its own way (``rank_vars``), and when a rank fails the tool prints which
+one, which :meth:`OneCommandLauncher.blame` reads from its output.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from abc import abstractmethod
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.layout import Addresses, usable_cores
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     Launcher,
@@ -20,8 +22,10 @@ from dlscale.launchers.base import (
     PlanEntry,
     common_env,
     output_text,
+    thread_budget,
     worker_command,
 )
+from dlscale.launchers.host_list import Placement, interface_env, placement
 from dlscale.launchers.local import on_this_machine
 
 
@@ -35,8 +39,11 @@ class OneCommandLauncher(Launcher):
     """How to install the tool, for the message when it is missing."""
 
     @abstractmethod
-    def tool(self, size: int, python: str, env: dict[str, str]) -> tuple[str, ...]:
-        """The tool's command up to (not including) the worker's."""
+    def tool(
+        self, size: int, python: str, env: dict[str, str], where: Placement | None = None
+    ) -> tuple[str, ...]:
+        """The tool's command up to (not including) the worker's; ``where``: the hosts, when
+        the ranks do not all run on this machine."""
 
     def check(self, python: str) -> None:
         program = self.tool(1, python, {})[0]
@@ -53,16 +60,34 @@ class OneCommandLauncher(Launcher):
         cores: int | None = None,
     ) -> LaunchPlan:
         here = on_this_machine(config, ports=ports, cores=cores)
-        env = {**common_env(config, spec_path, here.threads), "DLSCALE_RANK_VARS": self.rank_vars}
-        worker = worker_command(python, spec_path)
+        where = placement(config, here.layout.size)
+        threads, warnings = here.threads, here.warnings
+        if where is not None:  # the hosts' cores, taken to be as many as this machine's
+            threads, warnings = thread_budget(
+                where.most_per_host(), config.threads_per_worker, cores or usable_cores()
+            )
+        env = {
+            **common_env(config, spec_path, threads),
+            "DLSCALE_RANK_VARS": self.rank_vars,
+            **interface_env(where.interface if where else ""),
+        }
+        worker = worker_command(python, spec_path.absolute())  # the same path on every host
         entry = PlanEntry(
             ranks=range(here.layout.size),
-            argv=(*self.tool(here.layout.size, python, env), *worker),
+            argv=(*self.tool(here.layout.size, python, env, where), *worker),
             env=env,
             stdout=spec_path.parent / "launcher.stdout",
             stderr=spec_path.parent / "launcher.stderr",
         )
-        return here.plan([entry])
+        if where is None:
+            return here.plan([entry])
+        return LaunchPlan(
+            entries=(entry,),
+            layout=here.layout,
+            addresses=Addresses(hosts=where.addresses, ports=here.addresses.ports),
+            threads_per_worker=threads,
+            warnings=tuple(warnings),
+        )
 
     def blame(self, entry: PlanEntry) -> int | None:
         text = output_text(entry)

@@ -16,6 +16,19 @@ def _check_network(value: Any) -> None:
     check_network(value)
 
 
+def _check_hosts(value: Any) -> None:
+    from dlscale.launchers.host_list import parse_hosts
+
+    if value:
+        parse_hosts(value, "hosts")
+
+
+def _check_interface(value: Any) -> None:
+    from dlscale.launchers.host_list import check_interface
+
+    check_interface(value)
+
+
 @dataclass(frozen=True)
 class TorchrunOptions:
     nnodes: int = setting(
@@ -50,4 +63,26 @@ class SlurmOptions:
         True,
         "sbatch: wait for each job and show progress; false: submit every point and return, "
         "each job records its own result (dlscale ls runs shows the states)",
+    )
+
+
+@dataclass(frozen=True)
+class HostListOptions:
+    """Where mpirun and horovodrun start the ranks (:mod:`dlscale.launchers.host_list`)."""
+
+    hosts: str = setting(
+        "",
+        "hosts and their slots, NAME:SLOTS,... (filled in order, as mpirun and horovodrun "
+        "fill them); empty: every rank on this machine",
+        validate=_check_hosts,
+        whole=True,
+    )
+    hostfile: str = setting(
+        "", "a file of hosts, one per line: NAME slots=N (OpenMPI's and Horovod's format)"
+    )
+    interface: str = setting(
+        "",
+        "the network interface the ranks talk over on every host (eth0, ib0, dls0 on emulated "
+        "hosts); empty: the libraries choose",
+        validate=_check_interface,
     )

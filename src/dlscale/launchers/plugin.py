@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dlscale.contract.launchers import LAUNCHERS, LauncherSpec
 from dlscale.contract.options import declared
-from dlscale.launchers.options import SlurmOptions, TorchrunOptions
+from dlscale.launchers.options import HostListOptions, SlurmOptions, TorchrunOptions
 
 LAUNCHERS.register(
     "local",
@@ -20,20 +20,24 @@ LAUNCHERS.register(
     "horovodrun",
     LauncherSpec(
         name="horovodrun",
-        description="Horovod's horovodrun with its Gloo rendezvous, all ranks on this machine",
+        description="Horovod's horovodrun with its Gloo rendezvous: on this machine, or hosts=",
         implementation="dlscale.launchers.horovodrun:HorovodrunLauncher",
         same_machine=True,
         provides=("horovod",),
+        options=declared(HostListOptions),
+        elsewhere_when=("hosts", "hostfile"),
     ),
 )
 LAUNCHERS.register(
     "mpirun",
     LauncherSpec(
         name="mpirun",
-        description="OpenMPI's mpirun, all ranks on this machine (scripts/install-openmpi.sh)",
+        description="OpenMPI's mpirun: on this machine, or hosts= (scripts/install-openmpi.sh)",
         implementation="dlscale.launchers.mpirun:MpirunLauncher",
         same_machine=True,
         provides=("mpi",),
+        options=declared(HostListOptions),
+        elsewhere_when=("hosts", "hostfile"),
     ),
 )
 LAUNCHERS.register(

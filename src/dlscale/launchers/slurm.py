@@ -17,8 +17,9 @@ Every rank takes its rank from SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS and its p
 from the step's node list (:func:`slurm_hosts`, Slurm's block distribution), so backends that
 need every rank's address (TF_CONFIG, DMLC_*, Horovod's rendezvous) run across nodes too; the
 ports are reserved on the submitting machine. The run's directory must be on a file system the
-nodes share, and the workers' interpreter at the same path there. Each task gets
-``--cpus-per-task`` = ``threads_per_worker`` (1 unless set) and the job ``--time`` =
+nodes share, and the workers' interpreter at the same path there. Under ``--device cuda`` each
+task gets its own GPU (``--gpus-per-task=1``, which binds it: :mod:`dlscale.runtime.gpus`). Each
+task gets ``--cpus-per-task`` = ``threads_per_worker`` (1 unless set) and the job ``--time`` =
 ``timeout_s`` rounded up to minutes; the run's timeout counts from the moment the job runs, not
 while it waits in the queue.
 """
@@ -47,12 +48,14 @@ from dlscale.launchers.base import (
     Running,
     Submitted,
     common_env,
+    output_text,
     worker_command,
     write_files,
 )
 from dlscale.launchers.local import reserved_ports
 from dlscale.launchers.options import SlurmOptions
 from dlscale.launchers.slurm_controller import START, controller_problem, said
+from dlscale.runtime.gpus import BOUND_ENV
 
 RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
 INSTALL = "install Slurm's client commands (Debian: scripts/install-slurm.sh)"
@@ -66,6 +69,7 @@ RUNNING_STATES = frozenset(
     | {"SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED"}
 )
 QUEUED_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"})
+SRUN_KILLED = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:-\d+)?: Killed", re.M)
 FAILED_CODES = {"TIMEOUT": 124, "OUT_OF_MEMORY": 137, "CANCELLED": 143}
 """An exit code for a job that ended without one of its own (as a shell would report it)."""
 
@@ -86,6 +90,8 @@ def job_arguments(config: RunConfig, tasks: int, threads: int, name: str) -> tup
         f"--time={math.ceil(config.timeout_s / 60)}",
     ]
     options = config.typed(SlurmOptions)
+    if config.device == "cuda":  # each task its own GPU, bound (CUDA_VISIBLE_DEVICES per task)
+        args.append("--gpus-per-task=1")
     if options.partition:
         args.append(f"--partition={options.partition}")
     if options.nodes:
@@ -152,6 +158,8 @@ class SlurmLauncher(Launcher):
         # hosts: where Slurm places the tasks, which each rank reads (slurm_hosts)
         addresses = Addresses(hosts=(), ports=reserved_ports(config, ports))
         env = {**common_env(config, spec_path, threads), "DLSCALE_RANK_VARS": RANK_VARS}
+        if config.device == "cuda":
+            env[BOUND_ENV] = "1"  # --gpus-per-task=1 bound each task to its own GPU
         args = job_arguments(config, layout.size, threads, f"dlscale-{run_dir.name}")
         worker = worker_command(python, spec_path)
         if slurm_mode(config) == "srun":
@@ -194,6 +202,13 @@ class SlurmLauncher(Launcher):
         job = done.stdout.strip().split(";")[0]
         (entry.stdout.parent / "slurm-job-id").write_text(job + "\n")
         return SlurmJob(job)
+
+    def blame(self, entry: PlanEntry) -> int | None:
+        """The task srun reports killed (``srun: error: node2: task 1: Killed``): its peers
+        fail after it, on their lost link. Else ``None``: the ranks' events say which failed
+        first."""
+        found = SRUN_KILLED.search(output_text(entry))
+        return int(found.group(1)) if found else None
 
     def check_ready(self) -> None:
         problem = controller_problem(dict(os.environ))

@@ -187,9 +187,16 @@ def failed_rank(
         why = f"{what} was killed by {name}"
     else:
         why = f"{what} exited with code {code}"
-    role = next((e.get("role") for e in events[rank] if e.get("event") == "start"), None)
-    if role not in (None, "worker", "?"):  # a server, a ps task, a chief: say which
-        why += f" (role {role})"
+    start = next((e for e in events[rank] if e.get("event") == "start"), {})
+    role, host = start.get("role"), start.get("host")
+    elsewhere = isinstance(host, str) and host and host != socket.gethostname()
+    where = []
+    if role not in (None, "?") and (role != "worker" or elsewhere):  # a server, a ps task
+        where.append(f"role {role}")
+    if elsewhere:  # a rank of a host list, a Slurm node
+        where.append(f"on host {host}")
+    if where:
+        why += f" ({', '.join(where)})"
     if rank not in without_end:
         why += " after recording the end of its run"
     return rank, why

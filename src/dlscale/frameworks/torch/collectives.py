@@ -48,10 +48,12 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
 def rank_device(ctx: WorkerContext) -> torch.device:
     """This rank's device (its local GPU under ``--device cuda``, made current) with the
     run's intra-op threads set: how every PyTorch kernel starts."""
-    device = (
-        torch.device("cuda", ctx.local_rank) if ctx.config.device == "cuda" else torch.device("cpu")
-    )
-    if device.type == "cuda":
+    device = torch.device("cpu")
+    if ctx.config.device == "cuda":
+        from dlscale.runtime.gpus import gpu_index
+
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        device = torch.device("cuda", gpu_index(ctx.local_rank, visible))
         torch.cuda.set_device(device)
     torch.set_num_threads(ctx.threads)
     return device

@@ -184,7 +184,9 @@ def _device(name: str, local_rank: int) -> torch.device:
 
         if not torch.cuda.is_available():
             raise UserError("device cuda requested but torch sees no CUDA GPU; use --device cpu")
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        from dlscale.runtime.gpus import gpu_index
+
+        torch.cuda.set_device(gpu_index(local_rank, torch.cuda.device_count()))
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 

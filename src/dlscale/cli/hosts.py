@@ -1,0 +1,61 @@
+"""dlscale hosts: emulated hosts on this machine, a test bed of a cluster (root).
+
+``start DIR --hosts N`` makes N hosts, each in its own network namespace with its own name and
+ssh server, links shaped by ``--link``; ``stop [DIR]`` removes them and everything they made.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("start", "stop", "show"))
+    parser.add_argument("dir", nargs="?", type=Path, help="the test bed's files (keys, logs)")
+    parser.add_argument("--hosts", type=int, default=2, help="how many hosts (start; 2)")
+    parser.add_argument("--slots", type=int, default=2, help="ranks per host in DIR/hostfile (2)")
+    parser.add_argument(
+        "--link", default="", help="each host's link, RATE[:LATENCY] like 100mbit:1ms (unshaped)"
+    )
+    parser.add_argument("--prefix", default="dlsnode", help="host names: PREFIX1..PREFIXN")
+    parser.add_argument(
+        "--owner", type=int, help="the pid the test bed belongs to: removed once it is gone"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from dlscale.contract.errors import UserError
+    from dlscale.launchers import testbed
+
+    running = testbed.RECORD.exists()
+    if args.action == "start":
+        if args.dir is None:
+            raise UserError("dlscale hosts start DIR: say where the test bed's files go")
+        bed = testbed.plan(
+            args.dir, args.hosts, slots=args.slots, link=args.link, prefix=args.prefix
+        )
+        if args.owner is not None:
+            bed = testbed.owned_by(bed, args.owner)
+        testbed.start(bed)
+        print(f"emulated hosts up: {', '.join(f'{h} ({a})' for h, a in bed.addresses.items())}")
+        print(f"ssh {bed.hosts[0]} hostname; hostfile: {Path(bed.dir) / 'hostfile'}")
+        print(f"stop: dlscale hosts stop {bed.dir}")
+        return 0
+    if not running:
+        if args.action == "stop":
+            print("no emulated hosts run")
+            return 0
+        raise UserError("no emulated hosts run: start them with dlscale hosts start DIR --hosts N")
+    bed = testbed.Testbed.read(testbed.RECORD)
+    if args.dir is not None and Path(bed.dir) != args.dir.absolute():
+        raise UserError(f"the emulated hosts that run are {bed.dir}'s, not {args.dir}'s")
+    if args.action == "stop":
+        testbed.check_can_start()
+        testbed.stop(bed)
+        print(f"stopped {', '.join(bed.hosts)}")
+        return 0
+    for host, address in bed.addresses.items():
+        print(f"{host} {address} slots={bed.slots}")
+    print(f"files: {bed.dir}; link: {bed.link or 'unshaped'}; owner: {bed.owner or '-'}")
+    return 0

@@ -1,0 +1,163 @@
+"""Host lists for mpirun and horovodrun (``hosts = "a:2,b:2"`` or ``hostfile = PATH``).
+
+The ranks fill the hosts in the order given, each up to its slots (rank 0 and 1 on ``a``, 2 and 3
+on ``b``): the order mpirun (``--map-by slot``) and horovodrun (``-H``) fill them, so every rank
+knows every peer's address before it starts, and the worker checks that it runs where the plan
+put it (:func:`dlscale.runtime.placement.check_placement`). Host names are resolved here, on the
+machine that launches, into the IPv4 addresses the engines bind and connect to. The hosts must
+reach each other and this machine by ssh without a password, share the run's directory and hold
+the workers' interpreter at the same path, as on a cluster with a shared file system;
+``dlscale hosts start`` makes such hosts on this machine.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlscale.contract.errors import UserError
+from dlscale.contract.run_config import RunConfig
+from dlscale.launchers.options import HostListOptions
+
+MAX_SLOTS = 4096
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
+_INTERFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,14}$")
+_SLOTS = re.compile(r"^slots\s*=\s*(\d+)$")
+INTERFACE_VARIABLES = (
+    "GLOO_SOCKET_IFNAME",
+    "TP_SOCKET_IFNAME",
+    "NCCL_SOCKET_IFNAME",
+    "HOROVOD_GLOO_IFACE",
+    "DMLC_INTERFACE",
+)
+"""What tells each engine's sockets which interface to use."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a run's ranks go: the hosts in order with their slots, and each rank's host."""
+
+    hosts: tuple[tuple[str, int], ...]
+    rank_hosts: tuple[str, ...]
+    """Each rank's host name, in rank order."""
+    addresses: tuple[str, ...]
+    """Each rank's host address (resolved here)."""
+    interface: str
+
+    def tool_hosts(self) -> str:
+        """``a:2,b:1`` for mpirun's ``--host`` and horovodrun's ``-H``: the hosts the ranks use,
+        each with the ranks placed on it."""
+        used = dict.fromkeys(self.rank_hosts, 0)
+        for host in self.rank_hosts:
+            used[host] += 1
+        return ",".join(f"{host}:{count}" for host, count in used.items())
+
+    def most_per_host(self) -> int:
+        return max(self.rank_hosts.count(host) for host in set(self.rank_hosts))
+
+
+def _check_name(name: str, what: str) -> str:
+    if not _NAME.match(name):
+        raise UserError(f"{what}: {name!r} is not a host name (letters, digits, '.', '-', '_')")
+    return name
+
+
+def _check_slots(text: str, name: str, what: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SLOTS:
+        raise UserError(f"{what}: host {name} has slots {text!r}; give 1 to {MAX_SLOTS}")
+    return int(text)
+
+
+def parse_hosts(text: str, what: str) -> tuple[tuple[str, int], ...]:
+    """``a:2,b,c:4`` as ((a, 2), (b, 1), (c, 4)); a host named twice is refused."""
+    hosts: list[tuple[str, int]] = []
+    for part in text.split(","):
+        name, _, slots = part.strip().partition(":")
+        hosts.append((_check_name(name, what), _check_slots(slots or "1", name, what)))
+    return _unique(hosts, what)
+
+
+def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
+    """An OpenMPI/Horovod host file: ``NAME [slots=N]`` per line, ``#`` comments."""
+    what = f"hostfile {path}"
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"{what}: cannot read it ({error})") from None
+    hosts = []
+    for number, line in enumerate(lines, start=1):
+        words = line.split("#", 1)[0].split(maxsplit=1)
+        if not words:
+            continue
+        slots = "1"
+        if len(words) == 2:
+            found = _SLOTS.match(words[1].strip())
+            if found is None:
+                raise UserError(f"{what}, line {number}: write NAME slots=N, not {line.strip()!r}")
+            slots = found.group(1)
+        hosts.append((_check_name(words[0], what), _check_slots(slots, words[0], what)))
+    if not hosts:
+        raise UserError(f"{what}: no host in it (one per line: NAME slots=N)")
+    return _unique(hosts, what)
+
+
+def _unique(hosts: list[tuple[str, int]], what: str) -> tuple[tuple[str, int], ...]:
+    names = [name for name, _ in hosts]
+    if twice := sorted({name for name in names if names.count(name) > 1}):
+        raise UserError(f"{what}: {', '.join(twice)} named twice; give each host once")
+    return tuple(hosts)
+
+
+def check_interface(value: str) -> None:
+    if value and not _INTERFACE.match(value):
+        raise UserError(f"interface = {value!r} is not a network interface's name (eth0, ib0)")
+
+
+def placement(config: RunConfig, size: int) -> Placement | None:
+    """Where the ranks of ``config`` go when it names hosts; ``None``: all on this machine."""
+    options = config.typed(HostListOptions)
+    if options.hosts and options.hostfile:
+        raise UserError("give hosts or hostfile, not both")
+    if options.hosts:
+        hosts = parse_hosts(options.hosts, "hosts")
+    elif options.hostfile:
+        hosts = read_hostfile(options.hostfile)
+    else:
+        if options.interface:
+            raise UserError(
+                "interface names the hosts' network: give hosts or hostfile too (every rank "
+                "on this machine talks over the loopback)"
+            )
+        return None
+    slots = sum(count for _, count in hosts)
+    if slots < size:
+        listed = ", ".join(f"{name}:{count}" for name, count in hosts)
+        raise UserError(
+            f"the hosts offer {slots} slots ({listed}) and the run has {size} processes: add "
+            "hosts or slots, or run fewer workers"
+        )
+    rank_hosts = tuple(name for name, count in hosts for _ in range(count))[:size]
+    resolved = {name: _resolve(name) for name in dict.fromkeys(rank_hosts)}
+    return Placement(
+        hosts=hosts,
+        rank_hosts=rank_hosts,
+        addresses=tuple(resolved[name] for name in rank_hosts),
+        interface=options.interface,
+    )
+
+
+def _resolve(name: str) -> str:
+    try:
+        return socket.gethostbyname(name)
+    except OSError as error:
+        raise UserError(
+            f"host {name} does not resolve here ({error}): give a name this machine knows "
+            "(DNS or /etc/hosts) or its address"
+        ) from None
+
+
+def interface_env(interface: str) -> dict[str, str]:
+    """The variables that put every engine's sockets on ``interface``."""
+    return dict.fromkeys(INTERFACE_VARIABLES, interface) if interface else {}

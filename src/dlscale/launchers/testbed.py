@@ -1,0 +1,375 @@
+"""Emulated hosts on this machine (``dlscale hosts start DIR --hosts N``): a test bed of a cluster.
+
+Each host is a network namespace with its own host name (a UTS namespace), its own address and an
+OpenSSH server, reached by ssh as a cluster's nodes are; this machine joins them as the login
+node. The hosts share this machine's file system (as a cluster's shared home does), its cores and
+its processes' view, but not its network: they talk to each other and to this machine only over
+their links, which tc shapes (``--link RATE[:LATENCY]``, as ``network = ...`` does).
+
+* A switch namespace holds a bridge; host k (1-based) has the interface ``dls0`` at
+  ``10.98.0.(100+k)`` and a default route through this machine, which joins the bridge with an
+  interface also named ``dls0`` at ``10.98.0.1`` (so ``interface = "dls0"`` names the cluster's
+  network on every node and on the login node alike).
+* Names: ``/etc/hosts`` gets a block naming every host (removed at stop); each host's own
+  ``/etc/hosts`` (``/etc/netns/NS/hosts``) names the hosts and this machine at its address.
+* ssh: a key pair and one host key made in ``DIR/ssh``; ``/etc/ssh/ssh_config.d/dlscale-hosts.conf``
+  tells this machine's ssh client (and the hosts', which share it) to use them for these hosts.
+* ``DIR/hostfile`` lists the hosts with their slots (OpenMPI's format); ``DIR/hosts.json`` what
+  ``stop`` needs. One test bed runs at a time (``/run/dlscale-hosts.json`` says where).
+
+``stop DIR`` kills every process in the hosts (sshd, slurmd, ranks), deletes the namespaces and
+removes every file it wrote outside ``DIR``. With ``--owner PID`` the test bed belongs to that
+process: the next ``start`` removes it once that process is gone (a killed test run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from dlscale.contract.errors import UserError
+from dlscale.launchers.network import NETNS_ETC, Link, run_ip, shaping
+from dlscale.runtime.procfs import is_alive, process_start
+
+SUBNET = "10.98.0"
+LOGIN_ADDRESS = f"{SUBNET}.1"
+INTERFACE = "dls0"
+MAX_HOSTS = 64
+PREFIX = "dlstb-"
+"""The namespaces' names: ``dlstb-<host>`` and the switch ``dlstb-sw``."""
+RECORD = Path("/run/dlscale-hosts.json")
+SSH_CONFIG = Path("/etc/ssh/ssh_config.d/dlscale-hosts.conf")
+HOSTS_FILE = Path("/etc/hosts")
+BEGIN, END = "# begin dlscale emulated hosts", "# end dlscale emulated hosts"
+START_TIMEOUT_S = 20.0
+_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+
+
+def host_address(index: int) -> str:
+    return f"{SUBNET}.{100 + index}"
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """One test bed: where its files are, its hosts, and who owns it."""
+
+    dir: str
+    hosts: tuple[str, ...]
+    slots: int
+    link: str
+    owner: dict[str, int | None] | None = None
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        return {name: host_address(k + 1) for k, name in enumerate(self.hosts)}
+
+    def namespace(self, host: str) -> str:
+        return f"{PREFIX}{host}"
+
+    @property
+    def switch(self) -> str:
+        return f"{PREFIX}sw"
+
+    @property
+    def ssh_dir(self) -> Path:
+        return Path(self.dir) / "ssh"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1) + "\n"
+
+    @staticmethod
+    def read(path: Path) -> Testbed:
+        data = json.loads(path.read_text())
+        return Testbed(
+            dir=str(data["dir"]),
+            hosts=tuple(data["hosts"]),
+            slots=int(data["slots"]),
+            link=str(data.get("link", "")),
+            owner=data.get("owner"),
+        )
+
+
+def plan(
+    directory: Path, count: int, *, slots: int = 2, link: str = "", prefix: str = "dlsnode"
+) -> Testbed:
+    """The test bed ``start`` would make (checked: names, counts, the link)."""
+    if not 1 <= count <= MAX_HOSTS:
+        raise UserError(f"--hosts: 1 to {MAX_HOSTS} emulated hosts, not {count}")
+    if not 1 <= slots <= 256:
+        raise UserError(f"--slots: 1 to 256 slots per host, not {slots}")
+    if not _NAME.match(f"{prefix}{count}"):
+        raise UserError(
+            f"--prefix {prefix!r}: host names are a lower-case letter, then letters and digits "
+            "(at most 16 with the host's number)"
+        )
+    if link:
+        Link.parse(link)
+    hosts = tuple(f"{prefix}{k}" for k in range(1, count + 1))
+    return Testbed(dir=str(directory.absolute()), hosts=hosts, slots=slots, link=link)
+
+
+def check_can_start() -> None:
+    if os.geteuid() != 0:
+        raise UserError("emulated hosts need root (network and UTS namespaces, sshd): run as root")
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("nsenter", "util-linux")):
+        if shutil.which(tool) is None:
+            raise UserError(f"emulated hosts need {tool}: apt-get install {package}")
+    if not Path("/usr/sbin/sshd").exists() or shutil.which("ssh-keygen") is None:
+        raise UserError("emulated hosts need OpenSSH's server: scripts/install-openssh.sh")
+
+
+def start(bed: Testbed) -> None:
+    """Make the hosts and start their ssh servers; on any failure, remove what was made."""
+    check_can_start()
+    if bed.link:
+        from dlscale.launchers.network import check_can_emulate
+
+        check_can_emulate(Link.parse(bed.link))
+    remove_abandoned()
+    if RECORD.exists():
+        other = Testbed.read(RECORD)
+        raise UserError(
+            f"emulated hosts already run ({', '.join(other.hosts)}, files in {other.dir}): "
+            f"one test bed at a time; stop it first: dlscale hosts stop {other.dir}"
+        )
+    try:
+        _make(bed)
+    except BaseException:
+        stop(bed)
+        raise
+
+
+def _make(bed: Testbed) -> None:
+    root = Path(bed.dir)
+    (root / "log").mkdir(parents=True, exist_ok=True)
+    RECORD.write_text(bed.to_json())
+    (root / "hosts.json").write_text(bed.to_json())
+    _make_keys(bed)
+    link = Link.parse(bed.link) if bed.link else None
+    sw, nic = bed.switch, INTERFACE  # no name holds a space: each command is split on them
+    for command in (
+        f"ip netns add {sw}",
+        f"ip -n {sw} link set lo up",
+        f"ip -n {sw} link add br0 type bridge",
+        f"ip -n {sw} link set br0 up",
+        f"ip link add {nic} type veth peer name login netns {sw}",
+        f"ip -n {sw} link set login master br0",
+        f"ip -n {sw} link set login up",
+        f"ip addr add {LOGIN_ADDRESS}/24 dev {nic}",
+        f"ip link set {nic} up",
+    ):
+        run_ip(tuple(command.split()))
+    for k, host in enumerate(bed.hosts, start=1):
+        ns, port = bed.namespace(host), f"p{k}"
+        for command in (
+            f"ip netns add {ns}",
+            f"ip -n {ns} link set lo up",
+            f"ip -n {sw} link add {port} type veth peer name {nic}",
+            f"ip -n {sw} link set {nic} netns {ns}",
+            f"ip -n {sw} link set {port} master br0",
+            f"ip -n {sw} link set {port} up",
+            f"ip -n {ns} addr add {host_address(k)}/24 dev {nic}",
+            f"ip -n {ns} link set {nic} up",
+            f"ip -n {ns} route add default via {LOGIN_ADDRESS}",
+        ):
+            run_ip(tuple(command.split()))
+        for shaped in shaping(link, ns, nic) + shaping(link, sw, port) if link else []:
+            run_ip(shaped)
+        etc = NETNS_ETC / ns
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(_hosts_text(bed))
+    _write_block(_names_block(bed))
+    SSH_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    SSH_CONFIG.write_text(_ssh_config(bed))
+    (root / "hostfile").write_text("".join(f"{h} slots={bed.slots}\n" for h in bed.hosts))
+    for host in bed.hosts:
+        _start_sshd(bed, host)
+    for host, address in bed.addresses.items():
+        _wait_for_ssh(bed, host, address)
+
+
+def _make_keys(bed: Testbed) -> None:
+    keys = bed.ssh_dir
+    keys.mkdir(parents=True, exist_ok=True)
+    os.chmod(keys, 0o700)
+    for name in ("host_ed25519", "id_ed25519"):
+        for stale in (keys / name, keys / f"{name}.pub"):
+            stale.unlink(missing_ok=True)
+        keygen = ("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "dlscale-hosts")
+        _run((*keygen, "-f", str(keys / name)))
+    (keys / "authorized_keys").write_text((keys / "id_ed25519.pub").read_text())
+    host_key = (keys / "host_ed25519.pub").read_text().split()[:2]
+    (keys / "known_hosts").write_text(
+        "".join(f"{h},{a} {' '.join(host_key)}\n" for h, a in bed.addresses.items())
+    )
+
+
+def _hosts_text(bed: Testbed) -> str:
+    login = " ".join(dict.fromkeys((socket.gethostname(), socket.gethostname().split(".")[0])))
+    lines = ["127.0.0.1 localhost", "::1 localhost", f"{LOGIN_ADDRESS} {login}"]
+    lines += [f"{address} {host}" for host, address in bed.addresses.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _names_block(bed: Testbed) -> str:
+    lines = [f"{BEGIN} ({bed.dir}; dlscale hosts stop removes this block)"]
+    lines += [f"{address} {host}" for host, address in bed.addresses.items()]
+    return "\n".join([*lines, END]) + "\n"
+
+
+def _write_block(block: str) -> None:
+    """Replace the test bed's block in ``/etc/hosts`` (in place: it is often a bind mount)."""
+    text = HOSTS_FILE.read_text() if HOSTS_FILE.exists() else ""
+    kept = re.sub(rf"{re.escape(BEGIN)}.*?{re.escape(END)}\n?", "", text, flags=re.S)
+    if kept and not kept.endswith("\n"):
+        kept += "\n"
+    if kept + block != text:
+        with HOSTS_FILE.open("w") as out:
+            out.write(kept + block)
+
+
+def _ssh_config(bed: Testbed) -> str:
+    keys = bed.ssh_dir
+    names = " ".join([*bed.hosts, *bed.addresses.values()])
+    return (
+        f"# written by dlscale hosts start {bed.dir}; dlscale hosts stop removes it\n"
+        f"Host {names}\n"
+        "    User root\n"
+        f"    IdentityFile {keys / 'id_ed25519'}\n"
+        f"    UserKnownHostsFile {keys / 'known_hosts'}\n"
+        "    StrictHostKeyChecking yes\n"
+        "    BatchMode yes\n"
+        "    ConnectTimeout 10\n"
+        "    LogLevel ERROR\n"
+    )
+
+
+def _start_sshd(bed: Testbed, host: str) -> None:
+    root, keys = Path(bed.dir), bed.ssh_dir
+    config = root / f"sshd-{host}.conf"
+    config.write_text(
+        f"ListenAddress {bed.addresses[host]}\n"
+        f"HostKey {keys / 'host_ed25519'}\n"
+        f"AuthorizedKeysFile {keys / 'authorized_keys'}\n"
+        f"PidFile {root / f'sshd-{host}.pid'}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        "MaxStartups 200\nMaxSessions 200\nLogLevel ERROR\n"
+    )
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    # ip netns exec would mount the namespace's own /sys, without /sys/fs/cgroup (slurmd needs
+    # it): enter the network namespace, and give the host its name and its /etc/hosts
+    script = 'mount --bind "$4" /etc/hosts && hostname "$1" && exec /usr/sbin/sshd -f "$2" -E "$3"'
+    log, names = root / "log" / f"sshd-{host}.log", NETNS_ETC / bed.namespace(host) / "hosts"
+    net = ("nsenter", f"--net=/run/netns/{bed.namespace(host)}", "--")
+    enter = (*net, "unshare", "--uts", "--mount", "--propagation", "private", "--")
+    _run((*enter, "sh", "-c", script, "sh", host, str(config), str(log), str(names)))
+
+
+def _wait_for_ssh(bed: Testbed, host: str, address: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            with socket.create_connection((address, 22), timeout=1.0):
+                return
+        except OSError as error:
+            if time.monotonic() > deadline:
+                raise UserError(
+                    f"the ssh server of emulated host {host} ({address}) did not answer in "
+                    f"{START_TIMEOUT_S:.0f} s ({error}); its log: {Path(bed.dir) / 'log'}"
+                ) from None
+            time.sleep(0.1)
+
+
+def stop(bed: Testbed) -> None:
+    """Kill every process in the hosts, delete them, and remove every file made outside
+    ``DIR``. Safe on a test bed half made, or already stopped."""
+    try:
+        live = set(_namespaces())
+    except UserError:
+        live = {bed.namespace(h) for h in bed.hosts} | {bed.switch}
+    for host in bed.hosts:
+        ns = bed.namespace(host)
+        if ns in live:
+            _kill_all(ns)
+    for ns in [*(bed.namespace(h) for h in bed.hosts), bed.switch]:
+        if ns in live:
+            with contextlib.suppress(UserError):
+                run_ip(("ip", "netns", "delete", ns))
+        shutil.rmtree(NETNS_ETC / ns, ignore_errors=True)
+    with contextlib.suppress(UserError):
+        if _link_exists(INTERFACE):
+            run_ip(("ip", "link", "delete", INTERFACE))
+    with contextlib.suppress(OSError):
+        _write_block("")
+    SSH_CONFIG.unlink(missing_ok=True)
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        if Testbed.read(RECORD).dir == bed.dir:
+            RECORD.unlink()
+
+
+def _kill_all(namespace: str) -> None:
+    """SIGTERM every process in ``namespace``, then SIGKILL what is left after 5 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        deadline = time.monotonic() + 5.0
+        while True:
+            pids = [int(p) for p in run_ip(("ip", "netns", "pids", namespace)).split()]
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+
+
+def remove_abandoned() -> None:
+    """Stop a test bed whose owner is gone (a test run killed with ``-9``), and the namespaces
+    of one with no record at all."""
+    try:
+        bed = Testbed.read(RECORD)
+    except (OSError, ValueError, KeyError, TypeError):
+        with contextlib.suppress(UserError):
+            names = [n for n in _namespaces() if n.startswith(PREFIX)]
+            if names:
+                hosts = tuple(n[len(PREFIX) :] for n in names if n != f"{PREFIX}sw")
+                stop(Testbed(dir="", hosts=hosts, slots=1, link=""))
+        RECORD.unlink(missing_ok=True)
+        return
+    owner = bed.owner
+    if owner and not is_alive(int(owner.get("pid") or 0), owner.get("start")):
+        stop(bed)
+
+
+def owned_by(bed: Testbed, pid: int) -> Testbed:
+    return Testbed(
+        bed.dir, bed.hosts, bed.slots, bed.link, {"pid": pid, "start": process_start(pid)}
+    )
+
+
+def _namespaces() -> list[str]:
+    text = run_ip(("ip", "-j", "netns", "list"))
+    return [entry["name"] for entry in json.loads(text or "[]")]
+
+
+def _link_exists(name: str) -> bool:
+    return Path(f"/sys/class/net/{name}").exists() or bool(
+        subprocess.run(("ip", "link", "show", name), capture_output=True).returncode == 0
+    )
+
+
+def _run(command: tuple[str, ...]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
+        raise UserError(f"emulated hosts: `{' '.join(command[:4])} ...` failed: {said[-1]}")

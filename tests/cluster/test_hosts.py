@@ -1,0 +1,137 @@
+"""Engines across emulated hosts, for real: ``dlscale hosts start`` makes 2 hosts on this machine
+(network and UTS namespaces, an OpenSSH server each), and mpirun and horovodrun reach them by
+ssh from a host list, as on a cluster. Each run's ranks must run on the hosts the plan names (their
+``start`` records say where they ran), ``dlscale ls runs`` shows it, a rank killed on a host fails
+the run naming that host and role, and the hosts go with the module. Needs root (CI runs as root).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dlscale.contract.events import events_path, read_events
+from dlscale.launchers import testbed
+from tests.distributed.processes import kill_rank_and_check_the_run_fails, processes_naming
+
+pytestmark = pytest.mark.dist
+
+TINY = ("--model", "tiny", "--dataset", "digits", "--steps", "4", "--windows", "2")
+TINY += ("--warmup-steps", "1", "--repeats", "1", "--set", "machine_reference=false")
+HOSTS = ("dlsnode1", "dlsnode2")
+
+
+def _hosts(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dlscale", "hosts", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _nothing_left() -> list[str]:
+    """What a test bed leaves on this machine, if anything: its namespaces, its names in
+    /etc/hosts, its ssh settings, its record, its root interface."""
+    left = [n for n in testbed._namespaces() if n.startswith(testbed.PREFIX)]
+    if testbed.BEGIN in testbed.HOSTS_FILE.read_text():
+        left.append("/etc/hosts block")
+    left += [str(p) for p in (testbed.SSH_CONFIG, testbed.RECORD) if p.exists()]
+    if Path(f"/sys/class/net/{testbed.INTERFACE}").exists():
+        left.append(testbed.INTERFACE)
+    return left
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("these tests make network namespaces and ssh servers: run them as root")
+    if not shutil.which("mpirun"):
+        pytest.fail("mpirun is missing: scripts/install-openmpi.sh (make test runs it)")
+    directory = tmp_path_factory.mktemp("hosts")
+    started = _hosts("start", str(directory), "--hosts", "2", "--owner", str(os.getpid()))
+    assert started.returncode == 0, started.stderr
+    yield directory
+    stopped = _hosts("stop", str(directory))
+    assert stopped.returncode == 0, stopped.stderr
+    assert not _nothing_left()
+
+
+def _ssh(host: str, command: str) -> str:
+    done = subprocess.run(["ssh", host, command], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_each_host_has_its_own_name_address_and_ssh_server(bed):
+    assert [_ssh(h, "hostname") for h in HOSTS] == list(HOSTS)
+    assert "10.98.0.102/24" in _ssh("dlsnode2", "ip -br addr show dev dls0")
+    assert _ssh("dlsnode1", "ssh dlsnode2 hostname") == "dlsnode2"  # host to host, as mpirun's
+    assert (bed / "hostfile").read_text() == "dlsnode1 slots=2\ndlsnode2 slots=2\n"
+    shown = _hosts("show")
+    assert shown.returncode == 0 and "dlsnode2 10.98.0.102 slots=2" in shown.stdout
+    again = _hosts("start", str(bed / "other"), "--hosts", "2")
+    assert again.returncode == 2 and "one test bed at a time" in again.stderr
+
+
+TWO = "dlsnode1:1,dlsnode2:1"
+APART = "dlsnode1:3,dlsnode2:1"  # the workers (and a chief, a scheduler) on one, a server alone
+CASES = {  # (backend, launcher, hosts)
+    "torch-ddp-mpirun": ("torch-ddp", "mpirun", TWO),
+    "horovod-torch-mpirun": ("horovod-torch", "mpirun", TWO),
+    "horovod-torch-horovodrun": ("horovod-torch", "horovodrun", TWO),
+    "horovod-mxnet-horovodrun": ("horovod-mxnet", "horovodrun", TWO),
+    "torch-ps-mpirun": ("torch-ps", "mpirun", "dlsnode1:2,dlsnode2:1"),
+    "tf-mwms-mpirun": ("tf-mwms", "mpirun", TWO),
+    "tf-ps-mpirun": ("tf-ps", "mpirun", APART),
+    "mxnet-kv-mpirun": ("mxnet-kv", "mpirun", APART),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_an_engine_runs_across_hosts_from_a_host_list(bed, tmp_path, cli, case):
+    backend, launcher, hosts = CASES[case]
+    flags = ("--launcher", launcher, "--set", f"hosts={hosts}", "--set", "interface=dls0")
+    run = cli(
+        "run",
+        *TINY,
+        "--backend",
+        backend,
+        "--workers",
+        "2",
+        "--json",
+        "--results",
+        str(tmp_path),
+        *flags,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    points = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "point"]
+    assert [p["status"] for p in points] == ["completed"], [p.get("error") for p in points]
+    (run_dir,) = [d for d in tmp_path.iterdir() if (d / "result.json").exists()]
+    result = json.loads((run_dir / "result.json").read_text())
+    filled = [
+        h for part in hosts.split(",") for h in [part.split(":")[0]] * int(part.split(":")[1])
+    ]
+    for process in result["layout"]:  # every rank ran where the host list put it
+        rank = process["rank"]
+        start = read_events(events_path(run_dir, rank))[0]
+        assert start["host"] == process["host"] == filled[rank], (rank, start)
+    assert {p["host"] for p in result["layout"]} == set(HOSTS)
+    for host in HOSTS:  # a parameter server's host runs no worker
+        roles = {p["role"] for p in result["layout"] if p["host"] == host}
+        assert not (roles & {"ps", "server"} and "worker" in roles), result["layout"]
+    listed = cli("ls", "runs", "--results", str(tmp_path))
+    assert "where the processes ran" in listed.stdout and "dlsnode2" in listed.stdout
+    assert not processes_naming(tmp_path)
+
+
+def test_a_rank_killed_on_a_host_fails_the_run_naming_host_and_role(bed, tmp_path):
+    """Rank 1 of 2, on dlsnode2, killed with -9 (the helper's defaults)."""
+    flags = ("--launcher", "mpirun", "--set", f"hosts={TWO}")
+    reason = "(role worker, on host dlsnode2)"
+    kill_rank_and_check_the_run_fails(tmp_path, "torch-ddp", extra=flags, reason=reason)

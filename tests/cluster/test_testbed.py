@@ -1,0 +1,52 @@
+"""The emulated hosts' own life: made and removed whole, refused in one line when asked for the
+impossible, and a test bed whose owner was killed with -9 removed by the next start. Needs root."""
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dlscale.launchers import testbed
+from tests.cluster.test_hosts import _hosts, _nothing_left
+from tests.distributed.processes import alive
+
+pytestmark = pytest.mark.dist
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (("--hosts", "0"), "1 to 64 emulated hosts"),
+        (("--prefix", "a;reboot"), "host names are a lower-case letter"),
+        (("--link", "fast"), "cannot read the rate"),
+        (("--slots", "0"), "1 to 256 slots"),
+    ],
+)
+def test_an_impossible_test_bed_is_refused_in_one_line(tmp_path, args, said):
+    done = _hosts("start", str(tmp_path), *args)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert not _nothing_left()
+
+
+def test_a_test_bed_whose_owner_was_killed_goes_with_the_next_start(tmp_path: Path):
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        first = _hosts("start", str(tmp_path / "a"), "--hosts", "1", "--owner", str(owner.pid))
+        assert first.returncode == 0, first.stderr
+        sshd = int((tmp_path / "a" / "sshd-dlsnode1.pid").read_text())
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait()
+        second = _hosts("start", str(tmp_path / "b"), "--hosts", "2", "--owner", str(os.getpid()))
+        assert second.returncode == 0, second.stderr
+        assert testbed.Testbed.read(testbed.RECORD).dir == str(tmp_path / "b")
+        assert not alive(sshd)  # the first test bed's sshd was killed
+    finally:
+        owner.kill()
+        stopped = _hosts("stop")
+        assert stopped.returncode == 0, stopped.stderr
+    assert not _nothing_left()
+    gone = subprocess.run(["ssh", "dlsnode1", "true"], capture_output=True, text=True, timeout=30)
+    assert gone.returncode != 0

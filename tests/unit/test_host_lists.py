@@ -1,0 +1,149 @@
+"""Host lists for mpirun and horovodrun, as plans (nothing started); the worker's placement
+check; a failed rank named with its host. The same launchers across emulated hosts, for real:
+tests/cluster/test_hosts.py."""
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from dlscale.config import RunConfig
+from dlscale.contract.backends import BACKENDS
+from dlscale.contract.errors import UserError
+from dlscale.contract.events import EventWriter, events_path
+from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.records import Start
+from dlscale.launchers.base import PlanEntry
+from dlscale.launchers.horovodrun import HorovodrunLauncher
+from dlscale.launchers.host_list import parse_hosts, read_hostfile
+from dlscale.launchers.mpirun import MpirunLauncher
+from dlscale.launchers.watch import failed_rank
+from dlscale.runtime.placement import check_placement
+
+SPEC = Path("/r/x/spec.json")
+TWO_HOSTS = "10.0.0.1:2,10.0.0.2:2"  # addresses resolve to themselves, without DNS
+
+
+def test_a_host_list_reads_names_and_slots():
+    assert parse_hosts(" a:2, b ,c.example.org:4", "hosts") == (
+        ("a", 2),
+        ("b", 1),
+        ("c.example.org", 4),
+    )
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("a:0", "slots '0'"),
+        ("a:two", "slots 'two'"),
+        ("a;reboot:2", "is not a host name"),
+        ("a:2,,b:2", "'' is not a host name"),
+        ("a:2,b:1,a:1", "a named twice"),
+        ("-oProxyCommand=x:1", "is not a host name"),  # never read as an ssh option
+    ],
+)
+def test_a_bad_host_list_is_refused_in_one_line(text, said):
+    with pytest.raises(UserError, match=said):
+        parse_hosts(text, "hosts")
+    with pytest.raises(UserError, match=said):  # at the study's check, before any run
+        RunConfig.make(backend="torch-ddp", workers=2, launcher="mpirun", hosts=text).validate()
+
+
+def test_a_hostfile_is_read_as_mpirun_and_horovodrun_read_it(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the cluster\nnode1 slots=2\n\nnode2   slots = 3  # big one\nnode3\n")
+    assert read_hostfile(str(hostfile)) == (("node1", 2), ("node2", 3), ("node3", 1))
+    hostfile.write_text("node1 cpus=2\n")
+    with pytest.raises(UserError, match=r"line 1: write NAME slots=N"):
+        read_hostfile(str(hostfile))
+    hostfile.write_text("# nobody\n")
+    with pytest.raises(UserError, match="no host in it"):
+        read_hostfile(str(hostfile))
+    with pytest.raises(UserError, match="cannot read it"):
+        read_hostfile(str(tmp_path / "missing"))
+
+
+def test_mpirun_places_the_ranks_in_the_hosts_order_and_tells_every_rank_its_peers():
+    cfg = RunConfig.make(
+        backend="torch-ddp", workers=3, launcher="mpirun", hosts=TWO_HOSTS, interface="ib0"
+    )
+    plan = MpirunLauncher().plan(cfg, SPEC, "/py", ports=(29555,), cores=4)
+    (entry,) = plan.entries
+    argv = list(entry.argv)
+    assert argv[argv.index("--host") + 1] == "10.0.0.1:2,10.0.0.2:1"  # the ranks it holds
+    assert argv[argv.index("--map-by") + 1] == "slot"  # filled in order, as planned
+    assert plan.addresses.hosts == ("10.0.0.1", "10.0.0.1", "10.0.0.2")
+    mca = [argv[i + 1 : i + 3] for i, a in enumerate(argv) if a == "--mca"]
+    assert mca == [["btl_tcp_if_include", "ib0"], ["oob_tcp_if_include", "ib0"]]
+    exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert {"GLOO_SOCKET_IFNAME", "DMLC_INTERFACE", "HOROVOD_GLOO_IFACE"} <= exported
+    assert entry.env["GLOO_SOCKET_IFNAME"] == "ib0"
+    assert plan.threads_per_worker == 2  # 2 ranks on the fullest host, 4 cores each
+    rank2 = BACKENDS.get("torch-ddp").cluster_env(
+        plan.layout.processes[2], plan.layout, plan.addresses, cfg
+    )
+    assert rank2["MASTER_ADDR"] == "10.0.0.1" and rank2["LOCAL_RANK"] == "0"
+
+
+def test_horovodrun_takes_the_same_host_list_and_interface(tmp_path):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("10.0.0.1 slots=1\n10.0.0.2 slots=1\n")
+    cfg = RunConfig.make(
+        backend="horovod-torch",
+        workers=2,
+        launcher="horovodrun",
+        hostfile=str(hostfile),
+        interface="dls0",
+    )
+    (entry,) = HorovodrunLauncher().plan(cfg, SPEC, "/venv/bin/python", ports=(1,), cores=2).entries
+    argv = list(entry.argv)
+    assert argv[argv.index("-H") + 1] == "10.0.0.1:1,10.0.0.2:1"
+    assert argv[argv.index("--network-interface") + 1] == "dls0"
+
+
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        ({"hosts": "10.0.0.1:1,10.0.0.2:2"}, r"offer 3 slots .* the run has 4 processes"),
+        ({"hosts": "10.0.0.1:4", "hostfile": "/x"}, "hosts or hostfile, not both"),
+        ({"interface": "eth0"}, "give hosts or hostfile too"),
+        ({"hosts": "no-such-host.invalid:4"}, "no-such-host.invalid does not resolve here"),
+    ],
+)
+def test_a_placement_that_cannot_be_is_refused_before_anything_starts(options, said):
+    cfg = RunConfig.make(backend="torch-ddp", workers=4, launcher="mpirun", **options)
+    with pytest.raises(UserError, match=said):
+        MpirunLauncher().plan(cfg, SPEC, "/py", ports=(1,), cores=2)
+
+
+def test_the_resource_guard_leaves_ranks_on_other_hosts_alone():
+    spec = LAUNCHERS.get("mpirun")
+    assert spec.on_this_machine({}) and spec.on_this_machine({"hosts": ""})
+    assert not spec.on_this_machine({"hosts": TWO_HOSTS})
+    assert not spec.on_this_machine({"hostfile": "/etc/cluster"})
+    assert not LAUNCHERS.get("slurm").on_this_machine({})
+
+
+def test_a_rank_started_on_another_host_than_planned_ends_at_once_naming_both():
+    check_placement(0, ("127.0.0.1", "10.0.0.2"))  # the loopback is every host's
+    with pytest.raises(
+        UserError, match=rf"rank 1 was planned on 192\.0\.2\.77 .* {socket.gethostname()}"
+    ):
+        check_placement(1, ("127.0.0.1", "192.0.2.77"))  # TEST-NET-1: no machine has it
+
+
+def test_a_rank_that_died_on_another_host_is_named_with_its_host_and_role(tmp_path):
+    for rank, (host, role) in enumerate([(socket.gethostname(), "ps"), ("dlsnode2", "worker")]):
+        writer = EventWriter(events_path(tmp_path, rank), rank)
+        writer.host = host
+        writer.write(Start(pid=1, world_size=2, role=role))
+        writer.close()
+    entry = PlanEntry(
+        ranks=range(2), argv=("x",), env={}, stdout=tmp_path / "o", stderr=tmp_path / "e"
+    )
+    assert failed_rank(entry, -9, tmp_path, 1) == (
+        1,
+        "rank 1 (command of ranks [0, 1]) was killed by SIGKILL (role worker, on host dlsnode2)",
+    )
+    assert failed_rank(entry, 1, tmp_path, 0)[1].endswith("exited with code 1 (role ps)")
