@@ -61,6 +61,7 @@ CASES = {
     "torch-ddp": ("torch-ddp", ()),
     "torch-ring": ("torch-ring", ()),
     "torch-ps": ("torch-ps", ()),
+    "torch-fsdp": ("torch-fsdp", ()),
     "horovod-torch": ("horovod-torch", ()),
     "horovod-tf": ("horovod-tf", ()),
     "horovod-keras": ("horovod-keras", ()),

@@ -147,3 +147,31 @@ def test_a_rank_that_died_on_another_host_is_named_with_its_host_and_role(tmp_pa
         "rank 1 (command of ranks [0, 1]) was killed by SIGKILL (role worker, on host dlsnode2)",
     )
     assert failed_rank(entry, 1, tmp_path, 0)[1].endswith("exited with code 1 (role ps)")
+
+
+def test_where_the_processes_ran_lists_runs_on_other_hosts_with_their_names_escaped():
+    """ls runs and the report list only runs that left this machine; a host name is data
+    (an event file's text) and reaches the HTML escaped."""
+    from dlscale.report.html import _placement
+    from dlscale.report.placement import placements
+
+    here = socket.gethostname()
+    rows = [
+        {"run_id": "here", "layout": [{"role": "worker", "rank": 0, "host": here}]},
+        {"run_id": "old", "layout": [{"role": "worker", "rank": 0}]},  # stored before hosts
+        {
+            "run_id": "spread",
+            "layout": [
+                {"role": "worker", "rank": 0, "host": here},
+                {"role": "worker", "rank": 1, "host": here},
+                {"role": "ps", "rank": 2, "host": "<script>alert(1)</script>"},
+            ],
+        },
+    ]
+    assert placements(rows) == [
+        ("spread", here, "worker 0, worker 1"),
+        ("", "<script>alert(1)</script>", "ps 2"),
+    ]
+    html = _placement(rows)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
+    assert _placement(rows[:2]) == ""

@@ -182,25 +182,19 @@ def _launchers() -> Table:
 
 
 def _placement(stored: list[Any]) -> Table | None:
-    """Where the processes of each run ran, for runs not all on this machine (a host list,
-    Slurm nodes, emulated hosts); ``None`` when every run stayed here."""
-    import socket
+    """Where the processes of each run ran, for runs not all on this machine; ``None`` when
+    every run stayed here."""
+    from dlscale.report.placement import TITLE, placements
 
-    here = socket.gethostname()
-    table = Table(title="where the processes ran (runs on other hosts)")
+    lines = placements(result.document() for result in stored)
+    if not lines:
+        return None
+    table = Table(title=TITLE)
     for column in ("run", "host", "processes"):
         table.add_column(column)
-    for result in stored:
-        by_host: dict[str, list[str]] = {}
-        for process in result.layout or ():
-            host = str(process.get("host") or "?")
-            by_host.setdefault(host, []).append(f"{process.get('role')} {process.get('rank')}")
-        if set(by_host) <= {here, "?"}:
-            continue
-        for index, (host, processes) in enumerate(by_host.items()):
-            run = result.run_id if index == 0 else ""
-            table.add_row(*map(markup, (run, host, ", ".join(processes))))
-    return table if table.row_count else None
+    for line in lines:  # stored text (host names from the events): each cell literal
+        table.add_row(*map(markup, line))
+    return table
 
 
 def _runs(results: str) -> list[Table]:

@@ -148,6 +148,23 @@ def _failures(rows: list[Row]) -> str:
     )
 
 
+def _placement(rows: list[Row]) -> str:
+    """Which host ran which processes, for runs not all on the machine writing the report."""
+    from dlscale.report.placement import TITLE, placements
+
+    lines = placements(rows)
+    if not lines:
+        return ""
+    items = "".join(
+        f"<tr><td><code>{_e(run)}</code></td><td>{_e(host)}</td><td>{_e(processes)}</td></tr>"
+        for run, host, processes in lines
+    )
+    return (
+        f"<h3>{_e(TITLE[0].upper() + TITLE[1:])}</h3><table><tr><th>run</th><th>host</th>"
+        f"<th>processes</th></tr>{items}</table>"
+    )
+
+
 def _input(rows: list[Row]) -> str:
     """The input pipeline's findings (data read from disk), one line per training point."""
     from dlscale.metrics.input_bound import input_findings
@@ -291,6 +308,7 @@ def build_html(
         parts.append(runs_table(study_rows))
         parts.append(claims_section((claims or {}).get(name, ()), study_rows))
         parts.append(_failures(study_rows))
+        parts.append(_placement(study_rows))
         parts.append(_input(study_rows))
         parts.append(traces(study_rows, results_href))
         for figure in study_figures(study_rows):
