@@ -82,6 +82,11 @@ TWO = "dlsnode1:1,dlsnode2:1"
 APART = "dlsnode1:3,dlsnode2:1"  # the workers (and a chief, a scheduler) on one, a server alone
 CASES = {  # (backend, launcher, hosts)
     "torch-ddp-mpirun": ("torch-ddp", "mpirun", TWO),
+    "torch-ring-mpirun": ("torch-ring", "mpirun", TWO),
+    "torch-fsdp-horovodrun": ("torch-fsdp", "horovodrun", TWO),
+    "horovod-tf-horovodrun": ("horovod-tf", "horovodrun", TWO),
+    "horovod-keras-mpirun": ("horovod-keras", "mpirun", TWO),
+    "keras-fit-mpirun": ("keras-fit", "mpirun", TWO),
     "horovod-torch-mpirun": ("horovod-torch", "mpirun", TWO),
     "horovod-torch-horovodrun": ("horovod-torch", "horovodrun", TWO),
     "horovod-mxnet-horovodrun": ("horovod-mxnet", "horovodrun", TWO),
