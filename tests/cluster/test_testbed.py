@@ -50,3 +50,25 @@ def test_a_test_bed_whose_owner_was_killed_goes_with_the_next_start(tmp_path: Pa
     assert not _nothing_left()
     gone = subprocess.run(["ssh", "dlsnode1", "true"], capture_output=True, text=True, timeout=30)
     assert gone.returncode != 0
+
+
+@pytest.mark.parametrize("name", ["a b", "a\nHost *\n ProxyCommand x", "a'b", "a#b"])
+def test_a_directory_that_would_change_sshs_settings_is_refused(tmp_path, name):
+    """DIR is written into sshd_config, ssh_config.d and /etc/hosts: a space, a quote, a '#' or
+    a line break there would add settings or names of the caller's choosing."""
+    done = _hosts("start", str(tmp_path / name), "--hosts", "1")
+    assert done.returncode == 2 and "letters, digits and '._+-/' only" in done.stderr
+    assert not (tmp_path / name).exists() and not _nothing_left()
+
+
+def test_a_planted_link_in_the_directory_is_refused_and_its_target_kept(tmp_path):
+    """As root, writing DIR/hostfile through a link planted there would empty any file."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    bed = tmp_path / "bed"
+    bed.mkdir()
+    (bed / "hostfile").symlink_to(victim)
+    done = _hosts("start", str(bed), "--hosts", "1")
+    assert done.returncode == 2 and "is a symbolic link" in done.stderr, done.stderr
+    assert victim.read_text() == "precious\n"
+    assert not _nothing_left()

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.files import make_directory, refuse_link, write_atomic
 from dlscale.launchers.network import NETNS_ETC, Link, run_ip, shaping
 from dlscale.runtime.procfs import is_alive, process_start
 
@@ -52,6 +53,7 @@ HOSTS_FILE = Path("/etc/hosts")
 BEGIN, END = "# begin dlscale emulated hosts", "# end dlscale emulated hosts"
 START_TIMEOUT_S = 20.0
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+_PATH = re.compile(r"^[A-Za-z0-9._+/-]+$")
 
 
 def host_address(index: int) -> str:
@@ -113,6 +115,12 @@ def plan(
         )
     if link:
         Link.parse(link)
+    if not _PATH.match(str(directory.absolute())):
+        raise UserError(
+            f"{str(directory)!r}: give the test bed a directory path of letters, digits and "
+            "'._+-/' only: it is written into sshd's and ssh's settings and /etc/hosts, where a "
+            "space, a quote or a line break would change them"
+        )
     hosts = tuple(f"{prefix}{k}" for k in range(1, count + 1))
     return Testbed(dir=str(directory.absolute()), hosts=hosts, slots=slots, link=link)
 
@@ -150,9 +158,11 @@ def start(bed: Testbed) -> None:
 
 def _make(bed: Testbed) -> None:
     root = Path(bed.dir)
-    (root / "log").mkdir(parents=True, exist_ok=True)
-    RECORD.write_text(bed.to_json())
-    (root / "hosts.json").write_text(bed.to_json())
+    root.mkdir(parents=True, exist_ok=True)
+    make_directory(root, "the test bed's directory")  # a link or a file there is refused
+    make_directory(root / "log")
+    write_atomic(RECORD, bed.to_json())
+    write_atomic(root / "hosts.json", bed.to_json())
     _make_keys(bed)
     link = Link.parse(bed.link) if bed.link else None
     sw, nic = bed.switch, INTERFACE  # no name holds a space: each command is split on them
@@ -186,11 +196,12 @@ def _make(bed: Testbed) -> None:
             run_ip(shaped)
         etc = NETNS_ETC / ns
         etc.mkdir(parents=True, exist_ok=True)
-        (etc / "hosts").write_text(_hosts_text(bed))
+        make_directory(etc)
+        write_atomic(etc / "hosts", _hosts_text(bed))
     _write_block(_names_block(bed))
     SSH_CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    SSH_CONFIG.write_text(_ssh_config(bed))
-    (root / "hostfile").write_text("".join(f"{h} slots={bed.slots}\n" for h in bed.hosts))
+    write_atomic(SSH_CONFIG, _ssh_config(bed))
+    write_atomic(root / "hostfile", "".join(f"{h} slots={bed.slots}\n" for h in bed.hosts))
     for host in bed.hosts:
         _start_sshd(bed, host)
     for host, address in bed.addresses.items():
@@ -199,17 +210,18 @@ def _make(bed: Testbed) -> None:
 
 def _make_keys(bed: Testbed) -> None:
     keys = bed.ssh_dir
-    keys.mkdir(parents=True, exist_ok=True)
+    make_directory(keys)
     os.chmod(keys, 0o700)
     for name in ("host_ed25519", "id_ed25519"):
         for stale in (keys / name, keys / f"{name}.pub"):
             stale.unlink(missing_ok=True)
         keygen = ("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "dlscale-hosts")
         _run((*keygen, "-f", str(keys / name)))
-    (keys / "authorized_keys").write_text((keys / "id_ed25519.pub").read_text())
+    write_atomic(keys / "authorized_keys", (keys / "id_ed25519.pub").read_text())
     host_key = (keys / "host_ed25519.pub").read_text().split()[:2]
-    (keys / "known_hosts").write_text(
-        "".join(f"{h},{a} {' '.join(host_key)}\n" for h, a in bed.addresses.items())
+    write_atomic(
+        keys / "known_hosts",
+        "".join(f"{h},{a} {' '.join(host_key)}\n" for h, a in bed.addresses.items()),
     )
 
 
@@ -233,6 +245,7 @@ def _write_block(block: str) -> None:
     if kept and not kept.endswith("\n"):
         kept += "\n"
     if kept + block != text:
+        refuse_link(HOSTS_FILE)  # written in place (often a bind mount): never through a link
         with HOSTS_FILE.open("w") as out:
             out.write(kept + block)
 
@@ -256,14 +269,15 @@ def _ssh_config(bed: Testbed) -> str:
 def _start_sshd(bed: Testbed, host: str) -> None:
     root, keys = Path(bed.dir), bed.ssh_dir
     config = root / f"sshd-{host}.conf"
-    config.write_text(
+    write_atomic(
+        config,
         f"ListenAddress {bed.addresses[host]}\n"
         f"HostKey {keys / 'host_ed25519'}\n"
         f"AuthorizedKeysFile {keys / 'authorized_keys'}\n"
         f"PidFile {root / f'sshd-{host}.pid'}\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-        "MaxStartups 200\nMaxSessions 200\nLogLevel ERROR\n"
+        "MaxStartups 200\nMaxSessions 200\nLogLevel ERROR\n",
     )
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     # ip netns exec would mount the namespace's own /sys, without /sys/fs/cgroup (slurmd needs
