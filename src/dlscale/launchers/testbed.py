@@ -262,6 +262,8 @@ def _ssh_config(bed: Testbed) -> str:
         "    StrictHostKeyChecking yes\n"
         "    BatchMode yes\n"
         "    ConnectTimeout 10\n"
+        "    ServerAliveInterval 5\n"  # a host cut off: its ssh session ends in 15 s, not hours
+        "    ServerAliveCountMax 3\n"
         "    LogLevel ERROR\n"
     )
 
@@ -277,7 +279,8 @@ def _start_sshd(bed: Testbed, host: str) -> None:
         f"PidFile {root / f'sshd-{host}.pid'}\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-        "MaxStartups 200\nMaxSessions 200\nLogLevel ERROR\n",
+        "MaxStartups 200\nMaxSessions 200\nLogLevel ERROR\n"
+        "ClientAliveInterval 5\nClientAliveCountMax 3\n",  # and the host's end of it,
     )
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     # ip netns exec would mount the namespace's own /sys, without /sys/fs/cgroup (slurmd needs

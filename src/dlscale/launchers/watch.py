@@ -83,13 +83,17 @@ def watch(
                 ranks = [r for i in live for r in plan.entries[i].ranks]
                 try:
                     rank, why = hung_rank(ranks, plan.layout, run_dir)
+                    where = where_it_ran(read_events(events_path(run_dir, rank)))
                 except Exception as error:  # naming the rank must not lose the run's record
                     rank, why = ranks[0], f"the first still running (no better guess: {error})"
+                    where = ""
+                network = ", or check its host's network" if "on host" in where else ""
                 failed = (
                     rank,
                     (
                         f"timed out after {timeout_s:g} s (rank(s) {ranks} still running); "
-                        f"rank {rank} looks hung: {why}; raise timeout_s if it was only slow"
+                        f"rank {rank}{where} looks hung: {why}; raise timeout_s if it was only "
+                        f"slow{network}"
                     ),
                 )
                 break
@@ -187,7 +191,16 @@ def failed_rank(
         why = f"{what} was killed by {name}"
     else:
         why = f"{what} exited with code {code}"
-    start = next((e for e in events[rank] if e.get("event") == "start"), {})
+    why += where_it_ran(events[rank])
+    if rank not in without_end:
+        why += " after recording the end of its run"
+    return rank, why
+
+
+def where_it_ran(events: list[dict[str, Any]]) -> str:
+    """`` (role ps, on host node2)`` from a rank's ``start`` record: its role unless a plain
+    worker here, its host when not this one; empty when neither needs saying."""
+    start = next((e for e in events if e.get("event") == "start"), {})
     role, host = start.get("role"), start.get("host")
     elsewhere = isinstance(host, str) and host and host != socket.gethostname()
     where = []
@@ -195,11 +208,7 @@ def failed_rank(
         where.append(f"role {role}")
     if elsewhere:  # a rank of a host list, a Slurm node
         where.append(f"on host {host}")
-    if where:
-        why += f" ({', '.join(where)})"
-    if rank not in without_end:
-        why += " after recording the end of its run"
-    return rank, why
+    return f" ({', '.join(where)})" if where else ""
 
 
 def hung_rank(ranks: list[int], layout: ProcessLayout, run_dir: Path) -> tuple[int, str]:
