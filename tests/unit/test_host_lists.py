@@ -12,7 +12,7 @@ from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import UserError
 from dlscale.contract.events import EventWriter, events_path
 from dlscale.contract.launchers import LAUNCHERS
-from dlscale.contract.records import Start
+from dlscale.contract.records import Error, Start
 from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.horovodrun import HorovodrunLauncher
 from dlscale.launchers.host_list import parse_hosts, read_hostfile
@@ -175,3 +175,32 @@ def test_where_the_processes_ran_lists_runs_on_other_hosts_with_their_names_esca
     html = _placement(rows)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>" not in html
     assert _placement(rows[:2]) == ""
+
+
+def test_when_mpirun_lost_a_host_the_rank_that_fell_silent_there_is_blamed(tmp_path):
+    """Seen with a host's link cut mid-run: mpirun's words name no node ("unable to reliably
+    start one or more daemons") and rank 0 records the lost connection; rank 1, on the host
+    that went away, recorded nothing since. It is the one named, with its host."""
+    for rank, host, late in ((1, "dlsnode2", False), (0, socket.gethostname(), True)):
+        writer = EventWriter(events_path(tmp_path, rank), rank)
+        writer.host = host
+        writer.write(Start(pid=1, world_size=2))
+        if late:
+            writer.write(Error(kind="RuntimeError", message="Connection reset by peer"))
+        writer.close()
+    (tmp_path / "launcher.stderr").write_text(
+        "ORTE was unable to reliably start one or more daemons.\nThis usually is caused by:\n"
+    )
+    entry = PlanEntry(
+        ranks=range(2),
+        argv=("x",),
+        env={},
+        stdout=tmp_path / "launcher.stdout",
+        stderr=tmp_path / "launcher.stderr",
+    )
+    assert MpirunLauncher().blame(entry) == 1
+    assert failed_rank(entry, 255, tmp_path, 1)[1] == (
+        "rank 1 (command of ranks [0, 1]) exited with code 255 (role worker, on host dlsnode2)"
+    )
+    (tmp_path / "launcher.stderr").write_text("something else\n")
+    assert MpirunLauncher().blame(entry) is None  # then the events decide, as before

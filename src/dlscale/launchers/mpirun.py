@@ -22,6 +22,9 @@ from dlscale.launchers.one_command import OneCommandLauncher
 class MpirunLauncher(OneCommandLauncher):
     rank_vars = "OMPI_COMM_WORLD_RANK,OMPI_COMM_WORLD_LOCAL_RANK,OMPI_COMM_WORLD_SIZE"
     install = "scripts/install-openmpi.sh (Debian's openmpi-bin)"
+    lost_host = re.compile(  # a host cut off mid-run: mpirun's words do not name it
+        r"unable to reliably start one or more daemons|lost communication with a remote daemon"
+    )
     failed_rank = (
         re.compile(r"Process name: \[\[\d+,\d+\],(\d+)\]"),  # a rank exited non-zero
         re.compile(r"process rank (\d+) with PID \d+ on node \S+ exited on signal"),

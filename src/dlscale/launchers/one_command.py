@@ -27,6 +27,7 @@ from dlscale.launchers.base import (
 )
 from dlscale.launchers.host_list import Placement, interface_env, placement
 from dlscale.launchers.local import on_this_machine
+from dlscale.launchers.watch import quietest_rank
 
 
 class OneCommandLauncher(Launcher):
@@ -37,6 +38,9 @@ class OneCommandLauncher(Launcher):
 
     install: str
     """How to install the tool, for the message when it is missing."""
+    lost_host: re.Pattern[str] | None = None
+    """Where the tool's output says it lost a host (not which rank): the rank to blame is then
+    the one that fell silent first, on that host."""
 
     @abstractmethod
     def tool(
@@ -94,4 +98,6 @@ class OneCommandLauncher(Launcher):
         for pattern in self.failed_rank:
             if found := pattern.search(text):
                 return int(found.group(1))
+        if self.lost_host is not None and self.lost_host.search(text):
+            return quietest_rank(list(entry.ranks), entry.stdout.parent)
         return None

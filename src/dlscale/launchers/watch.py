@@ -197,6 +197,17 @@ def failed_rank(
     return rank, why
 
 
+def quietest_rank(ranks: list[int], run_dir: Path) -> int | None:
+    """Of ``ranks``, the one whose last record is the oldest (a rank with none first): when a
+    launcher lost a host, the ranks there fell silent while the others went on to record the
+    lost connection. ``None`` without ranks."""
+    last = {}
+    for rank in ranks:
+        events = read_events(events_path(run_dir, rank))
+        last[rank] = max((float(e.get("time") or 0.0) for e in events), default=-math.inf)
+    return min(last, key=lambda r: (last[r], r)) if last else None
+
+
 def where_it_ran(events: list[dict[str, Any]]) -> str:
     """`` (role ps, on host node2)`` from a rank's ``start`` record: its role unless a plain
     worker here, its host when not this one; empty when neither needs saying."""
