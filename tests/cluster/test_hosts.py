@@ -16,6 +16,7 @@ import pytest
 
 from dlscale.contract.events import events_path, read_events
 from dlscale.launchers import testbed
+from dlscale.launchers.network import namespaces
 from tests.distributed.processes import kill_rank_and_check_the_run_fails, processes_naming
 
 pytestmark = pytest.mark.dist
@@ -37,7 +38,7 @@ def _hosts(*args: str) -> subprocess.CompletedProcess:
 def _nothing_left() -> list[str]:
     """What a test bed leaves on this machine, if anything: its namespaces, its names in
     /etc/hosts, its ssh settings, its record, its root interface."""
-    left = [n for n in testbed._namespaces() if n.startswith(testbed.PREFIX)]
+    left = [n for n in namespaces() if n.startswith(testbed.PREFIX)]
     if testbed.BEGIN in testbed.HOSTS_FILE.read_text():
         left.append("/etc/hosts block")
     left += [str(p) for p in (testbed.SSH_CONFIG, testbed.RECORD) if p.exists()]

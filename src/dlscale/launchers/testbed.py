@@ -38,7 +38,7 @@ from pathlib import Path
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import make_directory, refuse_link, write_atomic
-from dlscale.launchers.network import NETNS_ETC, Link, run_ip, shaping
+from dlscale.launchers.network import NETNS_ETC, Link, namespaces, run_ip, shaping
 from dlscale.runtime.procfs import is_alive, process_start
 
 SUBNET = "10.98.0"
@@ -311,7 +311,7 @@ def stop(bed: Testbed) -> None:
     """Kill every process in the hosts, delete them, and remove every file made outside
     ``DIR``. Safe on a test bed half made, or already stopped."""
     try:
-        live = set(_namespaces())
+        live = set(namespaces())
     except UserError:
         live = {bed.namespace(h) for h in bed.hosts} | {bed.switch}
     for host in bed.hosts:
@@ -357,7 +357,7 @@ def remove_abandoned() -> None:
         bed = Testbed.read(RECORD)
     except (OSError, ValueError, KeyError, TypeError):
         with contextlib.suppress(UserError):
-            names = [n for n in _namespaces() if n.startswith(PREFIX)]
+            names = [n for n in namespaces() if n.startswith(PREFIX)]
             if names:
                 hosts = tuple(n[len(PREFIX) :] for n in names if n != f"{PREFIX}sw")
                 stop(Testbed(dir="", hosts=hosts, slots=1, link=""))
@@ -372,11 +372,6 @@ def owned_by(bed: Testbed, pid: int) -> Testbed:
     return Testbed(
         bed.dir, bed.hosts, bed.slots, bed.link, {"pid": pid, "start": process_start(pid)}
     )
-
-
-def _namespaces() -> list[str]:
-    text = run_ip(("ip", "-j", "netns", "list"))
-    return [entry["name"] for entry in json.loads(text or "[]")]
 
 
 def _link_exists(name: str) -> bool:
