@@ -21,4 +21,14 @@ def load_results(path: Any = "dlscale-results", *, per: str = "run") -> pd.DataF
     return _load(path, per=per)
 
 
-__all__ = ["__version__", "load_results"]
+def mark_step(samples: int | None = None) -> None:
+    """In your own training script: one training step ended, having trained ``samples``
+    images on this process (``None``: the run's ``batch_size``). ``dlscale run --script``
+    then times these steps instead of the optimizer's; run any other way it does nothing.
+    See :mod:`dlscale.runtime.script_steps`."""
+    from dlscale.runtime.script_steps import mark_step as _mark
+
+    _mark(samples)
+
+
+__all__ = ["__version__", "load_results", "mark_step"]

@@ -69,7 +69,14 @@ def test_the_built_ins_come_through_the_plugin_door():
     from dlscale.contract.launchers import LAUNCHERS
 
     assert LAUNCHERS.names() == ["horovodrun", "local", "mpirun", "slurm", "torchrun"]
-    assert DATASETS.names() == ["cifar10", "digits", "imagenet", "imagenet-subset", "synthetic"]
+    assert DATASETS.names() == [
+        "cifar10",
+        "digits",
+        "imagenet",
+        "imagenet-subset",
+        "own",
+        "synthetic",
+    ]
     assert FRAMEWORKS.names() == ["horovod", "mxnet", "tensorflow", "torch"]
     frameworks = {spec.framework for _, spec in BACKENDS}
     assert frameworks == {"torch", "tensorflow", "mxnet"}  # every backend's is registered

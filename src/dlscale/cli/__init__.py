@@ -75,7 +75,16 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    after = words.index("--") if "--" in words else len(words)
+    args = build_parser().parse_args(words[:after])
+    args.passed_on = words[after + 1 :]  # what follows "--": a script's own arguments
+    if "--" in words and not getattr(args, "script", None):
+        print(
+            "dlscale: error: only dlscale run --script FILE.py takes arguments after --",
+            file=sys.stderr,
+        )
+        return 2
     signal.signal(signal.SIGTERM, _interrupt)
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's choice is kept
         signal.signal(signal.SIGHUP, _interrupt)  # a closed terminal stops it cleanly too

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for flag, key, text in STUDY_FLAGS:
         parser.add_argument(flag, dest=key, metavar=key.upper(), help=text)
+    parser.add_argument(
+        "--script",
+        metavar="FILE.py",
+        help="measure your own training script, unmodified, at each --workers count "
+        "(default 1,2) under --backend torch-script (default) or horovod-script; its own "
+        "arguments follow --",
+    )
     parser.add_argument("--force", action="store_true", help="rerun points that already completed")
     parser.add_argument(
         "--dry-run",
@@ -124,7 +132,15 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     flags, then ``--set``, each overriding the one before."""
     overrides = parse_set(args.overrides)
     chosen = overrides.pop(SCALE, None)
-    if args.study is not None:
+    if args.study is not None and getattr(args, "script", None):
+        raise UserError(
+            "give a study file or --script FILE.py, not both (a study runs a script with "
+            'model = "FILE.py", backend = "torch-script", dataset = "own")'
+        )
+    if getattr(args, "script", None):
+        settings = apply_scale(script_study(args), chosen, origin="--script")
+        name, description = "script", f"your training script {args.script}"
+    elif args.study is not None:
         settings = load_study_file(args.study)
         name = str(settings.pop("name", args.study.stem))
         description = str(settings.pop("description", ""))
@@ -150,6 +166,49 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
             settings[key] = coerce_study(key, text, origin=flag)
     settings.update(overrides)
     return without_unused_options(settings, from_study - set(overrides)), name, description
+
+
+def script_study(args: argparse.Namespace) -> dict[str, Any]:
+    """The study of ``--script FILE.py [-- ARGS]``: the script at 1 and 2 workers (the flags
+    change it), its arguments passed on as given."""
+    import shlex
+
+    script = str(args.script)
+    if not script.endswith(".py"):
+        raise UserError(f"--script takes a Python file (FILE.py), got {script!r}")
+    passed_on = getattr(args, "passed_on", [])
+    batch = script_batch_size(passed_on)
+    if batch is None and args.batch_size is None:  # dlscale's own flag is applied after this
+        raise UserError(
+            f"cannot tell how many images one process of {script} trains per step: pass the "
+            "script its --batch-size N after --, or give dlscale --batch-size N"
+        )
+    return {
+        "backend": "torch-script",
+        "model": script,
+        "dataset": "own",
+        "workers": [1, 2],
+        "batch_size": batch or 1,
+        "script_args": shlex.join(passed_on),
+    }
+
+
+_BATCH_FLAG = re.compile(r"^(--batch[-_]size|-b)(=(?P<value>.*))?$")
+
+
+def script_batch_size(args: list[str]) -> int | None:
+    """The script's ``--batch-size N`` (or ``--batch_size``, ``-b``, ``=N``): the images one
+    process trains per step, as a script with a DistributedSampler takes it; ``None`` if
+    absent."""
+    for index, arg in enumerate(args):
+        if match := _BATCH_FLAG.match(arg):
+            text = match["value"]
+            if text is None:
+                text = args[index + 1] if index + 1 < len(args) else ""
+            if not text.isdigit() or int(text) < 1:
+                raise UserError(f"the script's {match[1]} {text!r} is not a positive integer")
+            return int(text)
+    return None
 
 
 def study_from(args: argparse.Namespace) -> Study:

@@ -93,6 +93,10 @@ class BackendSpec:
     number of CUDA devices the framework sees (so ``--device cuda`` without a GPU is refused
     before anything starts); ``None``: not checked."""
 
+    runs_scripts: bool = False
+    """It runs the user's training script (``model = "FILE.py"``, ``dataset = "own"``) and
+    measures it from its optimizer steps, instead of building a model itself."""
+
     def port_count(self, config: RunConfig) -> int:
         """How many ports a run of ``config`` needs."""
         return self.ports(config) if callable(self.ports) else self.ports

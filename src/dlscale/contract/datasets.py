@@ -36,6 +36,9 @@ class DatasetSpec:
 
     options: tuple[Option, ...] = ()
     """The data set's own settings (study keys)."""
+    script_data: bool = False
+    """The data a training script reads itself (``own``): the only data set of a script
+    backend's points, and none of any other's."""
     loader_processes: str | None = None
     """The option whose value is how many processes each training process starts to load
     data (the resource guard counts them); ``None``: none."""

@@ -32,6 +32,10 @@ class ModelSpec:
     """The dropout probability the model trains with (``None``: it has no dropout); a run's
     ``dropout`` key sets another, which every framework's builder takes as ``dropout=``."""
 
+    builtin: bool = True
+    """Registered by dlscale or a plug-in; ``False``: the user's own
+    (:mod:`dlscale.contract.user_models`), whose classes are found from its output."""
+
     def build(
         self, num_classes: int, framework: str = "torch", dropout: float | None = None
     ) -> Any:
@@ -53,7 +57,13 @@ def register_builder(model: str, framework: str, reference: str) -> None:
     builders[framework] = reference
 
 
-MODELS: Registry[ModelSpec] = Registry("model")
+MODELS: Registry[ModelSpec] = Registry(
+    "model",
+    resolve="dlscale.contract.user_models:resolve_or_none",
+    own="MODULE:FUNCTION, FILE.py:FUNCTION, or --script FILE.py",
+)
+"""The built-in models and the plug-ins'; any other name is looked up as the user's own
+(``MODULE:FUNCTION``, ``FILE.py:FUNCTION``, a script ``FILE.py``: :mod:`.user_models`)."""
 PARAMS_FILE = "final_params.npz"
 """A run's trained parameters as numpy arrays under PyTorch's state-dict keys and layouts
 (TensorFlow and MXNet runs; torch runs save ``final_params.pt``)."""

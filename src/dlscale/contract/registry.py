@@ -19,9 +19,15 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Named entries of one kind; a failed lookup lists the names that exist."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, resolve: str | None = None, own: str = "") -> None:
         self.kind = kind
+        self._own = own
+        """How a name of the user's own is written (said when a name is unknown)."""
         self._entries: dict[str, T] = {}
+        self._resolve = resolve
+        """``module:function(name) -> entry | None``: an entry for a name nobody registered
+        (a model of the user's own, ``dlscale.contract.user_models``); imported when asked."""
+        self._resolved: dict[str, T] = {}
 
     def register(self, name: str, entry: T) -> T:
         if name in self._entries:
@@ -34,10 +40,18 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
+            if self._resolve is not None:
+                if name not in self._resolved:
+                    entry = load_object(self._resolve)(name)
+                    if entry is not None:
+                        self._resolved[name] = entry
+                if name in self._resolved:
+                    return self._resolved[name]
             if not self._entries:
                 raise self._none_registered(f", so {name!r} cannot be found") from None
+            own = f", or your own ({self._own})" if self._own else ""
             raise UserError(
-                f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}{own}"
             ) from None
 
     def names(self) -> list[str]:

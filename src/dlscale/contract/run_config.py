@@ -20,16 +20,18 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from dlscale.contract.backends import BACKENDS
+from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import ProcessLayout
-from dlscale.contract.models import MODELS
+from dlscale.contract.models import MODELS, ModelSpec
 from dlscale.contract.options import Option, resolve, typed
+from dlscale.contract.user_models import ScriptModelSpec
 
 T = TypeVar("T")
 
@@ -190,7 +192,9 @@ class RunConfig:
             raise UserError(f"options must be a mapping, got {self.options!r}")
         given = {k: v for k, v in self.options.items() if not _ignorable(k, v, self)}
         object.__setattr__(self, "options", resolve(self._option_owners(), given))
-        if backend.framework not in model.builders:
+        if _checks_scripts(self, backend, model):
+            pass
+        elif backend.framework not in model.builders:
             raise UnsupportedPoint(
                 f"model {self.model} has no {backend.framework} implementation "
                 f"(it has: {', '.join(model.builders)}); backend {self.backend} needs one"
@@ -294,6 +298,9 @@ class RunConfig:
         for key, default in _LATER_KEYS.items():
             if data[key] == default:
                 data.pop(key)
+        source = getattr(MODELS.get(self.model), "source_sha256", None)
+        if source is not None:  # the user's own model or script: an edited one is a new point
+            data["model_sha256"] = source
         for kind, (_, declared) in self._option_owners().items():
             group = data["options"][kind]
             resolved = dict(group)  # each option judged on every resolved value, none popped
@@ -305,7 +312,8 @@ class RunConfig:
     def run_id(self) -> str:
         """Readable, stable id: the same resolved point always gets the same id."""
         digest = hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()
-        return f"{self.model}-{self.backend}-{self.dataset}-w{self.workers}-{digest[:10]}"
+        model = re.sub(r"[^A-Za-z0-9_.-]", "_", self.model.rpartition("/")[2])
+        return f"{model}-{self.backend}-{self.dataset}-w{self.workers}-{digest[:10]}"
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -359,6 +367,33 @@ def _ignorable(key: str, value: Any, config: RunConfig) -> bool:
         return all(option.parse(value) == option.default for _, option in declarations)
     except UserError:
         return False
+
+
+def _checks_scripts(config: RunConfig, backend: BackendSpec, model: ModelSpec) -> bool:
+    """Whether the point runs a training script; a script runs only under a script backend,
+    on its own data, and a script backend runs nothing else."""
+    script = isinstance(model, ScriptModelSpec)
+    if backend.runs_scripts != script:
+        if script:
+            raise UnsupportedPoint(
+                f"{config.model} is a training script: run it with a script backend "
+                "(dlscale run --script FILE.py; --backend torch-script or horovod-script)"
+            )
+        raise UnsupportedPoint(
+            f"backend {config.backend} runs training scripts (dlscale run --script FILE.py), "
+            f"not model {config.model}"
+        )
+    if script and config.scaling == "strong":
+        raise UserError(
+            "a training script's batch is its own (batch_size: what one process trains a "
+            "step), so it scales weakly only; drop scaling = strong"
+        )
+    if script != DATASETS.get(config.dataset).script_data:
+        raise UserError(
+            "a training script reads its own data (dataset own), and only a script does "
+            f"(model {config.model}, dataset {config.dataset})"
+        )
+    return script
 
 
 def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:

@@ -4,7 +4,10 @@ outside plug-in uses."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from dlscale.contract.datasets import DATASETS, DatasetSpec
+from dlscale.contract.errors import UserError
 from dlscale.contract.options import declared
 from dlscale.datasets.options import ImageOptions, ImageSubsetOptions, SyntheticOptions
 
@@ -18,6 +21,19 @@ DATASETS.register(
         has_eval=False,
         num_classes=None,
         options=declared(SyntheticOptions),
+    ),
+)
+DATASETS.register(
+    "own",
+    DatasetSpec(
+        name="own",
+        description="what a training script reads itself (dlscale run --script): dlscale "
+        "loads nothing",
+        loader="dlscale.datasets.plugin:no_loader",
+        needs_data_dir=False,
+        has_eval=False,
+        num_classes=None,
+        script_data=True,
     ),
 )
 DATASETS.register(
@@ -75,3 +91,9 @@ DATASETS.register(
         num_classes=10,
     ),
 )
+
+
+def no_loader(*args: Any, **kwargs: Any) -> Any:
+    """Data set ``own`` has no loader: its points are scripts, which read their own data
+    (``RunConfig`` gives it to no other point)."""
+    raise UserError("dataset own is read by the training script itself; dlscale loads none")

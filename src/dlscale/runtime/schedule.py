@@ -174,7 +174,7 @@ class _WindowTimer:
                 loss_nonfinite=not finite,
                 step_losses=step_losses,
                 bytes_sent=engine.take_bytes_sent(),
-                **_load_fields(before, after),
+                **load_fields(before, after),
                 **fields,
             )
         )
@@ -219,7 +219,7 @@ def _no_sync(engine: Engine) -> contextlib.AbstractContextManager[Any]:
     return context
 
 
-def _load_fields(before: LoadSample, after: LoadSample) -> dict[str, Any]:
+def load_fields(before: LoadSample, after: LoadSample) -> dict[str, Any]:
     """A window's load counters from the samples around it (``None`` where not read)."""
     fields: dict[str, Any] = {"minor_faults": after.minor_faults - before.minor_faults}
     if (

@@ -17,6 +17,7 @@ from dlscale.frameworks.horovod.declare import (
 from dlscale.frameworks.mxnet import plugin as mxnet_plugin
 from dlscale.frameworks.tensorflow import declare as tfd
 from dlscale.frameworks.tensorflow import plugin as tensorflow_plugin
+from dlscale.frameworks.torch import plugin as torch_plugin
 from dlscale.frameworks.torch.options import TORCH_LOOP_OPTIONS
 from dlscale.frameworks.torch.plugin import DEVICE_PROBE
 
@@ -40,6 +41,20 @@ BACKENDS.register(
         cluster_env=horovod_cluster_env,
         ports=1,
         device_probe=DEVICE_PROBE,
+    ),
+)
+BACKENDS.register(
+    "horovod-script",
+    BackendSpec(
+        name="horovod-script",
+        description="your own Horovod PyTorch training script, unmodified, with Horovod's "
+        "variables (as horovodrun sets them); measured from its optimizer steps",
+        worker="dlscale.frameworks.horovod.script:run",
+        install="make horovod",
+        requires=("horovod",),
+        installed="dlscale.frameworks.horovod.declare:horovod_build",
+        cluster_env=horovod_cluster_env,
+        **torch_plugin.SCRIPT_COMMON,
     ),
 )
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.engine import Engine, SyncStrategy
+from dlscale.contract.errors import UserError
 from dlscale.contract.models import MODELS
 from dlscale.contract.records import Strategy
 from dlscale.contract.run_config import RunConfig
@@ -146,10 +147,42 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
     the data set's classes (the model's default for synthetic data)."""
     spec = MODELS.get(cfg.model)
     torch.manual_seed(cfg.seed)
-    model: torch.nn.Module = spec.build(
+    model = spec.build(
         DATASETS.get(cfg.dataset).num_classes or spec.default_classes, "torch", cfg.dropout
     )
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(f"model {cfg.model} returned {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def output_classes(cfg: RunConfig, model: torch.nn.Module) -> int:
+    """The classes a user's model predicts: the width of its output for one image of the
+    run's size (eval mode, no gradient); the data set's classes must be as many."""
+    size = cfg.image_size or MODELS.get(cfg.model).input_size
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(2, 3, size, size))
+    except Exception as error:
+        raise UserError(
+            f"model {cfg.model} cannot take a batch of 3x{size}x{size} images "
+            f"({type(error).__name__}: {error}); set image_size to its input size"
+        ) from None
+    finally:
+        model.train(was_training)
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 2:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise UserError(
+            f"model {cfg.model} gives {shape} for 2 images; a classifier gives (2, classes)"
+        )
+    classes = int(out.shape[1])
+    wanted = DATASETS.get(cfg.dataset).num_classes
+    if wanted is not None and wanted != classes:
+        raise UserError(
+            f"model {cfg.model} predicts {classes} classes; data set {cfg.dataset} has {wanted}"
+        )
+    return classes
 
 
 def gradient_bytes(model: torch.nn.Module) -> int:
@@ -180,8 +213,6 @@ def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
 
 def _device(name: str, local_rank: int) -> torch.device:
     if name == "cuda":
-        from dlscale.contract.errors import UserError
-
         if not torch.cuda.is_available():
             raise UserError("device cuda requested but torch sees no CUDA GPU; use --device cpu")
         from dlscale.runtime.gpus import gpu_index
@@ -201,13 +232,14 @@ class TorchEngine(Engine):
         self.resumable = strategy.resumable
         model_spec = MODELS.get(cfg.model)
         dataset = DATASETS.get(cfg.dataset)
+        built = None if model_spec.builtin else build_model(cfg)  # the user's: its classes
         loaded = dataset.load(
             cfg,
             shard=ctx.layout.first_replica(ctx.rank),
             shards=cfg.workers,  # servers hold no data
             replicas=ctx.process.replicas,
             input_size=cfg.image_size or model_spec.input_size,
-            num_classes=model_spec.default_classes,
+            num_classes=model_spec.default_classes if built is None else output_classes(cfg, built),
         )
         self.data: TorchDataset = to_torch(loaded, device)
         self.steps_per_epoch = self.data.steps_per_epoch
@@ -216,7 +248,7 @@ class TorchEngine(Engine):
         self.memory_format = (
             torch.channels_last if options.channels_last else torch.contiguous_format
         )
-        model = build_model(cfg).to(device)
+        model = (built if built is not None else build_model(cfg)).to(device)
         # Module.to accepts memory_format at run time; its type stubs do not list it.
         model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]
         self.model = strategy.wrap(model, device)

@@ -3,6 +3,8 @@ backends and the PyTorch builder of every built-in model. Importing it imports n
 
 from __future__ import annotations
 
+from typing import Any
+
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.contract.models import register_builder
@@ -12,6 +14,7 @@ from dlscale.frameworks.torch.options import (
     FSDP_OPTIONS,
     PS_OPTIONS,
     RING_OPTIONS,
+    SCRIPT_OPTIONS,
     TORCH_LOOP_OPTIONS,
     ddp_roles,
     ps_roles,
@@ -113,6 +116,28 @@ BACKENDS.register(
         cluster_env=torch_cluster_env,
         ports=1,
         device_probe=DEVICE_PROBE,
+    ),
+)
+SCRIPT_COMMON: dict[str, Any] = {
+    "framework": "torch",
+    "options": SCRIPT_OPTIONS,
+    "ports": 1,
+    "runs_scripts": True,
+    "loader_only": False,
+    "device_probe": DEVICE_PROBE,
+}
+"""What every backend running a user's PyTorch script declares (torch-script, and
+horovod-script in Horovod's folder)."""
+BACKENDS.register(
+    "torch-script",
+    BackendSpec(
+        name="torch-script",
+        description="your own PyTorch training script (DDP or none), unmodified, with "
+        "torchrun's variables; measured from its optimizer steps (dlscale run --script)",
+        worker="dlscale.frameworks.torch.script:run",
+        install=INSTALL,
+        cluster_env=torch_cluster_env,
+        **SCRIPT_COMMON,
     ),
 )
 

@@ -1,0 +1,150 @@
+"""Windows of a training script's steps, from the marks its steps leave (no framework here).
+
+A script's loop is its own, so dlscale cannot time a step from its start; it is told when each
+step *ends*: by the framework's hook on every optimizer step (the script backend installs it),
+or by the script itself through :func:`dlscale.mark_step`, which turns the hook off. **A step's
+time** (ms) is the time from the end of the step before it to its end: it covers everything the
+loop does once per step (fetching the batch, forward, backward, the gradients' exchange, the
+update, the script's own logging), so the first step is never timed.
+
+* the first ``warmup_steps`` steps (at least one) are not timed; then ``windows`` windows of
+  ``steps`` steps are, each a ``Window`` record as the kernel writes
+  (:mod:`dlscale.runtime.schedule`), with the noise guard's counters around it;
+* a window's images are the sum of its steps' samples: ``mark_step(samples)``'s, else the
+  run's ``batch_size`` (``dlscale run --script`` takes it from the script's ``--batch-size``);
+* once the last window is written the script is stopped (:class:`MeasuredEnough`, raised from
+  the step that ended it, on every rank at the same step), unless it is to run to its end.
+
+Input time, losses and bytes sent are not known from outside the loop: they stay ``None``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from dlscale.contract.errors import UserError
+from dlscale.contract.records import Window
+from dlscale.runtime.load import LoadSample, sample
+from dlscale.runtime.watchdog import local_parent
+
+if TYPE_CHECKING:
+    from dlscale.runtime.context import WorkerContext
+
+_current: StepRecorder | None = None
+
+
+class MeasuredEnough(BaseException):
+    """Raised from the step that ended the last window: the script has been measured. A
+    ``BaseException``, so a script's ``except Exception`` does not swallow it."""
+
+
+def mark_step(samples: int | None = None) -> None:
+    """Say that one training step ended, having trained ``samples`` images on this process
+    (``None``: the run's samples per step). Under ``dlscale run --script`` the optimizer steps
+    are no longer counted once a script calls this; anywhere else it does nothing."""
+    if _current is not None:
+        _current.marked(samples)
+
+
+class StepRecorder:
+    """The windows of one training process of a script."""
+
+    def __init__(self, ctx: WorkerContext, samples_per_step: int, run_to_end: bool):
+        cfg = ctx.config
+        self.ctx = ctx
+        self.samples_per_step = samples_per_step
+        self.run_to_end = run_to_end
+        self.warmup = max(cfg.warmup_steps, 1)
+        self.steps, self.windows = cfg.steps, cfg.windows
+        first = ctx.rank == ctx.layout.training_ranks[0]
+        self.root = local_parent() if first else None
+        self.by_optimizer = True
+        self._restart()
+
+    def _restart(self) -> None:
+        self.count = 0
+        self.written = 0
+        self.last = 0.0
+        self.step_ms: list[float] = []
+        self.samples = 0
+        self.before: LoadSample | None = None
+
+    def install(self) -> None:
+        global _current
+        _current = self
+
+    def uninstall(self) -> None:
+        global _current
+        _current = None
+
+    def marked(self, samples: int | None) -> None:
+        """A step ended by the script's own ``mark_step``: from the first, only these count
+        (the optimizer steps counted so far are forgotten, warm-up and all)."""
+        if self.by_optimizer:
+            self.by_optimizer = False
+            self._restart()
+        self.step(samples)
+
+    def optimizer_stepped(self) -> None:
+        if self.by_optimizer:
+            self.step(None)
+
+    def step(self, samples: int | None) -> None:
+        now = time.perf_counter()
+        if self.written == self.windows:
+            return  # measured; the script runs on to its end
+        self.count += 1
+        if self.count > self.warmup:
+            self.step_ms.append((now - self.last) * 1e3)
+            self.samples += self._samples(samples)
+            if len(self.step_ms) == self.steps:
+                self._write(now)
+        if self.count >= self.warmup and not self.step_ms:
+            self.before = sample(self.root)  # a window starts here
+            now = time.perf_counter()  # the counters are read outside the timed steps
+        self.last = now
+
+    def _samples(self, samples: int | None) -> int:
+        value = samples if samples is not None else self.samples_per_step
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"dlscale.mark_step takes a positive number of samples, got {value!r}")
+        return value
+
+    def _write(self, now: float) -> None:
+        from dlscale.runtime.schedule import load_fields
+
+        assert self.before is not None
+        after = sample(self.root)
+        self.ctx.events.write(
+            Window(
+                index=self.written,
+                steps=len(self.step_ms),
+                samples=self.samples,
+                duration_s=sum(self.step_ms) / 1e3,
+                step_ms=self.step_ms,
+                loss_sum=None,
+                loss_count=0,
+                **load_fields(self.before, after),
+            )
+        )
+        self.written += 1
+        self.step_ms, self.samples = [], 0
+        if self.written == self.windows and not self.run_to_end:
+            raise MeasuredEnough
+
+    def finish(self, script: str) -> None:
+        """After the script ended: one window at least, else a line saying why."""
+        if self.written == 0:
+            seen = "optimizer steps" if self.by_optimizer else "dlscale.mark_step calls"
+            raise UserError(
+                f"{script} ended after {self.count} {seen}; measuring needs "
+                f"{self.warmup} untimed and {self.steps} timed (warmup_steps, steps): train "
+                "longer, or lower --steps and --warmup-steps"
+                + (
+                    " (a script whose loop calls no torch.optim optimizer can mark its steps "
+                    "with dlscale.mark_step(samples))"
+                    if self.count == 0
+                    else ""
+                )
+            )
