@@ -20,7 +20,7 @@ SHORT = ["--warmup-steps", "1", "--steps", "3", "--windows", "2"]
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     """A user's directory: their scripts and models beside them, results under it."""
-    for name in ("ddp_train.py", "horovod_train.py", "mymodels.py"):
+    for name in ("ddp_train.py", "horovod_train.py", "keras_mwms_train.py", "mymodels.py"):
         shutil.copy(SCRIPTS / name, tmp_path / name)
     return tmp_path
 
@@ -94,7 +94,7 @@ def test_a_script_runs_to_its_end_when_asked(work: Path, cli):
 
 def test_an_unmodified_horovod_script(work: Path, cli):
     run = cli(
-        "run", "--script", "horovod_train.py", "--backend", "horovod-script",
+        "run", "--script", "horovod_train.py",  # horovod-script: it imports Horovod
         "--workers", "1,2", *SHORT, "--json", "--", "--epochs", "2", "--batch-size", "16",
         cwd=work,
     )  # fmt: skip
@@ -102,6 +102,27 @@ def test_an_unmodified_horovod_script(work: Path, cli):
     rows = {row["workers"]: row for row in _rows(run.stdout)}
     assert rows[2]["status"] == "completed" and rows[2]["speedup"] > 0
     assert rows[2]["backend"] == "horovod-script"
+
+
+def test_an_unmodified_keras_fit_script_under_mwms(work: Path, cli):
+    """Keras fit under MultiWorkerMirroredStrategy, TF_CONFIG set by dlscale, each batch's
+    end a step; the script's global batch is its per-worker --batch-size x workers."""
+    run = cli(
+        "run", "--script", "keras_mwms_train.py",  # tf-script: it imports TensorFlow
+        "--workers", "1,2", *SHORT, "--json",
+        "--", "--epochs", "2", "--batch-size", "16", "--steps-per-epoch", "10",
+        cwd=work, timeout=400,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    rows = {row["workers"]: row for row in _rows(run.stdout)}
+    assert {r["backend"] for r in rows.values()} == {"tf-script"}
+    assert rows[2]["status"] == "completed" and rows[2]["speedup"] > 0
+    run_dir = next((work / "dlscale-results").glob("keras_mwms_train.py-tf-script-own-w2-*"))
+    for rank in (0, 1):
+        windows = [
+            e for e in read_events(run_dir / f"events.rank{rank}.jsonl") if e["event"] == "window"
+        ]
+        assert [(w["steps"], w["samples"]) for w in windows] == [(3, 48), (3, 48)]
 
 
 def test_a_model_from_the_users_module_on_ddp_and_horovod(work: Path, cli):

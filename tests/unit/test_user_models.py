@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.cli.run import script_batch_size
+from dlscale.cli.run import script_backend, script_batch_size
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.events import EventWriter, read_records
 from dlscale.contract.layout import Addresses
@@ -169,9 +169,9 @@ def _windows(tmp_path: Path, recorder: StepRecorder) -> list[Window]:
 def test_steps_become_windows_after_the_warmup(tmp_path: Path):
     recorder = _recorder(tmp_path, warmup_steps=2, steps=3, windows=2)
     for _ in range(2 + 3 + 2):
-        recorder.optimizer_stepped()
+        recorder.stepped()
     with pytest.raises(MeasuredEnough):  # the 6th timed step ends the last window
-        recorder.optimizer_stepped()
+        recorder.stepped()
     windows = _windows(tmp_path, recorder)
     assert [(w.index, w.steps, w.samples) for w in windows] == [(0, 3, 24), (1, 3, 24)]
     assert all(len(w.step_ms or []) == 3 for w in windows)
@@ -182,9 +182,9 @@ def test_mark_step_takes_over_from_the_optimizer(tmp_path: Path):
     recorder = _recorder(tmp_path, warmup_steps=1, steps=2, windows=1, run_to_end=True)
     recorder.install()
     try:
-        recorder.optimizer_stepped()  # forgotten once the script marks its own steps
+        recorder.stepped()  # forgotten once the script marks its own steps
         mark_step(5)
-        recorder.optimizer_stepped()  # not counted any more
+        recorder.stepped()  # not counted any more
         mark_step(5)
         mark_step(3)
         mark_step(7)  # measured already: the script runs on to its end
@@ -198,7 +198,7 @@ def test_mark_step_takes_over_from_the_optimizer(tmp_path: Path):
 def test_a_script_that_ends_too_soon_says_so(tmp_path: Path):
     recorder = _recorder(tmp_path, warmup_steps=3, steps=10)
     for _ in range(5):
-        recorder.optimizer_stepped()
+        recorder.stepped()
     with pytest.raises(
         UserError, match=re.escape("train.py ended after 5 optimizer steps; measuring")
     ):
@@ -245,3 +245,22 @@ def test_a_wrapped_optimizers_step_counts_once(tmp_path: Path):
     recorder.ctx.events.close()
     strategy = [r for r in read_records(tmp_path / "events.rank0.jsonl") if r.event == "strategy"]
     assert [(s.gradient_bytes, s.facts["optimizer"]) for s in strategy] == [(8, "SGD")]
+
+
+@pytest.mark.parametrize(
+    ("source", "backend"),
+    [
+        ("import torch\nimport torch.distributed as dist\n", "torch-script"),
+        ("import horovod.torch as hvd\nimport torch\n", "horovod-script"),
+        ("from horovod import torch as hvd\n", "horovod-script"),
+        ("import tensorflow as tf\n", "tf-script"),
+        ("import keras\n", "tf-script"),
+        ("import tensorflow as tf\nimport torch\n", "torch-script"),
+        ("print('no framework')\n", "torch-script"),
+        ("this is not python(\n", "torch-script"),
+    ],
+)
+def test_the_backend_a_scripts_imports_call_for(tmp_path: Path, source: str, backend: str):
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    assert script_backend(script) == backend

@@ -110,8 +110,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--script",
         metavar="FILE.py",
         help="measure your own training script, unmodified, at each --workers count "
-        "(default 1,2) under --backend torch-script (default) or horovod-script; its own "
-        "arguments follow --",
+        "(default 1,2) under --backend torch-script, horovod-script or tf-script (default: "
+        "the one its imports call for); its own arguments follow --",
     )
     parser.add_argument("--force", action="store_true", help="rerun points that already completed")
     parser.add_argument(
@@ -184,13 +184,37 @@ def script_study(args: argparse.Namespace) -> dict[str, Any]:
             "script its --batch-size N after --, or give dlscale --batch-size N"
         )
     return {
-        "backend": "torch-script",
+        "backend": script_backend(Path(script)),
         "model": script,
         "dataset": "own",
         "workers": [1, 2],
         "batch_size": batch or 1,
         "script_args": shlex.join(passed_on),
     }
+
+
+def script_backend(path: Path) -> str:
+    """The script backend a script's imports call for (``--backend`` chooses another):
+    horovod-script for a script importing Horovod, tf-script for one importing TensorFlow or
+    Keras and not PyTorch, else torch-script. A file that cannot be read or parsed is left to
+    the run to report."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return "torch-script"
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            imported.add(node.module.partition(".")[0])
+    if "horovod" in imported:
+        return "horovod-script"
+    if imported & {"tensorflow", "keras", "tf_keras"} and "torch" not in imported:
+        return "tf-script"
+    return "torch-script"
 
 
 _BATCH_FLAG = re.compile(r"^(--batch[-_]size|-b)(=(?P<value>.*))?$")

@@ -86,7 +86,9 @@ class StepRecorder:
             self._restart()
         self.step(samples)
 
-    def optimizer_stepped(self) -> None:
+    def stepped(self) -> None:
+        """A step ended, as the framework's hook saw it (an optimizer's step, a Keras batch);
+        ignored once the script marks its own."""
         if self.by_optimizer:
             self.step(None)
 

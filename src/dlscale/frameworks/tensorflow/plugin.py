@@ -10,6 +10,7 @@ from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.contract.models import BUILT_IN, register_builder
 from dlscale.frameworks.tensorflow import declare as tfd
+from dlscale.runtime.script_run import SCRIPT_OPTIONS
 
 FRAMEWORKS.register(
     "tensorflow",
@@ -27,6 +28,18 @@ COMMON: dict[str, Any] = {  # every backend on TensorFlow, Horovod's too
     "device_probe": tfd.DEVICE_PROBE,
 }
 for _spec in (
+    BackendSpec(
+        name="tf-script",
+        description="your own TensorFlow Keras script (model.fit under "
+        "MultiWorkerMirroredStrategy), unmodified, with TF_CONFIG; measured from its batches",
+        worker="dlscale.frameworks.tensorflow.script:run",
+        options=SCRIPT_OPTIONS,
+        cluster_env=tfd.tf_config_env,
+        ports=tfd.one_port_per_process,
+        runs_scripts=True,
+        loader_only=False,
+        **COMMON,
+    ),
     BackendSpec(
         name="tf-single",
         description="TensorFlow custom training loop, one process (the TensorFlow baseline)",

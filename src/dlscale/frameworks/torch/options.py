@@ -76,20 +76,7 @@ class PSOptions:
     async_update: str = async_update_setting(applies=("ps_mode", "async"), earlier="mean")
 
 
-@dataclass(frozen=True)
-class ScriptOptions:
-    """A training script's run (``dlscale run --script FILE.py -- ARGS``)."""
-
-    script_args: str = setting(
-        "", "the script's arguments, as a shell would split them", whole=True
-    )
-    run_to_end: bool = setting(
-        False, "let the script run on after the measured windows (default: stop it there)"
-    )
-
-
 TORCH_LOOP_OPTIONS = declared(TorchLoopOptions)
-SCRIPT_OPTIONS = declared(ScriptOptions)
 DDP_OPTIONS = declared(DDPOptions)
 RING_OPTIONS = declared(RingOptions)
 FSDP_OPTIONS = declared(FSDPOptions)

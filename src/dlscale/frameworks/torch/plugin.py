@@ -14,11 +14,11 @@ from dlscale.frameworks.torch.options import (
     FSDP_OPTIONS,
     PS_OPTIONS,
     RING_OPTIONS,
-    SCRIPT_OPTIONS,
     TORCH_LOOP_OPTIONS,
     ddp_roles,
     ps_roles,
 )
+from dlscale.runtime.script_run import SCRIPT_OPTIONS
 
 INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
 DEVICE_PROBE = "dlscale.frameworks.torch.env:cuda_device_count"
