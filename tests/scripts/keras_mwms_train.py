@@ -7,9 +7,7 @@ run it unmodified.
 """
 
 import argparse
-import os
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf-keras (Keras 2), as dlscale needs
 import numpy as np
 import tensorflow as tf
 
