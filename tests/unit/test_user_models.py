@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.cli.run import script_backend, script_batch_size
+from dlscale.cli.run import script_backend
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.events import EventWriter, read_records
 from dlscale.contract.layout import Addresses
@@ -15,6 +15,7 @@ from dlscale.contract.records import Window
 from dlscale.contract.run_config import RunConfig
 from dlscale.contract.user_models import ScriptModelSpec, UserModelSpec, is_user_model
 from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.script_run import script_batch_size
 from dlscale.runtime.script_steps import MeasuredEnough, StepRecorder, mark_step
 
 MODEL = "import torch\n\ndef build(num_classes):\n    return torch.nn.Linear(4, num_classes)\n"
@@ -264,3 +265,11 @@ def test_the_backend_a_scripts_imports_call_for(tmp_path: Path, source: str, bac
     script = tmp_path / "train.py"
     script.write_text(source)
     assert script_backend(script) == backend
+
+
+def test_a_script_given_another_batch_than_the_point_is_refused(tmp_path: Path):
+    from dlscale.runtime.script_run import run_script
+
+    recorder = _recorder(tmp_path, script_args="--batch-size 16")  # the point's batch: 8
+    with pytest.raises(UserError, match="is given --batch-size 16 but the point's batch_size"):
+        run_script(recorder.ctx, {}, lambda recorder, path: lambda: None)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from dlscale.config.study import (
 )
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import shell_command, visible
+from dlscale.runtime.script_run import script_batch_size
 
 DEFAULT_STUDY: dict[str, Any] = {
     "name": "quick",
@@ -215,24 +215,6 @@ def script_backend(path: Path) -> str:
     if imported & {"tensorflow", "keras", "tf_keras"} and "torch" not in imported:
         return "tf-script"
     return "torch-script"
-
-
-_BATCH_FLAG = re.compile(r"^(--batch[-_]size|-b)(=(?P<value>.*))?$")
-
-
-def script_batch_size(args: list[str]) -> int | None:
-    """The script's ``--batch-size N`` (or ``--batch_size``, ``-b``, ``=N``): the images one
-    process trains per step, as a script with a DistributedSampler takes it; ``None`` if
-    absent."""
-    for index, arg in enumerate(args):
-        if match := _BATCH_FLAG.match(arg):
-            text = match["value"]
-            if text is None:
-                text = args[index + 1] if index + 1 < len(args) else ""
-            if not text.isdigit() or int(text) < 1:
-                raise UserError(f"the script's {match[1]} {text!r} is not a positive integer")
-            return int(text)
-    return None
 
 
 def study_from(args: argparse.Namespace) -> Study:

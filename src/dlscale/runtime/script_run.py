@@ -12,6 +12,7 @@ on the import path, in the directory ``dlscale run`` was started from.
 
 from __future__ import annotations
 
+import re
 import runpy
 import shlex
 import sys
@@ -59,19 +60,44 @@ def run_script(ctx: WorkerContext, facts: dict[str, Any], hooks: Hooks) -> None:
     spec = MODELS.get(cfg.model)
     assert isinstance(spec, ScriptModelSpec)  # RunConfig gives a script backend nothing else
     path = Path(spec.path)
+    args = shlex.split(options.script_args)
+    given = script_batch_size(args)
+    if given is not None and given != cfg.batch_per_worker:
+        raise UserError(
+            f"{path.name} is given --batch-size {given} but the point's batch_size is "
+            f"{cfg.batch_per_worker} (images one process trains a step): set them alike"
+        )
     recorder = StepRecorder(ctx, cfg.batch_per_worker, run_to_end=options.run_to_end)
     if ctx.rank == ctx.layout.training_ranks[0]:
         ctx.events.write(worker_environment(facts, synchronizes=cfg.workers > 1))
     remove = hooks(recorder, path)
     recorder.install()
     try:
-        _run_as_main(path, shlex.split(options.script_args))
+        _run_as_main(path, args)
     except MeasuredEnough:
         pass
     finally:
         recorder.uninstall()
         remove()
     recorder.finish(path.name)
+
+
+_BATCH_FLAG = re.compile(r"^(--batch[-_]size|-b)(=(?P<value>.*))?$")
+
+
+def script_batch_size(args: list[str]) -> int | None:
+    """The script's ``--batch-size N`` (or ``--batch_size``, ``-b``, ``=N``): the images one
+    process trains per step, as a script with a DistributedSampler takes it; ``None`` if
+    absent."""
+    for index, arg in enumerate(args):
+        if match := _BATCH_FLAG.match(arg):
+            text = match["value"]
+            if text is None:
+                text = args[index + 1] if index + 1 < len(args) else ""
+            if not text.isdigit() or int(text) < 1:
+                raise UserError(f"the script's {match[1]} {text!r} is not a positive integer")
+            return int(text)
+    return None
 
 
 def _run_as_main(path: Path, args: list[str]) -> None:
