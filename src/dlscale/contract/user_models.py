@@ -136,7 +136,11 @@ class UserModelSpec(ModelSpec):
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]  # not half a module for the next lookup
+                raise
             return module
         except UserError:
             raise
