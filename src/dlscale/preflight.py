@@ -37,6 +37,7 @@ from dlscale.contract.frameworks import framework_module
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import usable_cores
 from dlscale.contract.models import MODELS
+from dlscale.contract.plugins import load_plugins
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import PROBE_TIMEOUT_S, SAFE_PATH, missing_modules
 from dlscale.microbench import Settings
@@ -88,6 +89,9 @@ def check_points(
         if ("backend", python, config.backend) not in checked:
             check_requirements(python, config.backend)
             checked.add(("backend", python, config.backend))
+        if ("model", python, config.model) not in checked:
+            check_model(python, config.model)
+            checked.add(("model", python, config.model))
         probe = backend.device_probe
         if config.device == "cuda" and probe and (python, probe) not in checked:
             check_cuda(python, probe)
@@ -190,30 +194,64 @@ def check_requirements(python: str, backend_name: str) -> None:
         )
 
 
+def check_model(python: str, model: str) -> None:
+    """A model that needs more than its framework (a library's: ``torchvision:NAME``) can be
+    built under the workers' interpreter: its modules import, and its probe finds it."""
+    spec = MODELS.get(model)
+    missing = missing_modules(python, spec.requires)
+    if missing:
+        raise UserError(
+            f"model {model} needs {', '.join(missing)}, which {python} cannot import: "
+            f"{spec.install}"
+        )
+    if spec.probe is not None:
+        why = ask_interpreter(
+            python, spec.probe, model, what=f"whether it has model {model}", fix=spec.install
+        )
+        if why:
+            raise UserError(f"model {model}: {why}")
+
+
 def check_cuda(python: str, probe: str) -> None:
-    with tempfile.TemporaryDirectory(prefix="dlscale-probe-") as work:
-        path = prepare_worker_path(Path(work), [])
-        code = f"from dlscale.contract.registry import load_object; print(load_object({probe!r})())"
-        try:
-            done = subprocess.run(
-                [python, *SAFE_PATH, "-c", code],
-                capture_output=True,
-                text=True,
-                timeout=PROBE_TIMEOUT_S,
-                env={**os.environ, "PYTHONPATH": str(path), "PYTHONSAFEPATH": "1"},
-            )
-            count = int(done.stdout.strip().splitlines()[-1])
-        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-            tail = done.stderr.strip().splitlines()[-1:] if "done" in locals() else []
-            raise UserError(
-                f"cannot ask {python} for its CUDA devices ({' '.join(tail) or 'no answer'}); "
-                "install the framework there or use --device cpu"
-            ) from None
+    fix = "install the framework there or use --device cpu"
+    answer = ask_interpreter(python, probe, what="for its CUDA devices", fix=fix)
+    try:
+        count = int(answer)
+    except ValueError:
+        raise UserError(f"cannot ask {python} for its CUDA devices ({answer}); {fix}") from None
     if count == 0:
         raise UserError(
             f"device cuda requested but the framework under {python} sees no CUDA GPU; "
             "use --device cpu"
         )
+
+
+def ask_interpreter(python: str, reference: str, *args: str, what: str, fix: str) -> str:
+    """What ``load_object(reference)(*args)`` returns, as one line of text, under the workers'
+    interpreter (with dlscale and the plug-ins on its path, not the working directory); a
+    :class:`UserError` with its last line of error and ``fix`` when it gives no answer."""
+    with tempfile.TemporaryDirectory(prefix="dlscale-probe-") as work:
+        path = prepare_worker_path(Path(work), load_plugins())  # a probe may be a plug-in's
+        code = (
+            "import sys; from dlscale.contract.registry import load_object; "
+            "answer = str(load_object(sys.argv[1])(*sys.argv[2:])); "
+            "sys.stdout.write(answer.replace('\\n', ' ') + '\\n')"
+        )
+        try:
+            done = subprocess.run(
+                [python, *SAFE_PATH, "-c", code, reference, *args],
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+                env={**os.environ, "PYTHONPATH": str(path), "PYTHONSAFEPATH": "1"},
+            )
+        except (OSError, subprocess.SubprocessError) as error:
+            raise UserError(f"cannot ask {python} {what} ({error}); {fix}") from None
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()[-1:] or ["no answer"]
+        raise UserError(f"cannot ask {python} {what} ({tail[0]}); {fix}")
+    return lines[-1].strip()
 
 
 def check_allocator(name: str) -> None:

@@ -92,6 +92,29 @@ def test_toy_backend_runs_through_runner_store_and_report(tmp_path: Path):
     assert "toy-ps" in report.read_text()
 
 
+def test_a_model_library_is_a_plug_in_too(tmp_path: Path):
+    """``--model LIBRARY:NAME`` for a library a plug-in registers: the model runs on the
+    library's framework; a name the library lacks, or a library whose modules the workers'
+    interpreter cannot import, is refused in one line before anything starts."""
+    results = tmp_path / "results"
+    common = ("--backend", "toy-single", "--dataset", "digits", "--epochs", "2",
+              "--batch-size", "32", "--repeats", "1", "--results", str(results))  # fmt: skip
+    dlscale("run", "--model", "toyzoo:softmax", *common)
+    frame = load_results(results)
+    assert list(frame["model"]) == ["toyzoo:softmax"] and list(frame["status"]) == ["completed"]
+    assert frame["eval_accuracy"].iloc[0] > 0.8  # the library's softmax, trained
+    listing = dlscale("ls", "models").stdout
+    assert "toyzoo" in listing and "no: needs dlscale_toy_absent" in listing
+    for model, said in (
+        ("toyzoo:nosuch", "model toyzoo:nosuch: toyzoo has no model 'nosuch'; it has: softmax"),
+        ("toyzoo_absent:softmax", "model toyzoo_absent:softmax needs dlscale_toy_absent, which"),
+    ):
+        refused = dlscale("run", "--model", model, *common, check=False)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert len(load_results(results)) == 1  # nothing of either was started or stored
+
+
 def test_toy_launcher_starts_every_rank_from_one_command(tmp_path: Path):
     results = tmp_path / "results"
     out = dlscale(

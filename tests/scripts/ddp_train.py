@@ -36,11 +36,16 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--samples", type=int, default=1024)
     parser.add_argument("--fail-at-epoch", type=int, default=-1)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args()
 
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local_rank) if args.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
-        dist.init_process_group(backend="gloo")
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     rank = dist.get_rank() if distributed else 0
 
     torch.manual_seed(0)
@@ -52,9 +57,9 @@ def main():
         dataset, batch_size=args.batch_size, sampler=sampler, shuffle=sampler is None
     )
 
-    model = Net()
+    model = Net().to(device)
     if distributed:
-        model = DDP(model)
+        model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
     for epoch in range(args.epochs):
@@ -63,6 +68,7 @@ def main():
         if epoch == args.fail_at_epoch:
             raise RuntimeError(f"planted failure at epoch {epoch}")
         for x, y in loader:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()

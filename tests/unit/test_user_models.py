@@ -71,7 +71,11 @@ def test_package_submodule(here: Path):
         ("missing.py:build", "model file missing.py not found"),
         ("missing.py", "training script missing.py not found"),
         ("mymodels.nets:build", "is not a package"),
-        ("bogus", "or your own (MODULE:FUNCTION, FILE.py:FUNCTION, or --script FILE.py)"),
+        (
+            "bogus",
+            "or your own (MODULE:FUNCTION, FILE.py:FUNCTION, LIBRARY:NAME as dlscale ls "
+            "models lists, or --script FILE.py)",
+        ),
     ],
 )
 def test_refused_with_one_line(here: Path, name: str, said: str):
@@ -139,7 +143,9 @@ def test_a_bad_batch_size_is_refused(args: list[str]):
         script_batch_size(args)
 
 
-def _recorder(tmp_path: Path, *, run_to_end: bool = False, **keys) -> StepRecorder:
+def _recorder(
+    tmp_path: Path, *, run_to_end: bool = False, synchronize=None, **keys
+) -> StepRecorder:
     (tmp_path / "train.py").write_text("print(1)\n")
     cfg = RunConfig.make(
         model=str(tmp_path / "train.py"),
@@ -158,7 +164,7 @@ def _recorder(tmp_path: Path, *, run_to_end: bool = False, **keys) -> StepRecord
         threads=1,
         events=EventWriter(tmp_path / "events.rank0.jsonl", 0),
     )
-    return StepRecorder(ctx, cfg.batch_per_worker, run_to_end=run_to_end)
+    return StepRecorder(ctx, cfg.batch_per_worker, run_to_end=run_to_end, synchronize=synchronize)
 
 
 def _windows(tmp_path: Path, recorder: StepRecorder) -> list[Window]:
@@ -177,6 +183,22 @@ def test_steps_become_windows_after_the_warmup(tmp_path: Path):
     assert [(w.index, w.steps, w.samples) for w in windows] == [(0, 3, 24), (1, 3, 24)]
     assert all(len(w.step_ms or []) == 3 for w in windows)
     assert all(w.duration_s == pytest.approx(sum(w.step_ms or []) / 1e3) for w in windows)
+
+
+def test_the_device_is_synchronized_at_window_boundaries_only(tmp_path: Path):
+    """On a GPU the clock is read after the queued work is done at each window's start and
+    end, and at no step between them (no host-device sync per step)."""
+    synced: list[int] = []
+    recorder = _recorder(
+        tmp_path, warmup_steps=2, steps=3, windows=2,
+        synchronize=lambda: synced.append(recorder.count),
+    )  # fmt: skip
+    with pytest.raises(MeasuredEnough):
+        for _ in range(2 + 3 + 3):
+            recorder.stepped()
+    # step 2 ends the warm-up (window 0 starts), 5 ends window 0 (window 1 starts), 8 ends it
+    assert synced == [2, 5, 8]
+    assert len(_windows(tmp_path, recorder)) == 2
 
 
 def test_mark_step_takes_over_from_the_optimizer(tmp_path: Path):

@@ -44,7 +44,32 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _models() -> Table:
+def _models() -> list[Table]:
+    return [_registered_models(), _model_libraries()]
+
+
+def _model_libraries() -> Table:
+    """The libraries a model may come from (``LIBRARY:NAME``), and whether this interpreter
+    has what they need."""
+    from dlscale.contract.model_libraries import MODEL_LIBRARIES
+
+    table = Table(title="model libraries (--model LIBRARY:NAME, untrained, at 224x224 unless "
+                  "image_size says otherwise)")  # fmt: skip
+    for column in ("library", "framework", "installed", "example"):
+        table.add_column(column)
+    fixes = set()
+    for name, library in MODEL_LIBRARIES:
+        missing = [m for m in library.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            fixes.add(library.install)
+        installed = f"no: needs {', '.join(missing)}" if missing else "yes"
+        _add(table, name, library.framework, installed, f"--model {name}:resnet18")
+    if fixes:
+        table.caption = markup("to install: " + "; ".join(sorted(fixes)))
+    return table
+
+
+def _registered_models() -> Table:
     from dlscale.contract.frameworks import missing_profiler, profiler_for
     from dlscale.contract.models import MODELS
 

@@ -34,7 +34,15 @@ class ModelSpec:
 
     builtin: bool = True
     """Registered by dlscale or a plug-in; ``False``: the user's own
-    (:mod:`dlscale.contract.user_models`), whose classes are found from its output."""
+    (:mod:`dlscale.contract.user_models`) or a library's
+    (:mod:`dlscale.contract.model_libraries`), whose classes are found from its output."""
+    requires: tuple[str, ...] = ()
+    """Modules the workers' interpreter must import to build it, besides the framework
+    (preflight checks them and says :attr:`install`)."""
+    install: str = ""
+    probe: str | None = None
+    """``module:function(model_name) -> str`` run under the workers' interpreter before
+    launch: ``""`` where the model can be built there, else why not, in one line."""
 
     def build(
         self, num_classes: int, framework: str = "torch", dropout: float | None = None
@@ -60,7 +68,8 @@ def register_builder(model: str, framework: str, reference: str) -> None:
 MODELS: Registry[ModelSpec] = Registry(
     "model",
     resolve="dlscale.contract.user_models:resolve_or_none",
-    own="MODULE:FUNCTION, FILE.py:FUNCTION, or --script FILE.py",
+    own="MODULE:FUNCTION, FILE.py:FUNCTION, LIBRARY:NAME as dlscale ls models lists, or "
+    "--script FILE.py",
 )
 """The built-in models and the plug-ins'; any other name is looked up as the user's own
 (``MODULE:FUNCTION``, ``FILE.py:FUNCTION``, a script ``FILE.py``: :mod:`.user_models`)."""

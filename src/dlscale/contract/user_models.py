@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.model_libraries import library_model_or_none
 from dlscale.contract.models import ModelSpec
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -50,8 +51,12 @@ def is_user_model(name: str) -> bool:
 
 
 def resolve_or_none(name: str) -> ModelSpec | None:
-    """:func:`resolve` for a name of the user's kind; ``None`` for any other (the registry
-    then lists the registered models)."""
+    """A library's model (``torchvision:NAME``: :mod:`.model_libraries`), else :func:`resolve`
+    for a name of the user's kind; ``None`` for any other (the registry then lists the
+    registered models)."""
+    library_model = library_model_or_none(name)
+    if library_model is not None:
+        return library_model
     return resolve(name) if is_user_model(name) else None
 
 

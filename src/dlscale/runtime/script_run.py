@@ -52,9 +52,15 @@ Hooks = Callable[[StepRecorder, Path], Callable[[], None]]
 ``recorder.stepped()`` at the end of each step and returns its own removal."""
 
 
-def run_script(ctx: WorkerContext, facts: dict[str, Any], hooks: Hooks) -> None:
+def run_script(
+    ctx: WorkerContext,
+    facts: dict[str, Any],
+    hooks: Hooks,
+    synchronize: Callable[[], None] | None = None,
+) -> None:
     """Run the point's script in this process, measured through ``hooks``; ``facts``: the
-    framework's, for the run's environment record."""
+    framework's, for the run's environment record; ``synchronize``: the device's, for the
+    clock at window boundaries (:class:`StepRecorder`)."""
     cfg = ctx.config
     options = cfg.typed(ScriptOptions)
     spec = MODELS.get(cfg.model)
@@ -67,7 +73,9 @@ def run_script(ctx: WorkerContext, facts: dict[str, Any], hooks: Hooks) -> None:
             f"{path.name} is given --batch-size {given} but the point's batch_size is "
             f"{cfg.batch_per_worker} (images one process trains a step): set them alike"
         )
-    recorder = StepRecorder(ctx, cfg.batch_per_worker, run_to_end=options.run_to_end)
+    recorder = StepRecorder(
+        ctx, cfg.batch_per_worker, run_to_end=options.run_to_end, synchronize=synchronize
+    )
     if ctx.rank == ctx.layout.training_ranks[0]:
         ctx.events.write(worker_environment(facts, synchronizes=cfg.workers > 1))
     remove = hooks(recorder, path)

@@ -15,12 +15,17 @@ update, the script's own logging), so the first step is never timed.
 * once the last window is written the script is stopped (:class:`MeasuredEnough`, raised from
   the step that ended it, on every rank at the same step), unless it is to run to its end.
 
+On a GPU the framework's hook gives a ``synchronize``: the device's queue is drained before
+the clock is read at each window's start and end (never at the steps between them, which would
+add a host-device sync per step), so a window's time is its steps' work, done.
+
 Input time, losses and bytes sent are not known from outside the loop: they stay ``None``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from dlscale.contract.errors import UserError
@@ -50,9 +55,18 @@ def mark_step(samples: int | None = None) -> None:
 class StepRecorder:
     """The windows of one training process of a script."""
 
-    def __init__(self, ctx: WorkerContext, samples_per_step: int, run_to_end: bool):
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        samples_per_step: int,
+        run_to_end: bool,
+        synchronize: Callable[[], None] | None = None,
+    ):
         cfg = ctx.config
         self.ctx = ctx
+        self.synchronize = synchronize
+        """Waits for the device's queued work (CUDA): called before the clock is read at a
+        window's start and end only, so the script's steps gain no host-device sync."""
         self.samples_per_step = samples_per_step
         self.run_to_end = run_to_end
         self.warmup = max(cfg.warmup_steps, 1)
@@ -93,10 +107,14 @@ class StepRecorder:
             self.step(None)
 
     def step(self, samples: int | None) -> None:
-        now = time.perf_counter()
         if self.written == self.windows:
             return  # measured; the script runs on to its end
         self.count += 1
+        starts = self.count == self.warmup
+        ends = self.count > self.warmup and len(self.step_ms) + 1 == self.steps
+        if self.synchronize is not None and (starts or ends):
+            self.synchronize()
+        now = time.perf_counter()
         if self.count > self.warmup:
             self.step_ms.append((now - self.last) * 1e3)
             self.samples += self._samples(samples)

@@ -6,6 +6,8 @@ sync or async mode, and a launcher that starts every rank from one command. Impo
 module (``DLSCALE_PLUGINS=dlscale_toy``) registers:
 
 * model ``softmax`` with a ``numpy`` builder;
+* model library ``toyzoo`` (``--model toyzoo:softmax``), and ``toyzoo_absent``, which needs a
+  module that is nowhere;
 * backend ``toy-single`` (the numpy reference: one process, no server);
 * backend ``toy-ps``: one server (rank 0, never exits by itself, like a TensorFlow ps task)
   and N workers (ranks 1..N); options ``toy_mode`` (sync/async) and ``toy_timing``
@@ -22,6 +24,7 @@ from typing import Any
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.launchers import LAUNCHERS, LauncherSpec
 from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
+from dlscale.contract.model_libraries import MODEL_LIBRARIES, ModelLibrary
 from dlscale.contract.models import MODELS, ModelSpec
 from dlscale.contract.options import declared, setting
 
@@ -78,6 +81,20 @@ MODELS.register(
         has_batchnorm=False,
     ),
 )
+for _name, _requires in (("toyzoo", "numpy"), ("toyzoo_absent", "dlscale_toy_absent")):
+    MODEL_LIBRARIES.register(
+        _name,
+        ModelLibrary(
+            name=_name,
+            framework="numpy",
+            builder="dlscale_toy.engine:zoo_model",
+            probe="dlscale_toy.engine:zoo_unknown",
+            requires=(_requires,),
+            install=f"pip install {_requires}",
+            input_size=8,
+            default_classes=10,
+        ),
+    )
 _COMMON = {"framework": "numpy", "devices": ("cpu",), "install": "pip install numpy"}
 BACKENDS.register(
     "toy-single",

@@ -71,6 +71,20 @@ def softmax(num_classes: int) -> Softmax:
     return Softmax(num_classes)
 
 
+ZOO = {"softmax": softmax}
+"""Library ``toyzoo``'s models (``--model toyzoo:softmax``): a model library is a plug-in too."""
+
+
+def zoo_model(name: str, num_classes: int) -> Softmax:
+    return ZOO[name](num_classes)
+
+
+def zoo_unknown(model: str) -> str:
+    """The library's probe, run under the workers' interpreter before launch."""
+    name = model.partition(":")[2]
+    return "" if name in ZOO else f"toyzoo has no model {name!r}; it has: {', '.join(ZOO)}"
+
+
 def _softmax(logits: np.ndarray) -> np.ndarray:
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
     return shifted / shifted.sum(axis=1, keepdims=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
 import torch
@@ -21,7 +22,20 @@ def torch_environment(device: torch.device) -> dict[str, Any]:
         "device": str(device),
         "gloo_available": dist.is_available() and dist.is_gloo_available(),
         "nccl_available": dist.is_available() and dist.is_nccl_available(),
+        **{f"{name}_version": _version(name) for name in RECORDED_LIBRARIES},
     }
+
+
+RECORDED_LIBRARIES = ("torchvision", "timm")
+"""Whose versions the environment records (``None``: not installed): a run of
+``torchvision:NAME`` or ``timm:NAME`` says which release built its model."""
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def cuda_device_count() -> int:

@@ -9,6 +9,7 @@ from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.contract.models import register_builder
 from dlscale.frameworks.torch.cluster import torch_cluster_env
+from dlscale.frameworks.torch.library_models import register as register_model_libraries
 from dlscale.frameworks.torch.options import (
     DDP_OPTIONS,
     FSDP_OPTIONS,
@@ -152,3 +153,4 @@ for _model, _reference in (
     ("tiny", "tiny:tiny"),
 ):
     register_builder(_model, "torch", f"dlscale.frameworks.torch.models.{_reference}")
+register_model_libraries()

@@ -39,7 +39,8 @@ def run(ctx: WorkerContext) -> None:
     def hooks(recorder: StepRecorder, path: Path) -> Callable[[], None]:
         return _StepHooks(ctx, recorder, path, first).remove
 
-    run_script(ctx, torch_environment(device), hooks)
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else None
+    run_script(ctx, torch_environment(device), hooks, synchronize)
 
 
 class _StepHooks:
