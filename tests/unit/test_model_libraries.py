@@ -37,7 +37,7 @@ def test_a_library_model_runs_on_its_framework_only():
     assert config.model == "torchvision:resnet18"
     assert config.run_id() != RunConfig.make(model="timm:resnet18", backend="torch-ddp",
                                              workers=2).run_id()  # fmt: skip
-    with pytest.raises(UnsupportedPoint, match="has no tensorflow implementation"):
+    with pytest.raises(UnsupportedPoint, match="is a torch model, which tensorflow's backends"):
         RunConfig.make(model="torchvision:resnet18", backend="tf-single")
 
 

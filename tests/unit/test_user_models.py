@@ -120,7 +120,7 @@ def test_scripts_and_models_keep_to_their_backends(here: Path):
         RunConfig.make(
             model="train.py", backend="torch-script", dataset="own", scaling="strong", workers=2
         )
-    with pytest.raises(UnsupportedPoint, match="no tensorflow implementation"):
+    with pytest.raises(UnsupportedPoint, match="is a torch model, which tensorflow"):
         RunConfig.make(model="mymodels:build", backend="tf-single")
 
 
@@ -295,3 +295,49 @@ def test_a_script_given_another_batch_than_the_point_is_refused(tmp_path: Path):
     recorder = _recorder(tmp_path, script_args="--batch-size 16")  # the point's batch: 8
     with pytest.raises(UserError, match="is given --batch-size 16 but the point's batch_size"):
         run_script(recorder.ctx, {}, lambda recorder, path: lambda: None)
+
+
+@pytest.mark.parametrize(
+    ("source", "frameworks"),
+    [
+        ("import torch.nn as nn\n\ndef build(n):\n    return nn.Linear(4, n)\n", {"torch"}),
+        ("import tensorflow as tf\n\ndef build(n):\n    return tf.keras.Sequential()\n",
+         {"tensorflow"}),
+        ("def build(n):\n    from tf_keras import Sequential\n    return Sequential()\n",
+         {"tensorflow"}),
+        ("from mxnet import gluon\n\ndef build(n):\n    return gluon.nn.Dense(n)\n", {"mxnet"}),
+    ],
+)  # fmt: skip
+def test_a_models_framework_is_read_from_its_imports(here: Path, source: str, frameworks):
+    module = f"nets_{'_'.join(sorted(frameworks))}"  # a name each: a process resolves one once
+    (here / f"{module}.py").write_text(source)
+    assert set(MODELS.get(f"{module}:build").builders) == frameworks
+
+
+def test_a_model_that_imports_no_framework_is_offered_to_every_engine(here: Path):
+    """Made somewhere dlscale does not look (a helper of the user's): every framework that
+    builds models may take it, and its engine checks what it gets; never Horovod's, whose
+    backends train the framework they run on."""
+    (here / "helpers.py").write_text(
+        "import torch\n\ndef make():\n    return torch.nn.Linear(1, 1)\n"
+    )
+    (here / "nets_any.py").write_text(
+        "from helpers import make\n\ndef build():\n    return make()\n"
+    )
+    builders = set(MODELS.get("nets_any:build").builders)
+    assert {"torch", "tensorflow", "mxnet"} <= builders and "horovod" not in builders
+
+
+def test_a_models_output_must_be_one_row_of_classes_per_image():
+    from dlscale.contract.user_models import classes_from_output, refused_input
+
+    assert classes_from_output("m:f", (2, 7), "synthetic", None) == 7
+    with pytest.raises(UserError, match=r"gives \(2, 3, 4\) for 2 images"):
+        classes_from_output("m:f", (2, 3, 4), "synthetic", None)
+    with pytest.raises(UserError, match="gives list for 2 images"):
+        classes_from_output("m:f", "list", "synthetic", None)
+    with pytest.raises(UserError, match="predicts 7 classes; data set digits has 10"):
+        classes_from_output("m:f", (2, 7), "digits", 10)
+    error = RuntimeError("Traceback (most recent call last):\n  File x.cc\nCheck failed: 4 <= 2\n")
+    said = str(refused_input("m:f", 2, error))
+    assert "\n" not in said and "(RuntimeError: Check failed: 4 <= 2)" in said

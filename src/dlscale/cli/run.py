@@ -198,18 +198,9 @@ def script_backend(path: Path) -> str:
     horovod-script for a script importing Horovod, tf-script for one importing TensorFlow or
     Keras and not PyTorch, else torch-script. A file that cannot be read or parsed is left to
     the run to report."""
-    import ast
+    from dlscale.contract.user_models import imported_modules
 
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, SyntaxError, ValueError):
-        return "torch-script"
-    imported: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported.update(alias.name.partition(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            imported.add(node.module.partition(".")[0])
+    imported = imported_modules([path])
     if "horovod" in imported:
         return "horovod-script"
     if imported & {"tensorflow", "keras", "tf_keras"} and "torch" not in imported:

@@ -269,6 +269,7 @@ def _expand(settings: dict[str, Any]) -> Study:
         _check_accepted(key, axis)
     points: list[RunConfig] = []
     skipped: list[str] = []
+    reasons: list[str] = []  # each once, for a study that has no point left
     is_grid = any(len(axis) > 1 for axis in axes)
     spanned = _declared_in_grid(dict(zip(keys, axes, strict=True))) if is_grid else set()
     for combo in itertools.product(*axes):
@@ -283,11 +284,13 @@ def _expand(settings: dict[str, Any]) -> Study:
             note = f"{_describe(values)}: {reason}"
             if note not in skipped:
                 skipped.append(note)
+            if str(reason) not in reasons:
+                reasons.append(str(reason))
             continue
         if point not in points:  # the same point from an axis that does not apply to it
             points.append(point)
     if not points:
-        raise UserError("the study has no point that can run: " + "; ".join(skipped))
+        raise UserError("the study has no point that can run: " + "; ".join(reasons))
     return Study(name="", description="", points=_sorted(points), skipped=tuple(skipped))
 
 

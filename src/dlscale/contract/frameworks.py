@@ -26,6 +26,12 @@ class FrameworkSpec:
     """Distributions whose versions a run records, the parent's and the worker's own."""
     install: str = ""
     """The command that installs it, shown when it is missing."""
+    imports: tuple[str, ...] = ()
+    """Top-level modules besides :attr:`module` whose import says a user's model is this
+    framework's (TensorFlow: ``keras``, ``tf_keras``): :func:`frameworks_imported`."""
+    builds_models: bool = True
+    """Whether models are built for it (``ModelSpec.builders``); Horovod's is ``False``: its
+    backends train the model of the framework they run on."""
     facts: str | None = None
     """``module:function() -> dict`` of this interpreter's facts for ``dlscale env`` (imports
     the framework); ``None``: only the versions are shown."""
@@ -68,6 +74,15 @@ def recorded_packages() -> tuple[str, ...]:
     for _, spec in FRAMEWORKS:
         names.update(spec.packages)
     return tuple(sorted(names))
+
+
+def frameworks_imported(modules: set[str]) -> list[str]:
+    """The frameworks that build models among those whose modules are in ``modules`` (a
+    user's source's imports); every such framework when none is (the model is made somewhere
+    dlscale does not look, and its engine checks what it gets)."""
+    candidates = [(name, spec) for name, spec in FRAMEWORKS if spec.builds_models]
+    named = [name for name, spec in candidates if modules & {spec.module, *spec.imports}]
+    return named or [name for name, _ in candidates]
 
 
 def profiler_for(model_builders: dict[str, str]) -> FrameworkSpec | None:

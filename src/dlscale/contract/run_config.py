@@ -194,6 +194,17 @@ class RunConfig:
         object.__setattr__(self, "options", resolve(self._option_owners(), given))
         if _checks_scripts(self, backend, model):
             pass
+        elif backend.framework not in model.builders and not model.builtin:
+            others = [
+                name
+                for name, b in BACKENDS.listed()
+                if b.framework in model.builders and not b.runs_scripts
+            ]
+            raise UnsupportedPoint(
+                f"model {self.model} is a {' or '.join(model.builders)} model, which "
+                f"{backend.framework}'s backends cannot train: choose --backend from "
+                f"{', '.join(others)}"
+            )
         elif backend.framework not in model.builders:
             raise UnsupportedPoint(
                 f"model {self.model} has no {backend.framework} implementation "

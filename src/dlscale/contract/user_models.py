@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.frameworks import frameworks_imported
 from dlscale.contract.model_libraries import library_model_or_none
 from dlscale.contract.models import ModelSpec
 
@@ -89,10 +90,11 @@ def resolve(name: str) -> ModelSpec:
             f"model {name}: {path} defines no top-level {function!r}; "
             "name a function that returns the model"
         )
+    frameworks = frameworks_imported(imported_modules(files))
     return UserModelSpec(
         name=name,
-        description=f"{function} from {path}",
-        builders={"torch": name},
+        description=f"{function} from {path} ({', '.join(frameworks)})",
+        builders=dict.fromkeys(frameworks, name),
         module=module,
         path=str(path),
         function=function,
@@ -103,7 +105,9 @@ def resolve(name: str) -> ModelSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class UserModelSpec(ModelSpec):
-    """A function of the user's that builds a torch model (``builders`` names it for torch)."""
+    """A function of the user's that builds a model: ``builders`` names it for each framework
+    its source imports (every framework when it imports none: its engine then checks what the
+    function returns)."""
 
     module: str | None
     """The dotted module, or ``None`` for a file loaded from ``path``."""
@@ -230,6 +234,48 @@ def _defines(path: Path, function: str) -> bool:
         elif isinstance(node, ast.If | ast.Try):
             return True  # conditional definitions: left to the import
     return False
+
+
+def refused_input(model: str, size: int, error: BaseException) -> UserError:
+    """The line for a model not of dlscale's that cannot take the run's images: the last line
+    of the framework's error (MXNet's carries its own C++ traceback before it)."""
+    said = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return UserError(
+        f"model {model} cannot take a batch of 3x{size}x{size} images "
+        f"({type(error).__name__}: {said[-1] if said else ''}); set image_size to its input size"
+    )
+
+
+def classes_from_output(model: str, shape: Any, dataset: str, dataset_classes: int | None) -> int:
+    """The classes a model not of dlscale's predicts, from the ``shape`` of its output for
+    two images (each framework runs it): ``(2, classes)``, as many as the data set has
+    (synthetic data takes the model's)."""
+    dims = tuple(shape) if isinstance(shape, tuple | list) else shape
+    if not isinstance(dims, tuple) or len(dims) != 2 or dims[0] != 2:
+        raise UserError(f"model {model} gives {dims} for 2 images; a classifier gives (2, classes)")
+    classes = int(dims[1])
+    if dataset_classes is not None and dataset_classes != classes:
+        raise UserError(
+            f"model {model} predicts {classes} classes; data set {dataset} has {dataset_classes}"
+        )
+    return classes
+
+
+def imported_modules(files: list[Path]) -> set[str]:
+    """The top-level modules ``files`` import anywhere (absolute imports only); a file that
+    cannot be read or parsed adds none."""
+    imported: set[str] = set()
+    for path in files:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.partition(".")[0])
+    return imported
 
 
 def _digest(files: list[Path]) -> str:

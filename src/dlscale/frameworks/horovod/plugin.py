@@ -23,7 +23,13 @@ from dlscale.frameworks.torch.plugin import DEVICE_PROBE
 
 FRAMEWORKS.register(
     "horovod",
-    FrameworkSpec(name="horovod", module="horovod", packages=("horovod",), install="make horovod"),
+    FrameworkSpec(
+        name="horovod",
+        module="horovod",
+        packages=("horovod",),
+        install="make horovod",
+        builds_models=False,
+    ),
 )
 BACKENDS.register(
     "horovod-torch",

@@ -34,6 +34,7 @@ from dlscale.contract.registry import load_object
 from dlscale.datasets.arrays import NumpyDataset
 from dlscale.frameworks.mxnet.declare import MXLoopOptions
 from dlscale.frameworks.mxnet.env import import_mxnet, mxnet_environment
+from dlscale.frameworks.mxnet.user_model import build_own, initial_weights, is_own, own_state
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
@@ -74,7 +75,7 @@ def torch_initial_state(cfg: Any) -> dict[str, np.ndarray] | None:
     """The PyTorch twin's initial weights for ``weights = "torch"`` (same seed as every torch
     backend), else ``None``. Taken before Horovod starts: importing torch after
     ``horovod.mxnet``'s ``init`` crashed the process (SIGSEGV) here, importing it before did not."""
-    if cfg.typed(MXLoopOptions).weights != "torch":
+    if initial_weights(cfg) != "torch":
         return None
     return FRAMEWORKS.get("torch").initial_weights(cfg)
 
@@ -95,8 +96,9 @@ def build_gluon_model(cfg: Any, mx: Any, initial: dict[str, np.ndarray] | None) 
     return net
 
 
-def load_mx_data(ctx: WorkerContext) -> NumpyDataset:
-    """This worker's shard of the run's data set (numpy)."""
+def load_mx_data(ctx: WorkerContext, classes: int | None = None) -> NumpyDataset:
+    """This worker's shard of the run's data set (numpy), made for ``classes`` (by default
+    the model's)."""
     cfg = ctx.config
     spec = MODELS.get(cfg.model)
     data: NumpyDataset = DATASETS.get(cfg.dataset).load(
@@ -105,7 +107,7 @@ def load_mx_data(ctx: WorkerContext) -> NumpyDataset:
         shards=cfg.workers,
         replicas=1,
         input_size=cfg.image_size or spec.input_size,
-        num_classes=spec.default_classes,
+        num_classes=spec.default_classes if classes is None else classes,
     )
     return data
 
@@ -139,10 +141,14 @@ class MXEngine(ModelledSyncEngine):
         cfg = ctx.config
         self.ctx, self.strategy, self.mx = ctx, strategy, mx
         self.synchronizes = strategy.synchronizes
-        self.data = load_mx_data(ctx)
+        if is_own(cfg):  # the user's block: its classes make the data
+            self.net, classes = build_own(cfg, mx)
+            self.data = load_mx_data(ctx, classes)
+        else:
+            self.data = load_mx_data(ctx)
+            self.net = build_gluon_model(cfg, mx, initial)
         self.has_eval = self.data.has_eval
         self.steps_per_epoch = self.data.steps_per_epoch
-        self.net = build_gluon_model(cfg, mx, initial)
         self.params = self.net.collect_params()
         self.trainer = strategy.trainer(self.params, cfg, mx)
         self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
@@ -152,8 +158,8 @@ class MXEngine(ModelledSyncEngine):
         facts = {
             "trainer": type(self.trainer).__name__,
             "optimizer": "mxnet SGD (sgd_mom_update)",
-            "weights": cfg.typed(MXLoopOptions).weights,
-            "hybridized": True,
+            "weights": initial_weights(cfg),
+            "hybridized": isinstance(self.net, mx.gluon.HybridBlock),
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts.update(strategy.describe(ctx))
@@ -206,7 +212,8 @@ class MXEngine(ModelledSyncEngine):
         """The trained parameters under PyTorch's keys (BatchNorm's statistics left out)."""
         from dlscale.frameworks.mxnet.transfer import gluon_state
 
-        state = gluon_state(self.net, parameters_only=True)
+        own = is_own(self.ctx.config)
+        state = own_state(self.net) if own else gluon_state(self.net, parameters_only=True)
         np.savez(self.ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
 
     def framework_facts(self) -> dict[str, Any]:

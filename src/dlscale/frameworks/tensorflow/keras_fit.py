@@ -36,7 +36,7 @@ from typing import Any
 from dlscale.contract.comm_bytes import ring_bytes_mean
 from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
-from dlscale.frameworks.tensorflow.declare import FitOptions, TFLoopOptions
+from dlscale.frameworks.tensorflow.declare import FitOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
@@ -48,6 +48,7 @@ from dlscale.frameworks.tensorflow.loop import (
 )
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.frameworks.tensorflow.strategies import MultiWorker
+from dlscale.frameworks.tensorflow.user_model import initial_weights
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import run_schedule
 
@@ -112,7 +113,7 @@ class FitEngine(Engine):
                     traces=facts.pop("traces", []),
                     facts={
                         "steps_per_execution": fit.steps_per_execution,
-                        "weights": self.ctx.config.typed(TFLoopOptions).weights,
+                        "weights": initial_weights(self.ctx.config),
                         **facts,
                     },
                 )

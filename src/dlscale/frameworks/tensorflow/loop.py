@@ -35,6 +35,13 @@ from dlscale.frameworks.tensorflow.declare import TFLoopOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weights
+from dlscale.frameworks.tensorflow.user_model import (
+    build_own,
+    data_classes,
+    initial_weights,
+    is_own,
+    own_state,
+)
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
@@ -75,6 +82,8 @@ def build_keras_model(cfg: RunConfig, *, transfer: bool = True) -> Any:
     twin's initial weights (``weights = "torch"``; ``transfer = False``: the caller sets them,
     as a TF1 graph does from its session) or Keras' initializers, seeded."""
     spec = MODELS.get(cfg.model)
+    if not spec.builtin:
+        return build_own(cfg)  # the user's: no PyTorch twin to start from
     classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
     tf.keras.utils.set_random_seed(cfg.seed)
     model = load_object(spec.builders["tensorflow"])(
@@ -97,7 +106,7 @@ def load_tf_data(ctx: WorkerContext, *, replicas: int | None = None) -> tuple[TF
         shards=cfg.workers,
         replicas=replicas or ctx.process.replicas,
         input_size=cfg.image_size or spec.input_size,
-        num_classes=spec.default_classes,
+        num_classes=data_classes(cfg),
     )
     return to_tf(data), dataset.has_eval and data.has_eval  # e.g. a folder without val/
 
@@ -147,7 +156,8 @@ def save_keras_params(model: Any, ctx: WorkerContext, read: Any = None) -> None:
     """The trained parameters (BatchNorm's running statistics left out, as PyTorch's
     ``named_parameters``) under PyTorch's keys and layouts; ``read``: how variables become
     arrays (a TF1 session's ``run``; eagerly by default)."""
-    state = keras_state(model, parameters_only=True, read=read)
+    own = is_own(ctx.config)
+    state = own_state(model, read) if own else keras_state(model, parameters_only=True, read=read)
     np.savez(ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
 
 
@@ -185,7 +195,7 @@ class TFEngine(ModelledSyncEngine):
         facts = {
             "strategy": type(dist).__name__,
             "replicas_in_sync": dist.num_replicas_in_sync,
-            "weights": cfg.typed(TFLoopOptions).weights,
+            "weights": initial_weights(cfg),
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
             facts.update(strategy.describe(ctx))

@@ -18,6 +18,7 @@ FRAMEWORKS.register(
         name="tensorflow",
         module="tensorflow",
         packages=("tensorflow", "tensorflow-cpu", "tf-keras", "keras"),
+        imports=("tf_keras", "keras"),
         install=tfd.INSTALL,
     ),
 )

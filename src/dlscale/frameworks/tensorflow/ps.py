@@ -39,7 +39,7 @@ from typing import Any
 from dlscale.contract.algorithms import async_gradient_scale
 from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
-from dlscale.frameworks.tensorflow.declare import TFLoopOptions, TFPSOptions
+from dlscale.frameworks.tensorflow.declare import TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
@@ -51,6 +51,7 @@ from dlscale.frameworks.tensorflow.loop import (
     trainable_bytes,
 )
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
+from dlscale.frameworks.tensorflow.user_model import initial_weights
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import run_schedule
 
@@ -118,7 +119,7 @@ class PSEngine(Engine):
                     "ps_tasks": cfg.typed(TFPSOptions).num_ps,
                     "async_update": cfg.typed(TFPSOptions).async_update,
                     "variables_per_ps": self._variables_per_ps(),
-                    "weights": cfg.typed(TFLoopOptions).weights,
+                    "weights": initial_weights(cfg),
                 },
             )
         )

@@ -49,7 +49,7 @@ from dlscale.contract.engine import SyncStrategy
 from dlscale.contract.errors import UserError
 from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.frameworks.tensorflow.data import checked_batches
-from dlscale.frameworks.tensorflow.declare import TFLoopOptions, TFPSOptions
+from dlscale.frameworks.tensorflow.declare import TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
@@ -60,6 +60,7 @@ from dlscale.frameworks.tensorflow.loop import (
     trainable_bytes,
 )
 from dlscale.frameworks.tensorflow.transfer import torch_values
+from dlscale.frameworks.tensorflow.user_model import initial_weights
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
@@ -129,7 +130,7 @@ class SyncPSEngine(ModelledSyncEngine):
                 "update the mean of one gradient from every worker, checked by step tokens",
                 "ps_tasks": options.num_ps,
                 "replicas_to_aggregate": cfg.workers,
-                "weights": cfg.typed(TFLoopOptions).weights,
+                "weights": initial_weights(cfg),
             },
         )
 
@@ -186,7 +187,7 @@ class SyncPSEngine(ModelledSyncEngine):
     def _weight_feeds(self) -> tuple[Any, dict[Any, np.ndarray]]:
         """The ops that set the initial weights, and their feed (the chief runs them)."""
         cfg = self.ctx.config
-        if cfg.typed(TFLoopOptions).weights != "torch":
+        if initial_weights(cfg) != "torch":
             return v1.no_op(), {}
         pairs = torch_values(self.model, FRAMEWORKS.get("torch").initial_weights(cfg))
         feeds = {v1.placeholder(v.dtype.base_dtype, v.shape): value for v, value in pairs}

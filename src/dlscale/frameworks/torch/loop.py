@@ -25,6 +25,7 @@ from dlscale.contract.errors import UserError
 from dlscale.contract.models import MODELS
 from dlscale.contract.records import Strategy
 from dlscale.contract.run_config import RunConfig
+from dlscale.contract.user_models import classes_from_output, refused_input
 from dlscale.frameworks.torch.data import TorchDataset, loader_died, to_torch
 from dlscale.frameworks.torch.env import torch_environment
 from dlscale.frameworks.torch.options import TorchLoopOptions
@@ -165,24 +166,11 @@ def output_classes(cfg: RunConfig, model: torch.nn.Module) -> int:
         with torch.no_grad():
             out = model(torch.zeros(2, 3, size, size))
     except Exception as error:
-        raise UserError(
-            f"model {cfg.model} cannot take a batch of 3x{size}x{size} images "
-            f"({type(error).__name__}: {error}); set image_size to its input size"
-        ) from None
+        raise refused_input(cfg.model, size, error) from None
     finally:
         model.train(was_training)
-    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 2:
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise UserError(
-            f"model {cfg.model} gives {shape} for 2 images; a classifier gives (2, classes)"
-        )
-    classes = int(out.shape[1])
-    wanted = DATASETS.get(cfg.dataset).num_classes
-    if wanted is not None and wanted != classes:
-        raise UserError(
-            f"model {cfg.model} predicts {classes} classes; data set {cfg.dataset} has {wanted}"
-        )
-    return classes
+    shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+    return classes_from_output(cfg.model, shape, cfg.dataset, DATASETS.get(cfg.dataset).num_classes)
 
 
 def gradient_bytes(model: torch.nn.Module) -> int:
