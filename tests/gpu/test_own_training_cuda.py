@@ -67,7 +67,7 @@ def test_a_name_the_library_lacks_is_refused_before_launch(tmp_path: Path):
     pytest.importorskip("timm")
     run = dlscale_cli("run", "--model", "timm:resnet1800", "--device", "cuda", cwd=tmp_path)
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert "timm has no model 'resnet1800'; did you mean" in run.stderr, run.stderr
+    assert "timm has no classification model 'resnet1800'; did you mean" in run.stderr, run.stderr
     assert not (tmp_path / "dlscale-results").exists() or not any(
         (tmp_path / "dlscale-results").glob("*/result.json")
     )

@@ -51,8 +51,8 @@ def test_a_name_the_library_lacks_is_said_with_the_closest():
     names = ["resnet18", "resnet34", "resnet50", "vgg11"]
     assert _unknown("resnet34", names, "torchvision") == ""
     said = _unknown("resnet35", names, "torchvision")
-    assert said.startswith("torchvision has no model 'resnet35'; did you mean ")
+    assert said.startswith("torchvision has no classification model 'resnet35'; did you mean ")
     assert "resnet34" in said and "vgg11" not in said
-    assert "torchvision.models.list_models()" in said
+    assert "torchvision.models.list_models(torchvision.models)" in said
     assert "did you mean" not in _unknown("qqqqq", names, "timm")
     assert "timm.list_models()" in _unknown("qqqqq", names, "timm")

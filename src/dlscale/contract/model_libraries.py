@@ -84,8 +84,16 @@ class LibraryModelSpec(ModelSpec):
             raise KeyError(f"model {self.name} has no {framework} builder")
         try:
             return load_object(self.library.builder)(self.model_name, num_classes)
+        except UserError:
+            raise
         except ModuleNotFoundError as error:
             raise UserError(
                 f"model {self.name} needs {error.name}, which this interpreter cannot import: "
                 f"{self.library.install}"
+            ) from None
+        except Exception as error:  # the library's own failure, e.g. a download it tried
+            said = [line.strip() for line in str(error).splitlines() if line.strip()]
+            raise UserError(
+                f"model {self.name}: {self.library.name} could not build it "
+                f"({type(error).__name__}: {said[-1] if said else ''})"
             ) from None

@@ -25,8 +25,23 @@ INSTALL = (
 def torchvision_model(name: str, num_classes: int) -> Any:
     import torchvision.models
 
-    _check(name, torchvision.models.list_models(), "torchvision")
+    _check(name, _classifiers(), "torchvision")
+    try:  # inception_v3 and googlenet: no auxiliary heads, whose outputs train nothing here
+        return torchvision.models.get_model(
+            name, weights=None, num_classes=num_classes, aux_logits=False
+        )
+    except TypeError as error:
+        if "aux_logits" not in str(error):
+            raise
     return torchvision.models.get_model(name, weights=None, num_classes=num_classes)
+
+
+def _classifiers() -> list[str]:
+    """torchvision's image classifiers (its detection, segmentation, video and optical-flow
+    models give no row of class scores per image, and some fetch a backbone's weights)."""
+    import torchvision.models
+
+    return list(torchvision.models.list_models(module=torchvision.models))
 
 
 def timm_model(name: str, num_classes: int) -> Any:
@@ -38,9 +53,7 @@ def timm_model(name: str, num_classes: int) -> Any:
 
 def torchvision_unknown(model: str) -> str:
     """Why ``torchvision:NAME`` cannot be built here (``""``: it can): the preflight probe."""
-    import torchvision.models
-
-    return _unknown(model.partition(":")[2], torchvision.models.list_models(), "torchvision")
+    return _unknown(model.partition(":")[2], _classifiers(), "torchvision")
 
 
 def timm_unknown(model: str) -> str:
@@ -56,13 +69,15 @@ def _unknown(name: str, names: list[str], library: str) -> str:
     close = difflib.get_close_matches(name, names, n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     return (
-        f"{library} has no model {name!r}; {hint}"
+        f"{library} has no classification model {name!r}; {hint}"
         f'python -c "import {library}; print({_lister(library)})" lists them'
     )
 
 
 def _lister(library: str) -> str:
-    return "torchvision.models.list_models()" if library == "torchvision" else "timm.list_models()"
+    if library == "torchvision":
+        return "torchvision.models.list_models(torchvision.models)"
+    return "timm.list_models()"
 
 
 def _check(name: str, names: list[str], library: str) -> None:
