@@ -144,7 +144,7 @@ def test_a_bad_batch_size_is_refused(args: list[str]):
 
 
 def _recorder(
-    tmp_path: Path, *, run_to_end: bool = False, synchronize=None, **keys
+    tmp_path: Path, *, run_to_end: bool = False, synchronize=None, set_sync=None, **keys
 ) -> StepRecorder:
     (tmp_path / "train.py").write_text("print(1)\n")
     cfg = RunConfig.make(
@@ -164,7 +164,13 @@ def _recorder(
         threads=1,
         events=EventWriter(tmp_path / "events.rank0.jsonl", 0),
     )
-    return StepRecorder(ctx, cfg.batch_per_worker, run_to_end=run_to_end, synchronize=synchronize)
+    return StepRecorder(
+        ctx,
+        cfg.batch_per_worker,
+        run_to_end=run_to_end,
+        synchronize=synchronize,
+        set_sync=set_sync,
+    )
 
 
 def _windows(tmp_path: Path, recorder: StepRecorder) -> list[Window]:
@@ -199,6 +205,48 @@ def test_the_device_is_synchronized_at_window_boundaries_only(tmp_path: Path):
     # step 2 ends the warm-up (window 0 starts), 5 ends window 0 (window 1 starts), 8 ends it
     assert synced == [2, 5, 8]
     assert len(_windows(tmp_path, recorder)) == 2
+
+
+def test_the_probe_follows_the_windows_in_abba_order(tmp_path: Path):
+    """After the last window, a warm-up step of each kind, then 2 pairs ABBA (synchronized,
+    unsynchronized, unsynchronized, synchronized), each kind's times in its own window, the
+    synchronization back on, then the script is stopped."""
+    switched: list[bool] = []
+    recorder = _recorder(
+        tmp_path, warmup_steps=1, steps=2, windows=1, workers=2, comm_probe_steps=2,
+        set_sync=lambda on: switched.append(on) or True,
+    )  # fmt: skip
+    for _ in range(1 + 2 + 5):
+        recorder.stepped()
+    with pytest.raises(MeasuredEnough):  # the probe's 6th step ends it
+        recorder.stepped()
+    assert switched == [True, False, False, True, True, False, True]
+    windows = _windows(tmp_path, recorder)
+    assert [(w.kind, w.steps, w.samples) for w in windows] == [
+        ("measure", 2, 16),
+        ("probe", 2, 16),
+        ("nosync", 2, 16),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("keys", "found"),
+    [({"workers": 1}, True), ({"workers": 2, "run_to_end": True}, True),
+     ({"workers": 2, "comm_probe_steps": 0}, True), ({"workers": 2}, False)],
+)  # fmt: skip
+def test_no_probe_where_it_cannot_or_must_not_run(tmp_path: Path, keys: dict, found: bool):
+    """One worker synchronizes nothing; a script that runs on to its end must not drift;
+    no DDP module to switch (a Horovod script): the windows alone, and the script stops."""
+    keys = {"warmup_steps": 1, "steps": 2, "windows": 1, **keys}
+    recorder = _recorder(tmp_path, set_sync=lambda on: found, **keys)
+    for _ in range(2):
+        recorder.stepped()
+    if keys.get("run_to_end"):
+        recorder.stepped()  # measured: no stop, no probe
+    else:
+        with pytest.raises(MeasuredEnough):
+            recorder.stepped()
+    assert [w.kind for w in _windows(tmp_path, recorder)] == ["measure"]
 
 
 def test_mark_step_takes_over_from_the_optimizer(tmp_path: Path):

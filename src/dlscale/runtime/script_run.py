@@ -27,6 +27,7 @@ from dlscale.contract.models import MODELS
 from dlscale.contract.options import declared, setting
 from dlscale.contract.user_models import ScriptModelSpec
 from dlscale.runtime.engine import worker_environment
+from dlscale.runtime.script_probe import SetSync
 from dlscale.runtime.script_steps import MeasuredEnough, StepRecorder
 
 if TYPE_CHECKING:
@@ -57,10 +58,12 @@ def run_script(
     facts: dict[str, Any],
     hooks: Hooks,
     synchronize: Callable[[], None] | None = None,
+    set_sync: SetSync | None = None,
 ) -> None:
     """Run the point's script in this process, measured through ``hooks``; ``facts``: the
     framework's, for the run's environment record; ``synchronize``: the device's, for the
-    clock at window boundaries (:class:`StepRecorder`)."""
+    clock at window boundaries (:class:`StepRecorder`); ``set_sync``: turns the script's
+    gradient synchronization on and off, for the exposed-communication probe."""
     cfg = ctx.config
     options = cfg.typed(ScriptOptions)
     spec = MODELS.get(cfg.model)
@@ -74,7 +77,11 @@ def run_script(
             f"{cfg.batch_per_worker} (images one process trains a step): set them alike"
         )
     recorder = StepRecorder(
-        ctx, cfg.batch_per_worker, run_to_end=options.run_to_end, synchronize=synchronize
+        ctx,
+        cfg.batch_per_worker,
+        run_to_end=options.run_to_end,
+        synchronize=synchronize,
+        set_sync=set_sync,
     )
     if ctx.rank == ctx.layout.training_ranks[0]:
         ctx.events.write(worker_environment(facts, synchronizes=cfg.workers > 1))

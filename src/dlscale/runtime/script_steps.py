@@ -19,6 +19,9 @@ On a GPU the framework's hook gives a ``synchronize``: the device's queue is dra
 the clock is read at each window's start and end (never at the steps between them, which would
 add a host-device sync per step), so a window's time is its steps' work, done.
 
+Where the framework's hook can switch the script's gradient synchronization (torch: DDP), the
+exposed-communication probe runs on the steps after the last window (:mod:`.script_probe`).
+
 Input time, losses and bytes sent are not known from outside the loop: they stay ``None``.
 """
 
@@ -31,6 +34,7 @@ from typing import TYPE_CHECKING
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import Window
 from dlscale.runtime.load import LoadSample, sample
+from dlscale.runtime.script_probe import ScriptProbe, SetSync
 from dlscale.runtime.watchdog import local_parent
 
 if TYPE_CHECKING:
@@ -61,9 +65,18 @@ class StepRecorder:
         samples_per_step: int,
         run_to_end: bool,
         synchronize: Callable[[], None] | None = None,
+        set_sync: SetSync | None = None,
     ):
         cfg = ctx.config
         self.ctx = ctx
+        probes = set_sync is not None and cfg.workers > 1 and cfg.comm_probe_steps > 0
+        self.probe = (
+            ScriptProbe(ctx, cfg.comm_probe_steps, set_sync)
+            if probes and set_sync is not None and not run_to_end
+            else None
+        )
+        """The exposed-communication probe after the windows (:mod:`.script_probe`)."""
+        self.probing = False
         self.synchronize = synchronize
         """Waits for the device's queued work (CUDA): called before the clock is read at a
         window's start and end only, so the script's steps gain no host-device sync."""
@@ -107,6 +120,9 @@ class StepRecorder:
             self.step(None)
 
     def step(self, samples: int | None) -> None:
+        if self.probing:
+            self._probe_step(samples)
+            return
         if self.written == self.windows:
             return  # measured; the script runs on to its end
         self.count += 1
@@ -151,6 +167,19 @@ class StepRecorder:
         self.written += 1
         self.step_ms, self.samples = [], 0
         if self.written == self.windows and not self.run_to_end:
+            if self.probe is not None and self.probe.start():
+                self.probing = True  # the probe's steps come next; then the script stops
+                return
+            raise MeasuredEnough
+
+    def _probe_step(self, samples: int | None) -> None:
+        assert self.probe is not None
+        if self.synchronize is not None:
+            self.synchronize()
+        now = time.perf_counter()
+        done = self.probe.stepped((now - self.last) * 1e3, self._samples(samples))
+        self.last = time.perf_counter()  # switching the next step's kind is not its time
+        if done:
             raise MeasuredEnough
 
     def finish(self, script: str) -> None:

@@ -136,6 +136,7 @@ BACKENDS.register(
         description="your own PyTorch training script (DDP or none), unmodified, with "
         "torchrun's variables; measured from its optimizer steps (dlscale run --script)",
         worker="dlscale.frameworks.torch.script:run",
+        measures_exposed_comm=True,  # where the script has a DDP module
         install=INSTALL,
         cluster_env=torch_cluster_env,
         **SCRIPT_COMMON,

@@ -40,7 +40,32 @@ def run(ctx: WorkerContext) -> None:
         return _StepHooks(ctx, recorder, path, first).remove
 
     synchronize = torch.cuda.synchronize if device.type == "cuda" else None
-    run_script(ctx, torch_environment(device), hooks, synchronize)
+    run_script(ctx, torch_environment(device), hooks, synchronize, DDPSync())
+
+
+class DDPSync:
+    """Turns every ``DistributedDataParallel`` of the script to synchronize its gradients in
+    the steps that follow, or not: what its ``no_sync()`` sets. The modules are found among
+    the live objects once, when the probe starts (no hook on the script's modules in its
+    measured steps); ``False`` where the script has none (a Horovod script, a loop of its own
+    all-reduces)."""
+
+    def __init__(self) -> None:
+        self.found: list[Any] | None = None
+
+    def __call__(self, on: bool) -> bool:
+        if self.found is None:
+            import gc
+            import warnings
+
+            from torch.nn.parallel import DistributedDataParallel
+
+            with warnings.catch_warnings():  # isinstance() reads deprecated module attributes
+                warnings.simplefilter("ignore")
+                self.found = [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
+        for ddp in self.found:
+            ddp.require_backward_grad_sync = on
+        return bool(self.found)
 
 
 class _StepHooks:
