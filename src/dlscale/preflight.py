@@ -198,7 +198,7 @@ def check_model(python: str, model: str) -> None:
     """A model that needs more than its framework (a library's: ``torchvision:NAME``) can be
     built under the workers' interpreter: its modules import, and its probe finds it."""
     spec = MODELS.get(model)
-    missing = missing_modules(python, spec.requires)
+    missing = missing_modules(python, spec.requires) if spec.requires else []
     if missing:
         raise UserError(
             f"model {model} needs {', '.join(missing)}, which {python} cannot import: "

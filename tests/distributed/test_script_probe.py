@@ -1,7 +1,7 @@
 """The exposed-communication probe of a user's DDP script (runtime/script_probe.py): the switch
 it uses really stops and restarts DDP's all-reduce on 2 real gloo processes, and an unmodified
-DDP script measured at 2 workers gets its probe windows (a Horovod script, whose
-synchronization cannot be switched from outside, gets none and reads "not measured")."""
+DDP script measured at 2 workers gets its probe windows. A script with nothing to switch (a
+Horovod script) gets none: tests/unit/test_user_models.py, and DDPSync below."""
 
 import json
 import os
@@ -64,9 +64,7 @@ def _dlscale(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("script", "probed"), [("ddp_train.py", True), ("horovod_train.py", False)]
-)
+@pytest.mark.parametrize(("script", "probed"), [("ddp_train.py", True)])
 def test_a_ddp_scripts_exposed_communication_is_probed(tmp_path: Path, script: str, probed: bool):
     shutil.copy(SCRIPTS / script, tmp_path / script)
     run = _dlscale(

@@ -1,7 +1,10 @@
 """A model of the user's own on TensorFlow and MXNet engines, as a new user would try it
-(README, "Your model in dlscale's loop"): a tf.keras model from their module on tf-single,
-tf-mwms and keras-fit, a Gluon block on mxnet-single and mxnet-kv (with its server), each
-trained on the digits (accuracy well above chance), and the ways such a model is refused."""
+(README, "Your model in dlscale's loop"): a tf.keras model from their module on tf-single and
+tf-mwms, a Gluon block on mxnet-single and mxnet-kv (with its server), each trained on the
+digits (accuracy well above chance), and the ways such a model is refused. Every engine builds
+the model through the one function these reach (tensorflow/loop.build_keras_model,
+mxnet/user_model.build_own); keras-fit, tf-mirrored, tf-ps, horovod-tf, horovod-keras and
+horovod-mxnet were tried by hand (issue 29's note), not here, to keep CI's time."""
 
 import json
 import shutil
@@ -38,14 +41,13 @@ def _facts(work: Path, pattern: str) -> dict:
 
 def test_a_keras_model_of_ones_own_on_the_tensorflow_engines(work: Path, cli):
     run = cli(
-        "run", "--model", "keras_models:small_cnn", "--backend", "tf-single,tf-mwms,keras-fit",
+        "run", "--model", "keras_models:small_cnn", "--backend", "tf-single,tf-mwms",
         "--workers", "1,2", *COMMON, "--json",
         cwd=work, timeout=900,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     rows = _rows(run.stdout)
-    assert set(rows) == {("tf-single", 1), ("tf-mwms", 1), ("tf-mwms", 2), ("keras-fit", 1),
-                         ("keras-fit", 2)}  # fmt: skip
+    assert set(rows) == {("tf-single", 1), ("tf-mwms", 1), ("tf-mwms", 2)}
     for row in rows.values():
         assert row["status"] == "completed", row["error"]
         assert row["eval_accuracy"] > 0.5  # trained: chance is 0.1
@@ -72,16 +74,16 @@ def test_a_gluon_block_of_ones_own_on_the_mxnet_engines(work: Path, cli):
         assert row["eval_accuracy"] > 0.5, row
     facts = _facts(work, "gluon_models_small_cnn-mxnet-kv-digits-w2-*")
     assert facts["hybridized"] is True and facts["weights"] == "mxnet"
-    # a plain Block (its forward is Python) through the kvstore and its server
+    # a plain Block (its forward is Python): not hybridized
     run = cli(
-        "run", "--model", "gluon_models:imperative", "--backend", "mxnet-kv", "--workers", "2",
-        *COMMON, "--json",
+        "run", "--model", "gluon_models:imperative", "--backend", "mxnet-single",
+        "--workers", "1", *COMMON, "--json",
         cwd=work, timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     (row,) = _rows(run.stdout).values()
     assert row["status"] == "completed" and row["eval_accuracy"] > 0.5
-    assert _facts(work, "gluon_models_imperative-mxnet-kv-digits-w2-*")["hybridized"] is False
+    assert _facts(work, "gluon_models_imperative-mxnet-single-digits-w1-*")["hybridized"] is False
 
 
 @pytest.mark.parametrize(

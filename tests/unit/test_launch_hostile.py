@@ -159,6 +159,11 @@ def test_a_stopped_command_exits_128_plus_the_signal_and_says_what_it_keeps(
     module = {"run": "dlscale.cli.run", "microbench": "dlscale.cli.microbench"}[command]
     monkeypatch.setattr(f"{module}.main", _signalled(number))
     with _handlers_kept():
+        # as a shell's foreground command gets it: the signal neither ignored (a background
+        # job of a non-interactive shell inherits SIGINT ignored, which dlscale keeps, as
+        # nohup's SIGHUP) nor blocked
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
         assert main([command]) == code
     err = capsys.readouterr().err
     assert words in err and len(err.strip().splitlines()) == 1, err
