@@ -130,3 +130,32 @@ def test_kill_9_of_dlscale_leaves_no_rank_and_no_tool_behind(tmp_path: Path, lau
         assert not processes_naming(tmp_path)
     finally:
         kill_all([*pids.values(), *tools], proc)
+
+
+def test_a_rank_waits_for_a_slow_rank_0_to_serve_the_rendezvous(tmp_path: Path, cli):
+    """Rank 0 (the one given Horovod's host plan) starts 8 s late, as a loaded machine can make
+    it: rank 1 waits for its rendezvous server instead of calling ``hvd.init`` early, which
+    tries the server three times in 1.5 s and then aborts the process (SIGABRT)."""
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(
+        "import os, time\nif os.environ.get('DLSCALE_HOROVOD_RENDEZVOUS'):\n    time.sleep(8)\n"
+    )
+    pythonpath = os.pathsep.join(filter(None, [str(slow), os.environ.get("PYTHONPATH")]))
+    run = cli(
+        "run", "--backend", "horovod-torch", "--workers", "2", *TINY, "--set",
+        "machine_reference=false", "--json", "--results", str(tmp_path / "res"),
+        env={"PYTHONPATH": pythonpath},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (result,) = RunStore(tmp_path / "res").results()
+    assert result.status == "completed"
+    starts = {
+        rank: next(
+            e["time"]
+            for e in read_events(tmp_path / "res" / result.run_id / f"events.rank{rank}.jsonl")
+            if e["event"] == "start"
+        )
+        for rank in (0, 1)
+    }
+    assert starts[0] - starts[1] > 5  # rank 0 was late indeed

@@ -1,15 +1,14 @@
 """A user's Horovod PyTorch script (horovod-script): rank 0 serves the Gloo rendezvous that
-horovodrun would serve (:func:`~dlscale.frameworks.horovod.session.start_rendezvous`), unless
-the launcher's tool does, and the script runs as torch-script runs it
-(:mod:`dlscale.frameworks.torch.script`): its own ``hvd.init()`` finds its peers."""
+horovodrun would serve, unless the launcher's tool does, and the other ranks wait until it
+listens (:func:`~dlscale.frameworks.horovod.session.serve_or_await_rendezvous`); the script
+runs as torch-script runs it (:mod:`dlscale.frameworks.torch.script`): its own ``hvd.init()``
+finds its peers."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV
-from dlscale.frameworks.horovod.session import start_rendezvous
+from dlscale.frameworks.horovod.session import serve_or_await_rendezvous
 from dlscale.frameworks.torch import script
 
 if TYPE_CHECKING:
@@ -17,8 +16,7 @@ if TYPE_CHECKING:
 
 
 def run(ctx: WorkerContext) -> None:
-    plan = os.environ.get(RENDEZVOUS_ENV)
-    server = start_rendezvous(plan, int(os.environ["HOROVOD_SIZE"])) if plan else None
+    server = serve_or_await_rendezvous(ctx.config.timeout_s)
     try:
         script.run(ctx)
         _shutdown()

@@ -4,13 +4,16 @@
 core, configured by the same variables, so every horovod-* backend starts the same way:
 Horovod's variables from the run's options (fusion threshold, cycle time, the timeline), the
 Gloo rendezvous server in rank 0 when no launcher tool serves one
-(:mod:`dlscale.frameworks.horovod.declare`), MPI checked before ``init`` (which fails without a
-word of why when the controller is not built), and the world checked against the layout.
+(:mod:`dlscale.frameworks.horovod.declare`) and the other ranks waiting until it listens, MPI
+checked before ``init`` (which fails without a word of why when the controller is not built),
+and the world checked against the layout.
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import time
 from typing import Any
 
 from dlscale.contract.errors import UserError
@@ -38,8 +41,7 @@ class HorovodSession:
             os.environ["HOROVOD_TIMELINE"] = str(ctx.run_dir / TIMELINE)
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(options.fusion_mb * 2**20))
         os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_ms)
-        if plan := os.environ.get(RENDEZVOUS_ENV):
-            self._rendezvous = start_rendezvous(plan, int(os.environ["HOROVOD_SIZE"]))
+        self._rendezvous = serve_or_await_rendezvous(ctx.config.timeout_s)
         try:
             hvd = importlib.import_module(hvd_module)
         except ImportError as error:  # built before this framework was installed
@@ -86,6 +88,44 @@ class HorovodSession:
         if self._rendezvous is not None:
             self._rendezvous.shutdown()
             self._rendezvous.server_close()
+
+
+def serve_or_await_rendezvous(timeout_s: float) -> Any:
+    """Before ``hvd.init``: rank 0 serves the Gloo rendezvous when dlscale's launcher gave it
+    the host plan (returns the server, to shut down at the end); the others, under Gloo, wait
+    until some server takes connections (at once under horovodrun, whose server is up before
+    any rank starts). ``None`` where this rank serves nothing."""
+    if plan := os.environ.get(RENDEZVOUS_ENV):
+        return start_rendezvous(plan, int(os.environ["HOROVOD_SIZE"]))
+    if (
+        os.environ.get("HOROVOD_CONTROLLER") == "gloo"
+        and "HOROVOD_GLOO_RENDEZVOUS_ADDR" in os.environ
+    ):
+        wait_for_rendezvous(timeout_s)
+    return None
+
+
+def wait_for_rendezvous(timeout_s: float) -> None:
+    """Return once the Gloo rendezvous server takes connections. ``hvd.init`` tries it three
+    times, 0.5 s apart, then aborts the process (SIGABRT, from a C++ exception): a rank that
+    reaches ``init`` while rank 0, slower on a loaded machine, is still importing its framework
+    must wait here instead."""
+    address = (
+        os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
+        int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
+    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(address, timeout=5.0).close()
+            return
+        except OSError as error:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"Horovod's rendezvous on rank 0 ({address[0]}:{address[1]}) took no "
+                    f"connection in {timeout_s:g} s ({error}): is rank 0 running?"
+                ) from error
+            time.sleep(0.1)
 
 
 def start_rendezvous(plan: str, size: int) -> Any:
