@@ -39,6 +39,7 @@ from pathlib import Path
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import make_directory, refuse_link, write_atomic
 from dlscale.launchers.network import NETNS_ETC, Link, namespaces, run_ip, shaping
+from dlscale.runtime.listening import await_listener
 from dlscale.runtime.procfs import is_alive, process_start
 
 SUBNET = "10.98.0"
@@ -293,18 +294,11 @@ def _start_sshd(bed: Testbed, host: str) -> None:
 
 
 def _wait_for_ssh(bed: Testbed, host: str, address: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        try:
-            with socket.create_connection((address, 22), timeout=1.0):
-                return
-        except OSError as error:
-            if time.monotonic() > deadline:
-                raise UserError(
-                    f"the ssh server of emulated host {host} ({address}) did not answer in "
-                    f"{START_TIMEOUT_S:.0f} s ({error}); its log: {Path(bed.dir) / 'log'}"
-                ) from None
-            time.sleep(0.1)
+    if error := await_listener((address, 22), START_TIMEOUT_S):
+        raise UserError(
+            f"the ssh server of emulated host {host} ({address}) did not answer in "
+            f"{START_TIMEOUT_S:.0f} s ({error}); its log: {Path(bed.dir) / 'log'}"
+        )
 
 
 def stop(bed: Testbed) -> None:

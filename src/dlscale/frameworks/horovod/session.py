@@ -12,13 +12,12 @@ and the world checked against the layout.
 from __future__ import annotations
 
 import os
-import socket
-import time
 from typing import Any
 
 from dlscale.contract.errors import UserError
 from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV, HorovodCommon
 from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.listening import await_listener
 
 TIMELINE = "horovod-timeline.json"
 """Horovod's timeline of a run (Chrome trace format), in the run's directory."""
@@ -114,18 +113,11 @@ def wait_for_rendezvous(timeout_s: float) -> None:
         os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"],
         int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"]),
     )
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            socket.create_connection(address, timeout=5.0).close()
-            return
-        except OSError as error:
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Horovod's rendezvous on rank 0 ({address[0]}:{address[1]}) took no "
-                    f"connection in {timeout_s:g} s ({error}): is rank 0 running?"
-                ) from error
-            time.sleep(0.1)
+    if error := await_listener(address, timeout_s):
+        raise RuntimeError(
+            f"Horovod's rendezvous on rank 0 ({address[0]}:{address[1]}) took no "
+            f"connection in {timeout_s:g} s ({error}): is rank 0 running?"
+        )
 
 
 def start_rendezvous(plan: str, size: int) -> Any:
