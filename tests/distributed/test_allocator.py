@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.config import RunConfig
-from dlscale.contract.run_config import ALLOCATORS
+from dlscale.contract.run_checks import ALLOCATORS
 from dlscale.runner import run_point
 from dlscale.runtime.allocator import GLIBC_TUNED, PRELOADED, allocator_env
 from dlscale.store import RunStore

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dlscale.cli import main
 from dlscale.config import RunConfig
-from dlscale.contract.run_config import ALLOCATORS
+from dlscale.contract.run_checks import ALLOCATORS
 from dlscale.launchers.base import common_env
 from dlscale.launchers.local import LocalLauncher
 from dlscale.preflight import check_allocator

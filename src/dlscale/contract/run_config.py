@@ -3,7 +3,8 @@
 The core keys every run has are fields with a docstring (shown by ``dlscale run --keys``); the
 settings of the point's backend, data set and launcher are their own declared options
 (:mod:`dlscale.contract.options`), resolved into ``options``. Everything is validated on
-construction; a bad value raises :class:`UserError` naming the key and what is allowed.
+construction (:mod:`dlscale.contract.run_checks`); a bad value raises :class:`UserError` naming
+the key and what is allowed.
 
 Each key has one kind (field metadata), the one mechanism that says what a key is:
 
@@ -19,25 +20,22 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from dlscale.contract.backends import BACKENDS, BackendSpec
+from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import ProcessLayout
-from dlscale.contract.models import MODELS, ModelSpec
+from dlscale.contract.models import MODELS
 from dlscale.contract.options import Option, resolve, typed
-from dlscale.contract.user_models import ScriptModelSpec
+from dlscale.contract.run_checks import check_core_values, check_engine_fits, check_finite
 
 T = TypeVar("T")
 
 POINT, LABEL, OPERATIONAL = "point", "label", "operational"
-ALLOCATORS = ("system", "glibc-tuned", "jemalloc", "tcmalloc")
-"""Values of the ``allocator`` key (what each sets: :mod:`dlscale.runtime.allocator`)."""
 
 
 def _doc(text: str, kind: str = POINT) -> dict[str, str]:
@@ -158,30 +156,16 @@ class RunConfig:
         model = MODELS.get(self.model)
         DATASETS.get(self.dataset)
         LAUNCHERS.get(self.launcher)
-        _check_choice("scaling", self.scaling, ("weak", "strong"))
-        _check_choice("device", self.device, ("cpu", "cuda"))
-        _check_choice("lr_scaling", self.lr_scaling, ("none", "linear"))
-        _check_choice("allocator", self.allocator, ALLOCATORS)
-        for name in ("workers", "batch_size", "steps", "windows"):
-            _check_min(name, getattr(self, name), 1)
-        for name in ("warmup_steps", "comm_probe_steps", "seed", "repeat_id"):
-            _check_min(name, getattr(self, name), 0)
-        for name in ("epochs", "threads_per_worker", "image_size"):
-            if getattr(self, name) is not None:
-                _check_min(name, getattr(self, name), 1)
-        for name in ("lr", "timeout_s"):
-            _check_positive(name, getattr(self, name))
-        for name in ("momentum", "weight_decay"):
-            _check_finite(name, getattr(self, name), minimum=0.0)
+        check_core_values(self)
         if self.target_accuracy is not None:
-            _check_finite("target_accuracy", self.target_accuracy)
+            check_finite("target_accuracy", self.target_accuracy)
             if not 0 < self.target_accuracy <= 1:
                 raise UserError(
                     f"target_accuracy must be in (0, 1], got {self.target_accuracy} "
                     "(write 0.9 for 90%)"
                 )
         if self.dropout is not None:
-            _check_finite("dropout", self.dropout, minimum=0.0)
+            check_finite("dropout", self.dropout, minimum=0.0)
             if self.dropout >= 1:
                 raise UserError(f"dropout must be below 1, got {self.dropout!r} (0.5: half)")
             if model.dropout is None and self.dropout > 0:
@@ -192,36 +176,7 @@ class RunConfig:
             raise UserError(f"options must be a mapping, got {self.options!r}")
         given = {k: v for k, v in self.options.items() if not _ignorable(k, v, self)}
         object.__setattr__(self, "options", resolve(self._option_owners(), given))
-        if _checks_scripts(self, backend, model):
-            pass
-        elif backend.framework not in model.builders and not model.builtin:
-            others = [
-                name
-                for name, b in BACKENDS.listed()
-                if b.framework in model.builders and not b.runs_scripts
-            ]
-            raise UnsupportedPoint(
-                f"model {self.model} is a {' or '.join(model.builders)} model, which "
-                f"{backend.framework}'s backends cannot train: choose --backend from "
-                f"{', '.join(others)}"
-            )
-        elif backend.framework not in model.builders:
-            raise UnsupportedPoint(
-                f"model {self.model} has no {backend.framework} implementation "
-                f"(it has: {', '.join(model.builders)}); backend {self.backend} needs one"
-            )
-        if backend.max_workers is not None and self.workers > backend.max_workers:
-            raise UnsupportedPoint(
-                f"backend {self.backend} runs at most {backend.max_workers} worker(s), "
-                f"got workers={self.workers}"
-            )
-        if self.device not in backend.devices:
-            raise UnsupportedPoint(f"backend {self.backend} does not run on {self.device}")
-        if self.loader_only and not backend.loader_only:
-            raise UnsupportedPoint(
-                f"backend {self.backend} reads its own batches inside the framework, so "
-                "loader_only cannot time them alone; use its custom-loop twin"
-            )
+        check_engine_fits(self, backend, model)
         if self.scaling == "strong" and self.batch_size % self.workers:
             raise UserError(
                 f"strong scaling splits batch_size={self.batch_size} over {self.workers} workers: "
@@ -378,54 +333,3 @@ def _ignorable(key: str, value: Any, config: RunConfig) -> bool:
         return all(option.parse(value) == option.default for _, option in declarations)
     except UserError:
         return False
-
-
-def _checks_scripts(config: RunConfig, backend: BackendSpec, model: ModelSpec) -> bool:
-    """Whether the point runs a training script; a script runs only under a script backend,
-    on its own data, and a script backend runs nothing else."""
-    script = isinstance(model, ScriptModelSpec)
-    if backend.runs_scripts != script:
-        if script:
-            raise UnsupportedPoint(
-                f"{config.model} is a training script: run it with a script backend "
-                "(dlscale run --script FILE.py; --backend torch-script or horovod-script)"
-            )
-        raise UnsupportedPoint(
-            f"backend {config.backend} runs training scripts (dlscale run --script FILE.py), "
-            f"not model {config.model}"
-        )
-    if script and config.scaling == "strong":
-        raise UserError(
-            "a training script's batch is its own (batch_size: what one process trains a "
-            "step), so it scales weakly only; drop scaling = strong"
-        )
-    if script != DATASETS.get(config.dataset).script_data:
-        raise UserError(
-            "a training script reads its own data (dataset own), and only a script does "
-            f"(model {config.model}, dataset {config.dataset})"
-        )
-    return script
-
-
-def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise UserError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
-
-
-def _check_min(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_finite(name: str, value: object, minimum: float | None = None) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise UserError(f"{name} must be a finite number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise UserError(f"{name} must be >= {minimum:g}, got {value!r}")
-
-
-def _check_positive(name: str, value: object) -> None:
-    _check_finite(name, value)
-    assert isinstance(value, int | float)
-    if value <= 0:
-        raise UserError(f"{name} must be > 0, got {value!r}")
