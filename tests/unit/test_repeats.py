@@ -154,10 +154,21 @@ def test_speedup_interval_over_runs_and_baseline_with_the_same_threads():
     one = points["one1-0"]
     assert one["speedup"] == 1.0 and one["speedup_ci95"] is None  # its own baseline
     assert points["all-0"]["baseline"] == "torch-single x1, 2 thr"
-    # per run: every run carries its point's scaling
+    # per run: each run's own ratio over its point's baseline mean (100), no interval
     per_run = {r["run_id"]: r for r in add_scaling(rows, per="run")}
-    assert per_run["two-1"]["speedup"] == pytest.approx(2.0)
-    assert per_run["two-1"]["metrics"]["throughput_img_s"] == 210.0
+    two_1 = per_run["two-1"]
+    assert two_1["speedup"] == pytest.approx(2.1) and two_1["speedup_ci95"] is None
+    assert two_1["efficiency"] == pytest.approx(1.05) and two_1["efficiency_ci95"] is None
+    assert two_1["machine_speedup"] == pytest.approx(1.4) and two_1["machine_speedup_ci95"] is None
+    assert two_1["baseline_run_ids"] == ["one1-0", "one1-1", "one1-2"]
+    assert two_1["runs"] == 3 and two_1["run_ids"] == ["two-0", "two-1", "two-2"]
+    assert two_1["metrics"]["throughput_img_s"] == 210.0
+    # a baseline run over its own point's mean: not 1 by definition
+    assert per_run["one1-1"]["speedup"] == pytest.approx(1.04)
+    assert per_run["one1-2"]["speedup"] == pytest.approx(0.96)
+    # its throughput's interval is over its own windows (tables mark it w), the point's not
+    assert {r["interval"] for r in per_run.values()} == {"windows"}
+    assert points["two-0"]["interval"] == "runs"
 
 
 def test_a_run_loaded_in_every_window_is_left_out_while_a_clean_run_remains():

@@ -15,8 +15,10 @@ from typing import Any, ClassVar
 
 EVENTS_SCHEMA = 3
 """Version of the records; bump it when a record changes meaning. 3: a window's load counters,
-the interleaved ``probe`` window, ``synchronizes`` on ``environment``; 2: typed records, a role
-on ``start``, optional per-step times; 1 had the same fields, all required."""
+the interleaved ``probe`` window, ``synchronizes`` on ``environment`` (later within 3, as an
+optional field that an older record lacks and a reader takes as ``None``: the probe windows'
+load counters with ``load_span_s``); 2: typed records, a role on ``start``, optional per-step
+times; 1 had the same fields, all required."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +124,11 @@ class Window(Record):
     """CPU seconds used by the run's own processes during the window (first training rank)."""
     machine_cores: int | None = None
     """CPUs the machine counters sum over."""
+    load_span_s: float | None = None
+    """Wall seconds the machine counters above span where that is not ``duration_s``: the
+    probe's two windows (``probe``, ``nosync``) carry the same counters, read around the whole
+    probe (its steps of both kinds interleave, its warm-up pair included). ``None``: the
+    window's own time (every ``measure`` window, and records written before it existed)."""
 
 
 @dataclass(frozen=True, kw_only=True)

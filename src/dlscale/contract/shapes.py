@@ -86,8 +86,9 @@ def records(**fields: Shape) -> Shape:
 FLAG, TEXT, ANY = Shape("flag"), Shape("text"), Shape("any")
 SECONDS, MS, RATE, BYTES = number("s"), number("ms"), number("img/s"), number("bytes")
 SIGNED = number(low=-MAX_QUANTITY)
-"""A figure that may be below 0 (exposed communication: noise; an outside load or steal:
-counters read a moment apart; seconds lost to a restart: clocks of two hosts)."""
+"""A figure that may be below 0 (exposed communication: noise; an outside load or steal,
+the probe's too: counters read a moment apart; seconds lost to a restart: clocks of two
+hosts)."""
 FRACTION = number(high=1.0)
 TIMESTAMP = number("s since the epoch", *TIMESTAMP_RANGE_S)
 LOSS = number("nats", low=-MAX_QUANTITY)
@@ -104,12 +105,17 @@ METRICS: dict[str, Shape] = {
     "exposed_comm_fraction": SIGNED,
     "exposed_comm_ci95": number(),
     "exposed_comm_significant": FLAG,
+    "exposed_comm_outside_load_max": SIGNED,
+    "exposed_comm_steal_max": SIGNED,
+    "exposed_comm_noisy": FLAG,
     "page_faults_per_step": number("faults"),
     "outside_load_max": SIGNED,
     "steal_max": SIGNED,
     "windows": count("windows"),
     "windows_loaded": count("windows"),
     "windows_recorded": count("windows"),
+    "windows_left_out": count("windows"),
+    "noise_guard_shift": number(low=-1.0),
     "noisy": FLAG,
     "epoch_time_s": SECONDS,
     "final_train_loss": LOSS,

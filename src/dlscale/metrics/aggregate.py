@@ -23,6 +23,9 @@ from dlscale.contract.records import (
     Window,
 )
 from dlscale.contract.shapes import METRICS
+from dlscale.metrics.noise import OUTSIDE_LOAD_LIMIT as OUTSIDE_LOAD_LIMIT
+from dlscale.metrics.noise import STEAL_LIMIT as STEAL_LIMIT
+from dlscale.metrics.noise import guard_effect, loaded_windows, probe_load, window_load
 from dlscale.metrics.stats import mean_ci95, percentile
 
 Events = list[Record]
@@ -46,14 +49,16 @@ def aggregate(
     others = {r: e for r, e in all_ranks.items() if r not in train}
     every = _windows(per_rank, "measure")
     out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
-    out.update(_noise(every))
+    out.update(loaded_windows(every))
     # The noise guard: windows under outside load are left out while a clean one remains.
     clean = [w for w in every if not w["loaded"]]
     measure = clean or every
     out["windows"] = len(measure)
     out["windows_recorded"] = len(every)
-    if measure:
-        per_window = [_per_second(w["samples"], w["duration_s"]) for w in measure]
+    rates = {id(w): _per_second(w["samples"], w["duration_s"]) for w in every}
+    out.update(guard_effect([rates[id(w)] for w in measure], list(rates.values())))
+    if measure:  # every figure below is over these windows, the ones the guard kept
+        per_window = [rates[id(w)] for w in measure]
         with np.errstate(all="ignore"):  # an impossible window is named by the result's check
             out["throughput_img_s"], out["throughput_ci95_img_s"] = mean_ci95(per_window)
         out["throughput_windows_img_s"] = per_window
@@ -183,45 +188,10 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
                 "minor_faults": sum(p.minor_faults or 0 for p in parts)
                 if all(p.minor_faults is not None for p in parts)
                 else None,
-                **_load(parts),
+                **window_load(parts),
             }
         )
     return merged
-
-
-OUTSIDE_LOAD_LIMIT = 0.10
-"""A window is *loaded* when other processes used more than this share of the machine's CPU
-time during it (docs/metrics.md, "Noise guard")."""
-STEAL_LIMIT = 0.05
-"""... or when the hypervisor stole more than this share of it."""
-
-
-def _load(parts: list[Window]) -> dict[str, Any]:
-    """The outside load and steal of a merged window, from the rank that read the machine."""
-    reader = next((p for p in parts if p.machine_busy_s is not None), None)
-    if reader is None or not reader.machine_cores or reader.duration_s <= 0:
-        return {"outside_load": None, "steal": None, "loaded": False}
-    capacity = reader.duration_s * reader.machine_cores
-    outside = ((reader.machine_busy_s or 0.0) - (reader.run_cpu_s or 0.0)) / capacity
-    steal = (reader.machine_steal_s or 0.0) / capacity
-    return {
-        "outside_load": outside,
-        "steal": steal,
-        "loaded": outside > OUTSIDE_LOAD_LIMIT or steal > STEAL_LIMIT,
-    }
-
-
-def _noise(windows: list[dict[str, Any]]) -> dict[str, Any]:
-    read = [w for w in windows if w["outside_load"] is not None]
-    if not read:
-        return {}
-    loaded = sum(1 for w in read if w["loaded"])
-    return {
-        "outside_load_max": max(w["outside_load"] for w in read),
-        "steal_max": max(w["steal"] for w in read),
-        "windows_loaded": loaded,
-        "noisy": loaded > 0,
-    }
 
 
 def _exposed_comm(per_rank: dict[int, Events], all_ranks: dict[int, Events]) -> dict[str, Any]:
@@ -250,6 +220,7 @@ def _exposed_comm(per_rank: dict[int, Events], all_ranks: dict[int, Events]) -> 
         "exposed_comm_fraction": fraction,
         "exposed_comm_ci95": half,
         "exposed_comm_significant": half is not None and abs(fraction) > half,
+        **probe_load(synced + unsynced),
     }
 
 

@@ -1,5 +1,5 @@
 """The results as a table: :func:`load_results` (also ``dlscale.load_results``), every run or
-point of a results directory as one flat row with its metrics and its point's scaling."""
+point of a results directory as one flat row with its metrics and its scaling."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.DataFrame:
     """All results in a results directory as a pandas DataFrame.
 
-    ``per="run"`` (default): one row per run, with its own metrics and its point's scaling;
+    ``per="run"`` (default): one row per run, with its own metrics and its own ratios over its
+    point's baseline (docs/metrics.md, "Speedup and efficiency": per run, without intervals);
     ``per="point"``: one row per point, its runs combined (docs/metrics.md, "Runs and
     points"): the throughput is the mean over runs and ``throughput_ci95_img_s`` its interval
     over runs (``interval`` says ``runs``, or ``windows`` for a point with one run).

@@ -127,6 +127,7 @@ def _point(every_run: list[Row]) -> Row:
         metrics[key] = float(np.mean(present)) if present else None
     metrics.update(_exposed(runs))
     metrics.update(_noise(every_run))
+    metrics.update(_guard(runs, every_run, mean))
     metrics["restarts"] = sum(r["metrics"].get("restarts") or 0 for r in runs)
     metrics["restart_lost_s"] = sum(r["metrics"].get("restart_lost_s") or 0.0 for r in runs)
     last = runs[-1]
@@ -154,23 +155,42 @@ def _cv(values: list[float]) -> float | None:
 def _exposed(runs: list[Row]) -> dict[str, Any]:
     """Exposed communication over runs (Student t over the runs' fractions), or the single
     run's own interval over its probe pairs."""
-    values = [r["metrics"].get("exposed_comm_fraction") for r in runs]
-    present = [v for v in values if v is not None]
-    if not present:
-        return {"exposed_comm_fraction": None}
-    if len(present) == 1:
-        (only,) = [r for r in runs if r["metrics"].get("exposed_comm_fraction") is not None]
+    measured = [r for r in runs if r["metrics"].get("exposed_comm_fraction") is not None]
+    out = _probe_load(measured)
+    if not measured:
+        return {**out, "exposed_comm_fraction": None}
+    if len(measured) == 1:
+        (only,) = measured
         return {
-            k: only["metrics"].get(k)
-            for k in ("exposed_comm_fraction", "exposed_comm_ci95", "exposed_comm_significant")
+            **out,
+            **{
+                k: only["metrics"].get(k)
+                for k in ("exposed_comm_fraction", "exposed_comm_ci95", "exposed_comm_significant")
+            },
         }
+    present = [r["metrics"]["exposed_comm_fraction"] for r in measured]
     mean, half = mean_ci95(present)
     if all(v == 0 for v in present):  # 0 by definition (nothing synchronized)
-        return {"exposed_comm_fraction": 0.0, "exposed_comm_significant": False}
+        return {**out, "exposed_comm_fraction": 0.0, "exposed_comm_significant": False}
     return {
+        **out,
         "exposed_comm_fraction": mean,
         "exposed_comm_ci95": half,
         "exposed_comm_significant": half is not None and abs(mean) > half,
+    }
+
+
+def _probe_load(runs: list[Row]) -> dict[str, Any]:
+    """The load during the probes of the runs behind the point's exposed communication: the
+    largest outside load and steal, and whether any probe was loaded (``None``: none read)."""
+    loads = [r["metrics"].get("exposed_comm_outside_load_max") for r in runs]
+    steals = [r["metrics"].get("exposed_comm_steal_max") for r in runs]
+    flags = [r["metrics"].get("exposed_comm_noisy") for r in runs]
+    known = [flag for flag in flags if flag is not None]
+    return {
+        "exposed_comm_outside_load_max": max((v for v in loads if v is not None), default=None),
+        "exposed_comm_steal_max": max((v for v in steals if v is not None), default=None),
+        "exposed_comm_noisy": any(known) if known else None,
     }
 
 
@@ -184,4 +204,27 @@ def _noise(runs: list[Row]) -> dict[str, Any]:
         "noisy": any(r["metrics"].get("noisy") for r in runs),
         "runs_noisy": sum(1 for r in runs if r["metrics"].get("noisy")),
         "runs_loaded": sum(1 for r in runs if loaded_throughout(r)),
+    }
+
+
+def _guard(runs: list[Row], every_run: list[Row], throughput: float) -> dict[str, Any]:
+    """What the noise guard did to the point (docs/metrics.md, "Runs and points"): the windows
+    it left out of the runs the point uses, and how far both of its levels (windows inside
+    runs, ``runs_left_out``) moved the point's throughput: ``throughput / unguarded - 1``,
+    the unguarded figure being the same mean over every completed run of the point, each
+    over every window it recorded. ``None`` where a run was stored before these figures."""
+    left_out = [r["metrics"].get("windows_left_out") for r in runs]
+    shifts = [r["metrics"].get("noise_guard_shift") for r in every_run]
+    shift = None
+    if len(every_run) == 1:  # the single run's windows are the point's
+        shift = shifts[0]
+    elif None not in shifts and all(s > -1 for s in shifts):
+        unguarded = [  # each run's mean over every window it recorded
+            float(r["metrics"]["throughput_img_s"]) / (1.0 + s)
+            for r, s in zip(every_run, shifts, strict=True)
+        ]
+        shift = throughput / float(np.mean(unguarded)) - 1.0
+    return {
+        "windows_left_out": sum(left_out) if None not in left_out else None,
+        "noise_guard_shift": shift,
     }

@@ -80,9 +80,10 @@ def machine_key(row: Row) -> tuple[tuple[str, Any], ...]:
 
 
 def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
-    """Points (``per="point"``: runs combined) or runs (``per="run"``: each run with its
-    point's statistics), as rows (:meth:`Result.row`) with the scaling fields of
-    :data:`SCALING_KEYS` filled in."""
+    """Points (``per="point"``: runs combined) or runs (``per="run"``: each run's own ratios
+    over its point's baseline and whole-machine reference, without intervals; its point's
+    ``runs``, ``run_ids``, ``runs_left_out``, ``baseline`` and ``baseline_run_ids``), as rows
+    (:meth:`Result.row`) with the scaling fields of :data:`SCALING_KEYS` filled in."""
     points = combine([result.row() for result in results])
     candidates: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
     machines: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
@@ -91,6 +92,7 @@ def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
             candidates[baseline_key(point)].append(point)
             if _is_reference(point):
                 machines[machine_key(point)].append(point)
+    against: dict[int, tuple[Row | None, Row | None]] = {}  # each point's baseline, machine
     for point in points:
         point.update(dict.fromkeys(SCALING_KEYS))
         if not _usable(point):
@@ -110,6 +112,9 @@ def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
             ratio, interval = throughput_ratio(point, machine)
             point["machine_speedup"], point["machine_speedup_ci95"] = ratio, interval
             point["machine_baseline"] = describe(machine)
+        else:
+            machine = None
+        against[id(point)] = (base, machine)
     if per == "point":
         return points
     runs: list[Row] = []
@@ -117,9 +122,31 @@ def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
         shared = {
             k: point[k] for k in (*SCALING_KEYS, "runs", "run_ids", "runs_left_out", "interval")
         }
+        base, machine = against.get(id(point), (None, None))
         every = point.get("all_run_rows") or [point]  # a run that did not complete: itself
-        runs.extend({**run, **shared} for run in every)
+        runs.extend(_own_ratios({**run, **shared}, base, machine) for run in every)
     return runs
+
+
+def _own_ratios(run: Row, base: Row | None, machine: Row | None) -> Row:
+    """A run's row with its own figures over its point's baseline and whole-machine reference
+    (docs/metrics.md, "Speedup and efficiency", per run): its throughput over their means, with
+    no interval (one run is one sample); its throughput's interval is over its windows. A run
+    that did not complete keeps its point's (empty) fields."""
+    if not _usable(run):
+        return run
+    run["interval"] = "windows"
+    throughput = run["metrics"]["throughput_img_s"]
+    if base is not None:
+        ratio = throughput / base["metrics"]["throughput_img_s"]
+        workers = run["config"]["workers"]
+        run.update(speedup=ratio, speedup_ci95=None, efficiency=ratio / workers)
+        run["efficiency_ci95"] = None
+        run.update(_accuracy_ratios(run["metrics"], base["metrics"]))
+    if machine is not None:
+        run["machine_speedup"] = throughput / machine["metrics"]["throughput_img_s"]
+        run["machine_speedup_ci95"] = None
+    return run
 
 
 def describe(point: Row) -> str:
@@ -143,13 +170,20 @@ def _fill(point: Row, base: Row) -> None:
     point["efficiency_ci95"] = None if interval is None else [v / workers for v in interval]
     point["baseline"] = describe(base)
     point["baseline_run_ids"] = list(base["run_ids"])
-    metrics, base_metrics = point["metrics"], base["metrics"]
+    point.update(_accuracy_ratios(point["metrics"], base["metrics"]))
+
+
+def _accuracy_ratios(metrics: dict[str, Any], base_metrics: dict[str, Any]) -> Row:
+    """``tta_speedup`` and ``statistical_efficiency`` of these metrics over the baseline's
+    (``None`` where either side lacks the figure)."""
+    out: Row = {"tta_speedup": None, "statistical_efficiency": None}
     if metrics.get("time_to_accuracy_s") and base_metrics.get("time_to_accuracy_s"):
-        point["tta_speedup"] = base_metrics["time_to_accuracy_s"] / metrics["time_to_accuracy_s"]
+        out["tta_speedup"] = base_metrics["time_to_accuracy_s"] / metrics["time_to_accuracy_s"]
     if metrics.get("epochs_to_accuracy") and base_metrics.get("epochs_to_accuracy"):
-        point["statistical_efficiency"] = (
+        out["statistical_efficiency"] = (
             base_metrics["epochs_to_accuracy"] / metrics["epochs_to_accuracy"]
         )
+    return out
 
 
 def throughput_ratio(point: Row, base: Row) -> tuple[float, list[float] | None]:

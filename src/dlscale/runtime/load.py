@@ -18,6 +18,7 @@ import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dlscale.runtime.procfs import HAS_PROC, stat_fields
 
@@ -95,3 +96,31 @@ def sample(root: int | None) -> LoadSample:
 def machine_cores() -> int:
     """CPUs /proc/stat sums over (all of the machine's, not only this process's affinity)."""
     return os.cpu_count() or 1
+
+
+def load_fields(before: LoadSample, after: LoadSample) -> dict[str, Any]:
+    """A window's load counters from the samples around it (``None`` where not read): the
+    fields of :class:`~dlscale.contract.records.Window` they fill."""
+    fields: dict[str, Any] = {"minor_faults": after.minor_faults - before.minor_faults}
+    if (
+        before.busy_s is not None
+        and after.busy_s is not None
+        and before.run_s is not None
+        and after.run_s is not None
+    ):
+        fields["machine_busy_s"] = after.busy_s - before.busy_s
+        fields["machine_steal_s"] = (after.steal_s or 0.0) - (before.steal_s or 0.0)
+        fields["run_cpu_s"] = after.run_s - before.run_s
+        fields["machine_cores"] = machine_cores()
+    return fields
+
+
+def probe_load_fields(before: LoadSample, after: LoadSample, span_s: float) -> dict[str, Any]:
+    """The machine's counters of the exposed-communication probe, read around the whole of it
+    (``span_s`` wall seconds, its warm-up pair included): both of its windows carry them, since
+    their steps interleave. No page faults: those are the measured windows' figure."""
+    fields = load_fields(before, after)
+    del fields["minor_faults"]
+    if fields:
+        fields["load_span_s"] = span_s
+    return fields

@@ -17,7 +17,7 @@ way:
 * after everything else, the exposed-communication probe, where the engine can skip gradient
   synchronization: synchronized and unsynchronized steps alternate (ABBA pairs), so that both
   see the same machine, and each kind's step times go to their own window (``probe``,
-  ``nosync``);
+  ``nosync``), each carrying the machine's counters read around the whole probe;
 * records go to this process's events file (:mod:`dlscale.contract.records`); the parent takes
   the maximum over ranks (:mod:`dlscale.metrics.aggregate`).
 """
@@ -35,7 +35,7 @@ from dlscale.contract.engine import Engine
 from dlscale.contract.records import Eval, Resume, Window
 from dlscale.runtime.checkpoint import Checkpoints, attempt, skip
 from dlscale.runtime.engine import LoaderOnly, worker_environment
-from dlscale.runtime.load import LoadSample, machine_cores, sample
+from dlscale.runtime.load import load_fields, probe_load_fields, sample
 from dlscale.runtime.watchdog import local_parent
 
 if TYPE_CHECKING:
@@ -187,6 +187,11 @@ class _WindowTimer:
         times: dict[bool, list[float]] = {True: [], False: []}
         losses: dict[bool, list[Any]] = {True: [], False: []}
         order = [True, False]  # synchronized first
+        # the machine's counters around the whole probe: read before the warm-up pair, whose
+        # first synchronized step absorbs the delay (the other ranks wait in it), and after
+        # the last pair, never between timed steps
+        before = sample(self.root)
+        probe_start = clock()
         for pair in range(pairs + 1):
             for synced in order if pair % 2 == 0 else order[::-1]:
                 batch = next(batches)
@@ -198,6 +203,7 @@ class _WindowTimer:
                 if pair:  # pair 0 warms both kinds up
                     times[synced].append((clock() - start) * 1e3)
                     losses[synced].append(loss)
+        load = probe_load_fields(before, sample(self.root), clock() - probe_start)
         for synced, kind in ((True, "probe"), (False, "nosync")):
             self.ctx.events.write(
                 Window(
@@ -209,6 +215,7 @@ class _WindowTimer:
                     step_ms=times[synced],
                     loss_sum=None,
                     loss_count=0,
+                    **load,
                 )
             )
 
@@ -217,22 +224,6 @@ def _no_sync(engine: Engine) -> contextlib.AbstractContextManager[Any]:
     context = engine.no_sync()
     assert context is not None  # probe() runs only for engines that have one
     return context
-
-
-def load_fields(before: LoadSample, after: LoadSample) -> dict[str, Any]:
-    """A window's load counters from the samples around it (``None`` where not read)."""
-    fields: dict[str, Any] = {"minor_faults": after.minor_faults - before.minor_faults}
-    if (
-        before.busy_s is not None
-        and after.busy_s is not None
-        and before.run_s is not None
-        and after.run_s is not None
-    ):
-        fields["machine_busy_s"] = after.busy_s - before.busy_s
-        fields["machine_steal_s"] = (after.steal_s or 0.0) - (before.steal_s or 0.0)
-        fields["run_cpu_s"] = after.run_s - before.run_s
-        fields["machine_cores"] = machine_cores()
-    return fields
 
 
 def _cycle(engine: Engine) -> Iterator[Any]:

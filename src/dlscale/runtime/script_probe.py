@@ -12,14 +12,19 @@ The replicas drift apart in the unsynchronized steps, so the probe runs only whe
 is stopped right after it (not under ``run_to_end``); a script that ends first, or whose
 synchronization cannot be switched (no DDP module: a Horovod script, a loop of its own
 all-reduces), leaves no probe windows, and its exposed communication reads "not measured".
+On the first training rank the machine's counters are read around the whole probe (when it
+starts, before its warm-up pair, and after its last step, outside every timed step), and both
+windows carry them, as in dlscale's loop.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlscale.contract.records import Window
+from dlscale.runtime.load import LoadSample, probe_load_fields, sample
 
 if TYPE_CHECKING:
     from dlscale.runtime.context import WorkerContext
@@ -32,8 +37,13 @@ whether it could (``False``: nothing to switch)."""
 class ScriptProbe:
     """The probe's steps, fed by the recorder once the measured windows are written."""
 
-    def __init__(self, ctx: WorkerContext, pairs: int, set_sync: SetSync) -> None:
+    def __init__(
+        self, ctx: WorkerContext, pairs: int, set_sync: SetSync, *, root: int | None = None
+    ) -> None:
         self.ctx, self.pairs, self.set_sync = ctx, pairs, set_sync
+        self.root = root
+        """The dlscale parent's pid where this process reads the machine's counters."""
+        self.before: tuple[LoadSample, float] | None = None
         self.kinds: list[tuple[bool, bool]] = []
         """``(synchronized, timed)`` of each step still to run; pair 0 warms both up."""
         for pair in range(pairs + 1):
@@ -45,7 +55,16 @@ class ScriptProbe:
     def start(self) -> bool:
         """Set the first probe step's kind; ``False`` where the script's synchronization
         cannot be switched (then no probe runs)."""
-        return bool(self.kinds) and self.set_sync(self.kinds[0][0])
+        if not self.kinds or not self.set_sync(self.kinds[0][0]):
+            return False
+        self.before = (sample(self.root), time.perf_counter())  # inside the warm-up step
+        return True
+
+    def _load(self) -> dict[str, Any]:
+        if self.before is None:
+            return {}
+        before, started = self.before
+        return probe_load_fields(before, sample(self.root), time.perf_counter() - started)
 
     def stepped(self, step_ms: float, samples: int) -> bool:
         """One probe step ended after ``step_ms``; the next one's kind is set. ``True`` once
@@ -58,6 +77,7 @@ class ScriptProbe:
             self.set_sync(self.kinds[0][0])
             return False
         self.set_sync(True)
+        load = self._load()
         for synced, kind in ((True, "probe"), (False, "nosync")):
             self.ctx.events.write(
                 Window(
@@ -69,6 +89,7 @@ class ScriptProbe:
                     step_ms=self.step_ms[synced],
                     loss_sum=None,
                     loss_count=0,
+                    **load,
                 )
             )
         return True

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import Window
-from dlscale.runtime.load import LoadSample, sample
+from dlscale.runtime.load import LoadSample, load_fields, sample
 from dlscale.runtime.script_probe import ScriptProbe, SetSync
 from dlscale.runtime.watchdog import local_parent
 
@@ -69,9 +69,11 @@ class StepRecorder:
     ):
         cfg = ctx.config
         self.ctx = ctx
+        first = ctx.rank == ctx.layout.training_ranks[0]
+        self.root = local_parent() if first else None
         probes = set_sync is not None and cfg.workers > 1 and cfg.comm_probe_steps > 0
         self.probe = (
-            ScriptProbe(ctx, cfg.comm_probe_steps, set_sync)
+            ScriptProbe(ctx, cfg.comm_probe_steps, set_sync, root=self.root)
             if probes and set_sync is not None and not run_to_end
             else None
         )
@@ -84,8 +86,6 @@ class StepRecorder:
         self.run_to_end = run_to_end
         self.warmup = max(cfg.warmup_steps, 1)
         self.steps, self.windows = cfg.steps, cfg.windows
-        first = ctx.rank == ctx.layout.training_ranks[0]
-        self.root = local_parent() if first else None
         self.by_optimizer = True
         self._restart()
 
@@ -148,8 +148,6 @@ class StepRecorder:
         return value
 
     def _write(self, now: float) -> None:
-        from dlscale.runtime.schedule import load_fields
-
         assert self.before is not None
         after = sample(self.root)
         self.ctx.events.write(
