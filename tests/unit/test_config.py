@@ -76,15 +76,21 @@ def test_study_file_grid_and_unknown_key(tmp_path: Path):
 
 
 def test_grid_skips_what_a_backend_cannot_run_and_says_so():
-    study = expand({"backend": ["torch-single", "torch-ddp"], "workers": [1, 2], "model": "tiny"})
-    assert [(p.backend, p.workers) for p in study.points] == [
-        ("torch-single", 1),
-        ("torch-ddp", 1),
-        ("torch-ddp", 2),
-    ]
-    assert study.skipped == (
-        "torch-single at 2 worker(s): backend torch-single runs at most 1 worker(s), got workers=2",
-    )
+    study = expand(
+        {"backend": ["torch-single", "torch-ddp"], "workers": [1, 2], "model": "tiny",
+         "device": ["cpu", "cuda"]}
+    )  # fmt: skip
+    assert [(p.backend, p.workers, p.device) for p in study.points] == [
+        ("torch-single", 1, "cpu"),
+        ("torch-single", 1, "cuda"),
+        ("torch-ddp", 1, "cpu"),
+        ("torch-ddp", 1, "cuda"),
+        ("torch-ddp", 2, "cpu"),
+        ("torch-ddp", 2, "cuda"),
+    ]  # torch-single at 2 workers: the grid's shape, unsaid (below)
+    mixed = expand({"backend": ["torch-ddp", "mxnet-kv"], "device": ["cpu", "cuda"]})
+    assert len(mixed.points) == 3  # mxnet-kv has no cuda: skipped, and said
+    assert mixed.skipped == ("mxnet-kv at 1 worker(s): backend mxnet-kv does not run on cuda",)
     with pytest.raises(UserError, match="at most 1 worker"):
         expand({"backend": "torch-single", "workers": 2})
 
@@ -253,3 +259,13 @@ def test_a_plugin_declares_its_options_once_and_reads_them_typed():
     options = point.typed(DDPOptions)
     assert options == DDPOptions(bucket_mb=5.0)  # every other field at its default
     assert isinstance(options.bucket_mb, float) and options.compression == "none"
+
+
+def test_a_worker_limit_is_said_only_where_no_backend_runs_that_many_workers():
+    # torch-single beside torch-ddp at 1 and 2 workers: the grid's shape, nothing to say
+    quiet = expand({"backend": ["torch-single", "torch-ddp"], "model": "tiny", "workers": [1, 2]})
+    assert quiet.skipped == () and len(quiet.points) == 3
+    # alone at 1 and 2 workers, the 2 runs nowhere: that is worth a note
+    alone = expand({"backend": ["torch-single"], "model": "tiny", "workers": [1, 2]})
+    (note,) = alone.skipped
+    assert "torch-single at 2 worker(s)" in note and "at most 1 worker(s)" in note

@@ -11,9 +11,10 @@ from rich.console import Console
 from dlscale.cli.tables import LEGEND, points_table
 from dlscale.contract.result import Result
 from dlscale.metrics.scaling import add_scaling
-from dlscale.report.columns import COLUMNS, human_layout
+from dlscale.report.columns import COLUMNS
 from dlscale.report.figures import rank_spread, study_figures
 from dlscale.report.html import build_html, runs_table
+from dlscale.report.layout import human_layout
 from dlscale.report.tables import to_csv, to_markdown
 from dlscale.store import RunStore
 
@@ -69,7 +70,7 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
     assert caption == ["model tiny", "data digits", "scaling weak", "device cpu", "runs 1"]
     people = [[c.text(r) for c in shown] for r in rows]
 
-    terminal = points_table(rows, title="t")
+    terminal = points_table(rows, title="t", wide=True)
     assert [c.header for c in terminal.columns] == labels
     assert [list(c.cells) for c in terminal.columns] == [[c.text(r) for r in rows] for c in shown]
     assert terminal.caption == ", ".join(caption)
@@ -97,7 +98,7 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
     assert page.rows[1 + ddp2][speedup] == "1.01x [0.84, 1.22]"
     assert "1.01x [0.84, 1.22]" in _terminal(terminal) and "1.00x*" in _terminal(terminal)
     assert machines[ddp2][names.index("speedup")] == "1.010"
-    assert people[ddp2][labels.index("eff.")] == "50% [42, 61]"
+    assert people[ddp2][labels.index("eff.")] == "50%"  # its interval: the speedup's / 2
     assert machines[ddp2][names.index("efficiency")] == "0.505"
 
 
@@ -111,10 +112,12 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "runs: independent runs of the point; "
         "thr/w: intra-op threads of each worker process (cores / processes unless "
         "threads_per_worker is set); "
-        "step ms: median synchronous step time (slowest rank); "
+        "step ms: median synchronous step time (slowest rank), over the windows the noise "
+        "guard kept; "
         "speedup: img/s over the baseline, [95% interval] (Fieller; none when either side "
         "has too few samples; *: the baseline is this row); "
-        "eff.: speedup / workers, in percent; "
+        "eff.: speedup / workers, in percent (its interval is the speedup's divided by the "
+        "workers: the exports' efficiency_ci95_low and _high); "
         "baseline: the 1-worker point with the same threads per worker that speedup is over; "
         "vs 1×all: img/s over the same machine used as 1 worker with every core; "
         "input: input wait, the share of step time spent waiting for the next batch "
@@ -124,8 +127,11 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "acc.: evaluation accuracy; TTA: seconds to the target accuracy; "
         "notes: loaded: other processes used that share of the machine in a window, "
         "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
-        "guard); loaded runs left out: runs loaded in every window, not in the point's "
-        "figures; oversubscribed: threads exceed the cores; "
+        "guard); loaded windows left out: windows the noise guard dropped, and how much that "
+        "moved img/s (noise_guard_shift); loaded runs left out: runs loaded in every window, "
+        "not in the point's figures; comm probe loaded: other processes or the hypervisor took "
+        "more than the limits while exposed communication was measured; "
+        "oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker; "
         "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
         "seconds that cost; loader only: the input pipeline timed alone (loader_only), img/s "
@@ -159,6 +165,7 @@ def test_runs_tables_tolerate_missing_settings_and_escape_user_text():
         "data -",
         "scaling -",
         "device -",
+        "batch/w -",
         "runs -",
         "thr/w -",
         "baseline -",

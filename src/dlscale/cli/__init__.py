@@ -24,6 +24,7 @@ COMMANDS = {
     "microbench": ("dlscale.cli.microbench", "time collectives over message sizes on an engine"),
     "predict": ("dlscale.cli.predict", "predict scaling to many workers from a compute profile"),
     "hosts": ("dlscale.cli.hosts", "emulated hosts on this machine: a test bed of a cluster"),
+    "explain": ("dlscale.cli.explain", "what a column of the results table means, and its unit"),
 }
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.console import Console
 from rich.table import Table
 
 from dlscale.cli.tables import cell, console, markup
@@ -29,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="results directory for `ls runs` (default: ./dlscale-results)",
     )
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="`ls runs`: every column, however wide (default: those that fit the terminal)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -37,10 +44,13 @@ def main(args: argparse.Namespace) -> int:
         "backends": _backends,
         "datasets": _datasets,
         "launchers": _launchers,
-        "runs": lambda: _runs(args.results),
+        "runs": lambda: _runs(args.results, wide=args.wide),
     }[args.what]()
     for each in table if isinstance(table, list) else [table]:
-        console().print(each)
+        if callable(each):
+            each(console())
+        else:
+            console().print(each)
     return 0
 
 
@@ -222,22 +232,23 @@ def _placement(stored: list[Any]) -> Table | None:
     return table
 
 
-def _runs(results: str) -> list[Table]:
+def _runs(results: str, *, wide: bool) -> list[Table | Callable[[Console], None]]:
     """The stored runs (each with its point's speedup), then the points submitted detached
     that have no result yet, with where their jobs stand (a job that ended without recording
     its result is recorded as failed first, and listed with the runs)."""
-    from dlscale.cli.tables import points_table
+    from dlscale.cli.tables import show_table
     from dlscale.metrics.scaling import add_scaling
     from dlscale.runner import submitted_points
     from dlscale.store.results import RunStore
 
     store = RunStore(results)
     waiting = submitted_points(store)
-    tables = []
+    tables: list[Table | Callable[[Console], None]] = []
     if not waiting or any(store.root.glob("*/result.json")):
         stored = store.results()
-        rows = add_scaling(stored, per="run")  # each run, its point's speedup
-        tables.append(points_table(rows, title=f"runs in {results} ({len(rows)})", run_ids=True))
+        rows = add_scaling(stored, per="run")  # each run, its own ratio over its baseline point
+        title = f"runs in {results} ({len(rows)})"
+        tables.append(lambda out: show_table(out, rows, title, run_ids=True, wide=wide))
         if placed := _placement(stored):
             tables.append(placed)
     if waiting:

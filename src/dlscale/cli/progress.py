@@ -17,7 +17,15 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlscale.cli.claims import print_claims
-from dlscale.cli.tables import LEGEND, console, markup, points_table, results_command, say
+from dlscale.cli.eta import StudyClock, TimeLeftColumn
+from dlscale.cli.tables import (
+    console,
+    markup,
+    print_findings,
+    results_command,
+    say,
+    show_table,
+)
 from dlscale.config.repeats import Repeats
 from dlscale.config.study import Study
 from dlscale.contract.text import visible
@@ -79,6 +87,10 @@ def json_record(row: dict[str, Any], kind: str = "run") -> dict[str, Any]:
     }
 
 
+_NOT_RUN_HERE = ("skipped", "busy", "newer", "submitted")
+"""Outcomes whose seconds are no run's: kept from before, run by another process, handed on."""
+
+
 @dataclass
 class _Tally:
     finished: list[str] = field(default_factory=list)
@@ -88,7 +100,13 @@ class _Tally:
 
 
 def run_study(
-    study: Study, results: Path, *, force: bool, as_json: bool, command: list[str]
+    study: Study,
+    results: Path,
+    *,
+    force: bool,
+    as_json: bool,
+    command: list[str],
+    wide_table: bool = False,
 ) -> int:
     """Every point ``repeats`` times in interleaved rounds, then, under ``target_ci``, more
     rounds of the points whose interval is still wider, until the rule's budget runs out."""
@@ -109,6 +127,7 @@ def run_study(
     write_claims(store, study.name, study.claims)  # for `dlscale report` to check later
     progress = study_progress(err, disable=as_json)
     run_ids: dict[int, list[str]] = {i: [] for i in range(len(study.points))}
+    clock = StudyClock([p.workers for p in study.points], plan.repeats)
 
     def run_round(number: int, indices: list[int]) -> None:
         for i in round_order(indices, number, plan):
@@ -119,12 +138,19 @@ def run_study(
             )
             progress.update(task, description=point_description(config, number))
             run_ids[i].append(config.run_id())
-            _run_one(config, store, force, command, study.name, as_json, line, warn, tally)
-            progress.advance(task)
+            began = time.monotonic()
+            state = _run_one(config, store, force, command, study.name, as_json, line, warn, tally)
+            if state not in _NOT_RUN_HERE:
+                clock.record(i, time.monotonic() - began)
+            else:  # kept from before, or handed to a scheduler: says nothing of its time
+                clock.skip(i)
+            progress.update(task, advance=1, left=clock.words())
 
     with progress:
         task = progress.add_task(
-            study_description(study.name), total=len(study.points) * plan.repeats
+            study_description(study.name),
+            total=len(study.points) * plan.repeats,
+            left=clock.words(),
         )
         everyone = list(range(len(study.points)))
         for number in range(plan.repeats):
@@ -136,6 +162,7 @@ def run_study(
             stop = _stop_reason(wide, number, plan, started)
             if stop is not None:
                 break
+            clock.plan(wide)
             progress.update(task, total=(progress.tasks[0].total or 0) + len(wide))
             run_round(number, wide)
             number += 1
@@ -147,8 +174,9 @@ def run_study(
             print(json.dumps(check.record()), flush=True)
     elif points or not tally.submitted:
         out = console()
-        out.print(points_table(points, title=f"study {study.name}: {study.description}"))
-        out.print(LEGEND, style="dim", highlight=False)
+        print_findings(out, points)
+        title = f"study {study.name}: {study.description}"
+        show_table(out, points, title, wide=wide_table)
         from dlscale.metrics.input_bound import input_findings
 
         for finding in input_findings(points):
@@ -186,6 +214,7 @@ def study_progress(err: Console, *, disable: bool) -> Progress:
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
+        TimeLeftColumn(),
         console=err,
         disable=disable or not err.is_terminal,
     )
@@ -264,7 +293,8 @@ def _run_one(
     line: Callable[[str], None],
     warn: Callable[[str], None],
     tally: _Tally,
-) -> None:
+) -> str:
+    """Runs one point and says how it went; returns its outcome's state."""
     outcome = run_point(
         config,
         store,
@@ -277,9 +307,9 @@ def _run_one(
     if outcome.state == "busy":
         tally.busy += 1
         warn(busy_message(store, outcome.run_id, outcome.lock_owner))
-        return
+        return outcome.state
     if outcome.state == "newer":
-        return  # kept, with a warning from the store; nothing to show
+        return outcome.state  # kept, with a warning from the store; nothing to show
     if outcome.state == "submitted":
         tally.submitted += 1
         if as_json:
@@ -287,7 +317,7 @@ def _run_one(
             print(json.dumps(record), flush=True)
         else:
             line(markup(f"{outcome.run_id}: submitted: {outcome.detail}"))
-        return
+        return outcome.state
     if outcome.state == "skipped" and not as_json:
         line(
             markup(
@@ -312,6 +342,7 @@ def _run_one(
         )
         if row is not None:
             print(json.dumps(json_record(row)), flush=True)
+    return outcome.state
 
 
 def _every_run_id(point: dict[str, Any]) -> set[str]:

@@ -125,6 +125,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print one JSON object per finished point instead of a table",
     )
     parser.add_argument("--keys", action="store_true", help="list every study key and exit")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="show every column of the results table, however wide (default: those that fit)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
@@ -250,7 +255,12 @@ def main(args: argparse.Namespace) -> int:
     from dlscale.cli.progress import run_study
 
     return run_study(
-        study, Path(args.results), force=args.force, as_json=args.json, command=command
+        study,
+        Path(args.results),
+        force=args.force,
+        as_json=args.json,
+        command=command,
+        wide_table=args.wide,
     )
 
 

@@ -15,27 +15,38 @@ such as a list of options, keeps its own line breaks).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from dlscale.contract.text import shell_command, visible
-from dlscale.report.columns import LEGEND, human_layout
+from dlscale.report.columns import LEGEND, Column
+from dlscale.report.layout import human_layout, legend
 
 __all__ = [
+    "DEFAULT_WIDTH",
     "LEGEND",
     "cell",
     "console",
     "literal",
     "markup",
     "points_table",
+    "print_findings",
     "results_command",
     "say",
+    "show_table",
+    "table_width",
     "visible",
 ]
+
+
+DEFAULT_WIDTH = 100
+"""The width a runs table fits when the terminal's is not known (output to a file or a pipe)."""
 
 
 def console(stderr: bool = False) -> Console:
@@ -43,6 +54,15 @@ def console(stderr: bool = False) -> Console:
     turns no ``:name:`` in user text into an emoji."""
     probe = Console(stderr=stderr, emoji=False)
     return probe if probe.is_terminal else Console(stderr=stderr, width=240, emoji=False)
+
+
+def table_width(out: Console) -> int:
+    """The columns a runs table may take on ``out``: the terminal's, else $COLUMNS, else
+    `DEFAULT_WIDTH`."""
+    if out.is_terminal:
+        return out.width
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
 
 
 def literal(text: Any, style: str = "") -> Text:
@@ -73,15 +93,61 @@ def results_command(*words: str, results: Any) -> str:
 
 
 def points_table(
-    rows: list[dict[str, Any]], title: str = "dlscale results", *, run_ids: bool = False
+    rows: list[dict[str, Any]],
+    title: str = "dlscale results",
+    *,
+    run_ids: bool = False,
+    width: int = DEFAULT_WIDTH,
+    wide: bool = False,
 ) -> Table:
-    """One row per run; settings that are the same in every row go to the caption."""
+    """One row per run or point, settings the same in every row in the caption, fitted to
+    ``width`` (`fitted_columns`), which the caption names."""
+    columns, caption, hidden = fitted_columns(rows, run_ids=run_ids, width=width, wide=wide)
+    return _table(rows, columns, title, [*caption, *_left_out(hidden, width)])
+
+
+def fitted_columns(
+    rows: list[dict[str, Any]], *, run_ids: bool, width: int, wide: bool
+) -> tuple[list[Column], list[str], list[str]]:
+    """The columns of a table for people that fit ``width``, its caption items, and the labels
+    of the columns left out. Where the table would be wider, the columns least needed to read
+    it (the baseline's name, step time...) go first, lowest `Column.keep` first; those that
+    tell rows apart stay (the terminal folds them). ``wide``: every column, however wide."""
     columns, caption = human_layout(rows, run_ids=run_ids)
+    hidden: list[str] = []
+    while not wide and _width(_table(rows, columns, "", [])) > width:
+        droppable = [c for c in columns if c.keep < 9]
+        if not droppable:
+            break
+        dropped = min(droppable, key=lambda c: c.keep)
+        columns = [c for c in columns if c is not dropped]
+        hidden.append(dropped.label)
+    return columns, caption, hidden
+
+
+def _left_out(hidden: list[str], width: int) -> list[str]:
+    if not hidden:
+        return []
+    return [f"left out to fit {width} columns: {', '.join(hidden)} (--wide shows them)"]
+
+
+def _width(table: Table) -> int:
+    """The width ``table`` takes unwrapped."""
+    return Console(width=100_000).measure(table).maximum
+
+
+def _table(
+    rows: list[dict[str, Any]], columns: list[Column], title: str, caption: list[str]
+) -> Table:
     table = Table(
-        title=literal(title, "table.title"),
+        title=literal(title, "table.title") if title else None,
         title_justify="left",
         caption=markup(", ".join(caption)) or None,
         caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
     )
     for column in columns:
         if column.numeric:
@@ -93,3 +159,33 @@ def points_table(
     for row in rows:
         table.add_row(*(markup(column.text(row)) for column in columns))
     return table
+
+
+def print_findings(out: Console, rows: list[dict[str, Any]]) -> None:
+    """What the study found (`dlscale.report.finding`), a line each, before its table."""
+    from dlscale.report.finding import findings
+
+    for sentence in findings(rows):
+        out.print(Text("found: ", style="bold") + literal(sentence))
+
+
+def show_table(
+    out: Console, rows: list[dict[str, Any]], title: str, *, run_ids: bool = False, wide: bool
+) -> None:
+    """The runs table on ``out`` under its title, then its caption, what it left out and the
+    legend of what it shows, each a paragraph of the console's width: fitted to the terminal
+    (`table_width`), or with ``wide`` every column, as wide as that takes."""
+    width = table_width(out)
+    out.print(literal(title, "table.title"), soft_wrap=True)  # a long path: one line, unbroken
+    columns, caption, hidden = fitted_columns(rows, run_ids=run_ids, width=width, wide=wide)
+    table = _table(rows, columns, "", [])
+    if wide:  # as wide as it is: rich would squeeze it to the console's width
+        natural, out.width = out.width, max(width, _width(table))
+        out.print(table)
+        out.width = natural
+    else:
+        out.print(table, width=width)
+    for paragraph in (", ".join(caption), *_left_out(hidden, width)):
+        if paragraph:
+            out.print(literal(paragraph, "table.caption"), width=width)
+    out.print(Text(legend(columns, per_run=run_ids), style="dim"), width=width)

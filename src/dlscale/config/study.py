@@ -18,7 +18,7 @@ from typing import Any
 from dlscale.config.claims import Claim, parse_claims
 from dlscale.config.repeats import Repeats, coerce_study
 from dlscale.contract.backends import BACKENDS
-from dlscale.contract.errors import UnsupportedPoint, UserError
+from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.layout import usable_cores
 from dlscale.contract.options import parse_value
 from dlscale.contract.run_config import RunConfig, core_keys, declared_options
@@ -268,7 +268,7 @@ def _expand(settings: dict[str, Any]) -> Study:
     for key, axis in zip(keys, axes, strict=True):
         _check_accepted(key, axis)
     points: list[RunConfig] = []
-    skipped: list[str] = []
+    skipped: list[tuple[str, int | None]] = []  # (note, workers when a worker limit)
     reasons: list[str] = []  # each once, for a study that has no point left
     is_grid = any(len(axis) > 1 for axis in axes)
     spanned = _declared_in_grid(dict(zip(keys, axes, strict=True))) if is_grid else set()
@@ -282,8 +282,9 @@ def _expand(settings: dict[str, Any]) -> Study:
             if not is_grid:
                 raise
             note = f"{_describe(values)}: {reason}"
-            if note not in skipped:
-                skipped.append(note)
+            limit = values.get("workers") if isinstance(reason, TooManyWorkers) else None
+            if (note, limit) not in skipped:
+                skipped.append((note, limit))
             if str(reason) not in reasons:
                 reasons.append(str(reason))
             continue
@@ -291,7 +292,11 @@ def _expand(settings: dict[str, Any]) -> Study:
             points.append(point)
     if not points:
         raise UserError("the study has no point that can run: " + "; ".join(reasons))
-    return Study(name="", description="", points=_sorted(points), skipped=tuple(skipped))
+    # a 1-process backend beside DDP at 2 workers is the grid's shape, not news: said only
+    # where no point of the study runs that many workers
+    run = {point.workers for point in points}
+    said = tuple(note for note, limit in skipped if limit is None or limit not in run)
+    return Study(name="", description="", points=_sorted(points), skipped=said)
 
 
 def _check_accepted(key: str, values: list[Any]) -> None:

@@ -21,6 +21,11 @@ class UnsupportedPoint(UserError):
     """A valid setting that the chosen backend cannot run (a grid skips such points)."""
 
 
+class TooManyWorkers(UnsupportedPoint):
+    """A backend's worker limit (a 1-process loop at 2 workers): in a grid whose other
+    backends run that many workers, the expected gap of the grid, skipped without a note."""
+
+
 class WorkerFault(Exception):
     """A worker's failure that is not the user's input but needs no traceback to explain (a
     loader process killed from outside): the worker exits 1 with this one line."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.datasets import DATASETS
-from dlscale.contract.errors import UnsupportedPoint, UserError
+from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.models import ModelSpec
 from dlscale.contract.user_models import ScriptModelSpec
 
@@ -61,7 +61,7 @@ def check_engine_fits(config: RunConfig, backend: BackendSpec, model: ModelSpec)
             f"(it has: {', '.join(model.builders)}); backend {config.backend} needs one"
         )
     if backend.max_workers is not None and config.workers > backend.max_workers:
-        raise UnsupportedPoint(
+        raise TooManyWorkers(
             f"backend {config.backend} runs at most {backend.max_workers} worker(s), "
             f"got workers={config.workers}"
         )

@@ -12,9 +12,10 @@ from dlscale.contract.text import html_text, shell_command
 from dlscale.perfmodel.networks import link_lookup, stored_fit, stored_fits
 from dlscale.perfmodel.validate import network_key
 from dlscale.report.claims import claims_section
-from dlscale.report.columns import Column, human_layout
+from dlscale.report.columns import Column
 from dlscale.report.figures import study_figures
 from dlscale.report.interactive import to_plotly
+from dlscale.report.layout import human_layout
 from dlscale.report.model import collectives, predictable, prediction
 from dlscale.report.series import Figure, Row
 from dlscale.report.slugs import study_slugs
@@ -131,6 +132,20 @@ def runs_table(rows: list[Row]) -> str:
     )
     top = f"<caption>{_e(', '.join(caption))}</caption>" if caption else ""
     return f'<table class="runs">{top}<tr>{header}</tr>{body}</table>'
+
+
+def found(studies: dict[str, list[Row]]) -> str:
+    """What each study found (`dlscale.report.finding`), first on the page."""
+    from dlscale.report.finding import findings
+
+    parts = []
+    for name, study_rows in sorted(studies.items()):
+        said = findings(study_rows)
+        if said:
+            title = f"<h3>Study {_e(name)}</h3>" if len(studies) > 1 else ""
+            items = "".join(f"<li>{_e(sentence)}</li>" for sentence in said)
+            parts.append(f'{title}<ul class="found">{items}</ul>')
+    return "<h2>What was found</h2>" + "".join(parts) if parts else ""
 
 
 def _failures(rows: list[Row]) -> str:
@@ -333,6 +348,7 @@ def build_html(
 <p class="note">{len(rows)} points and {len(runs)} microbench runs from
 <code>{_e(source)}</code>, made by dlscale. Metric
 definitions: docs/metrics.md. Plots are interactive: hover for values, click legend entries.</p>
+{found(studies)}
 <h2>Where these numbers come from</h2>{provenance(rows)}
 {"".join(sections)}
 </body></html>

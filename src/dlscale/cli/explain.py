@@ -1,0 +1,67 @@
+"""dlscale explain [COLUMN]: what a column of the runs table means, with its unit, where it is
+defined, and its machine name in the exports (Markdown, CSV, `--json`)."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+
+from dlscale.cli.tables import console, say
+from dlscale.contract.errors import UserError
+from dlscale.report.columns import COLUMNS, Column
+from dlscale.report.layout import find_column
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "column",
+        nargs="?",
+        help="a column's label as the table shows it (speedup, eff., 'vs 1×all', comm) or its "
+        "export name (efficiency); without one, every column",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    out = console()
+    if not args.column:
+        for column in COLUMNS:
+            if column.show != "exports":
+                say(out, f"{column.label:10} {column.short or column.definition or column.name}")
+        say(out, "dlscale explain COLUMN says more; docs/metrics.md has every formula")
+        return 0
+    try:
+        column = find_column(args.column)
+    except KeyError:
+        names = [c.label for c in COLUMNS] + [c.name for c in COLUMNS]
+        close = difflib.get_close_matches(args.column.lower(), list(dict.fromkeys(names)), 3, 0.5)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UserError(
+            f"no column {args.column!r}{hint}: dlscale explain lists them all"
+        ) from None
+    for line in describe(column):
+        say(out, line)
+    return 0
+
+
+def describe(column: Column) -> list[str]:
+    """The lines `dlscale explain` prints for one column."""
+    lines = [f"{column.label} ({column.name} in Markdown, CSV and --json)"]
+    lines.append(column.definition or f"the run's {column.label}, as set")
+    shown = {
+        "always": "always shown",
+        "varying": "shown when it differs between rows, else said once under the table",
+        "present": "shown when some row has a value",
+        "on_request": "shown by dlscale ls runs",
+        "exports": "",
+    }[column.show]
+    if not shown:
+        lines.append("not in the terminal table: in the exports only")
+    elif column.keep >= 9:
+        lines.append(f"in the terminal table: {shown}")
+    else:
+        lines.append(
+            f"in the terminal table: {shown}; left out (and named under the table) when the "
+            "terminal is too narrow, lowest priority first: --wide shows it whatever the width"
+        )
+    lines.append("formulas and units: docs/metrics.md")
+    return lines

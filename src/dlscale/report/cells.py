@@ -1,0 +1,116 @@
+"""How the runs table writes each kind of value for people: numbers with their intervals,
+shares, exposed communication with its significance, and the notes a row carries. Each
+function takes the value (not None) and its row; `dlscale.report.columns` puts them to use."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dlscale.metrics.aggregate import OUTSIDE_LOAD_LIMIT, STEAL_LIMIT
+
+Row = dict[str, Any]
+
+
+def plain(value: Any, row: Row) -> str:
+    return str(value)
+
+
+def field(key: str) -> Callable[[Row], Any]:
+    return lambda row: row.get(key)
+
+
+def setting(key: str) -> Callable[[Row], Any]:
+    return lambda row: (row.get("config") or {}).get(key)
+
+
+def metric(key: str) -> Callable[[Row], Any]:
+    return lambda row: (row.get("metrics") or {}).get(key)
+
+
+def fixed(spec: str) -> Callable[[Any, Row], str]:
+    return lambda value, row: format(value, spec)
+
+
+def percent(digits: int) -> Callable[[Any, Row], str]:
+    return lambda value, row: f"{value * 100:.{digits}f}%"
+
+
+def interval(key: str, spec: str, scale: float = 1.0, unit: str = "") -> Callable[[Any, Row], str]:
+    """A value with its interval from ``row[key]`` (low, high) in brackets, when it has one."""
+
+    def text(value: Any, row: Row) -> str:
+        bounds = row.get(key)
+        shown = format(value * scale, spec) + unit
+        if not bounds:
+            return shown
+        low, high = (format(v * scale, spec) for v in bounds)
+        return f"{shown} [{low}, {high}]"
+
+    return text
+
+
+def speedup(value: Any, row: Row) -> str:
+    own_baseline = row.get("baseline_run_ids") == row.get("run_ids")
+    return interval("speedup_ci95", ".2f", unit="x")(value, row) + ("*" if own_baseline else "")
+
+
+def ci(value: Any, row: Row) -> str:
+    """The throughput interval's half-width; ``w``: over the windows of a single run."""
+    return format(value, ".1f") + ("w" if row.get("interval") == "windows" else "")
+
+
+def comm(value: Any, row: Row) -> str:
+    metrics = row.get("metrics") or {}
+    half = metrics.get("exposed_comm_ci95")
+    text = f"{value * 100:.0f}%"
+    if half is not None:
+        text += f" ±{half * 100:.0f}"
+    if metrics.get("exposed_comm_significant") is False and value != 0:
+        text += " n.s."
+    return text
+
+
+def notes(row: Row) -> str | None:
+    metrics = row.get("metrics") or {}
+    notes = []
+    if metrics.get("noisy"):  # name what was over its limit: other processes, the hypervisor
+        load, steal = metrics.get("outside_load_max") or 0, metrics.get("steal_max") or 0
+        over = [f"loaded {load * 100:.0f}%"] if load > OUTSIDE_LOAD_LIMIT else []
+        over += [f"steal {steal * 100:.0f}%"] if steal > STEAL_LIMIT else []
+        notes.extend(over or [f"loaded {load * 100:.0f}%"])
+    if metrics.get("windows_left_out"):  # and how far leaving them out moved img/s
+        shift = metrics.get("noise_guard_shift")
+        moved = f" ({shift:+.1%})" if shift is not None else ""
+        notes.append(f"{metrics['windows_left_out']} loaded window(s) left out{moved}")
+    if row.get("runs_left_out"):
+        notes.append(f"{len(row['runs_left_out'])} loaded run(s) left out")
+    if metrics.get("exposed_comm_noisy"):
+        load = max(metrics.get("exposed_comm_outside_load_max") or 0,
+                   metrics.get("exposed_comm_steal_max") or 0)  # fmt: skip
+        notes.append(f"comm probe loaded {load * 100:.0f}%")
+    if row.get("oversubscribed"):
+        notes.append("oversubscribed")
+    if row.get("baseline_threads_differ"):
+        notes.append("baseline threads differ")
+    if (row.get("config") or {}).get("loader_only"):
+        notes.append("loader only")
+    if metrics.get("restarts"):
+        notes.append(f"restarted {metrics['restarts']}x, {metrics['restart_lost_s']:.1f} s lost")
+    return ", ".join(notes) or None
+
+
+def input_wait(row: Row) -> Any:
+    """The input wait of a data set read by loaders (none for synthetic data: its one batch
+    sits on the device)."""
+    if (row.get("config") or {}).get("dataset") == "synthetic":
+        return None
+    return (row.get("metrics") or {}).get("input_wait_fraction")
+
+
+def bound(key: str, index: int) -> Callable[[Row], Any]:
+    return lambda row: row[key][index] if row.get(key) else None
+
+
+def status(value: Any, row: Row) -> str:
+    return "ok" if value == "completed" else str(value).upper()

@@ -1,0 +1,185 @@
+"""What a study found, in sentences: written from its stored points (rows of
+`dlscale.metrics.scaling.add_scaling`), for any study, each figure with the interval it was
+stored with. Nothing here claims what was not measured: a point without an interval says so, a
+figure that is not there (communication of a 1-process loop, accuracy of synthetic data) is not
+mentioned, and a loaded point carries its note. The end of `dlscale run` and the top of the
+report print these first.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from dlscale.metrics.scaling import describe, throughput_ratio
+from dlscale.report import cells
+from dlscale.report.series import series_label, varying_keys
+
+Row = dict[str, Any]
+
+MOST = 6
+"""Sentences about single points before the rest is left to the table."""
+
+_NOT_IN_A_NAME = {"threads_per_worker"}
+"""Settings a point's name leaves out: the reference point's threads are said where it is used."""
+
+
+def findings(rows: list[Row]) -> list[str]:
+    """The study's findings, most workers first: each scaled point's speedup over its
+    baseline with its efficiency, exposed communication and the same machine as one worker;
+    then, where several backends ran at one worker count, which was fastest and how the others
+    compare; then what failed."""
+    done = [r for r in rows if r["status"] == "completed" and _img_s(r)]
+    varying = [k for k in varying_keys(rows) if k not in _NOT_IN_A_NAME]
+    out: list[str] = []
+    scaled = sorted(
+        (r for r in done if r["config"]["workers"] > 1 and r.get("speedup") is not None),
+        key=lambda r: -r["config"]["workers"],
+    )
+    out += [_scaled(r, rows, varying) for r in scaled[:MOST]]
+    if len(scaled) > MOST:
+        out.append(f"{len(scaled) - MOST} more scaled point(s): see the table")
+    out += _side_by_side(done, varying)
+    if not scaled and done:
+        out += [_single(r, varying) for r in done[:MOST]]
+    failed = [r for r in rows if r["status"] != "completed"]
+    if failed:
+        names = sorted({_name(r, varying, workers=True) for r in failed})
+        out.append(f"{len(failed)} run(s) did not complete: {', '.join(names)}")
+    return out
+
+
+def _img_s(row: Row) -> float | None:
+    return (row.get("metrics") or {}).get("throughput_img_s")
+
+
+def _name(row: Row, varying: list[str], *, workers: bool = False) -> str:
+    name = series_label(row, varying)
+    if not workers:
+        return name
+    count = row["config"]["workers"]
+    return f"{name} at {count} worker{'s' if count != 1 else ''}"
+
+
+def _interval(low_high: Any, spec: str = ".2f", unit: str = "") -> str:
+    if not low_high:
+        return ""
+    low, high = low_high
+    return f" [{low:{spec}}{unit}, {high:{spec}}{unit}]"
+
+
+def _scaled(row: Row, rows: list[Row], varying: list[str]) -> str:
+    """``torch-ddp at 2 workers: 1.93x [1.50, 2.37] over torch-single at 1 worker (96%
+    efficient); ...``"""
+    base = _by_runs(rows, row.get("baseline_run_ids"))
+    over = _name(base, varying, workers=True) if base else str(row.get("baseline"))
+    text = f"{_name(row, varying, workers=True)}: {row['speedup']:.2f}x"
+    if row.get("speedup_ci95"):
+        text += _interval(row["speedup_ci95"])
+        if row.get("interval") == "windows":
+            text += " (over one run's windows, which are not independent)"
+    else:
+        text += " (no interval: too few samples)"
+    text += f" over {over} ({row['efficiency']:.0%} efficient)"
+    parts = [text]
+    comm = _comm(row)
+    if comm:
+        parts.append(comm)
+    machine = _machine(row, rows)
+    if machine:
+        parts.append(machine)
+    parts += _accuracy(row)
+    notes = cells.notes(row)
+    if notes:
+        parts.append(f"note: {notes}")
+    return "; ".join(parts)
+
+
+def _comm(row: Row) -> str:
+    metrics = row.get("metrics") or {}
+    value = metrics.get("exposed_comm_fraction")
+    if value is None:
+        return ""
+    half = metrics.get("exposed_comm_ci95")
+    shown = f"{value:.0%}" + (f" ±{half:.0%}" if half is not None else "")
+    if metrics.get("exposed_comm_significant") is False:
+        return f"exposed communication not significant ({shown} of a step)"
+    return f"exposed communication {shown} of a step"
+
+
+def _machine(row: Row, rows: list[Row]) -> str:
+    """How the point compares with the same machine used as one worker with every core."""
+    ratio = row.get("machine_speedup")
+    if ratio is None:
+        return ""
+    reference = next(
+        (r for r in rows if r["status"] == "completed" and describe(r) == row["machine_baseline"]),
+        None,
+    )
+    threads = reference.get("threads_per_worker") if reference else None
+    who = f"one {threads}-thread worker" if threads else "one worker with every core"
+    ci = row.get("machine_speedup_ci95")
+    shown = f"{ratio:.2f}x{_interval(ci)}"
+    if not ci:
+        return f"{shown} the speed of the same machine as {who} (no interval: too few samples)"
+    low, high = ci
+    if low > 1:
+        return f"faster than the same machine as {who} ({shown})"
+    if high < 1:
+        return f"slower than the same machine as {who} ({shown})"
+    return f"as fast as the same machine as {who} ({shown}, not distinguishable)"
+
+
+def _accuracy(row: Row) -> list[str]:
+    metrics, config = row.get("metrics") or {}, row.get("config") or {}
+    out = []
+    if metrics.get("eval_accuracy") is not None:
+        out.append(f"accuracy {metrics['eval_accuracy']:.1%}")
+    if metrics.get("time_to_accuracy_s") is not None:
+        target = config.get("target_accuracy")
+        to = f" to {target:.0%}" if isinstance(target, float) else ""
+        out.append(f"{metrics['time_to_accuracy_s']:.1f} s{to}")
+    elif config.get("target_accuracy") is not None and metrics.get("eval_accuracy") is not None:
+        out.append(f"never reached {config['target_accuracy']:.0%}")
+    return out
+
+
+def _single(row: Row, varying: list[str]) -> str:
+    """A point of a study that scaled nothing: its throughput and what else it measured."""
+    metrics = row.get("metrics") or {}
+    half = metrics.get("throughput_ci95_img_s")
+    over = " over one run's windows" if row.get("interval") == "windows" else ""
+    spread = f" ±{half:.1f}{over}" if half is not None else ""
+    parts = [f"{_name(row, varying, workers=True)}: {_img_s(row):.1f} img/s{spread}"]
+    return "; ".join(parts + _accuracy(row))
+
+
+def _side_by_side(done: list[Row], varying: list[str]) -> list[str]:
+    """At each worker count above 1 where several points ran: the fastest, and each other
+    point's throughput as a share of it with its interval."""
+    by_workers: dict[int, list[Row]] = defaultdict(list)
+    for row in done:
+        if row["config"]["workers"] > 1:
+            by_workers[row["config"]["workers"]].append(row)
+    out = []
+    for workers in sorted(by_workers, reverse=True):
+        group = sorted(by_workers[workers], key=lambda r: -(_img_s(r) or 0))
+        if len(group) < 2:
+            continue
+        best, others = group[0], group[1:]
+        compared = []
+        for row in others[:MOST]:
+            ratio, ci = throughput_ratio(row, best)
+            compared.append(f"{_name(row, varying)} {ratio:.2f}x{_interval(ci)}")
+        more = f", and {len(others) - MOST} more" if len(others) > MOST else ""
+        out.append(
+            f"at {workers} workers the fastest was {_name(best, varying)} "
+            f"({_img_s(best):.1f} img/s); of its speed: {', '.join(compared)}{more}"
+        )
+    return out
+
+
+def _by_runs(rows: list[Row], run_ids: Any) -> Row | None:
+    if not run_ids:
+        return None
+    return next((r for r in rows if r.get("run_ids") == run_ids), None)

@@ -1,0 +1,87 @@
+"""How a table for people is laid out from `dlscale.report.columns.COLUMNS`: which columns it
+shows (settings equal in every row go to the caption, columns empty in every row are left out),
+the short legend of those it shows, and a column found by the name a person gives it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from dlscale.report.columns import COLUMNS, Column, Row
+
+_PER_RUN = {
+    "throughput_ci95_img_s": "its 95% interval's half-width over the run's windows (w)",
+    "speedup": "the run's img/s over its baseline point's mean (*: a run of the baseline)",
+    "machine_speedup": "the run's img/s over this machine as 1 worker with every core",
+}
+"""The legend's words for a column whose row is one run (`dlscale ls runs`), not a point."""
+
+
+def legend(columns: Sequence[Column], *, per_run: bool = False) -> str:
+    """The short legend of the columns a table shows, and where the rest is defined;
+    ``per_run``: each row is one run."""
+
+    def words(c: Column) -> str:
+        return (_PER_RUN.get(c.name) if per_run else None) or c.short or c.definition
+
+    said = [f"{c.term or c.label}: {words(c)}" for c in columns if c.definition]
+    more = "More: dlscale explain COLUMN, docs/metrics.md."
+    return "; ".join(said) + (". " if said else "") + more
+
+
+def find_column(name: str) -> Column:
+    """The column a person names by its label (``eff.``, ``vs 1×all``, ``TTA``) or its
+    machine name (``efficiency``), case and a trailing dot aside; KeyError otherwise."""
+    wanted = name.strip().lower().rstrip(".")
+    for column in COLUMNS:
+        if wanted and wanted in {
+            column.name,
+            column.label.lower().rstrip("."),
+            column.term.lower(),
+        }:
+            return column
+    raise KeyError(name)
+
+
+def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Column], list[str]]:
+    """The columns a table for people shows, and caption items ("data digits") for the settings
+    that are the same in every row."""
+    shown: list[Column] = []
+    caption: list[str] = []
+    for column in (*COLUMNS[:2], *_settings_column(rows), *COLUMNS[2:]):
+        if column.show == "exports" or (column.show == "on_request" and not run_ids):
+            continue
+        if column.show == "present" and all(column.value(row) is None for row in rows):
+            continue
+        listed = run_ids and column.name == "status"  # a list of runs says each one's state
+        if column.show == "varying" and not listed and len({column.text(r) for r in rows}) <= 1:
+            if rows:
+                caption.append(f"{column.label} {column.text(rows[0])}")
+            continue
+        if run_ids and column.name in _NAMED_BY_RUN_ID:  # the run id says it: may go first
+            column = dataclasses.replace(column, keep=4)
+        shown.append(column)
+    return shown, caption
+
+
+_NAMED_BY_RUN_ID = {"backend", "workers", "model", "dataset"}
+"""Settings a run id spells out (``resnet44-torch-ddp-synthetic-w2-...``)."""
+
+
+_SHOWN_ELSEWHERE = {c.name for c in COLUMNS} | {"batch_size"}
+
+
+def _settings_column(rows: Sequence[Row]) -> list[Column]:
+    """The other settings that differ between the rows (``compression=fp16``, ``ps_mode``...),
+    so that two rows of one backend can be told apart; none when nothing else differs."""
+    from dlscale.report.series import varying_keys
+
+    keys = [k for k in varying_keys(list(rows)) if k not in _SHOWN_ELSEWHERE]
+    if not keys:
+        return []
+
+    def value(row: Row) -> str | None:
+        config = row.get("config") or {}
+        return ", ".join(f"{k}={config[k]}" for k in keys if k in config) or None
+
+    return [Column("settings", "settings", value, keep=9)]

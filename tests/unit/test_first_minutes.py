@@ -1,0 +1,208 @@
+"""The first five minutes (issue 30): the runs table fits the terminal and says what its columns
+mean, the finding is written from the stored figures, `dlscale explain` and the time left."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from dlscale.cli.eta import StudyClock
+from dlscale.cli.explain import describe
+from dlscale.cli.tables import show_table
+from dlscale.metrics.scaling import add_scaling
+from dlscale.report.columns import COLUMNS
+from dlscale.report.finding import findings
+from dlscale.report.layout import find_column, human_layout
+from dlscale.store.results import RunStore
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return add_scaling(RunStore(DATA / "results").results())
+
+
+def _shown(rows, width: int, *, wide: bool = False, run_ids: bool = False) -> str:
+    out = Console(width=width, file=io.StringIO(), record=True, force_terminal=True)
+    show_table(out, rows, "study t: " + "a long description " * 8, run_ids=run_ids, wide=wide)
+    return out.export_text()
+
+
+@pytest.mark.parametrize("run_ids", [False, True])
+def test_the_table_fits_100_columns_and_names_what_it_left_out(rows, run_ids):
+    text = _shown(rows, 100, run_ids=run_ids)
+    lines = text.splitlines()
+    assert max(len(line.rstrip()) for line in lines[1:]) <= 100  # the title: one line, below
+    assert lines[0].startswith("study t: a long description")
+    header = next(line for line in lines if line.startswith("backend") or "img/s" in line)
+    assert "img/s" in header and "speedup" in header
+    assert "left out to fit 100 columns:" in text and "(--wide shows them)" in text
+    left_out = text.split("left out to fit 100 columns:")[1].split("(--wide")[0]
+    assert "baseline" in left_out  # the least needed go first
+    legend = text.split("(--wide shows them)")[1]
+    # the legend defines what is shown, and nothing that is not
+    assert "speedup:" in legend and "baseline:" not in legend and "step ms:" not in legend
+    assert "More: dlscale explain COLUMN, docs/metrics.md." in legend
+
+
+def test_wide_shows_every_column_on_one_line_each(rows):
+    text = _shown(rows, 100, wide=True)
+    shown, _ = human_layout(rows)
+    header = next(line for line in text.splitlines() if line.startswith("backend"))
+    assert header.split() == " ".join(c.label for c in shown).split()
+    assert len(header.rstrip()) > 100 and "left out" not in text
+
+
+def test_a_wide_terminal_shows_every_column(rows):
+    text = _shown(rows, 250)
+    assert "left out" not in text and "baseline" in text and "step ms" in text
+
+
+def test_columns_empty_in_every_row_are_not_shown(rows):
+    synthetic = [dict(r, metrics={**r["metrics"], "eval_accuracy": None}) for r in rows]
+    for row in synthetic:
+        row["metrics"]["time_to_accuracy_s"] = None
+    labels = [c.label for c in human_layout(synthetic)[0]]
+    assert "acc." not in labels and "TTA s" not in labels
+    assert "acc." in [c.label for c in human_layout(rows)[0]]
+
+
+def test_the_finding_is_the_stored_figures(rows):
+    (ddp2, failed) = findings(rows)
+    point = next(r for r in rows if r["config"]["workers"] == 2 and r.get("speedup"))
+    low, high = point["speedup_ci95"]
+    assert ddp2.startswith(
+        f"torch-ddp at 2 workers: {point['speedup']:.2f}x [{low:.2f}, {high:.2f}] (over one "
+        "run's windows, which are not independent) over torch-single at 1 worker "
+        f"({point['efficiency']:.0%} efficient)"
+    )
+    comm = point["metrics"]["exposed_comm_fraction"]
+    assert f"exposed communication {comm:.0%} of a step" in ddp2
+    assert f"accuracy {point['metrics']['eval_accuracy']:.1%}" in ddp2
+    assert f"{point['metrics']['time_to_accuracy_s']:.1f} s to 50%" in ddp2
+    assert "note: baseline threads differ" in ddp2
+    assert failed == "1 run(s) did not complete: torch-ddp at 2 workers"
+
+
+def _point(backend, workers, img_s, **fields):
+    metrics = {"throughput_img_s": img_s, **fields.pop("metrics", {})}
+    return {
+        "run_id": f"{backend}-{workers}",
+        "run_ids": [f"{backend}-{workers}"],
+        "status": "completed",
+        "config": {"backend": backend, "workers": workers, "model": "m"},
+        "metrics": metrics,
+        **fields,
+    }
+
+
+def test_the_finding_says_only_what_was_measured():
+    base = _point("torch-single", 1, 100.0, threads_per_worker=1, speedup=1.0)
+    machine = _point("torch-single", 1, 180.0, threads_per_worker=2)
+    machine["run_ids"] = ["machine"]
+    ddp = _point(
+        "torch-ddp",
+        2,
+        192.0,
+        speedup=1.92,
+        speedup_ci95=[1.79, 2.06],
+        efficiency=0.96,
+        baseline_run_ids=["torch-single-1"],
+        machine_speedup=1.04,
+        machine_speedup_ci95=[0.97, 1.12],
+        machine_baseline="torch-single x1, 2 thr",
+        metrics={
+            "exposed_comm_fraction": 0.02,
+            "exposed_comm_ci95": 0.04,
+            "exposed_comm_significant": False,
+        },
+    )
+    (said,) = findings([base, machine, ddp])
+    assert said == (
+        "torch-ddp at 2 workers: 1.92x [1.79, 2.06] over torch-single at 1 worker (96% "
+        "efficient); exposed communication not significant (2% ±4% of a step); as fast as the "
+        "same machine as one 2-thread worker (1.04x [0.97, 1.12], not distinguishable)"
+    )
+    # no communication measured, no machine point, no interval: none of it is claimed
+    bare = dict(ddp, speedup_ci95=None, machine_speedup=None, metrics={"throughput_img_s": 1.0})
+    (said,) = findings([base, bare])
+    assert said.endswith("1.92x (no interval: too few samples) over torch-single at 1 worker "
+                         "(96% efficient)")  # fmt: skip
+    assert "communication" not in said and "machine" not in said
+
+
+def test_the_finding_compares_backends_side_by_side():
+    rows = [
+        _point("a", 2, 200.0, run_rows=None, interval="runs"),
+        _point("b", 2, 100.0),
+    ]
+    for row in rows:
+        row["metrics"]["throughput_windows_img_s"] = [row["metrics"]["throughput_img_s"]] * 3
+    said = findings(rows)
+    assert said[0].startswith("at 2 workers the fastest was a (200.0 img/s); of its speed: b 0.50x")
+    assert said[1:] == ["a at 2 workers: 200.0 img/s", "b at 2 workers: 100.0 img/s"]
+
+
+def test_explain_finds_a_column_by_its_label_or_export_name():
+    assert find_column("eff.") is find_column("efficiency") is find_column("EFF")
+    assert find_column("vs 1×all").name == "machine_speedup"
+    for bad in ("", "spedup", "\x1b[31m"):
+        with pytest.raises(KeyError):
+            find_column(bad)
+    lines = describe(find_column("step ms"))
+    assert lines[0] == "step ms (step_time_p50_ms in Markdown, CSV and --json)"
+    assert "noise guard kept" in lines[1]
+    assert all(c.short or c.definition or c.show == "exports" for c in COLUMNS)
+
+
+def test_explain_on_the_command_line():
+    def explain(*words: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "dlscale", "explain", *words]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    done = explain("speedup")
+    assert done.returncode == 0 and "Fieller" in done.stdout
+    wrong = explain("spedup")
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert wrong.stderr.strip() == (
+        "dlscale: error: no column 'spedup' (did you mean speedup, speedup low, speedup "
+        "high?): dlscale explain lists them all"
+    )
+
+
+def test_the_time_left_comes_from_the_runs_already_timed():
+    clock = StudyClock(workers=[1, 1, 2], runs_each=2)
+    assert clock.seconds_left() is None and "after the first run" in clock.words()
+    clock.record(0, 10.0)
+    assert clock.seconds_left() == pytest.approx(5 * 10.0)  # nothing else timed: like it
+    clock.record(2, 30.0)
+    # point 0: 1 more at 10 s; point 1 (1 worker, never run): 2 at point 0's 10 s; point 2: 30
+    assert clock.seconds_left() == pytest.approx(10 + 2 * 10 + 30)
+    clock.plan([2])  # the stopping rule added a run
+    assert clock.seconds_left() == pytest.approx(10 + 2 * 10 + 2 * 30)
+    clock.skip(1)
+    assert clock.seconds_left() == pytest.approx(10 + 10 + 2 * 30)
+    assert clock.words() == "about 80 s left"
+
+
+def test_the_notes_say_what_the_noise_guard_did_and_a_loaded_probe():
+    from dlscale.report.cells import notes
+
+    row = {
+        "config": {},
+        "metrics": {
+            "windows_left_out": 2,
+            "noise_guard_shift": 0.028,
+            "exposed_comm_noisy": True,
+            "exposed_comm_outside_load_max": 0.31,
+            "exposed_comm_steal_max": 0.02,
+        },
+    }
+    assert notes(row) == "2 loaded window(s) left out (+2.8%), comm probe loaded 31%"
+    assert notes({"config": {}, "metrics": {"windows_left_out": 0}}) is None
