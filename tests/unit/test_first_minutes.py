@@ -4,6 +4,7 @@ mean, the finding is written from the stored figures, `dlscale explain` and the 
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,21 @@ def test_the_notes_say_what_the_noise_guard_did_and_a_loaded_probe():
     }
     assert notes(row) == "2 loaded window(s) left out (+2.8%), comm probe loaded 31%"
     assert notes({"config": {}, "metrics": {"windows_left_out": 0}}) is None
+
+
+def test_ls_runs_fits_100_columns_and_wide_shows_all():
+    def ls_runs(*flags: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "dlscale", "ls", "runs", "--results", str(DATA / "results"),
+             *flags],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "100"},
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return done.stdout
+
+    fitted, wide = ls_runs(), ls_runs("--wide")
+    assert max(map(len, fitted.splitlines())) <= 100
+    assert "left out to fit 100 columns" in fitted
+    assert max(map(len, wide.splitlines())) > 100 and "left out" not in wide
+    header = next(line for line in wide.splitlines() if "run_id" in line)
+    assert {"backend", "workers", "step", "baseline", "status", "run_id"} <= set(header.split())

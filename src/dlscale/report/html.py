@@ -30,6 +30,8 @@ th{background:#f5f5f5} .note{color:#555;font-size:.9rem;margin:.2rem 0 1.5rem}
 .flag{color:#b00020} code{background:#f5f5f5;padding:0 .25rem}
 .figure{margin-top:1rem} .failed td{background:#fff3f3}
 .runs td.num,.runs th.num{text-align:right} .runs caption{text-align:left;color:#555}
+.runs{display:block;overflow-x:auto;max-width:100%} .runs td,.runs th{white-space:nowrap}
+ul.found li{margin:.3rem 0}
 """
 
 
