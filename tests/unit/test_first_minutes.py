@@ -225,3 +225,13 @@ def test_ls_runs_fits_100_columns_and_wide_shows_all():
     assert max(map(len, wide.splitlines())) > 100 and "left out" not in wide
     header = next(line for line in wide.splitlines() if "run_id" in line)
     assert {"backend", "workers", "step", "baseline", "status", "run_id"} <= set(header.split())
+
+
+def test_the_finding_states_no_figure_a_damaged_result_lacks():
+    nan = _point("torch-ps", 2, float("nan"), speedup=float("nan"), efficiency=float("nan"))
+    ok = _point("torch-ps", 2, 150.0, speedup=1.5, efficiency=0.75, speedup_ci95=[1.2, 1.9])
+    ok["config"]["ps_mode"], nan["config"]["ps_mode"] = "sync", "async"
+    assert findings([nan, ok]) == [
+        "torch-ps (ps_mode=sync) at 2 workers: 1.50x [1.20, 1.90] over its baseline "
+        "(75% efficient)"
+    ]

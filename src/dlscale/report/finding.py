@@ -8,6 +8,7 @@ report print these first.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -29,11 +30,11 @@ def findings(rows: list[Row]) -> list[str]:
     baseline with its efficiency, exposed communication and the same machine as one worker;
     then, where several backends ran at one worker count, which was fastest and how the others
     compare; then what failed."""
-    done = [r for r in rows if r["status"] == "completed" and _img_s(r)]
+    done = [r for r in rows if r["status"] == "completed" and _finite(_img_s(r))]
     varying = [k for k in varying_keys(rows) if k not in _NOT_IN_A_NAME]
     out: list[str] = []
     scaled = sorted(
-        (r for r in done if r["config"]["workers"] > 1 and r.get("speedup") is not None),
+        (r for r in done if r["config"]["workers"] > 1 and _finite(r.get("speedup"))),
         key=lambda r: -r["config"]["workers"],
     )
     out += [_scaled(r, rows, varying) for r in scaled[:MOST]]
@@ -47,6 +48,11 @@ def findings(rows: list[Row]) -> list[str]:
         names = sorted({_name(r, varying, workers=True) for r in failed})
         out.append(f"{len(failed)} run(s) did not complete: {', '.join(names)}")
     return out
+
+
+def _finite(value: Any) -> bool:
+    """A figure to state: a positive finite number (a damaged result's NaN is not one)."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
 def _img_s(row: Row) -> float | None:
@@ -72,7 +78,7 @@ def _scaled(row: Row, rows: list[Row], varying: list[str]) -> str:
     """``torch-ddp at 2 workers: 1.93x [1.50, 2.37] over torch-single at 1 worker (96%
     efficient); ...``"""
     base = _by_runs(rows, row.get("baseline_run_ids"))
-    over = _name(base, varying, workers=True) if base else str(row.get("baseline"))
+    over = _name(base, varying, workers=True) if base else row.get("baseline") or "its baseline"
     text = f"{_name(row, varying, workers=True)}: {row['speedup']:.2f}x"
     if row.get("speedup_ci95"):
         text += _interval(row["speedup_ci95"])
