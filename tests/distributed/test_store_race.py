@@ -111,4 +111,4 @@ def test_two_identical_studies_at_once_both_succeed_and_run_each_point_once(tmp_
         ]
         assert len(skipped_by) == 1, outputs
     for stdout, _ in outputs:  # each process shows both points in its table
-        assert sum(line.startswith("│ torch-single") for line in stdout.splitlines()) == 2
+        assert sum(line.startswith("torch-single ") for line in stdout.splitlines()) == 2
