@@ -53,7 +53,14 @@ def console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when output is redirected, and
     turns no ``:name:`` in user text into an emoji."""
     probe = Console(stderr=stderr, emoji=False)
-    return probe if probe.is_terminal else Console(stderr=stderr, width=240, emoji=False)
+    if probe.is_terminal or _columns() is not None:  # rich reads $COLUMNS itself
+        return probe
+    return Console(stderr=stderr, width=240, emoji=False)
+
+
+def _columns() -> int | None:
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
 
 
 def table_width(out: Console) -> int:
@@ -61,8 +68,7 @@ def table_width(out: Console) -> int:
     `DEFAULT_WIDTH`."""
     if out.is_terminal:
         return out.width
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else DEFAULT_WIDTH
+    return _columns() or DEFAULT_WIDTH
 
 
 def literal(text: Any, style: str = "") -> Text:

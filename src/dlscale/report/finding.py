@@ -164,8 +164,8 @@ def _side_by_side(done: list[Row], varying: list[str]) -> list[str]:
     """At each worker count above 1 where several points ran: the fastest, and each other
     point's throughput as a share of it with its interval."""
     by_workers: dict[int, list[Row]] = defaultdict(list)
-    for row in done:
-        if row["config"]["workers"] > 1:
+    for row in done:  # a loader-only point times the loaders, not training: not a rival
+        if row["config"]["workers"] > 1 and not row["config"].get("loader_only"):
             by_workers[row["config"]["workers"]].append(row)
     out = []
     for workers in sorted(by_workers, reverse=True):
