@@ -232,6 +232,5 @@ def test_the_finding_states_no_figure_a_damaged_result_lacks():
     ok = _point("torch-ps", 2, 150.0, speedup=1.5, efficiency=0.75, speedup_ci95=[1.2, 1.9])
     ok["config"]["ps_mode"], nan["config"]["ps_mode"] = "sync", "async"
     assert findings([nan, ok]) == [
-        "torch-ps (ps_mode=sync) at 2 workers: 1.50x [1.20, 1.90] over its baseline "
-        "(75% efficient)"
+        "torch-ps (ps_mode=sync) at 2 workers: 1.50x [1.20, 1.90] over its baseline (75% efficient)"
     ]
