@@ -53,9 +53,7 @@ def console(stderr: bool = False) -> Console:
     """A console that does not squeeze tables to 80 columns when output is redirected, and
     turns no ``:name:`` in user text into an emoji."""
     probe = Console(stderr=stderr, emoji=False)
-    if probe.is_terminal or _columns() is not None:  # rich reads $COLUMNS itself
-        return probe
-    return Console(stderr=stderr, width=240, emoji=False)
+    return probe if probe.is_terminal else Console(stderr=stderr, width=240, emoji=False)
 
 
 def _columns() -> int | None:
@@ -185,12 +183,13 @@ def show_table(
     out.print(literal(title, "table.title"), soft_wrap=True)  # a long path: one line, unbroken
     columns, caption, hidden = fitted_columns(rows, run_ids=run_ids, width=width, wide=wide)
     table = _table(rows, columns, "", [])
-    if wide:  # as wide as it is: rich would squeeze it to the console's width
-        natural, out.width = out.width, max(width, _width(table))
+    # printed as wide as it is (fitted to `width` unless --wide): rich would squeeze it to the
+    # console's width, which off a terminal is not $COLUMNS
+    console_width, out.width = out.width, max(width, _width(table))
+    try:
         out.print(table)
-        out.width = natural
-    else:
-        out.print(table, width=width)
+    finally:
+        out.width = console_width
     for paragraph in (", ".join(caption), *_left_out(hidden, width)):
         if paragraph:
             out.print(literal(paragraph, "table.caption"), width=width)
