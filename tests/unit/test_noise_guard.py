@@ -10,8 +10,7 @@ import pytest
 
 from dlscale.config import RunConfig
 from dlscale.contract.engine import Engine
-from dlscale.contract.events import EventWriter, events_path, read_events
-from dlscale.contract.layout import Addresses
+from dlscale.contract.events import events_path, read_events
 from dlscale.contract.records import from_dict
 from dlscale.contract.result import Result
 from dlscale.metrics.aggregate import aggregate
@@ -21,6 +20,7 @@ from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.load import LoadSample
 from dlscale.runtime.schedule import run_schedule
 from dlscale.runtime.script_probe import ScriptProbe
+from tests.worker_context import worker_context
 
 
 def typed(per_rank):
@@ -190,16 +190,7 @@ class _Synchronizing(Engine):
 
 
 def _context(tmp_path: Path, cfg: RunConfig) -> WorkerContext:
-    return WorkerContext(
-        config=cfg,
-        run_dir=tmp_path,
-        rank=0,
-        local_rank=0,
-        layout=cfg.layout(),
-        addresses=Addresses(hosts=("127.0.0.1",), ports=(1,)),
-        threads=1,
-        events=EventWriter(events_path(tmp_path, 0), 0),
-    )
+    return worker_context(tmp_path, cfg)
 
 
 def _busy_machine(share: float):

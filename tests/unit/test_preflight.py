@@ -8,14 +8,14 @@ import pytest
 from dlscale.cli import main
 from dlscale.config import RunConfig
 from dlscale.contract.engine import Engine
-from dlscale.contract.events import EventWriter, events_path, read_events
-from dlscale.contract.layout import Addresses, usable_cores
+from dlscale.contract.events import events_path, read_events
+from dlscale.contract.layout import usable_cores
 from dlscale.contract.records import from_dict
 from dlscale.metrics.aggregate import aggregate
 from dlscale.metrics.impossible import impossible_figures
 from dlscale.preflight import MAX_PROCESSES_PER_CORE, memory_lower_bound_bytes
-from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import run_schedule
+from tests.worker_context import worker_context
 
 
 def one_line(capsys, argv: list[str]) -> str:
@@ -105,17 +105,8 @@ class _Diverged(Engine):
 
 def test_a_diverged_model_in_epoch_mode_is_recorded_not_crashed(tmp_path: Path):
     cfg = RunConfig(model="tiny", backend="torch-single", epochs=2, warmup_steps=0)
-    events = EventWriter(events_path(tmp_path, 0), 0)
-    ctx = WorkerContext(
-        config=cfg,
-        run_dir=tmp_path,
-        rank=0,
-        local_rank=0,
-        layout=cfg.layout(),
-        addresses=Addresses(hosts=("127.0.0.1",), ports=(1,)),
-        threads=1,
-        events=events,
-    )
+    ctx = worker_context(tmp_path, cfg)
+    events = ctx.events
     run_schedule(ctx, _Diverged())
     events.close()
     records = read_events(events_path(tmp_path, 0))
