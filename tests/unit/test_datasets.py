@@ -637,6 +637,22 @@ def test_digits_split() -> None:
     np.testing.assert_array_equal(digits.split()[3], y_test)  # deterministic
 
 
+def test_the_digits_read_from_scikit_learns_file_are_its_load_digits(monkeypatch) -> None:
+    """The file read without importing scikit-learn holds what ``load_digits`` returns, and
+    the fallback (no file found: ``load_digits`` itself) gives the same split."""
+    from sklearn.datasets import load_digits
+
+    assert digits.bundled_file() is not None  # the fast path is the one taken here
+    theirs = load_digits()
+    order = np.random.RandomState(0).permutation(len(theirs.target))
+    ours = digits.split()
+    np.testing.assert_array_equal(ours[0], theirs.images.astype(np.uint8)[order[:-360], None])
+    np.testing.assert_array_equal(ours[3], theirs.target[order[-360:]])
+    monkeypatch.setattr(digits, "bundled_file", lambda: None)
+    for mine, fallback in zip(ours, digits.split(), strict=True):
+        np.testing.assert_array_equal(mine, fallback)
+
+
 def test_digits_batches(digit_sets: list[ArrayDataset]) -> None:
     dataset = digit_sets[0]
     assert dataset.num_classes == 10 and dataset.input_shape == (3, 32, 32)
@@ -731,6 +747,7 @@ class Cfg:
 assert "sklearn" not in sys.modules, "sklearn imported before the digits are loaded"
 print(_digest(Cfg(), digits, cifar10, synthetic))
 assert "torch" not in sys.modules, sorted(m for m in sys.modules if "torch" in m)
+assert "sklearn" not in sys.modules, "the digits were read through scikit-learn's import"
 """
 
 
