@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.launchers.network import NETNS_ETC, OWNERS, Link, namespaces, netem_available
+from dlscale.launchers.links import Link
+from dlscale.launchers.network import NETNS_ETC, OWNERS, namespaces, netem_available
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_all, processes_naming, start_long_run, wait_for_pids
 

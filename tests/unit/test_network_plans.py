@@ -12,7 +12,8 @@ from dlscale.config import RunConfig
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.launchers import network
-from dlscale.launchers.network import EmulatedNetwork, Link
+from dlscale.launchers.links import Link
+from dlscale.launchers.network import EmulatedNetwork
 from dlscale.launchers.torchrun import TorchrunLauncher
 
 SPEC = Path("/r/x/spec.json")

@@ -22,7 +22,7 @@ from dlscale.cli.profile import compute_profile
 from dlscale.cli.tables import cell, console, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import shell_command
-from dlscale.launchers.network import parse_latency, parse_rate
+from dlscale.launchers.links import parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import Fitted
 from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict

@@ -31,9 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
-import re
 import shlex
 import shutil
 import socket
@@ -44,8 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.files import make_directory, write_atomic
 from dlscale.launchers import host_list
 from dlscale.launchers.base import Setup
+from dlscale.launchers.links import Link, shaping
 from dlscale.runtime.procfs import is_alive, process_start
 
 INTERFACE = "dls0"
@@ -59,64 +59,17 @@ STALE_AFTER_S = 60.0
 IP_TIMEOUT_S = 30.0
 NETNS_ETC = Path("/etc/netns")
 """``ip netns exec NAME`` mounts the files of ``/etc/netns/NAME`` over ``/etc``'s."""
+NO_NAME_SERVER = (
+    "# an emulated node: its names are in its hosts file, and no name server answers here\n"
+    "nameserver 127.0.0.1\n"
+)
+"""An emulated node's ``resolv.conf``. Its namespace cannot reach this machine's name server,
+so a name missing from its hosts file (glibc asks for a name's IPv6 address first, which the
+hosts file does not hold) waited 10 s for that server: torch.distributed's rendezvous started
+17 s late on every node. Asked on the node's own loopback, nobody answers and the lookup
+fails at once, as it would on a cluster whose name server lacks the name."""
 OWNERS = Path("/run/dlscale-netns")
 """``<network name>.json``: the dlscale process that made a network (pid, start time)."""
-
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)bit(?:/s)?$")
-_DELAY = re.compile(r"^(\d+(?:\.\d+)?)\s*(us|ms|s)$")
-_RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_DELAY_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
-FORMAT = (
-    "RATE[:LATENCY] with RATE like 100mbit, 1gbit, 10gbit or 'unshaped' (the veth's own speed) "
-    "and LATENCY the one-way delay between two nodes like 100us or 1ms"
-)
-
-
-@dataclass(frozen=True)
-class Link:
-    """What ``network = "RATE[:LATENCY]"`` asks of every node's link."""
-
-    rate_bit_s: int | None
-    """Bits per second each way; ``None``: unshaped (the veth's own speed)."""
-    latency_s: float
-    """Added one-way delay between two nodes (seconds)."""
-
-    @classmethod
-    def parse(cls, text: str) -> Link:
-        rate_text, _, delay_text = text.strip().lower().partition(":")
-        what = f"network = {text!r}"
-        rate = None if rate_text == "unshaped" else parse_rate(rate_text, what)
-        latency = parse_latency(delay_text, what) if delay_text else 0.0
-        return cls(rate, latency)
-
-
-def parse_rate(text: str, what: str) -> int:
-    """A link's rate like ``100mbit`` or ``25Gbit`` in bit/s (decimal units, as tc reads
-    them), 8 kbit/s to 1000 Gbit/s; ``what`` names the setting in the error."""
-    match = _RATE.match(text.strip().lower())
-    if not match:
-        raise UserError(f"{what}: cannot read the rate; give {FORMAT}")
-    rate = round(float(match[1]) * _RATE_UNITS[match[2]])
-    if not 8_000 <= rate <= 10**12:
-        raise UserError(f"{what}: the rate must be 8kbit to 1000gbit")
-    return rate
-
-
-def parse_latency(text: str, what: str) -> float:
-    """A one-way delay like ``100us`` or ``1ms`` in seconds, at most 10 s."""
-    match = _DELAY.match(text.strip().lower())
-    if not match:
-        raise UserError(f"{what}: cannot read the latency; give {FORMAT}")
-    latency = float(match[1]) * _DELAY_UNITS[match[2]]
-    if not (math.isfinite(latency) and latency <= 10.0):
-        raise UserError(f"{what}: the latency must be at most 10 s")
-    return latency
-
-
-def check_network(value: Any) -> None:
-    """The ``network`` option's check: empty (no emulation) or a :class:`Link`."""
-    if value:
-        Link.parse(value)
 
 
 def address(node: int) -> str:
@@ -216,8 +169,7 @@ class EmulatedNetwork(Setup):
                 run_ip(command)
             for node in range(self.nodes):
                 path, text = self.hosts_file(node)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+                write_node_etc(path.parent, text)
         except BaseException:
             self.remove()
             raise
@@ -272,31 +224,19 @@ class EmulatedNetwork(Setup):
         }
 
 
-def shaping(link: Link, namespace: str, device: str) -> list[tuple[str, ...]]:
-    """The tc commands that shape ``device`` (in ``namespace``) on its way out: a token bucket
-    at the link's rate and, for a latency, netem's delay of half the one-way latency inside."""
-    tc = ("tc", "-n", namespace, "qdisc", "add", "dev", device)  # no space in either name
-    out: list[tuple[str, ...]] = []
-    parent: tuple[str, ...] = ("root",)
-    if link.rate_bit_s is not None:
-        # burst: the bytes of 4 ms at the rate (the bucket must not cap below the rate
-        # between the kernel's timer ticks), at least two full frames; no more, or a slow
-        # link would send a long run of steps' gradients at once (64 KiB is half a second
-        # at 1 Mbit/s). Measured here: 1.0, 19.1, 951 Mbit/s TCP goodput at 1, 20, 1000.
-        burst = max(4096, link.rate_bit_s // 8 // 250)
-        shape = f"root handle 1: tbf rate {link.rate_bit_s}bit burst {burst} latency 100ms"
-        out.append((*tc, *shape.split()))
-        parent = ("parent", "1:1")
-    if link.latency_s > 0:
-        delay = f"{link.latency_s / 2 * 1e6:.3f}us"
-        out.append((*tc, *parent, "handle", "10:", "netem", "delay", delay, "limit", "100000"))
-    return out
-
-
 def namespaces() -> list[str]:
     """The names of this machine's network namespaces."""
     text = run_ip(("ip", "-j", "netns", "list"))
     return [entry["name"] for entry in json.loads(text or "[]")]
+
+
+def write_node_etc(etc: Path, hosts: str) -> None:
+    """An emulated node's ``/etc`` files (``/etc/netns/NAME``): its hosts file and
+    :data:`NO_NAME_SERVER`; before its first process starts (``ip netns exec`` mounts them)."""
+    etc.parent.mkdir(parents=True, exist_ok=True)
+    make_directory(etc)  # a link or a file planted there is refused, never written through
+    for name, text in (("hosts", hosts), ("resolv.conf", NO_NAME_SERVER)):
+        write_atomic(etc / name, text)
 
 
 def remove_stale() -> None:

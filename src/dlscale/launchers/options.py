@@ -11,7 +11,7 @@ from dlscale.contract.options import setting
 
 
 def _check_network(value: Any) -> None:
-    from dlscale.launchers.network import check_network  # the launcher's code, on use only
+    from dlscale.launchers.links import check_network  # the launcher's code, on use only
 
     check_network(value)
 

@@ -38,7 +38,8 @@ from pathlib import Path
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import make_directory, refuse_link, write_atomic
-from dlscale.launchers.network import NETNS_ETC, Link, namespaces, run_ip, shaping
+from dlscale.launchers.links import Link, shaping
+from dlscale.launchers.network import NETNS_ETC, namespaces, run_ip, write_node_etc
 from dlscale.runtime.listening import await_listener
 from dlscale.runtime.procfs import is_alive, process_start
 
@@ -195,10 +196,7 @@ def _make(bed: Testbed) -> None:
             run_ip(tuple(command.split()))
         for shaped in shaping(link, ns, nic) + shaping(link, sw, port) if link else []:
             run_ip(shaped)
-        etc = NETNS_ETC / ns
-        etc.mkdir(parents=True, exist_ok=True)
-        make_directory(etc)
-        write_atomic(etc / "hosts", _hosts_text(bed))
+        write_node_etc(NETNS_ETC / ns, _hosts_text(bed))
     _write_block(_names_block(bed))
     SSH_CONFIG.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(SSH_CONFIG, _ssh_config(bed))
@@ -285,12 +283,17 @@ def _start_sshd(bed: Testbed, host: str) -> None:
     )
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
     # ip netns exec would mount the namespace's own /sys, without /sys/fs/cgroup (slurmd needs
-    # it): enter the network namespace, and give the host its name and its /etc/hosts
-    script = 'mount --bind "$4" /etc/hosts && hostname "$1" && exec /usr/sbin/sshd -f "$2" -E "$3"'
-    log, names = root / "log" / f"sshd-{host}.log", NETNS_ETC / bed.namespace(host) / "hosts"
+    # it): enter the network namespace, and give the host its name, its /etc/hosts and its
+    # resolv.conf (without it, every process over ssh waited 10 s for this machine's
+    # unreachable name server on a name outside the hosts file: torch.distributed's store)
+    script = (
+        'mount --bind "$4/hosts" /etc/hosts && mount --bind "$4/resolv.conf" /etc/resolv.conf'
+        ' && hostname "$1" && exec /usr/sbin/sshd -f "$2" -E "$3"'
+    )
+    log, etc = root / "log" / f"sshd-{host}.log", NETNS_ETC / bed.namespace(host)
     net = ("nsenter", f"--net=/run/netns/{bed.namespace(host)}", "--")
     enter = (*net, "unshare", "--uts", "--mount", "--propagation", "private", "--")
-    _run((*enter, "sh", "-c", script, "sh", host, str(config), str(log), str(names)))
+    _run((*enter, "sh", "-c", script, "sh", host, str(config), str(log), str(etc)))
 
 
 def _wait_for_ssh(bed: Testbed, host: str, address: str) -> None:

@@ -41,8 +41,9 @@ from dlscale.launchers.base import (
     missing_modules,
     output_text,
 )
+from dlscale.launchers.links import Link
 from dlscale.launchers.local import LOOPBACK, on_this_machine, reserved_ports
-from dlscale.launchers.network import MAX_NODES, EmulatedNetwork, Link, address, interface_env
+from dlscale.launchers.network import MAX_NODES, EmulatedNetwork, address, interface_env
 from dlscale.launchers.options import TorchrunOptions
 from dlscale.runtime.checkpoint import ENABLED_ENV
 from dlscale.runtime.context import ENTRY_RANKS_ENV
