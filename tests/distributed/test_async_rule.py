@@ -19,15 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from dlscale.config import RunConfig
 from dlscale.contract.events import read_records
 from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.contract.records import Strategy
-from dlscale.runner import run_point
 from dlscale.store import RunStore
-from tests.distributed.test_equivalence import COMMON
+from tests.distributed.references import COMMON
+from tests.runs import final_params, run_completed
 
 pytestmark = pytest.mark.dist
 
@@ -39,17 +38,11 @@ ONE_STEP = {  # test_equivalence's points, one step each, plain SGD
 
 
 def _params(config: RunConfig, store: RunStore) -> tuple[dict[str, np.ndarray], Strategy]:
-    outcome = run_point(config, store, force=False, command=["t"], study="async-rule")
-    assert outcome.state == "completed", outcome.result and outcome.result.error
-    run_dir = store.run_dir(outcome.run_id)
+    _, run_dir = run_completed(config, store, study="async-rule")
     (strategy,) = [
         r for r in read_records(run_dir / "events.rank0.jsonl") if isinstance(r, Strategy)
     ]
-    if (run_dir / "final_params.npz").exists():
-        with np.load(run_dir / "final_params.npz") as saved:
-            return dict(saved), strategy
-    state = torch.load(run_dir / "final_params.pt")
-    return {name: value.numpy() for name, value in state.items()}, strategy
+    return final_params(run_dir), strategy
 
 
 def _flat(params: dict[str, np.ndarray], names: list[str]) -> np.ndarray:
@@ -57,11 +50,12 @@ def _flat(params: dict[str, np.ndarray], names: list[str]) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def ddp_step(tmp_path_factory) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """The initial weights and torch-ddp's one synchronous step from them, flat."""
+def ddp_step(shared_store: RunStore) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """The initial weights and torch-ddp's one synchronous step from them, flat (the run made
+    once a session, in the shared store)."""
     config = RunConfig.make(backend="torch-ddp", **ONE_STEP)
     initial = FRAMEWORKS.get("torch").initial_weights(config)
-    after, _ = _params(config, RunStore(tmp_path_factory.mktemp("ddp")))
+    after, _ = _params(config, shared_store)
     names = sorted(after)
     start = _flat(initial, names)
     step = _flat(after, names) - start

@@ -21,7 +21,7 @@ from dlscale.contract.errors import UnsupportedPoint
 from dlscale.contract.models import MODELS
 from dlscale.runner import run_point
 from dlscale.store import RunStore
-from tests.distributed.test_equivalence import COMMON
+from tests.distributed.references import COMMON
 
 pytestmark = pytest.mark.dist
 

@@ -17,7 +17,6 @@ import torch
 from dlscale.config import RunConfig
 from dlscale.contract.events import read_events
 from dlscale.contract.models import MODELS
-from dlscale.frameworks.torch.fsdp import shard_units
 from dlscale.runner import run_point
 from dlscale.store import RunStore
 
@@ -91,6 +90,8 @@ def test_fsdp_takes_ddps_steps_and_counts_what_it_sends(tmp_path: Path, ddp, res
 
 def test_every_block_is_a_unit_of_its_own():
     model = MODELS.get("resnet20").build(10)
+    from dlscale.frameworks.torch.fsdp import shard_units  # torch's FSDP: 1 s to import
+
     units = list(shard_units(model))
     assert len(units) == 3 + 9  # conv1, bn1, fc and the nine residual blocks
     assert sum(p.numel() for u in units for p in u.parameters()) == sum(

@@ -84,8 +84,15 @@ def test_a_backend_without_a_collectives_benchmark_is_one_line(cli, tmp_path):
 
 
 def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
-    """A loopback microbench, then a DDP point: predict --validate pairs them by network and
-    the ideal overlap (an upper bound on throughput) is not below what was measured."""
+    """A loopback microbench, then a DDP point: predict --validate pairs them by network, takes
+    the all-reduce's time from the microbench's rows and predicts by the model's formulas
+    (docs/perfmodel.md) from the point's own compute, the report draws the same.
+
+    How close the predictions come (and whether the ideal overlap bounds the measured
+    throughput from above) is a fact of the machine, measured on a quiet one in
+    docs/benchmarks.md ("Collectives and the model's predictions"), not asserted here: a
+    microbench taken under one load and a run under another broke that bound when other tests
+    loaded the machine."""
     bench = cli("microbench", "--workers", "2", "--sizes", "4..4M", "--collectives",
                 "all_reduce", "--iterations", "5", "--results", str(tmp_path))  # fmt: skip
     assert bench.returncode == 0, bench.stderr
@@ -98,7 +105,19 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     records = [json.loads(line) for line in check.stdout.splitlines()]
     (row,) = [r for r in records if r["kind"] == "validation"]
     assert row["backend"] == "torch-ddp" and row["network"] == "" and row["compute_ms"] > 0
-    assert row["ring-overlap_img_s"] >= 0.9 * row["measured_img_s"]
+    (point,) = [json.loads(p.read_text()) for p in tmp_path.glob("tiny-*/result.json")]
+    metrics = point["metrics"]
+    assert row["measured_img_s"] == metrics["throughput_img_s"]
+    assert row["compute_ms"] == metrics["step_time_nosync_p50_ms"]
+    # the all-reduce of the gradient's bytes, interpolated between the microbench's 2-rank rows
+    assert row["allreduce_from"] == "measured" and row["allreduce_ms"] > 0
+    compute, comm = row["compute_ms"] / 1e3, row["allreduce_ms"] / 1e3
+    images = 2 * point["batch_size_per_worker"]  # a step of both workers
+    backward = compute * 2 / 3  # the model's backward share
+    ring, overlap = images / (compute + comm), images / (compute - backward + max(backward, comm))
+    assert row["ring_img_s"] == pytest.approx(ring, rel=1e-12)
+    assert row["ring-overlap_img_s"] == pytest.approx(overlap, rel=1e-12)
+    assert row["ring_error"] == pytest.approx(ring / row["measured_img_s"] - 1, rel=1e-12)
     assert row["ring-overlap_img_s"] >= row["ring_img_s"] > 0
     (median,) = [r for r in records if r["kind"] == "median_abs_error"]
     assert median["ring"] == abs(row["ring_error"])

@@ -19,18 +19,14 @@ from dlscale.config import RunConfig
 from dlscale.contract.events import read_events
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails
-from tests.distributed.test_equivalence import (  # noqa: F401 (fixtures: the references)
+from tests.distributed.references import (
     COMMON,
+    Reference,
     follows_torch_ddp,
-    paper_reference,
-    reference_store,
+    run_and_compare,
     step_losses,
 )
-from tests.distributed.test_tensorflow import (  # noqa: F401 (reference: a fixture)
-    _final_params,
-    reference,
-    run_and_compare,
-)
+from tests.runs import final_params, run_completed
 
 pytestmark = pytest.mark.dist
 
@@ -51,17 +47,12 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_mxnet_workers_end_where_pytorch_ends(
-    tmp_path: Path,
-    reference,  # noqa: F811
-    reference_store,  # noqa: F811
-    case,
-):
+def test_mxnet_workers_end_where_pytorch_ends(tmp_path: Path, reference: Reference, case):
     backend, workers, extra = CASES[case]
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
     metrics = result.metrics
     # step by step: the mean of the ranks' losses is the loss of PyTorch's batch of 16
-    ours, theirs = step_losses(RunStore(tmp_path)), step_losses(reference_store)
+    ours, theirs = step_losses(result), reference.losses
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     packages = result.environment["packages"]
     assert packages["mxnet"] == "1.9.1" and packages["numpy"] == "1.23.5"  # its own venv
@@ -96,41 +87,38 @@ def test_mxnet_workers_end_where_pytorch_ends(
      ("mxnet-kv", "googlenet")],
 )  # fmt: skip
 def test_mxnet_engines_take_torch_ddps_steps_on_the_papers_models(
-    tmp_path: Path,
-    paper_reference,  # noqa: F811
-    backend,
-    model,
+    tmp_path: Path, shared_store, backend, model
 ):
     """A paper's model with BatchNorm, weight decay and momentum, from the PyTorch twin's
     weights: each step's loss within 1e-3 of torch-ddp's (mxnet-kv: dist_sync through a real
     server; horovod-mxnet with MKL-DNN off, so it rounds apart from mxnet-kv)."""
-    follows_torch_ddp(tmp_path, paper_reference, backend, model)
+    follows_torch_ddp(tmp_path, shared_store, backend, model)
 
 
 def test_horovod_fp16_compression_halves_the_payload_and_stays_close(
-    tmp_path: Path,
-    reference,  # noqa: F811
+    tmp_path: Path, reference: Reference
 ):
     """fp16 all-reduce rounds the gradients (to ~1e-3 relative), so the run is close to
     PyTorch's, not equal; the bytes on the wire are half."""
     config = RunConfig.make(
         backend="horovod-mxnet", workers=2, batch_size=8, compression="fp16", **COMMON
     )
-    params, _ = _final_params(config, RunStore(tmp_path))
-    for name, value in params.items():
-        np.testing.assert_allclose(value, reference[name], rtol=1e-2, atol=1e-3, err_msg=name)
-    (result,) = RunStore(tmp_path).results()
+    result, run_dir = run_completed(config, RunStore(tmp_path))
+    for name, value in final_params(run_dir).items():
+        np.testing.assert_allclose(
+            value, reference.params[name], rtol=1e-2, atol=1e-3, err_msg=name
+        )
     m = result.metrics  # counted from the fp16 arrays the compressor hands to the all-reduce
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
     assert m["bytes_sent_per_step_model"] == m["gradient_bytes"] / 2
 
 
-def test_gluon_initial_weights_are_another_start(tmp_path: Path, reference):  # noqa: F811
-    params, _ = _final_params(
-        RunConfig.make(backend="mxnet-single", workers=1, batch_size=16, weights="gluon", **COMMON),
-        RunStore(tmp_path),
+def test_gluon_initial_weights_are_another_start(tmp_path: Path, reference: Reference):
+    config = RunConfig.make(
+        backend="mxnet-single", workers=1, batch_size=16, weights="gluon", **COMMON
     )
-    assert max(float(np.abs(params[n] - reference[n]).max()) for n in params) > 1e-2
+    params = final_params(run_completed(config, RunStore(tmp_path))[1])
+    assert max(float(np.abs(params[n] - reference.params[n]).max()) for n in params) > 1e-2
 
 
 def test_dist_async_records_the_staleness_of_every_push(tmp_path: Path):
@@ -144,8 +132,7 @@ def test_dist_async_records_the_staleness_of_every_push(tmp_path: Path):
         kvstore="dist_async",
         **{**COMMON, "model": "resnet20"},
     )
-    _, run_dir = _final_params(config, RunStore(tmp_path))
-    (result,) = RunStore(tmp_path).results()
+    result, run_dir = run_completed(config, RunStore(tmp_path))
     m = result.metrics
     # per worker: warm-up 1 + measured 3 + the probe's synchronized steps (a warm-up pair,
     # then 1 pair: 1 + 1); its unsynchronized steps push nothing

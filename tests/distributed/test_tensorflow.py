@@ -14,69 +14,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from dlscale.config import RunConfig
 from dlscale.contract.events import read_events
-from dlscale.runner import run_point
 from dlscale.store import RunStore
 from tests.distributed.processes import kill_rank_and_check_the_run_fails
-from tests.distributed.test_equivalence import (  # the same points as the torch proof
+from tests.distributed.references import (  # the same points as the torch proof
     COMMON,
+    Reference,
     follows_torch_ddp,
-    paper_reference,  # noqa: F401  (a fixture)
-    reference_store,  # noqa: F401  (a fixture)
+    run_and_compare,
     step_losses,
 )
+from tests.runs import final_params, run_completed
 
 pytestmark = pytest.mark.dist
-
-
-def _final_params(config: RunConfig, store: RunStore) -> tuple[dict[str, np.ndarray], Path]:
-    outcome = run_point(config, store, force=False, command=["t"], study="tensorflow")
-    assert outcome.state == "completed", outcome.result and outcome.result.error
-    run_dir = store.run_dir(outcome.run_id)
-    if (run_dir / "final_params.npz").exists():
-        with np.load(run_dir / "final_params.npz") as saved:
-            return dict(saved), run_dir
-    state = torch.load(run_dir / "final_params.pt")
-    return {name: value.numpy() for name, value in state.items()}, run_dir
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, reference_store) -> dict[str, np.ndarray]:  # noqa: F811
-    params, _ = _final_params(
-        RunConfig.make(backend="torch-single", workers=1, batch_size=16, **COMMON),
-        reference_store,
-    )
-    start, _ = _final_params(
-        RunConfig.make(
-            backend="torch-single",
-            workers=1,
-            batch_size=16,
-            **{**COMMON, "steps": 1, "warmup_steps": 0},
-        ),
-        RunStore(tmp_path_factory.mktemp("start")),
-    )
-    # training moved the weights: the comparisons below are not of two untouched models
-    assert max(float(np.abs(params[n] - start[n]).max()) for n in params) > 1e-3
-    return params
-
-
-def run_and_compare(
-    tmp_path: Path, reference: dict[str, np.ndarray], backend: str, workers: int, extra: dict
-) -> tuple[dict, Path]:
-    """Run ``backend`` with ``workers`` at batch 16/workers and check that it ends at the
-    reference's parameters; its stored result and run directory."""
-    config = RunConfig.make(
-        backend=backend, workers=workers, batch_size=16 // workers, **COMMON, **extra
-    )
-    params, run_dir = _final_params(config, RunStore(tmp_path))
-    assert params.keys() == reference.keys()
-    for name, value in params.items():
-        np.testing.assert_allclose(value, reference[name], rtol=1e-4, atol=2e-5, err_msg=name)
-    (result,) = RunStore(tmp_path).results()
-    return result, run_dir
 
 
 CASES = {
@@ -95,12 +47,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_tensorflow_workers_end_where_pytorch_ends(
-    tmp_path: Path,
-    reference,
-    reference_store,  # noqa: F811
-    case,
-):
+def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference: Reference, case):
     backend, workers, extra = CASES[case]
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, extra)
     metrics = result.metrics
@@ -108,7 +55,7 @@ def test_tensorflow_workers_end_where_pytorch_ends(
     if coordinator or extra.get("steps_per_execution", 1) > 1:  # a window's mean only
         assert metrics["train_loss_by_step"] is None
     else:  # step by step: the mean of the ranks' losses is the loss of PyTorch's batch of 16
-        ours, theirs = step_losses(RunStore(tmp_path)), step_losses(reference_store)
+        ours, theirs = step_losses(result), reference.losses
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     assert result.environment["packages"]["tensorflow"] == "2.21.0"
     assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
@@ -139,54 +86,50 @@ def test_tensorflow_workers_end_where_pytorch_ends(
      ("tf-mwms", "googlenet")],
 )  # fmt: skip
 def test_tensorflow_engines_take_torch_ddps_steps_on_the_papers_models(
-    tmp_path: Path,
-    paper_reference,  # noqa: F811
-    backend,
-    model,
+    tmp_path: Path, shared_store, backend, model
 ):
     """The papers' models (BatchNorm, weight decay, momentum), from the PyTorch twin's
     weights: each step's loss within 1e-3 of torch-ddp's (keras-fit and horovod-keras read
     back from the running mean `fit` hands its callbacks); GoogLeNet's first step within 2e-5."""
-    follows_torch_ddp(tmp_path, paper_reference, backend, model)
+    follows_torch_ddp(tmp_path, shared_store, backend, model)
 
 
 @pytest.mark.parametrize("model", ["resnet20", "alexnet"])
 def test_the_synchronous_parameter_server_takes_torch_ddps_steps(
-    tmp_path: Path,
-    paper_reference,  # noqa: F811
-    model,
+    tmp_path: Path, shared_store, model
 ):
     """tf-ps ps_mode = sync (TF1's SyncReplicasOptimizer): each update the mean of one
     gradient from every worker (each worker checks its step tokens, or the run fails), so the
     ranks' losses follow torch-ddp's on BatchNorm, weight decay and momentum."""
-    follows_torch_ddp(tmp_path, paper_reference, "tf-ps", model, ps_mode="sync")
+    follows_torch_ddp(tmp_path, shared_store, "tf-ps", model, ps_mode="sync")
 
 
 @pytest.mark.parametrize("backend", ["horovod-tf", "horovod-keras"])
 def test_horovod_fp16_compression_halves_what_is_sent_and_stays_close(
-    tmp_path: Path, reference, backend
+    tmp_path: Path, reference: Reference, backend
 ):
     """Horovod's fp16 compressor rounds each gradient to float16 (~1e-3 relative) before the
     all-reduce: the run ends near PyTorch's, not at it, and half the bytes are handed to the
     all-reduce, counted from the float16 tensors of every step that ran (full bytes if the
     compressor had not compressed, 0 if the count followed traces instead of steps)."""
     config = RunConfig.make(backend=backend, workers=2, batch_size=8, compression="fp16", **COMMON)
-    params, _ = _final_params(config, RunStore(tmp_path))
-    for name, value in params.items():
-        np.testing.assert_allclose(value, reference[name], rtol=1e-2, atol=1e-3, err_msg=name)
-    (result,) = RunStore(tmp_path).results()
+    result, run_dir = run_completed(config, RunStore(tmp_path))
+    for name, value in final_params(run_dir).items():
+        np.testing.assert_allclose(
+            value, reference.params[name], rtol=1e-2, atol=1e-3, err_msg=name
+        )
     m = result.metrics
     assert m["bytes_sent_per_step_model"] == m["gradient_bytes"] / 2
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
 
 
-def test_keras_initial_weights_are_another_start(tmp_path: Path, reference):
+def test_keras_initial_weights_are_another_start(tmp_path: Path, reference: Reference):
     """weights=keras starts from Keras' initializers: the run is valid but not PyTorch's."""
-    params, _ = _final_params(
-        RunConfig.make(backend="tf-single", workers=1, batch_size=16, weights="keras", **COMMON),
-        RunStore(tmp_path),
+    config = RunConfig.make(
+        backend="tf-single", workers=1, batch_size=16, weights="keras", **COMMON
     )
-    assert max(float(np.abs(params[n] - reference[n]).max()) for n in params) > 1e-2
+    params = final_params(run_completed(config, RunStore(tmp_path))[1])
+    assert max(float(np.abs(params[n] - reference.params[n]).max()) for n in params) > 1e-2
 
 
 def test_a_killed_ps_task_fails_the_run_and_leaves_nothing_running(tmp_path: Path):

@@ -32,9 +32,10 @@ def _point(cli, results: Path, *flags: str) -> dict:
 
 
 @pytest.mark.parametrize("nnodes", [1, 2])
-def test_torchrun_trains_exactly_as_the_local_launcher(tmp_path: Path, cli, nnodes):
-    """DDP on 2 ranks sums 2 gradients (exact in either order): the same losses to the bit."""
-    local = _point(cli, tmp_path / "local", "--backend", "torch-ddp")
+def test_torchrun_trains_exactly_as_the_local_launcher(tmp_path: Path, cli, shared_store, nnodes):
+    """DDP on 2 ranks sums 2 gradients (exact in either order): the same losses to the bit (the
+    local launcher's run made once for both, in the shared store)."""
+    local = _point(cli, shared_store.root, "--backend", "torch-ddp")
     under = _point(
         cli,
         tmp_path / "torchrun",
@@ -136,7 +137,7 @@ def _elastic_run(results: Path, kills: int, *settings: str) -> tuple[int, str, R
 
 @pytest.mark.parametrize("nnodes", [1, 2])
 def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(
-    tmp_path: Path, cli, nnodes
+    tmp_path: Path, cli, shared_store, nnodes
 ):
     """torchrun restarts the ranks after a kill -9 of one (across 2 agents: the other agent's
     rank too, in a new rendezvous round); they resume after the last saved window and finish
@@ -163,8 +164,14 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(
     # 0: killed before the first save (then it starts again); else after a saved window
     assert resume["restart"] == 1 and 0 <= resume["windows_done"] <= 3
     assert not (run_dir / "checkpoint").exists()  # removed once the run completed
-    assert cli("run", *ELASTIC, "--results", str(tmp_path / "whole")).returncode == 0
-    (whole,) = [json.loads(p.read_text())["metrics"] for p in tmp_path.glob("whole/*/result.json")]
+    # the uninterrupted run, made once for both (the shared store)
+    run = cli("run", *ELASTIC, "--results", str(shared_store.root))
+    assert run.returncode == 0, run.stderr
+    (uninterrupted,) = [json.loads(r) for r in run.stdout.splitlines() if '"kind": "point"' in r]
+    (whole,) = [
+        json.loads((shared_store.root / run_id / "result.json").read_text())["metrics"]
+        for run_id in uninterrupted["run_ids"]
+    ]
     assert metrics["train_loss_by_window"] == whole["train_loss_by_window"]
     assert metrics["final_train_loss"] == whole["final_train_loss"]
 

@@ -16,22 +16,33 @@ TensorFlow is installed by ``make tensorflow``, which ``make test`` runs.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from dlscale.contract.models import MODELS
-from dlscale.frameworks.tensorflow import models as km
-from dlscale.frameworks.tensorflow.env import import_tensorflow
-from dlscale.frameworks.tensorflow.sgd import TorchSGD
-from dlscale.frameworks.tensorflow.transfer import load_torch_weights
 from dlscale.frameworks.torch.weights import torch_state
 
-tf = import_tensorflow()
+
+@functools.cache
+def _tf() -> SimpleNamespace:
+    """TensorFlow and the twins' modules, imported by the first test that needs them (not at
+    collection: every pytest-xdist worker collects this file, one runs it)."""
+    from dlscale.frameworks.tensorflow import models
+    from dlscale.frameworks.tensorflow.env import import_tensorflow
+    from dlscale.frameworks.tensorflow.sgd import TorchSGD
+    from dlscale.frameworks.tensorflow.transfer import load_torch_weights
+
+    return SimpleNamespace(
+        tf=import_tensorflow(), km=models, TorchSGD=TorchSGD, load=load_torch_weights
+    )
+
 
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 
@@ -42,24 +53,24 @@ LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 # by a near-zero deviation and turns float rounding into 10% gradient differences between any
 # two implementations.
 CASES = {
-    "tiny": (lambda: MODELS.get("tiny").build(10), lambda: km.tiny(10), 32, 4),
-    "resnet20": (lambda: MODELS.get("resnet20").build(10), lambda: km.resnet20(10), 32, 4),
-    "resnet44": (lambda: MODELS.get("resnet44").build(10), lambda: km.resnet44(10), 32, 4),
+    "tiny": (lambda: MODELS.get("tiny").build(10), lambda: _tf().km.tiny(10), 32, 4),
+    "resnet20": (lambda: MODELS.get("resnet20").build(10), lambda: _tf().km.resnet20(10), 32, 4),
+    "resnet44": (lambda: MODELS.get("resnet44").build(10), lambda: _tf().km.resnet44(10), 32, 4),
     "resnet50": (
         lambda: MODELS.get("resnet50").build(10),
-        lambda: km.resnet50(10, input_size=96),
+        lambda: _tf().km.resnet50(10, input_size=96),
         96,
         4,
     ),
     "alexnet": (
         lambda: _torch_alexnet_without_dropout(),
-        lambda: km.alexnet(10, input_size=224, dropout=0.0),
+        lambda: _tf().km.alexnet(10, input_size=224, dropout=0.0),
         224,
         2,
     ),
     "googlenet": (
         lambda: _torch_googlenet_without_dropout(),
-        lambda: km.googlenet(10, input_size=100, dropout=0.0),
+        lambda: _tf().km.googlenet(10, input_size=100, dropout=0.0),
         100,  # odd sizes on the way (25 -> 12): PyTorch's ceil_mode rule, not Keras' "same"
         4,
     ),
@@ -105,7 +116,8 @@ def _torch_losses(model: torch.nn.Module, batches) -> list[float]:
 def _keras_losses(model, batches) -> list[float]:
     """The TensorFlow engines' step: mean loss, gradient, PyTorch's SGD rule as a Keras optimizer
     (dlscale.frameworks.tensorflow.sgd.TorchSGD: g + wd w, v = m v + g, w -= lr v)."""
-    optimizer = TorchSGD(learning_rate=LR, momentum=MOMENTUM, l2=WEIGHT_DECAY)
+    tf = _tf().tf
+    optimizer = _tf().TorchSGD(learning_rate=LR, momentum=MOMENTUM, l2=WEIGHT_DECAY)
     losses = []
     for x, y in batches:
         with tf.GradientTape() as tape:
@@ -129,7 +141,7 @@ def test_keras_twin_matches_its_pytorch_model(name: str) -> None:
         b.numel() for n, b in torch_model.named_buffers() if not n.endswith("num_batches_tracked")
     )
     state = torch_state(torch_model)
-    load_torch_weights(keras_model, state)
+    _tf().load(keras_model, state)
 
     batches = _batches(size, batch, 3)
     x = batches[0][0]
@@ -139,12 +151,13 @@ def test_keras_twin_matches_its_pytorch_model(name: str) -> None:
     got = keras_model(np.transpose(x, (0, 2, 3, 1)), training=False).numpy()
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
+    tf = _tf().tf
     tf.keras.backend.set_floatx("float64")
     try:
         keras64 = build_keras()
     finally:
         tf.keras.backend.set_floatx("float32")
-    load_torch_weights(keras64, {key: value.astype(np.float64) for key, value in state.items()})
+    _tf().load(keras64, {key: value.astype(np.float64) for key, value in state.items()})
     batches64 = [(x.astype(np.float64), y) for x, y in batches]
     np.testing.assert_allclose(
         _keras_losses(keras64, batches64), _torch_losses(torch_model.double(), batches64), rtol=1e-6
@@ -165,14 +178,14 @@ def test_transfer_refuses_a_twin_that_drifted() -> None:
     state = torch_state(MODELS.get("tiny").build(10))
     state["extra.weight"] = np.zeros(3, np.float32)
     with pytest.raises(ValueError, match=r"extra\.weight"):
-        load_torch_weights(km.tiny(10), state)
+        _tf().load(_tf().km.tiny(10), state)
     state = torch_state(MODELS.get("tiny").build(10))
     del state["fc.bias"]
     with pytest.raises(ValueError, match=r"fc\.bias"):
-        load_torch_weights(km.tiny(10), state)
+        _tf().load(_tf().km.tiny(10), state)
     state = torch_state(MODELS.get("tiny").build(7))
     with pytest.raises(ValueError, match="do not fit"):
-        load_torch_weights(km.tiny(10), state)
+        _tf().load(_tf().km.tiny(10), state)
 
 
 def test_keras_3_is_refused_with_the_reason() -> None:

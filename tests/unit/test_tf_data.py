@@ -11,8 +11,15 @@ import pytest
 
 from dlscale.datasets import cifar10_files, digits
 from dlscale.datasets.arrays import NumpyDataset
-from dlscale.frameworks.tensorflow.data import to_tf
 from tests.unit.test_datasets import Cfg, _assert_same_batches, _cifar, _synthetic
+
+
+def to_tf(data: Any) -> Any:
+    """The adapter under test, imported with TensorFlow by the first test (7 s), not when
+    pytest collects this file."""
+    from dlscale.frameworks.tensorflow.data import to_tf as adapter
+
+    return adapter(data)
 
 
 def _nchw(pipeline: Any) -> list[tuple[np.ndarray, np.ndarray]]:
