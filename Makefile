@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 # CPU torch pinned here: an unpinned torch pulls several GB of CUDA wheels.
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
-.PHONY: demo test lint typecheck check bench clean allocators horovod tensorflow mxnet slurm
+.PHONY: demo test check coverage test-env test-static static-checks system-packages openmpi lint \
+	typecheck bench clean allocators horovod tensorflow mxnet mxnet-env horovod-mxnet slurm
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,21 +29,62 @@ $(VENV)/.installed-tensorflow: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) -e '.[torch,tensorflow]'
 	touch $@
 
-test: $(VENV)/.installed-test $(VENV)/.installed-tensorflow
-	scripts/install-browser.sh
-	scripts/install-allocators.sh
-	scripts/install-openmpi.sh
-	scripts/install-slurm.sh
-	scripts/install-iproute2.sh
-	scripts/install-openssh.sh
+# make test: the environment (below), then lint, types and layer rules, then every test
+# (scripts/run-tests.sh: one at a time, the fastest on 2 cores; TEST_WORKERS=N runs them on N
+# pytest-xdist workers where that is safe, then the tests that compare timings alone). The
+# set-up steps run side by side where one does not need another (make -j3: pip,
+# apt and MXNet's environment at once, the two Horovod builds beside each other and beside the
+# static checks); each step's output is printed whole when the step ends.
+test:
+	$(MAKE) --no-print-directory -j3 -Otarget test-env test-static
+	scripts/run-tests.sh
+
+# The fast loop (under 5 minutes): lint, types, layer rules, the unit tests and the end-to-end
+# tests that start no framework's workers; needs only .venv (`make test` is the full gate).
+check: $(VENV)/.installed-test
+	$(static_checks)
+	scripts/run-tests.sh --fast
+
+# Line and branch coverage of src/dlscale over the whole suite, every process it starts counted
+# (the CLI, launchers and workers of both environments): the figure, and htmlcov/index.html.
+coverage:
+	$(MAKE) --no-print-directory -j3 -Otarget test-env
+	scripts/run-tests.sh --coverage
+
+# The test tools and TensorFlow in .venv, in one resolution.
+$(VENV)/.installed-test-env: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) -e '.[test,tensorflow]'
+	touch $@ $(VENV)/.installed-test $(VENV)/.installed-tensorflow $(VENV)/.installed-run
+
+# Everything the tests use: both environments, Debian's packages, Horovod built for both.
+test-env: $(VENV)/.installed-test-env system-packages horovod-mxnet
 	scripts/build-horovod.sh $(VENV)
-	scripts/install-mxnet.sh
-	scripts/build-horovod.sh .venv-mxnet mxnet
+
+define static_checks
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+endef
+
+static-checks: $(VENV)/.installed-test
+	$(static_checks)
+
+test-static: $(VENV)/.installed-test-env
+	$(static_checks)
+
+# Debian's packages of every real component the tests start (each script installs only what
+# is missing, so a second run costs nothing). apt runs one at a time: OpenMPI first, which the
+# Horovod builds wait for.
+system-packages: openmpi
+	scripts/install-browser.sh
+	scripts/install-allocators.sh
+	scripts/install-slurm.sh
+	scripts/install-iproute2.sh
+	scripts/install-openssh.sh
+
+openmpi:
+	scripts/install-openmpi.sh
 
 # Debian's jemalloc and tcmalloc for the allocator key (allocator = jemalloc | tcmalloc).
 allocators:
@@ -50,23 +92,24 @@ allocators:
 
 # Horovod 0.28.1 built from source against this environment's PyTorch, with Gloo and (OpenMPI
 # installed first) MPI; the wheel is cached in ~/.cache/dlscale/wheels (DLSCALE_WHEEL_CACHE).
-horovod: $(VENV)/.installed-run
-	scripts/install-openmpi.sh
+horovod: $(VENV)/.installed-run openmpi
 	scripts/build-horovod.sh $(VENV)
 
 # TensorFlow 2.21 and tf-keras in this environment, beside PyTorch (docs/architecture.md says
 # why one environment), and Horovod built with its TensorFlow binding too (horovod-tf,
 # horovod-keras; studies/frameworks-cpu.toml compares them): about 20 minutes the first time,
 # seconds once the wheel is cached.
-tensorflow: $(VENV)/.installed-tensorflow
-	scripts/install-openmpi.sh
+tensorflow: $(VENV)/.installed-tensorflow openmpi
 	scripts/build-horovod.sh $(VENV)
 
 # MXNet 1.9.1 in its own environment (.venv-mxnet: numpy 1.23.5, which MXNet needs), and Horovod
 # built there with its MXNet binding (horovod-mxnet): a few minutes the first time.
-mxnet: $(VENV)/.installed-run
+mxnet: $(VENV)/.installed-run horovod-mxnet
+
+mxnet-env:
 	scripts/install-mxnet.sh
-	scripts/install-openmpi.sh
+
+horovod-mxnet: mxnet-env openmpi
 	scripts/build-horovod.sh .venv-mxnet mxnet
 
 # A real Slurm from Debian (slurm-wlm, munge) for --launcher slurm; scripts/slurm-local.sh

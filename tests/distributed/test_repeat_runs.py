@@ -84,6 +84,7 @@ def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_pat
     assert stored["environment"]["worker"]["synchronizes"] is False
 
 
+@pytest.mark.alone  # its pairs of steps are timed: other tests beside it would be its noise
 def test_a_one_worker_run_reads_exposed_communication_within_noise_of_zero(tmp_path: Path):
     """DDP at one worker synchronizes with nobody: the probe's pairs must not show a cost.
 

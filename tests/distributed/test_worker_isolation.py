@@ -54,7 +54,9 @@ def _dlscale(cwd: Path, *args: str, timeout: float = 300) -> subprocess.Complete
 def test_the_planted_modules_would_run_without_a_safe_path(hostile_cwd):
     """The trap works: ``python -m`` (what every worker was started with) imports them."""
     cwd, marker = hostile_cwd
-    done = subprocess.run([sys.executable, "-m", "tempfile"], cwd=cwd,
+    # without coverage.py's start-up (make coverage): its .pth file imports `random` first
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
+    done = subprocess.run([sys.executable, "-m", "tempfile"], cwd=cwd, env=env,
                           capture_output=True)  # fmt: skip
     assert done.returncode == 3 and marker.read_text().startswith("random ")
 

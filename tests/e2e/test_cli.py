@@ -49,6 +49,7 @@ def test_import_and_help_load_no_framework():
     assert out.strip() == "[]"
 
 
+@pytest.mark.dist
 def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     results = tmp_path / "res"
     run = cli(
@@ -209,6 +210,7 @@ def test_unreadable_study_file(tmp_path: Path, cli):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.dist
 def test_ls_and_env(cli):
     for what, expected in (
         ("backends", "torch-ddp"),
@@ -226,6 +228,7 @@ def test_ls_and_env(cli):
     assert json.loads(env.stdout)["cpu_cores_logical"] >= 1
 
 
+@pytest.mark.dist
 def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path: Path, cli):
     """studies/mahon2020.toml at scale = local (digits, CPU, local launcher, a few steps),
     narrowed to one point by flags, which override the scale's keys; at full scale it asks for
@@ -260,6 +263,7 @@ def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path
     assert wrong.returncode == 2 and "no scale 'huge'; it has: full, local" in wrong.stderr
 
 
+@pytest.mark.dist
 def test_malik2018_takes_an_imagenet_folder_and_draws_loss_against_epochs(tmp_path: Path, cli):
     """The paper's second input: JPEG class folders, trained by epochs (here the preset's
     imagenet-local scale narrowed to one point), and the report's loss and accuracy against

@@ -18,7 +18,7 @@ from dlscale.store import RunStore
 from tests.distributed.processes import processes_naming
 from tests.image_data import write_folder, write_tfrecords
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dist]  # starts workers: not in make check
 
 SMALL = ("--model", "tiny", "--dataset", "imagenet-subset", "--set", "classes=3",
          "--batch-size", "4", "--steps", "3", "--windows", "2", "--warmup-steps", "1",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dist]  # starts workers: not in make check
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 COMMON = ("--dataset", "digits", "--epochs", "2", "--batch-size", "32", "--lr", "0.01",
           "--repeats", "1", "--set", "machine_reference=false")  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 
 from dlscale.contract.events import read_events
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dist]  # starts workers: not in make check
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 SHORT = ["--warmup-steps", "1", "--steps", "3", "--windows", "2"]
 
@@ -233,6 +233,7 @@ def test_a_models_classes_are_found_from_its_output(work: Path, cli):
     }
 
 
+@pytest.mark.alone  # bounds its throughput by its sleeps: a loaded machine oversleeps
 def test_a_script_without_an_optimizer_marks_its_steps(work: Path, cli):
     (work / "marks.py").write_text(
         "import time\nimport dlscale\n\nfor step in range(20):\n    time.sleep(0.01)\n"

@@ -16,7 +16,7 @@ from dlscale import load_results
 from dlscale.contract.events import read_events
 from tests.distributed.processes import alive, start_long_run, toy_env
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dist]  # starts workers: not in make check
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = ROOT / "tests" / "plugins"

@@ -104,6 +104,7 @@ def test_a_parameter_server_fit_predicts_ps_sync_with_the_servers_asked_for(cli,
     assert "patterns used: ps, ring" in table.stdout
 
 
+@pytest.mark.dist
 def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     flags = ("predict", "--model", "tiny", "--batch", "8", "--bandwidth", "1gbit",
              "--workers", "1,2,4", "--results", str(tmp_path))  # fmt: skip
@@ -130,6 +131,7 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     assert "compute profile against batch (1 worker): 8: " in table.stdout
 
 
+@pytest.mark.dist
 def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp_path: Path):
     """--framework tensorflow measures tf-single's step (the framework registry names it), and
     a framework without a reference backend is one line naming those that have one."""

@@ -8,7 +8,7 @@ import pytest
 
 from dlscale.datasets.cifar10_files import write_binary_format, write_python_format
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.dist]  # starts workers: not in make check
 
 
 def _images(n: int, seed: int):

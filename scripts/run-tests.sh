@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Runs the tests as `make test`, `make check` and `make coverage` do (the environment must be
+# set up: make test-env, or .venv alone for --fast).
+#
+#   scripts/run-tests.sh              every test, one after another (TEST_WORKERS=N: first
+#                                     the tests not marked `alone` on N pytest-xdist workers,
+#                                     --dist loadgroup, tests/conftest.py keeping the tests that
+#                                     share something of the machine's in one group each; then
+#                                     the tests marked `alone`, which compare timings, with
+#                                     nothing beside them)
+#   scripts/run-tests.sh --fast       the unit tests and the end-to-end tests that start no
+#                                     framework's workers (those marked `dist` are left out)
+#   scripts/run-tests.sh --coverage   every test, as above, under coverage.py (every Python
+#                                     process they start counted), then the combined figure
+#   ... -- ARGS                       more arguments for pytest (a path, -k, -x)
+#
+# TEST_WORKERS (default 1): parallel pytest workers. On the 2-core machine the suite is
+# written for, 2 workers took 44 minutes and 3 took 46 where one takes about 35: the tests
+# keep both cores busy most of the time (each run starts several processes that use every
+# core), so side by side they only slow each other down; a machine with more cores gains.
+# Exits non-zero if any phase failed; each phase prints its 30 slowest tests.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bin=.venv/bin
+mode=all
+extra=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --fast) mode=fast; shift ;;
+        --coverage) mode=coverage; shift ;;
+        --) shift; extra=("$@"); break ;;
+        *) echo "usage: scripts/run-tests.sh [--fast|--coverage] [-- PYTEST-ARGS]" >&2; exit 2 ;;
+    esac
+done
+workers=${TEST_WORKERS:-1}
+pytest=("$bin/python" -m pytest)
+# Bytecode caches on: a machine that turns them off (PYTHONDONTWRITEBYTECODE) compiles
+# dlscale's modules again in every one of the suite's ~900 processes (0.25 s each) and pytest's
+# rewritten test modules in every worker (about 10 s).
+unset PYTHONDONTWRITEBYTECODE
+# Tests side by side share the cores: threads that wait for work sleep instead of spinning
+# (OpenMP's default spins, which takes the core from the other tests' processes).
+[ "$workers" -gt 1 ] && export OMP_WAIT_POLICY=PASSIVE
+
+if [ "$mode" = coverage ]; then
+    data="$PWD/.coverage-data"
+    rm -rf "$data" htmlcov
+    mkdir -p "$data"
+    export COVERAGE_FILE="$data/coverage"
+    # MXNet's workers run under .venv-mxnet: coverage there too (its .pth file starts it)
+    version=$("$bin/python" -c 'import coverage; print(coverage.__version__)')
+    if [ -x .venv-mxnet/bin/python ]; then
+        .venv-mxnet/bin/python -m pip install --disable-pip-version-check -q "coverage==$version"
+    fi
+    pytest=("$bin/python" -m coverage run -m pytest)
+fi
+
+status=0
+parallel=()
+[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
+if [ "$mode" = fast ]; then
+    "${pytest[@]}" "${parallel[@]}" -m "not dist" --durations=30 tests/unit tests/e2e \
+        "${extra[@]}" || status=$?
+    exit $status
+fi
+
+if [ "$workers" -gt 1 ]; then
+    "${pytest[@]}" "${parallel[@]}" -m "not alone" --durations=30 "${extra[@]}" || status=$?
+    "${pytest[@]}" -m alone --durations=30 "${extra[@]}"
+    alone=$?
+    [ $alone -eq 5 ] && alone=0  # no test selected (a path or -k without any): not a failure
+    [ $status -eq 0 ] && status=$alone
+else
+    "${pytest[@]}" --durations=30 "${extra[@]}" || status=$?
+fi
+
+if [ "$mode" = coverage ]; then
+    "$bin/python" -m coverage combine --quiet
+    "$bin/python" -m coverage html --quiet
+    "$bin/python" -m coverage report --skip-covered --sort=cover | tail -n 25
+    echo "coverage of src/dlscale (lines and branches, every process): $("$bin/python" -m coverage report --format=total)%"
+fi
+exit $status
