@@ -30,9 +30,8 @@ $(VENV)/.installed-tensorflow: pyproject.toml constraints.txt | $(BIN)/python
 	touch $@
 
 # make test: the environment (below), then lint, types and layer rules, then every test
-# (scripts/run-tests.sh: one at a time, the fastest on 2 cores; TEST_WORKERS=N runs them on N
-# pytest-xdist workers where that is safe, then the tests that compare timings alone). The
-# set-up steps run side by side where one does not need another (make -j3: pip,
+# (scripts/run-tests.sh: on 2 pytest-xdist workers where that is safe, TEST_WORKERS=N to
+# change it, then the tests that compare timings alone). The set-up steps run side by side where one does not need another (make -j3: pip,
 # apt and MXNet's environment at once, the two Horovod builds beside each other and beside the
 # static checks); each step's output is printed whole when the step ends.
 test:

@@ -2,23 +2,21 @@
 # Runs the tests as `make test`, `make check` and `make coverage` do (the environment must be
 # set up: make test-env, or .venv alone for --fast).
 #
-#   scripts/run-tests.sh              every test, one after another (TEST_WORKERS=N: first
-#                                     the tests not marked `alone` on N pytest-xdist workers,
-#                                     --dist loadgroup, tests/conftest.py keeping the tests that
-#                                     share something of the machine's in one group each; then
-#                                     the tests marked `alone`, which compare timings, with
-#                                     nothing beside them)
+#   scripts/run-tests.sh              every test: first those not marked `alone` on
+#                                     TEST_WORKERS pytest-xdist workers (--dist loadgroup:
+#                                     tests/conftest.py keeps the tests that share something of
+#                                     the machine's in one group each), then the tests marked
+#                                     `alone`, which compare timings, with nothing beside them
 #   scripts/run-tests.sh --fast       the unit tests and the end-to-end tests that start no
 #                                     framework's workers (those marked `dist` are left out)
 #   scripts/run-tests.sh --coverage   every test, as above, under coverage.py (every Python
 #                                     process they start counted), then the combined figure
 #   ... -- ARGS                       more arguments for pytest (a path, -k, -x)
 #
-# TEST_WORKERS (default 1): parallel pytest workers. On the 2-core machine the suite is
-# written for, 2 workers took 44 minutes and 3 took 46 where one takes about 35: the tests
-# keep both cores busy most of the time (each run starts several processes that use every
-# core), so side by side they only slow each other down; a machine with more cores gains.
-# Exits non-zero if any phase failed; each phase prints its 30 slowest tests.
+# TEST_WORKERS (default 2; 1 runs one plain pytest, one test after another). Measured on the
+# 2-core VM the suite is written for, 2026-11-27: 2 workers 44 minutes, 1 worker 56 minutes,
+# 3 workers 46 minutes (2026-11-26): the tests keep the cores busy most of the time, so a
+# third worker only adds oversubscription.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=.venv/bin
@@ -32,7 +30,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: scripts/run-tests.sh [--fast|--coverage] [-- PYTEST-ARGS]" >&2; exit 2 ;;
     esac
 done
-workers=${TEST_WORKERS:-1}
+workers=${TEST_WORKERS:-2}
 pytest=("$bin/python" -m pytest)
 # Bytecode caches on: a machine that turns them off (PYTHONDONTWRITEBYTECODE) compiles
 # dlscale's modules again in every one of the suite's ~900 processes (0.25 s each) and pytest's
