@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from dlscale.config import RunConfig
+from dlscale.contract.models import PARAMS_FILE
 from dlscale.contract.result import Result
 from dlscale.runner import run_point
 from dlscale.store import RunStore
@@ -36,8 +37,8 @@ def run_completed(config: RunConfig, store: RunStore, study: str = "t") -> tuple
 def final_params(run_dir: Path) -> dict[str, np.ndarray]:
     """The parameters a run saved (``save_params``), by name, as numpy arrays: a numpy file
     (TensorFlow, MXNet) or PyTorch's."""
-    if (run_dir / "final_params.npz").exists():
-        with np.load(run_dir / "final_params.npz") as saved:
+    if (run_dir / PARAMS_FILE).exists():
+        with np.load(run_dir / PARAMS_FILE) as saved:
             return dict(saved)
     import torch
 
