@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 PIP_INSTALL := $(BIN)/python -m pip install --disable-pip-version-check -q -c constraints.txt
 
 .PHONY: demo test check coverage test-env test-static static-checks system-packages openmpi lint \
-	typecheck bench clean allocators horovod tensorflow mxnet mxnet-env horovod-mxnet slurm
+	typecheck bench clean allocators horovod tensorflow mxnet mxnet-env horovod-mxnet slurm \
+	horovod-test-env
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,8 +56,11 @@ $(VENV)/.installed-test-env: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) -e '.[test,tensorflow]'
 	touch $@ $(VENV)/.installed-test $(VENV)/.installed-tensorflow $(VENV)/.installed-run
 
-# Everything the tests use: both environments, Debian's packages, Horovod built for both.
-test-env: $(VENV)/.installed-test-env system-packages horovod-mxnet
+# Everything the tests use: both environments, Debian's packages, Horovod built for both (the
+# two builds side by side: each waits only for its environment and OpenMPI).
+test-env: $(VENV)/.installed-test-env system-packages horovod-mxnet horovod-test-env
+
+horovod-test-env: $(VENV)/.installed-test-env openmpi
 	scripts/build-horovod.sh $(VENV)
 
 define static_checks

@@ -18,7 +18,9 @@
 # - C++17 instead of C++14 in its CMake files: PyTorch >= 2.1 headers need C++17
 #   (horovod/horovod#3996; fixed on master by #3998, never released);
 # - TensorFlow only: the XLA custom-call source dropped (TF 2.21's wheel lacks the XLA headers
-#   it includes; the XLA ops are optional).
+#   it includes; the XLA ops are optional);
+# - CMake's build type Release instead of RelWithDebInfo (no debug information: faster to
+#   build, the same -O3 code; NDEBUG turns Horovod's C++ assert()s off, as in any release build).
 # Built with `cmake<4` from PyPI: CMake 4 refuses the bundled gloo's cmake_minimum_required.
 #
 # Cache: $DLSCALE_WHEEL_CACHE (default ~/.cache/dlscale/wheels), one directory per key
@@ -80,6 +82,11 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     if [ -n "$tf_v" ]; then
         sed -i '/xla_mpi_ops.cc/d' "$src/horovod/tensorflow/CMakeLists.txt"
     fi
+    # CMake's Release (-O3, NDEBUG) instead of setup.py's RelWithDebInfo (-O3 -g): the same
+    # optimized code without debug information, which compiles about 30% faster (a TensorFlow
+    # op file: 33 s against 23 s; docs/architecture.md)
+    grep -q "else 'RelWithDebInfo'" "$src/setup.py" || { echo "build-horovod: setup.py's build type moved" >&2; exit 1; }
+    sed -i "s/else 'RelWithDebInfo'/else 'Release'/" "$src/setup.py"
     flags=(HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=gloo)
     if [ -n "$torch_v" ]; then flags+=(HOROVOD_WITH_PYTORCH=1); else flags+=(HOROVOD_WITHOUT_PYTORCH=1); fi
     if [ -n "$tf_v" ]; then flags+=(HOROVOD_WITH_TENSORFLOW=1); else flags+=(HOROVOD_WITHOUT_TENSORFLOW=1); fi

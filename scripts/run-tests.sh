@@ -8,7 +8,8 @@
 #                                     the machine's in one group each), then the tests marked
 #                                     `alone`, which compare timings, with nothing beside them
 #   scripts/run-tests.sh --fast       the unit tests and the end-to-end tests that start no
-#                                     framework's workers (those marked `dist` are left out)
+#                                     framework's workers (those marked `dist` are left out,
+#                                     and the model twins of TensorFlow and MXNet: `twins`)
 #   scripts/run-tests.sh --coverage   every test, as above, under coverage.py (every Python
 #                                     process they start counted), then the combined figure
 #   ... -- ARGS                       more arguments for pytest (a path, -k, -x)
@@ -57,8 +58,8 @@ status=0
 parallel=()
 [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadgroup)
 if [ "$mode" = fast ]; then
-    "${pytest[@]}" "${parallel[@]}" -m "not dist" --durations=30 tests/unit tests/e2e \
-        "${extra[@]}" || status=$?
+    "${pytest[@]}" "${parallel[@]}" -m "not dist and not twins" --durations=30 \
+        tests/unit tests/e2e "${extra[@]}" || status=$?
     exit $status
 fi
 

@@ -83,9 +83,8 @@ def test_mxnet_workers_end_where_pytorch_ends(tmp_path: Path, reference: Referen
 
 @pytest.mark.parametrize(
     "backend, model",
-    [("mxnet-kv", "resnet20"), ("horovod-mxnet", "resnet20"), ("mxnet-kv", "alexnet"),
-     ("mxnet-kv", "googlenet")],
-)  # fmt: skip
+    [("mxnet-kv", "resnet20"), ("horovod-mxnet", "resnet20"), ("mxnet-kv", "alexnet")],
+)
 def test_mxnet_engines_take_torch_ddps_steps_on_the_papers_models(
     tmp_path: Path, shared_store, backend, model
 ):

@@ -36,8 +36,7 @@ CASES = {
     "tf-ps-1-worker": ("tf-ps", 1, {}),
     "tf-ps-sync": ("tf-ps", 2, {"ps_mode": "sync"}),
     "tf-mirrored": ("tf-mirrored", 2, {}),
-    "tf-mwms": ("tf-mwms", 2, {}),
-    "tf-mwms-ring": ("tf-mwms", 2, {"collective": "ring"}),
+    "tf-mwms": ("tf-mwms", 2, {}),  # collective = "ring": on a paper's model below
     "keras-fit": ("keras-fit", 2, {}),
     "keras-fit-3-steps-a-call": ("keras-fit", 2, {"steps_per_execution": 3}),
     "horovod-tf": ("horovod-tf", 2, {}),
@@ -80,18 +79,27 @@ def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference: Re
 
 
 @pytest.mark.parametrize(
-    "backend, model",
-    [("tf-mirrored", "resnet20"), ("tf-mwms", "resnet20"), ("horovod-tf", "resnet20"),
-     ("keras-fit", "resnet20"), ("horovod-keras", "resnet20"), ("tf-mwms", "alexnet"),
-     ("tf-mwms", "googlenet")],
+    "backend, model, options",
+    [("tf-mirrored", "resnet20", {}), ("tf-mwms", "resnet20", {"collective": "ring"}),
+     ("horovod-tf", "resnet20", {}), ("keras-fit", "resnet20", {}),
+     ("horovod-keras", "resnet20", {}), ("tf-mwms", "alexnet", {})],
 )  # fmt: skip
 def test_tensorflow_engines_take_torch_ddps_steps_on_the_papers_models(
-    tmp_path: Path, shared_store, backend, model
+    tmp_path: Path, shared_store, backend, model, options
 ):
     """The papers' models (BatchNorm, weight decay, momentum), from the PyTorch twin's
     weights: each step's loss within 1e-3 of torch-ddp's (keras-fit and horovod-keras read
-    back from the running mean `fit` hands its callbacks); GoogLeNet's first step within 2e-5."""
-    follows_torch_ddp(tmp_path, shared_store, backend, model)
+    back from the running mean `fit` hands its callbacks). tf-mwms on ResNet-20 with its
+    collective chosen (ring), on the tiny model and AlexNet with TensorFlow's choice (auto)."""
+    store = follows_torch_ddp(tmp_path, shared_store, backend, model, **options)
+    if options:
+        (result,) = store.results()
+        strategy = next(
+            e
+            for e in read_events(store.run_dir(result.run_id) / "events.rank0.jsonl")
+            if e["event"] == "strategy"
+        )
+        assert strategy["facts"]["collective"] == options["collective"]
 
 
 @pytest.mark.parametrize("model", ["resnet20", "alexnet"])

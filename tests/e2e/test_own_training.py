@@ -208,8 +208,10 @@ FAILING = {
 )
 def test_a_script_that_fails_names_the_rank(work: Path, cli, script: str, said: str):
     (work / script).write_text(FAILING[script])
+    # a hang is named whenever the timeout ends it; the others need the time to fail on their own
+    timeout = "timeout_s=5" if script == "hangs.py" else "timeout_s=20"
     run = cli(
-        "run", "--script", script, "--workers", "1", *SHORT, "--set", "timeout_s=20",
+        "run", "--script", script, "--workers", "1", *SHORT, "--set", timeout,
         "--", "--batch-size", "4",
         cwd=work, timeout=120,
     )  # fmt: skip

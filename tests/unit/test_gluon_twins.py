@@ -14,6 +14,8 @@ import dlscale
 from dlscale.contract.models import MODELS
 from dlscale.frameworks.mxnet.declare import mxnet_python
 
+pytestmark = pytest.mark.twins  # minutes of TensorFlow or MXNet: make test runs them
+
 SCRIPT = Path(__file__).parents[1] / "mxnet_env" / "twins.py"
 GLUON_MODELS = sorted(name for name, spec in MODELS if "mxnet" in spec.builders)
 

@@ -29,6 +29,8 @@ import torch
 from dlscale.contract.models import MODELS
 from dlscale.frameworks.torch.weights import torch_state
 
+pytestmark = pytest.mark.twins  # minutes of TensorFlow or MXNet: make test runs them
+
 
 @functools.cache
 def _tf() -> SimpleNamespace:
