@@ -1,7 +1,8 @@
 """torch-fsdp (FSDP2, ``fully_shard``) takes DDP's steps and counts its own bytes.
 
 On ResNet-20 (with BatchNorm: each rank normalizes its own batch in both engines) at 2 workers,
-the per-step losses of both ranks, the final parameters and the evaluation equal DDP's; the
+the per-step losses of both ranks (to 1e-6, as the other torch engines are held to DDP's in
+test_equivalence.py), the final parameters and the evaluation equal DDP's; the
 bytes handed to FSDP2's all-gathers and reduce-scatters (its custom-collective hooks) equal the
 model: 3(N-1)/N x the gradient with ``reshard_after_forward`` (two all-gathers and a
 reduce-scatter a step), 2(N-1)/N without (one all-gather)."""
@@ -67,7 +68,7 @@ def test_fsdp_takes_ddps_steps_and_counts_what_it_sends(tmp_path: Path, ddp, res
     losses, expected = _step_losses(run_dir), _step_losses(ddp_dir)
     assert [len(rank) for rank in losses] == [3, 3]
     for rank in (0, 1):
-        assert losses[rank] == pytest.approx(expected[rank], rel=1e-5, abs=1e-6)
+        assert losses[rank] == pytest.approx(expected[rank], rel=1e-6, abs=0)
     assert losses[0] != losses[1]  # each rank its own batches: not one loss copied twice
     mine = torch.load(run_dir / "final_params.pt")
     theirs = torch.load(ddp_dir / "final_params.pt")
