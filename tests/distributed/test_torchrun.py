@@ -57,24 +57,6 @@ def test_torchrun_trains_exactly_as_the_local_launcher(tmp_path: Path, cli, shar
     assert starts[0]["world_size"] == 2 and starts[0]["local_rank"] == (1 if nnodes == 1 else 0)
 
 
-def test_other_engines_run_under_torchrun_on_their_own_rendezvous(tmp_path: Path, cli):
-    """tf-ps (chief, workers, ps task) takes its rank from torchrun and TF_CONFIG from the
-    plan; its ps task, which never exits, is stopped once training ended."""
-    point = _point(
-        cli,
-        tmp_path,
-        "--backend",
-        "tf-ps",
-        "--launcher",
-        "torchrun",
-        "--set",
-        "nnodes=2",
-        "--set",
-        "resource_guard=false",
-    )
-    assert point["eval_accuracy"] is not None
-
-
 def test_an_uneven_split_between_nodes_is_one_line(tmp_path: Path, cli):
     run = cli(
         "run", *TINY, "--workers", "3", "--backend", "torch-ddp", "--launcher", "torchrun",
