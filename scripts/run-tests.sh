@@ -65,7 +65,11 @@ fi
 
 if [ "$workers" -gt 1 ]; then
     "${pytest[@]}" "${parallel[@]}" -m "not alone" --durations=30 "${extra[@]}" || status=$?
-    "${pytest[@]}" -m alone --durations=30 "${extra[@]}"
+    # the files that hold such tests (collecting the whole suite again costs 10-20 s); a
+    # selection of the caller's (a path, -k) is kept whole
+    files=()
+    [ ${#extra[@]} -eq 0 ] && mapfile -t files < <(grep -rl --include='test_*.py' 'pytest\.mark\.alone' tests)
+    "${pytest[@]}" -m alone --durations=30 "${files[@]}" "${extra[@]}"
     alone=$?
     [ $alone -eq 5 ] && alone=0  # no test selected (a path or -k without any): not a failure
     [ $status -eq 0 ] && status=$alone
