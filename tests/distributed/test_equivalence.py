@@ -68,6 +68,11 @@ def test_two_workers_match_one_worker_with_twice_the_batch(
     # and training moved the weights: the comparison is not of two untouched models
     moved = max(float(np.abs(reference.params[n] - reference.start[n]).max()) for n in params)
     assert moved > 1e-3
+    if extra["backend"] == "torch-ring":  # counted from what the ring sent, as its model says:
+        m = result.metrics  # 2(N-1)/N x the gradient, which is 1 x at N = 2
+        assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
+        assert m["bytes_sent_per_step_model"] == m["gradient_bytes"]
+        assert m["exposed_comm_fraction"] is not None  # its step without the ring was timed
 
 
 @pytest.mark.parametrize("backend", ["torch-ring", "horovod-torch", "torch-ps"])
