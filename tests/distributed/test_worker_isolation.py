@@ -15,10 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dlscale.frameworks.mxnet.declare import mxnet_python
 from dlscale.runtime.environment import memory_cgroup
+from dlscale.store import RunStore
+from tests.distributed.references import COMMON, step_losses
+from tests.runs import final_params
 
 pytestmark = pytest.mark.dist
 
@@ -26,6 +30,14 @@ DLSCALE = Path(sys.executable).parent / "dlscale"  # the command a user runs
 PLANTED = ("random", "numpy", "torch")
 TINY = ("--model", "tiny", "--dataset", "synthetic", "--steps", "2", "--windows", "1",
         "--warmup-steps", "1", "--repeats", "1", "--set", "machine_reference=false")  # fmt: skip
+EQUIVALENCE = (  # test_equivalence.py's point: 2 workers of batch 8 end as 1 of 16 ends
+    *(
+        arg
+        for key, value in {**COMMON, "batch_size": 8}.items()
+        for arg in ("--set", f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+    ),
+    *("--repeats", "1", "--set", "machine_reference=false"),
+)
 
 
 @pytest.fixture
@@ -72,26 +84,40 @@ def _launchers() -> list:
     horovod = importlib.util.find_spec("horovod") is not None
     why = "Horovod is not installed here: make horovod"
     no_horovod = pytest.mark.skipif(not horovod, reason=why)
-    cases.append(pytest.param("horovodrun", ("horovod-torch",), (), marks=no_horovod, id="hvd"))
+    # Horovod's two tools at test_equivalence.py's point: the run also proves its steps
+    cases.append(
+        pytest.param("horovodrun", ("horovod-torch",), EQUIVALENCE, marks=no_horovod, id="hvd")
+    )
     no_mpi = pytest.mark.skipif(not shutil.which("mpirun"), reason="scripts/install-openmpi.sh")
     marks = [no_horovod, no_mpi]
-    cases.append(pytest.param("mpirun", ("horovod-torch",), (), marks=marks, id="mpi"))
+    cases.append(pytest.param("mpirun", ("horovod-torch",), EQUIVALENCE, marks=marks, id="mpi"))
     return cases
 
 
 @pytest.mark.parametrize(("launcher", "backends", "extra"), _launchers())
 def test_no_rank_server_or_tool_imports_from_the_working_directory(
-    hostile_cwd, tmp_path: Path, launcher, backends, extra
+    hostile_cwd, tmp_path: Path, request, launcher, backends, extra
 ):
     cwd, marker = hostile_cwd
     results = tmp_path / "res"
     flags = ("--launcher", launcher, "--backend", ",".join(backends), "--workers", "2")
-    run = _dlscale(cwd, "run", *flags, *TINY, *extra, "--json", "--results", str(results))
+    point = extra if extra == EQUIVALENCE else (*TINY, *extra)
+    run = _dlscale(cwd, "run", *flags, *point, "--json", "--results", str(results))
     assert not marker.exists(), marker.read_text()
     assert run.returncode == 0, run.stderr
     runs = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "run"]
     assert sorted(r["backend"] for r in runs) == sorted(backends)
     assert all(r["status"] == "completed" for r in runs), runs
+    if extra == EQUIVALENCE:  # each step's loss and the parameters: torch-single's at batch 16
+        reference = request.getfixturevalue("reference")
+        (result,) = RunStore(results).results()
+        np.testing.assert_allclose(step_losses(result), reference.losses, rtol=1e-5, atol=1e-6)
+        params = final_params(RunStore(results).run_dir(result.run_id))
+        assert params.keys() == reference.params.keys()
+        for name, value in params.items():
+            np.testing.assert_allclose(
+                value, reference.params[name], rtol=1e-4, atol=1e-5, err_msg=name
+            )
 
 
 def test_a_microbench_imports_nothing_from_the_working_directory(hostile_cwd, tmp_path: Path):
