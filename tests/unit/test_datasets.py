@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -651,6 +652,19 @@ def test_the_digits_read_from_scikit_learns_file_are_its_load_digits(monkeypatch
     monkeypatch.setattr(digits, "bundled_file", lambda: None)
     for mine, fallback in zip(ours, digits.split(), strict=True):
         np.testing.assert_array_equal(mine, fallback)
+
+
+def test_no_bundled_digits_file_without_scikit_learn_or_where_it_keeps_none(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """``bundled_file`` says ``None`` (so ``load_digits`` is asked) when scikit-learn is not
+    installed, and when its folders hold no digits.csv.gz (another version's layout)."""
+    monkeypatch.setattr(digits.importlib.util, "find_spec", lambda name: None)
+    assert digits.bundled_file() is None
+    (tmp_path / "datasets" / "data").mkdir(parents=True)
+    elsewhere = SimpleNamespace(submodule_search_locations=[str(tmp_path), str(tmp_path)])
+    monkeypatch.setattr(digits.importlib.util, "find_spec", lambda name: elsewhere)
+    assert digits.bundled_file() is None
 
 
 def test_digits_batches(digit_sets: list[ArrayDataset]) -> None:

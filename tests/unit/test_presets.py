@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.config.study import apply_scale, expand, load_study_file
+from dlscale.config.study import apply_scale, expand, load_study_file, parse_set
 from dlscale.contract.errors import UserError
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
@@ -89,6 +89,15 @@ def test_a_scale_the_study_lacks_is_one_line_naming_those_it_has(tmp_path):
     chosen = tmp_path / "chosen.toml"
     chosen.write_text('model = "tiny"\nscale = "local"\n[scales.local]\nsteps = 2\n')
     assert apply_scale(load_study_file(chosen), None, "chosen")["steps"] == 2
+    for text in ('model = "tiny"\nscale = 3\n', 'model = "tiny"\nscale = " "\n'):
+        bad.write_text(text)
+        with pytest.raises(UserError, match=r"scale must be the name of one of the study's"):
+            load_study_file(bad)
+    with pytest.raises(UserError, match=r"--set: scale must be the name of one of"):
+        parse_set(["scale="])
+    bad.write_text('model = "tiny"\nworkers = []\n')
+    with pytest.raises(UserError, match=r"key 'workers' has an empty list"):
+        load_study_file(bad)
 
 
 def _narrowed(*argv: str):
