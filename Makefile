@@ -32,9 +32,10 @@ $(VENV)/.installed-tensorflow: pyproject.toml constraints.txt | $(BIN)/python
 
 # make test: the environment (below), then lint, types and layer rules, then every test
 # (scripts/run-tests.sh: on 2 pytest-xdist workers where that is safe, TEST_WORKERS=N to
-# change it, then the tests that compare timings alone). The set-up steps run side by side where one does not need another (make -j3: pip,
-# apt and MXNet's environment at once, the two Horovod builds beside each other and beside the
-# static checks); each step's output is printed whole when the step ends.
+# change it, then the tests that compare timings alone). The set-up steps run side by side
+# where one does not need another (make -j3: pip, apt and MXNet's environment at once, the two
+# Horovod builds beside each other and beside the static checks); each step's output is
+# printed whole when the step ends.
 test:
 	$(MAKE) --no-print-directory -j3 -Otarget test-env test-static
 	scripts/run-tests.sh

@@ -97,6 +97,24 @@ def _single(**changes: object) -> RunConfig:
     return RunConfig.make(backend="torch-single", workers=1, batch_size=16, **{**COMMON, **changes})
 
 
+def ends_where_torch_single_ends(result: Result, run_dir: Path, reference: Reference) -> None:
+    """A torch engine's run at 2 workers of batch 8 on :data:`COMMON`: step by step, from the
+    stored result, the mean of the two ranks' losses is the loss of the reference's batch of
+    16, and its final parameters are the reference's (same dtype; training moved them, so the
+    comparison is not of two untouched models)."""
+    np.testing.assert_allclose(step_losses(result), reference.losses, rtol=1e-5, atol=1e-6)
+    assert len(set(reference.losses)) == len(reference.losses)  # the steps moved the loss
+    params = final_params(run_dir)
+    assert params.keys() == reference.params.keys()
+    for name, value in params.items():
+        assert value.dtype == reference.params[name].dtype, name
+        np.testing.assert_allclose(
+            value, reference.params[name], rtol=1e-4, atol=1e-5, err_msg=name
+        )
+    moved = max(float(np.abs(reference.params[n] - reference.start[n]).max()) for n in params)
+    assert moved > 1e-3
+
+
 def run_and_compare(
     tmp_path: Path, reference: Reference, backend: str, workers: int, extra: dict
 ) -> tuple[Result, Path]:

@@ -15,14 +15,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dlscale.frameworks.mxnet.declare import mxnet_python
 from dlscale.runtime.environment import memory_cgroup
 from dlscale.store import RunStore
-from tests.distributed.references import COMMON, step_losses
-from tests.runs import final_params
+from tests.distributed.references import COMMON, ends_where_torch_single_ends
 
 pytestmark = pytest.mark.dist
 
@@ -109,15 +107,10 @@ def test_no_rank_server_or_tool_imports_from_the_working_directory(
     assert sorted(r["backend"] for r in runs) == sorted(backends)
     assert all(r["status"] == "completed" for r in runs), runs
     if extra == EQUIVALENCE:  # each step's loss and the parameters: torch-single's at batch 16
+        store = RunStore(results)
+        (result,) = store.results()
         reference = request.getfixturevalue("reference")
-        (result,) = RunStore(results).results()
-        np.testing.assert_allclose(step_losses(result), reference.losses, rtol=1e-5, atol=1e-6)
-        params = final_params(RunStore(results).run_dir(result.run_id))
-        assert params.keys() == reference.params.keys()
-        for name, value in params.items():
-            np.testing.assert_allclose(
-                value, reference.params[name], rtol=1e-4, atol=1e-5, err_msg=name
-            )
+        ends_where_torch_single_ends(result, store.run_dir(result.run_id), reference)
 
 
 def test_a_microbench_imports_nothing_from_the_working_directory(hostile_cwd, tmp_path: Path):

@@ -82,20 +82,25 @@ def split() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 def _digits() -> tuple[np.ndarray, np.ndarray]:
     """All 1,797 images, uint8 ``(N, 1, 8, 8)`` (whole numbers 0..16), and their labels, int64,
     in scikit-learn's order."""
-    path = bundled_file()
-    try:
-        if path is None:
-            raise OSError("scikit-learn's digits file not found")
-        with gzip.open(path, "rt") as text:
-            table = np.loadtxt(text, delimiter=",", ndmin=2)  # 64 pixels, then the label
-    except (OSError, EOFError, ValueError):
-        table = np.empty((0, 0))
-    if table.shape != (1797, 65):  # damaged or another layout: scikit-learn's own reader
+    table = _bundled_table(bundled_file())
+    if table is None or table.shape != (1797, 65):  # scikit-learn's own reader then
         from sklearn.datasets import load_digits
 
         digits = load_digits()
         return digits.images.astype(np.uint8)[:, None], digits.target.astype(np.int64)
     return table[:, :-1].astype(np.uint8).reshape(-1, 1, 8, 8), table[:, -1].astype(np.int64)
+
+
+def _bundled_table(path: Path | None) -> np.ndarray | None:
+    """The rows of scikit-learn's digits file (64 pixels, then the label); ``None`` when there
+    is no file or it cannot be read."""
+    if path is None:
+        return None
+    try:
+        with gzip.open(path, "rt") as text:
+            return np.loadtxt(text, delimiter=",", ndmin=2)
+    except (OSError, EOFError, ValueError):
+        return None
 
 
 def bundled_file() -> Path | None:
