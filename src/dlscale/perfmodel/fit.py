@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from dlscale.contract.errors import UserError
 from dlscale.perfmodel.costs import Network
@@ -92,6 +91,9 @@ def fit_network(
     # Robust (Cauchy loss, scale 10% relative error) and bounded at 0: a few small messages that
     # a busy machine made 2-5x slower do not pull beta, and no term goes negative.
     scale = np.maximum(start, [1e-9, 1e-15])  # the unknowns near 1: alpha in s, beta in s/B
+    # imported here: scipy.optimize costs a second of CPU in every command that reads PATTERNS
+    from scipy.optimize import least_squares
+
     solved = least_squares(
         lambda x: design @ (x * scale) - target,
         x0=start / scale,
