@@ -1,9 +1,13 @@
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from dlscale.runtime.weights_cache import CACHE_ENV
 
 pytest_plugins = ["tests.runs"]  # shared_store: a run several tests read, made once a session
 
@@ -45,7 +49,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     """pytest-xdist 3.8 groups a test by renaming it (``_nodeid``); pytest 9.2 no longer
     reads that name, so the groups were lost without a word and tests/cluster's tests ran
-    side by side and collided (pytest-dev/pytest-xdist#1386): say so instead."""
+    side by side and collided (pytest-dev/pytest-xdist#1386): say so instead.
+
+    The workers' cache of initial weights (dlscale.runtime.weights_cache) is one folder for
+    the whole session, its pytest-xdist workers included (they inherit the variable), and
+    never the user's own: the first TensorFlow or MXNet worker of a model builds PyTorch's
+    weights, the later ones read them (tests/unit/test_weights_cache.py holds both ways)."""
+    if CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
+        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="dlscale-test-cache-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(CACHE_ENV), ignore_errors=True))
     uses_the_name = "_nodeid" in pytest.Item.nodeid.fget.__code__.co_names  # type: ignore[attr-defined]
     if config.getoption("dist", "no") == "loadgroup" and not uses_the_name:
         raise pytest.UsageError(

@@ -25,6 +25,7 @@ from pathlib import Path
 from dlscale.contract.layout import Addresses, ProcessLayout
 from dlscale.contract.run_config import RunConfig
 from dlscale.runtime.allocator import allocator_env
+from dlscale.runtime.weights_cache import CACHE_ENV
 from dlscale.runtime.worker_path import worker_path_dir
 
 
@@ -275,7 +276,8 @@ def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, st
     directory (``PYTHONSAFEPATH``; an empty entry of the parent's ``PYTHONPATH``, which
     Python reads as the working directory, is dropped), and the variables of the point's
     memory allocator (:mod:`dlscale.runtime.allocator`: thresholds, a preloaded library in
-    front of the parent's ``LD_PRELOAD``)."""
+    front of the parent's ``LD_PRELOAD``), and the parent's ``DLSCALE_CACHE_DIR`` where it is
+    set (:mod:`dlscale.runtime.weights_cache`)."""
     inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     pythonpath = os.pathsep.join(
         p for p in (str(worker_path_dir(spec_path.parent).absolute()), *inherited) if p
@@ -288,4 +290,5 @@ def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, st
         "PYTHONSAFEPATH": "1",
         "PYTHONPATH": pythonpath,
         **allocator_env(config.allocator),
+        **({CACHE_ENV: os.environ[CACHE_ENV]} if CACHE_ENV in os.environ else {}),
     }

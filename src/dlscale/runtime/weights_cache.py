@@ -1,0 +1,181 @@
+"""Another framework's initial weights, kept on disk between runs.
+
+A TensorFlow or MXNet run with ``weights = "torch"`` (their default) starts every rank from the
+model PyTorch builds with the run's seed. Building it means importing torch in every such
+worker, on top of the worker's own framework: 2-4 s of CPU each, in every rank of every point
+and repeat. The arrays depend only on what :func:`cache_key` names, so the first worker that
+builds them keeps them in the user's cache and every later one, of this run or another, reads
+them without importing torch.
+
+The key: the framework and its packages' versions (read from their metadata), the model and
+its builder, the classes it is built for, the seed, the dropout it is built with, and a digest
+of dlscale's source and of the builder's module (an edited model is a new key). Only
+registered models are kept (dlscale's and the plug-ins'); a user's own model or a library's is
+built every time.
+
+Where: ``$DLSCALE_CACHE_DIR/initial-weights/``, else ``$XDG_CACHE_HOME/dlscale/...``, else
+``~/.cache/dlscale/...``; ``DLSCALE_CACHE_DIR=`` (empty) turns the cache off. A launcher passes
+``DLSCALE_CACHE_DIR`` on to every rank. The files are numpy ``.npz`` archives (each array's
+CRC is checked as it is read), written whole or not at all; the least recently used are
+deleted once the folder holds more than :data:`LIMIT_BYTES`. The cache never fails a run: a file
+that cannot be read is built again and replaced, a folder that cannot be written is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.files import read_regular, write_atomic
+from dlscale.contract.frameworks import FRAMEWORKS
+from dlscale.contract.models import MODELS
+
+CACHE_ENV = "DLSCALE_CACHE_DIR"
+LIMIT_BYTES = 2 * 2**30
+"""How much the folder may hold before the least recently used files are deleted."""
+FORMAT = 1
+"""Bumped when what a file holds changes: every earlier key is then unused."""
+
+
+def cache_root() -> Path | None:
+    """The user's dlscale cache (see the module's docstring); ``None`` when turned off."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is not None:
+        return Path(chosen) if chosen else None
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except RuntimeError:  # no home directory to be found: no cache
+            return None
+    return Path(base) / "dlscale"
+
+
+def _source_digest(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(str(path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _dlscale_source() -> str:
+    """A digest of every Python file of the dlscale this worker runs."""
+    root = Path(__file__).resolve().parents[1]
+    return _source_digest(sorted(root.rglob("*.py")))
+
+
+def _builder_source(reference: str) -> str | None:
+    """A digest of the module a ``module:function`` builder lives in (a plug-in's model may
+    live outside dlscale), found without running it; ``None`` if it has no file."""
+    spec = importlib.util.find_spec(reference.partition(":")[0])
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        return None
+    return _source_digest([Path(spec.origin)])
+
+
+def cache_key(framework: str, config: Any) -> str | None:
+    """What the initial weights of ``config``'s model built by ``framework`` depend on, as
+    a digest; ``None`` for a model that is not kept (a user's own or a library's)."""
+    model = MODELS.get(config.model)
+    reference = model.builders.get(framework)
+    if not model.builtin or reference is None:
+        return None
+    builder = _builder_source(reference)
+    if builder is None:
+        return None
+    packages = {}
+    for name in FRAMEWORKS.get(framework).packages:
+        try:
+            packages[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+    facts = {
+        "format": FORMAT,
+        "framework": framework,
+        "packages": packages,
+        "model": config.model,
+        "builder": reference,
+        "classes": DATASETS.get(config.dataset).num_classes or model.default_classes,
+        "seed": config.seed,
+        "dropout": model.dropout_kwargs(config.dropout),
+        "dlscale": _dlscale_source(),
+        "builder_source": builder,
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def _read(path: Path) -> dict[str, np.ndarray] | None:
+    """The arrays kept at ``path``; ``None`` if there are none or they cannot be read."""
+    try:
+        raw, _ = read_regular(path)
+        with np.load(io.BytesIO(raw), allow_pickle=False) as archive:
+            state = {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        return None
+    except Exception as error:  # damaged, truncated, planted: built again and replaced
+        print(f"dlscale: warning: {path} cannot be read ({error}); built again", file=sys.stderr)
+        return None
+    if not state or any(value.dtype != np.float32 for value in state.values()):
+        return None
+    with contextlib.suppress(OSError):  # recently used: kept when the folder is trimmed
+        os.utime(path)
+    return state
+
+
+def _write(folder: Path, path: Path, state: dict[str, np.ndarray]) -> None:
+    """Keep ``state`` at ``path`` (whole or not at all), then trim the folder."""
+    buffer = io.BytesIO()
+    np.savez(buffer, **state)  # type: ignore[arg-type]  # numpy's stub: allow_pickle
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, buffer.getvalue())
+        _trim(folder, keep=path)
+    except Exception as error:  # a read-only or full cache: the run goes on without it
+        print(f"dlscale: warning: initial weights not kept in {folder} ({error})", file=sys.stderr)
+
+
+def _trim(folder: Path, keep: Path) -> None:
+    """Delete the least recently used files until the folder holds :data:`LIMIT_BYTES`."""
+    files = []
+    for path in folder.glob("*.npz"):
+        try:
+            status = path.stat()
+        except OSError:  # deleted by another process meanwhile
+            continue
+        files.append((status.st_mtime, status.st_size, path))
+    total = sum(size for _, size, _ in files)
+    for _, size, path in sorted(files, key=lambda entry: entry[0]):
+        if total <= LIMIT_BYTES:
+            break
+        if path != keep:
+            path.unlink(missing_ok=True)
+            total -= size
+
+
+def cached_initial_weights(framework: str, config: Any) -> dict[str, np.ndarray]:
+    """``framework``'s initial weights of ``config``'s model (its
+    :meth:`~dlscale.contract.frameworks.FrameworkSpec.initial_weights`), from the cache when
+    they are kept there, else built and kept."""
+    root = cache_root()
+    key = cache_key(framework, config) if root is not None else None
+    if root is None or key is None:
+        return FRAMEWORKS.get(framework).initial_weights(config)
+    folder = root / "initial-weights"
+    path = folder / f"{key}.npz"
+    state = _read(path)
+    if state is None:
+        state = FRAMEWORKS.get(framework).initial_weights(config)
+        _write(folder, path, state)
+    return state
