@@ -87,7 +87,7 @@ def test_a_users_own_model_is_built_every_time(cache: Path, tmp_path: Path):
     assert not cache.exists()
 
 
-@pytest.mark.parametrize("damage", [b"", b"PK\x03\x04 not a zip", "flip"])
+@pytest.mark.parametrize("damage", [b"", b"PK\x03\x04 not a zip", "flip", "fifo"])
 def test_a_damaged_file_is_built_again_and_replaced(cache: Path, capsys, damage):
     config = RunConfig.make(**TINY)
     cached_initial_weights("torch", config)
@@ -96,6 +96,9 @@ def test_a_damaged_file_is_built_again_and_replaced(cache: Path, capsys, damage)
     if damage == "flip":  # one bit of the arrays' bytes: the archive's CRC says so
         middle = len(raw) // 2
         kept.write_bytes(raw[:middle] + bytes([raw[middle] ^ 1]) + raw[middle + 1 :])
+    elif damage == "fifo":  # planted: never read (it would block), replaced
+        kept.unlink()
+        os.mkfifo(kept)
     else:
         kept.write_bytes(damage)
     assert_same(cached_initial_weights("torch", config), built(config))
@@ -135,3 +138,14 @@ def test_the_least_recently_used_files_go_first(cache: Path, monkeypatch):
     assert sorted(p.name for p in cache.glob("*.npz")) == sorted(
         f"{cache_key('torch', c)}.npz" for c in (seeds[0], RunConfig.make(**TINY, seed=3))
     )
+
+
+def test_nothing_larger_than_the_cache_is_kept_or_read(cache: Path, monkeypatch, capsys):
+    config = RunConfig.make(**TINY)
+    cached_initial_weights("torch", config)
+    (kept,) = cache.glob("*.npz")
+    monkeypatch.setattr(weights_cache, "LIMIT_BYTES", kept.stat().st_size - 1)
+    assert_same(cached_initial_weights("torch", config), built(config))  # not read: built
+    err = capsys.readouterr().err
+    assert f"{kept} cannot be read" in err and "larger than" in err
+    assert "not kept" in err and "larger than the cache's" in err

@@ -189,6 +189,17 @@ def read_regular(path: Path) -> tuple[bytes, os.stat_result]:
         return handle.read(), os.fstat(handle.fileno())
 
 
+def read_bounded(path: Path, limit: int) -> bytes:
+    """The whole of the regular file at ``path`` (a link followed, never blocking on what is
+    planted there: :func:`_open_regular`); ``OSError`` (``EFBIG``) when it holds more than
+    ``limit`` bytes, read no further than that."""
+    with os.fdopen(_open_regular(path), "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
+
+
 def read_json(path: Path, kind: str) -> dict[str, Any]:
     """Read a document of ``kind``; refuse one from a newer dlscale with a clear message.
 

@@ -37,13 +37,14 @@ from typing import Any
 import numpy as np
 
 from dlscale.contract.datasets import DATASETS
-from dlscale.contract.files import read_regular, write_atomic
+from dlscale.contract.files import read_bounded, write_atomic
 from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.contract.models import MODELS
 
 CACHE_ENV = "DLSCALE_CACHE_DIR"
 LIMIT_BYTES = 2 * 2**30
-"""How much the folder may hold before the least recently used files are deleted."""
+"""How much the folder may hold before the least recently used files are deleted; a file
+larger than this is neither kept nor read."""
 FORMAT = 1
 """Bumped when what a file holds changes: every earlier key is then unused."""
 
@@ -119,7 +120,7 @@ def cache_key(framework: str, config: Any) -> str | None:
 def _read(path: Path) -> dict[str, np.ndarray] | None:
     """The arrays kept at ``path``; ``None`` if there are none or they cannot be read."""
     try:
-        raw, _ = read_regular(path)
+        raw = read_bounded(path, LIMIT_BYTES)
         with np.load(io.BytesIO(raw), allow_pickle=False) as archive:
             state = {name: archive[name] for name in archive.files}
     except FileNotFoundError:
@@ -138,6 +139,10 @@ def _write(folder: Path, path: Path, state: dict[str, np.ndarray]) -> None:
     """Keep ``state`` at ``path`` (whole or not at all), then trim the folder."""
     buffer = io.BytesIO()
     np.savez(buffer, **state)  # type: ignore[arg-type]  # numpy's stub: allow_pickle
+    if buffer.tell() > LIMIT_BYTES:
+        print(f"dlscale: warning: initial weights not kept in {folder} (larger than the "
+              f"cache's {LIMIT_BYTES} bytes)", file=sys.stderr)  # fmt: skip
+        return
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, buffer.getvalue())
