@@ -14,6 +14,7 @@ import pytest
 
 from dlscale.config import RunConfig
 from dlscale.contract.frameworks import FRAMEWORKS
+from dlscale.launchers.base import common_env
 from dlscale.runtime import weights_cache
 from dlscale.runtime.weights_cache import CACHE_ENV, cache_key, cached_initial_weights
 
@@ -149,3 +150,15 @@ def test_nothing_larger_than_the_cache_is_kept_or_read(cache: Path, monkeypatch,
     err = capsys.readouterr().err
     assert f"{kept} cannot be read" in err and "larger than" in err
     assert "not kept" in err and "larger than the cache's" in err
+
+
+def test_the_launchers_hand_the_ranks_the_parents_choice(tmp_path: Path, monkeypatch):
+    spec = tmp_path / "run" / "spec.json"
+    config = RunConfig.make(**TINY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(CACHE_ENV, "here")  # a rank starts elsewhere: made absolute
+    assert common_env(config, spec, 1)[CACHE_ENV] == str(tmp_path / "here")
+    monkeypatch.setenv(CACHE_ENV, "")  # off stays off
+    assert common_env(config, spec, 1)[CACHE_ENV] == ""
+    monkeypatch.delenv(CACHE_ENV)  # each rank's own default (its home may be another)
+    assert CACHE_ENV not in common_env(config, spec, 1)

@@ -290,5 +290,14 @@ def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, st
         "PYTHONSAFEPATH": "1",
         "PYTHONPATH": pythonpath,
         **allocator_env(config.allocator),
-        **({CACHE_ENV: os.environ[CACHE_ENV]} if CACHE_ENV in os.environ else {}),
+        **_cache_env(),
     }
+
+
+def _cache_env() -> dict[str, str]:
+    """The parent's ``DLSCALE_CACHE_DIR`` for the ranks, made absolute (a rank starts in
+    another directory); empty (the cache off) stays empty; unset, each rank's own default."""
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is None:
+        return {}
+    return {CACHE_ENV: str(Path(chosen).absolute()) if chosen else ""}
