@@ -4,6 +4,7 @@ for whatever changes the weights; a damaged or unwritable cache never fails a ru
 that read it are held to torch's steps in tests/distributed (test_tensorflow.py, test_mxnet.py),
 where the suite's first worker of a model builds the weights and the later ones read them."""
 
+import errno
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from dlscale.config import RunConfig
+from dlscale.contract.files import read_bounded
 from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.launchers.base import common_env
 from dlscale.runtime import weights_cache
@@ -162,3 +164,19 @@ def test_the_launchers_hand_the_ranks_the_parents_choice(tmp_path: Path, monkeyp
     assert common_env(config, spec, 1)[CACHE_ENV] == ""
     monkeypatch.delenv(CACHE_ENV)  # each rank's own default (its home may be another)
     assert CACHE_ENV not in common_env(config, spec, 1)
+
+
+def test_a_bounded_read_takes_the_whole_file_and_nothing_past_the_bound(tmp_path: Path):
+    """contract/files.read_bounded, which the cache reads through: whole below the bound
+    (across its 8 MiB pieces), EFBIG above it, a device refused before any read."""
+    path = tmp_path / "f"
+    payload = os.urandom(8 * 2**20 + 3)
+    path.write_bytes(payload)
+    assert read_bounded(path, len(payload)) == payload
+    assert read_bounded(path, 2 * 2**30) == payload
+    with pytest.raises(OSError) as over:
+        read_bounded(path, len(payload) - 1)
+    assert over.value.errno == errno.EFBIG
+    with pytest.raises(OSError) as device:
+        read_bounded(Path("/dev/zero"), 10)
+    assert device.value.errno == errno.EINVAL

@@ -193,11 +193,24 @@ def read_bounded(path: Path, limit: int) -> bytes:
     """The whole of the regular file at ``path`` (a link followed, never blocking on what is
     planted there: :func:`_open_regular`); ``OSError`` (``EFBIG``) when it holds more than
     ``limit`` bytes, read no further than that."""
-    with os.fdopen(_open_regular(path), "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
+    chunks: list[bytes] = []
+    total = 0
+    fd = _open_regular(path)
+    try:  # in pieces: one read of limit + 1 bytes would allocate that much, however small the file
+        while total <= limit:
+            chunk = os.read(fd, min(_PIECE, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    if total > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
-    return data
+    return b"".join(chunks)
+
+
+_PIECE = 8 * 2**20
 
 
 def read_json(path: Path, kind: str) -> dict[str, Any]:
