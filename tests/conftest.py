@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dlscale.runtime.weights_cache import CACHE_ENV
+from dlscale.contract.weights_cache import CACHE_ENV
 
 pytest_plugins = ["tests.runs"]  # shared_store: a run several tests read, made once a session
 
@@ -51,7 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
     reads that name, so the groups were lost without a word and tests/cluster's tests ran
     side by side and collided (pytest-dev/pytest-xdist#1386): say so instead.
 
-    The workers' cache of initial weights (dlscale.runtime.weights_cache) is one folder for
+    The workers' cache of initial weights (dlscale.contract.weights_cache) is one folder for
     the whole session, its pytest-xdist workers included (they inherit the variable), and
     never the user's own: the first TensorFlow or MXNet worker of a model builds PyTorch's
     weights, the later ones read them (tests/unit/test_weights_cache.py holds both ways)."""

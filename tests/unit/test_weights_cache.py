@@ -1,8 +1,9 @@
 """The cache of PyTorch's initial weights that TensorFlow and MXNet workers start from
-(dlscale.runtime.weights_cache): built once, then read without importing torch; a new key
-for whatever changes the weights; a damaged or unwritable cache never fails a run. The engines
-that read it are held to torch's steps in tests/distributed (test_tensorflow.py, test_mxnet.py),
-where the suite's first worker of a model builds the weights and the later ones read them."""
+(dlscale.contract.weights_cache, behind FrameworkSpec.initial_weights): built once, then read
+without importing torch; a new key for whatever changes the weights; a damaged or unwritable
+cache never fails a run. The engines that read it are held to torch's steps in
+tests/distributed (test_tensorflow.py, test_mxnet.py), where the suite's first worker of a
+model builds the weights and the later ones read them."""
 
 import errno
 import os
@@ -14,11 +15,12 @@ import numpy as np
 import pytest
 
 from dlscale.config import RunConfig
+from dlscale.contract import weights_cache
 from dlscale.contract.files import read_bounded
 from dlscale.contract.frameworks import FRAMEWORKS
+from dlscale.contract.registry import load_object
+from dlscale.contract.weights_cache import CACHE_ENV
 from dlscale.launchers.base import common_env
-from dlscale.runtime import weights_cache
-from dlscale.runtime.weights_cache import CACHE_ENV, cache_key, cached_initial_weights
 
 TINY = {"model": "tiny", "backend": "tf-single"}
 
@@ -30,7 +32,17 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def built(config: RunConfig) -> dict[str, np.ndarray]:
-    return FRAMEWORKS.get("torch").initial_weights(config)
+    """torch's weights built here, past the cache."""
+    return dict(load_object(FRAMEWORKS.get("torch").initial_state)(config))
+
+
+def cached_initial_weights(framework: str, config: RunConfig) -> dict[str, np.ndarray]:
+    """What a TensorFlow or MXNet worker asks for (through the cache)."""
+    return FRAMEWORKS.get(framework).initial_weights(config)
+
+
+def cache_key(framework: str, config: RunConfig) -> str | None:
+    return weights_cache.cache_key(FRAMEWORKS.get(framework), config)
 
 
 def assert_same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
@@ -48,9 +60,9 @@ def test_built_once_then_read_without_importing_torch(cache: Path):
     check = (
         "import sys\n"
         "from dlscale.config import RunConfig\n"
-        "from dlscale.runtime.weights_cache import cached_initial_weights\n"
+        "from dlscale.contract.frameworks import FRAMEWORKS\n"
         "config = RunConfig.make(model='tiny', backend='tf-single')\n"
-        "state = cached_initial_weights('torch', config)\n"
+        "state = FRAMEWORKS.get('torch').initial_weights(config)\n"
         "assert 'torch' not in sys.modules, 'torch imported'\n"
         "print(sorted(state))\n"
     )

@@ -52,10 +52,15 @@ class FrameworkSpec:
         return dict(load_object(self.facts)()) if self.facts else {}
 
     def initial_weights(self, config: Any) -> dict[str, Any]:
-        """The run's initial weights from this framework (:attr:`initial_state`)."""
+        """The run's initial weights from this framework (:attr:`initial_state`), kept
+        between runs in the user's cache (:mod:`dlscale.contract.weights_cache`: a worker
+        of another framework that finds them there never imports this one)."""
         if self.initial_state is None:
             raise ValueError(f"no other framework can start from {self.name}'s weights")
-        return dict(load_object(self.initial_state)(config))
+        from dlscale.contract.weights_cache import kept  # numpy, imported where it is used
+
+        reference = self.initial_state
+        return kept(self, config, lambda: dict(load_object(reference)(config)))
 
 
 FRAMEWORKS: Registry[FrameworkSpec] = Registry("framework")

@@ -70,7 +70,7 @@ def resolve(name: str) -> ModelSpec:
             name=name,
             description=f"training script {path}",
             path=str(path),
-            source_sha256=_digest([path]),
+            source_sha256=source_digest([path]),
             **_OWN,
         )
     if match := _FILE.match(name):
@@ -98,7 +98,7 @@ def resolve(name: str) -> ModelSpec:
         module=module,
         path=str(path),
         function=function,
-        source_sha256=_digest(files),
+        source_sha256=source_digest(files),
         **_OWN,
     )
 
@@ -278,7 +278,9 @@ def imported_modules(files: list[Path]) -> set[str]:
     return imported
 
 
-def _digest(files: list[Path]) -> str:
+def source_digest(files: list[Path]) -> str:
+    """sha256 over the files' names and bytes, in the order given (an edited file is a new
+    digest); ``UserError`` naming a file that cannot be read."""
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + b"\0")

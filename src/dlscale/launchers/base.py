@@ -24,8 +24,8 @@ from pathlib import Path
 
 from dlscale.contract.layout import Addresses, ProcessLayout
 from dlscale.contract.run_config import RunConfig
+from dlscale.contract.weights_cache import CACHE_ENV
 from dlscale.runtime.allocator import allocator_env
-from dlscale.runtime.weights_cache import CACHE_ENV
 from dlscale.runtime.worker_path import worker_path_dir
 
 
@@ -277,7 +277,7 @@ def common_env(config: RunConfig, spec_path: Path, threads: int) -> dict[str, st
     Python reads as the working directory, is dropped), and the variables of the point's
     memory allocator (:mod:`dlscale.runtime.allocator`: thresholds, a preloaded library in
     front of the parent's ``LD_PRELOAD``), and the parent's ``DLSCALE_CACHE_DIR`` where it is
-    set (:mod:`dlscale.runtime.weights_cache`)."""
+    set (:mod:`dlscale.contract.weights_cache`)."""
     inherited = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     pythonpath = os.pathsep.join(
         p for p in (str(worker_path_dir(spec_path.parent).absolute()), *inherited) if p

@@ -28,6 +28,7 @@ import numpy as np
 
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.engine import SyncStrategy
+from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.contract.models import MODELS, PARAMS_FILE
 from dlscale.contract.registry import load_object
 from dlscale.datasets.arrays import NumpyDataset
@@ -37,7 +38,6 @@ from dlscale.frameworks.mxnet.user_model import build_own, initial_weights, is_o
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
-from dlscale.runtime.weights_cache import cached_initial_weights
 
 
 class MXStrategy(SyncStrategy):
@@ -77,7 +77,7 @@ def torch_initial_state(cfg: Any) -> dict[str, np.ndarray] | None:
     ``horovod.mxnet``'s ``init`` crashed the process (SIGSEGV) here, importing it before did not."""
     if initial_weights(cfg) != "torch":
         return None
-    return cached_initial_weights("torch", cfg)
+    return FRAMEWORKS.get("torch").initial_weights(cfg)
 
 
 def build_gluon_model(cfg: Any, mx: Any, initial: dict[str, np.ndarray] | None) -> Any:

@@ -26,6 +26,7 @@ import numpy as np
 
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.engine import SyncStrategy
+from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.contract.models import MODELS, PARAMS_FILE
 from dlscale.contract.registry import load_object
 from dlscale.contract.run_config import RunConfig
@@ -44,7 +45,6 @@ from dlscale.frameworks.tensorflow.user_model import (
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
-from dlscale.runtime.weights_cache import cached_initial_weights
 
 tf = import_tensorflow()
 
@@ -90,7 +90,7 @@ def build_keras_model(cfg: RunConfig, *, transfer: bool = True) -> Any:
         classes, input_size=cfg.image_size or spec.input_size, **spec.dropout_kwargs(cfg.dropout)
     )
     if transfer and cfg.typed(TFLoopOptions).weights == "torch":
-        load_torch_weights(model, cached_initial_weights("torch", cfg))
+        load_torch_weights(model, FRAMEWORKS.get("torch").initial_weights(cfg))
     return model
 
 

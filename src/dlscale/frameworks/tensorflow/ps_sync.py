@@ -47,6 +47,7 @@ import numpy as np
 
 from dlscale.contract.engine import SyncStrategy
 from dlscale.contract.errors import UserError
+from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.frameworks.tensorflow.data import checked_batches
 from dlscale.frameworks.tensorflow.declare import TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
@@ -63,7 +64,6 @@ from dlscale.frameworks.tensorflow.user_model import initial_weights
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
-from dlscale.runtime.weights_cache import cached_initial_weights
 
 tf = import_tensorflow()
 v1 = tf.compat.v1
@@ -189,7 +189,7 @@ class SyncPSEngine(ModelledSyncEngine):
         cfg = self.ctx.config
         if initial_weights(cfg) != "torch":
             return v1.no_op(), {}
-        pairs = torch_values(self.model, cached_initial_weights("torch", cfg))
+        pairs = torch_values(self.model, FRAMEWORKS.get("torch").initial_weights(cfg))
         feeds = {v1.placeholder(v.dtype.base_dtype, v.shape): value for v, value in pairs}
         ops = [v.assign(ph) for (v, _), ph in zip(pairs, feeds, strict=True)]
         return tf.group(*ops), feeds

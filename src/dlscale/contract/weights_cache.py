@@ -7,6 +7,10 @@ and repeat. The arrays depend only on what :func:`cache_key` names, so the first
 builds them keeps them in the user's cache and every later one, of this run or another, reads
 them without importing torch.
 
+:meth:`FrameworkSpec.initial_weights <dlscale.contract.frameworks.FrameworkSpec.initial_weights>`
+goes through :func:`kept`, so every framework that starts from another's weights gets the
+cache, however it asks.
+
 The key: the framework and its packages' versions (read from their metadata), the model and
 its builder, the classes it is built for, the seed, the dropout it is built with, and a digest
 of dlscale's source and of the builder's module (an edited model is a new key). Only
@@ -30,16 +34,21 @@ import io
 import json
 import os
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dlscale.contract.datasets import DATASETS
+from dlscale.contract.errors import UserError
 from dlscale.contract.files import read_bounded, write_atomic
-from dlscale.contract.frameworks import FRAMEWORKS
 from dlscale.contract.models import MODELS
+from dlscale.contract.user_models import source_digest
+
+if TYPE_CHECKING:
+    from dlscale.contract.frameworks import FrameworkSpec
 
 CACHE_ENV = "DLSCALE_CACHE_DIR"
 LIMIT_BYTES = 2 * 2**30
@@ -63,18 +72,10 @@ def cache_root() -> Path | None:
     return Path(base) / "dlscale"
 
 
-def _source_digest(paths: list[Path]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        digest.update(str(path.name).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
 def _dlscale_source() -> str:
     """A digest of every Python file of the dlscale this worker runs."""
     root = Path(__file__).resolve().parents[1]
-    return _source_digest(sorted(root.rglob("*.py")))
+    return source_digest(sorted(root.rglob("*.py")))
 
 
 def _builder_source(reference: str) -> str | None:
@@ -83,35 +84,38 @@ def _builder_source(reference: str) -> str | None:
     spec = importlib.util.find_spec(reference.partition(":")[0])
     if spec is None or not spec.origin or not Path(spec.origin).is_file():
         return None
-    return _source_digest([Path(spec.origin)])
+    return source_digest([Path(spec.origin)])
 
 
-def cache_key(framework: str, config: Any) -> str | None:
+def cache_key(framework: FrameworkSpec, config: Any) -> str | None:
     """What the initial weights of ``config``'s model built by ``framework`` depend on, as
     a digest; ``None`` for a model that is not kept (a user's own or a library's)."""
     model = MODELS.get(config.model)
-    reference = model.builders.get(framework)
+    reference = model.builders.get(framework.name)
     if not model.builtin or reference is None:
         return None
-    builder = _builder_source(reference)
+    try:
+        builder, source = _builder_source(reference), _dlscale_source()
+    except UserError:  # a source file that cannot be read: built every time, never kept
+        return None
     if builder is None:
         return None
     packages = {}
-    for name in FRAMEWORKS.get(framework).packages:
+    for name in framework.packages:
         try:
             packages[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             return None
     facts = {
         "format": FORMAT,
-        "framework": framework,
+        "framework": framework.name,
         "packages": packages,
         "model": config.model,
         "builder": reference,
         "classes": DATASETS.get(config.dataset).num_classes or model.default_classes,
         "seed": config.seed,
         "dropout": model.dropout_kwargs(config.dropout),
-        "dlscale": _dlscale_source(),
+        "dlscale": source,
         "builder_source": builder,
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
@@ -169,18 +173,19 @@ def _trim(folder: Path, keep: Path) -> None:
             total -= size
 
 
-def cached_initial_weights(framework: str, config: Any) -> dict[str, np.ndarray]:
-    """``framework``'s initial weights of ``config``'s model (its
-    :meth:`~dlscale.contract.frameworks.FrameworkSpec.initial_weights`), from the cache when
-    they are kept there, else built and kept."""
+def kept(
+    framework: FrameworkSpec, config: Any, build: Callable[[], dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """``framework``'s initial weights of ``config``'s model: from the cache when they are
+    kept there, else ``build()`` and kept."""
     root = cache_root()
     key = cache_key(framework, config) if root is not None else None
     if root is None or key is None:
-        return FRAMEWORKS.get(framework).initial_weights(config)
+        return build()
     folder = root / "initial-weights"
     path = folder / f"{key}.npz"
     state = _read(path)
     if state is None:
-        state = FRAMEWORKS.get(framework).initial_weights(config)
+        state = build()
         _write(folder, path, state)
     return state
