@@ -122,12 +122,14 @@ def test_a_damaged_file_is_built_again_and_replaced(cache: Path, capsys, damage)
 
 
 def test_a_cache_that_cannot_be_written_is_skipped(tmp_path: Path, monkeypatch, capsys):
-    blocked = tmp_path / "a-file"
+    blocked = tmp_path / "a-\x1b[31mfile"  # a name from the user's variable: shown escaped
     blocked.write_text("not a folder")
     monkeypatch.setenv(CACHE_ENV, str(blocked))
     config = RunConfig.make(**TINY)
     assert_same(cached_initial_weights("torch", config), built(config))
-    assert "initial weights not kept in" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "initial weights not kept in" in err
+    assert "\x1b" not in err and "a-\\x1b[31mfile" in err
 
 
 def test_an_empty_variable_turns_the_cache_off(tmp_path: Path, monkeypatch):

@@ -45,6 +45,7 @@ from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import read_bounded, write_atomic
 from dlscale.contract.models import MODELS
+from dlscale.contract.text import visible
 from dlscale.contract.user_models import source_digest
 
 if TYPE_CHECKING:
@@ -121,6 +122,12 @@ def cache_key(framework: FrameworkSpec, config: Any) -> str | None:
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 
+def _warn(text: str) -> None:
+    """One line on the rank's stderr; a folder named by the user's variable shown with its
+    control characters escaped (:func:`~dlscale.contract.text.visible`)."""
+    print(f"dlscale: warning: {visible(text)}", file=sys.stderr)
+
+
 def _read(path: Path) -> dict[str, np.ndarray] | None:
     """The arrays kept at ``path``; ``None`` if there are none or they cannot be read."""
     try:
@@ -130,7 +137,7 @@ def _read(path: Path) -> dict[str, np.ndarray] | None:
     except FileNotFoundError:
         return None
     except Exception as error:  # damaged, truncated, planted: built again and replaced
-        print(f"dlscale: warning: {path} cannot be read ({error}); built again", file=sys.stderr)
+        _warn(f"{path} cannot be read ({error}); built again")
         return None
     if not state or any(value.dtype != np.float32 for value in state.values()):
         return None
@@ -144,15 +151,14 @@ def _write(folder: Path, path: Path, state: dict[str, np.ndarray]) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **state)  # type: ignore[arg-type]  # numpy's stub: allow_pickle
     if buffer.tell() > LIMIT_BYTES:
-        print(f"dlscale: warning: initial weights not kept in {folder} (larger than the "
-              f"cache's {LIMIT_BYTES} bytes)", file=sys.stderr)  # fmt: skip
+        _warn(f"initial weights not kept in {folder} (larger than the cache's {LIMIT_BYTES} bytes)")
         return
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, buffer.getvalue())
         _trim(folder, keep=path)
     except Exception as error:  # a read-only or full cache: the run goes on without it
-        print(f"dlscale: warning: initial weights not kept in {folder} ({error})", file=sys.stderr)
+        _warn(f"initial weights not kept in {folder} ({error})")
 
 
 def _trim(folder: Path, keep: Path) -> None:
