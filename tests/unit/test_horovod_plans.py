@@ -120,6 +120,19 @@ def test_horovod_options_are_validated():
             "[1]<stderr>:boom\nTerminating remaining workers after failure of Process 1.\n",
             1,
         ),
+        (  # seen in CI: the peer that lost its connection was seen first, the killed one after
+            HorovodrunLauncher(),
+            "Process 0 exit with status code 1.\nTerminating remaining workers after failure of "
+            "Process 0.\nProcess 1 exit with status code 137.\n",
+            1,
+        ),
+        (  # the others, stopped by horovodrun with SIGTERM, are not the cause
+            HorovodrunLauncher(),
+            "Process 2 exit with status code 3.\nTerminating remaining workers after failure of "
+            "Process 2.\nProcess 0 exit with status code 143.\nProcess 1 exit with status code "
+            "-15.\n",
+            2,
+        ),
         (
             MpirunLauncher(),
             "The first process to do so was:\n\n  Process name: [[23077,1],2]\n  Exit code:    3\n",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from abc import ABC, abstractmethod
@@ -220,6 +221,15 @@ def output_text(entry: PlanEntry) -> str:
         with contextlib.suppress(OSError):
             text += path.read_text(errors="replace")
     return text
+
+
+def killed_by_signal(code: int) -> bool:
+    """Whether a rank's exit status, as a launcher printed it (Python's -N or the shell's
+    128 + N), says a signal killed it, and not SIGTERM, with which launchers stop the ranks
+    still running once one failed: such a rank is the cause more often than the peers that
+    then failed on its closed connections."""
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    return 0 < number < signal.NSIG and number != signal.SIGTERM
 
 
 def thread_budget(processes: int, threads: int | None, cores: int) -> tuple[int, list[str]]:

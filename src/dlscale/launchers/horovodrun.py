@@ -14,18 +14,30 @@ import re
 import shutil
 from pathlib import Path
 
+from dlscale.launchers.base import PlanEntry, killed_by_signal, output_text
 from dlscale.launchers.host_list import Placement
 from dlscale.launchers.one_command import OneCommandLauncher
 
 START_TIMEOUT_S = 120
 """How long horovodrun waits for every rank to register (its default is 30 s: too short for
 many interpreters importing torch on 2 cores)."""
+EXIT = re.compile(r"Process (\d+) exit with status code (-?\d+)")
+"""horovodrun's line for each rank that exited non-zero, in the order it saw them."""
 
 
 class HorovodrunLauncher(OneCommandLauncher):
     rank_vars = "HOROVOD_RANK,HOROVOD_LOCAL_RANK,HOROVOD_SIZE"
     install = "make horovod (it installs horovodrun beside the workers' interpreter)"
     failed_rank = (re.compile(r"failure of process (\d+)", re.IGNORECASE),)
+
+    def blame(self, entry: PlanEntry) -> int | None:
+        """A rank killed by a signal, else the one horovodrun names. horovodrun names the first
+        rank it saw fail, but on a busy machine it can see a peer fail first: the peer that
+        lost its connection to the killed rank ("Horovod has been shut down", exit code 1). Not
+        SIGTERM, with which horovodrun itself stops the ranks still running."""
+        exits = [(int(rank), int(code)) for rank, code in EXIT.findall(output_text(entry))]
+        killed = [rank for rank, code in exits if killed_by_signal(code)]
+        return killed[0] if killed else super().blame(entry)
 
     def tool(
         self, size: int, python: str, env: dict[str, str], where: Placement | None = None

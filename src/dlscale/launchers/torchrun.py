@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-import signal
 from pathlib import Path
 
 from dlscale.contract.backends import BACKENDS
@@ -38,6 +37,7 @@ from dlscale.launchers.base import (
     LaunchPlan,
     PlanEntry,
     common_env,
+    killed_by_signal,
     missing_modules,
     output_text,
 )
@@ -60,7 +60,7 @@ class TorchrunLauncher(Launcher):
         # torchrun's "root cause" is the earliest by the second, the lowest rank on a tie; a
         # rank killed by a signal is the cause more often than its peers that then failed, but
         # not by SIGTERM, with which the agent itself stops the ranks still running
-        killed = [rank for rank, code in failures if code < 0 and code != -signal.SIGTERM]
+        killed = [rank for rank, code in failures if code < 0 and killed_by_signal(code)]
         root = FAILURE.findall(text.partition("Root Cause")[2])
         ranks = killed or [int(r) for r, _ in root] or [rank for rank, _ in failures]
         return ranks[0] if ranks else None
