@@ -144,7 +144,9 @@ class _Collectives:
                 return tf.raw_ops.CollectiveBcastRecvV2(shape=[count], T=tf.float32, **common)
 
         traced = tf.function(
-            call, input_signature=[tf.TensorSpec([count], tf.float32), tf.TensorSpec([], tf.int32)]
+            call,
+            input_signature=[tf.TensorSpec([count], tf.float32), tf.TensorSpec([], tf.int32)],
+            autograph=False,
         )
 
         def op() -> None:

@@ -125,7 +125,7 @@ def mean_loss(labels: Any, logits: Any) -> Any:
 def make_eval_step(model: Any) -> Any:
     """``(correct, loss_sum)`` of one held-out batch (a tf.function)."""
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def eval_step(x: Any, y: Any) -> tuple[Any, Any]:
         logits = model(x, training=False)
         losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
@@ -217,7 +217,7 @@ class TFEngine(ModelledSyncEngine):
             optimizer.apply_gradients(pairs, skip_gradients_aggregation=skip)
             return loss
 
-        @tf.function
+        @tf.function(autograph=False)
         def step(batch: Any) -> Any:
             local = dist.experimental_local_results(dist.run(replica_step, args=batch))
             return tf.add_n(list(local)) / len(local)

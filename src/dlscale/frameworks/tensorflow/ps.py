@@ -160,7 +160,7 @@ class PSEngine(Engine):
 
         losses = self._losses
 
-        @tf.function
+        @tf.function(autograph=False)
         def worker_step(iterator: Any) -> None:
             x, y = next(iterator)
             losses.assign_add(tf.cast(dist.run(replica_step, args=(x, y)), tf.float64))
