@@ -18,12 +18,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dlscale.contract.events import events_path, read_events
 from dlscale.launchers import testbed
 from dlscale.launchers.network import namespaces
 from tests.distributed.processes import kill_rank_and_check_the_run_fails, processes_naming
+from tests.distributed.references import COMMON, torch_reference
+from tests.runs import final_params
 
 pytestmark = pytest.mark.dist
 
@@ -100,15 +103,26 @@ CASES = {  # (backend, launcher, hosts)
     "mxnet-kv-mpirun": ("mxnet-kv", "mpirun", APART),
 }
 """The engines Slurm does not place (test_slurm_hosts.py), and the parameter servers again."""
+PROVES = ("horovod-tf-horovodrun", "horovod-mxnet-horovodrun")
+"""Cases run on the equivalence proofs' points (tests/distributed/references.COMMON) and held
+to their reference, step by step and parameter by parameter: horovodrun's proof for these
+engines (test_tensorflow.py and test_mxnet.py hold them under the local launcher and mpirun)."""
+REFERENCE_FLAGS = (
+    *("--model", COMMON["model"], "--dataset", COMMON["dataset"], "--batch-size", "8"),
+    *("--steps", str(COMMON["steps"]), "--windows", str(COMMON["windows"])),
+    *("--warmup-steps", str(COMMON["warmup_steps"]), "--lr", str(COMMON["lr"])),
+    *("--set", f"comm_probe_steps={COMMON['comm_probe_steps']}", "--set", "save_params=true"),
+    *("--repeats", "1", "--set", "machine_reference=false"),
+)
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_an_engine_runs_across_hosts_from_a_host_list(bed, tmp_path, cli, case):
+def test_an_engine_runs_across_hosts_from_a_host_list(bed, tmp_path, cli, shared_store, case):
     backend, launcher, hosts = CASES[case]
     flags = ("--launcher", launcher, "--set", f"hosts={hosts}", "--set", "interface=dls0")
     run = cli(
         "run",
-        *TINY,
+        *(REFERENCE_FLAGS if case in PROVES else TINY),
         "--backend",
         backend,
         "--workers",
@@ -138,6 +152,16 @@ def test_an_engine_runs_across_hosts_from_a_host_list(bed, tmp_path, cli, case):
     listed = cli("ls", "runs", "--results", str(tmp_path))
     assert "where the processes ran" in listed.stdout and "dlsnode2" in listed.stdout
     assert not processes_naming(tmp_path)
+    if case in PROVES:  # the mean of the ranks' losses is the loss of the batch of 16
+        reference = torch_reference(shared_store)
+        losses = result["metrics"]["train_loss_by_step"]
+        np.testing.assert_allclose(losses, reference.losses, rtol=1e-4, atol=1e-5)
+        params = final_params(run_dir)
+        assert params.keys() == reference.params.keys()
+        for name, value in params.items():
+            np.testing.assert_allclose(
+                value, reference.params[name], rtol=1e-4, atol=2e-5, err_msg=name
+            )
 
 
 def test_a_rank_killed_on_a_host_fails_the_run_naming_host_and_role(bed, tmp_path):

@@ -1,7 +1,8 @@
 """Emulated multi-node networks, made for real: two torchrun nodes, each in its own network
 namespace, joined through a bridge by veth links that tc shapes. The slower link shows in the
 run's exposed communication and throughput; only the namespaces' addresses are used; the
-namespaces go with the run, and those of a killed dlscale go with the next run. Needs root
+namespaces go with the run, and those of a killed dlscale go with the next run (the slower
+link's study, run once for both). Needs root
 (CI and these machines run as root; elsewhere the run refuses in one line, tested below)."""
 
 import json
@@ -43,9 +44,9 @@ def _points(cli, results: Path, *flags: str) -> list[dict]:
     return points
 
 
-def test_a_slower_link_shows_in_exposed_communication_and_throughput(tmp_path: Path, cli):
-    """1 Mbit/s against 1 Gbit/s, side by side in one study, DDP on 2 nodes of 1 rank."""
-    before = ours()
+def _slower_link_study(cli, tmp_path: Path) -> None:
+    """1 Mbit/s against 1 Gbit/s, side by side in one study, DDP on 2 nodes of 1 rank: the
+    slower link shows in exposed communication and throughput."""
     _points(cli, tmp_path, "--backend", "torch-ddp", "--set", "network=1mbit,1gbit")
     stored = [json.loads(f.read_text()) for f in tmp_path.glob("*/result.json")]
     results = {r["config"]["options"]["launcher"]["network"]: r for r in stored}
@@ -66,8 +67,6 @@ def test_a_slower_link_shows_in_exposed_communication_and_throughput(tmp_path: P
         for link in record["links"]:  # every step's gradient crossed each node's link each way
             assert link["out"]["bytes"] > steps * result["metrics"]["gradient_bytes"]
             assert link["in"]["bytes"] > steps * result["metrics"]["gradient_bytes"]
-    assert ours() == before  # the namespaces went with their runs
-    assert not list(NETNS_ETC.glob("dlscale-*")) and not list(OWNERS.glob("dlscale-*"))
 
 
 def test_horovod_and_a_parameter_server_run_across_the_namespaces(tmp_path: Path, cli):
@@ -100,6 +99,9 @@ def test_a_latency_needs_tcs_netem_and_says_so_where_the_kernel_lacks_it(tmp_pat
 def test_a_killed_dlscale_leaves_no_rank_and_its_namespaces_go_with_the_next_run(
     tmp_path: Path, cli
 ):
+    """The next run is the slower-link study (:func:`_slower_link_study`): it removes what the
+    killed dlscale left, and its own namespaces go with its runs."""
+    before = ours()
     proc = start_long_run(tmp_path / "killed", 300, extra=(*NODES[:4], "--set", "network=10mbit"))
     pids: dict[int, int] = {}
     try:
@@ -113,9 +115,10 @@ def test_a_killed_dlscale_leaves_no_rank_and_its_namespaces_go_with_the_next_run
             time.sleep(0.2)
         assert not processes_naming(tmp_path / "killed")
         assert set(left) <= set(ours())  # nothing removed them yet
-        _points(cli, tmp_path / "next", "--backend", "torch-ddp", "--set", "network=1gbit")
+        _slower_link_study(cli, tmp_path / "next")
         assert not set(left) & set(ours())
-        assert not [p for p in NETNS_ETC.glob("dlscale-*")]
+        assert ours() == before  # the namespaces went with their runs
+        assert not list(NETNS_ETC.glob("dlscale-*")) and not list(OWNERS.glob("dlscale-*"))
     finally:
         kill_all(pids.values(), proc)
         for name in ours():

@@ -41,7 +41,6 @@ CASES = {
     ),
     "mxnet-kv-dist_async-1-worker": ("mxnet-kv", 1, {"kvstore": "dist_async"}),
     "horovod-mxnet": ("horovod-mxnet", 2, {}),
-    "horovod-mxnet-horovodrun": ("horovod-mxnet", 2, {"launcher": "horovodrun"}),
     "horovod-mxnet-mpirun": ("horovod-mxnet", 2, {"launcher": "mpirun"}),
 }
 

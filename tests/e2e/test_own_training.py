@@ -63,6 +63,12 @@ def test_an_unmodified_ddp_script_gets_a_speedup_table(work: Path, cli):
     assert [[(w["steps"], w["samples"]) for w in rank] for rank in windows] == [
         [(3, 48), (3, 48)]
     ] * 2
+    # DDP's exposed communication probed (runtime/script_probe.py): after the measured windows
+    # each rank times comm_probe_steps (5) steps with DDP's all-reduce and 5 without it
+    for path in sorted(run_dir.glob("events.rank*.jsonl")):
+        kinds = [(e["kind"], e["steps"], e["samples"]) for e in read_events(path)
+                 if e["event"] == "window"]  # fmt: skip
+        assert kinds[2:] == [("probe", 5, 80), ("nosync", 5, 80)], kinds
     stored = json.loads((run_dir / "result.json").read_text())
     per_window = [
         sum(rank[i]["samples"] for rank in windows) / max(rank[i]["duration_s"] for rank in windows)
