@@ -129,7 +129,7 @@ class TFArrays(TFDataset):
         columns = self._columns(self.data.train_plan(epoch))
         steps = tf.data.Dataset.from_tensor_slices(columns)
         if part is not None:  # the replica's columns of the plan, before any image work
-            steps = steps.map(lambda *cols: replica_part(cols, part))
+            steps = steps.map(_plain(lambda *cols: replica_part(cols, part)))
         return self._batches(steps, len(columns))
 
     def train_stream(self, epoch: int, start: int) -> Any:
@@ -159,7 +159,7 @@ class TFArrays(TFDataset):
         batch: Callable[..., tuple[Any, Any]] = (
             self._gather if columns == 1 else self._gather_crop_flip
         )
-        mapped = steps.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        mapped = steps.map(_plain(batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return mapped.prefetch(tf.data.AUTOTUNE)
 
     def eval_batches(self) -> Any:
@@ -170,7 +170,7 @@ class TFArrays(TFDataset):
         pipeline = tf.data.Dataset.from_tensor_slices(
             (self._x_test[start:stop], self._y_test[start:stop])
         ).batch(size)
-        return pipeline.map(lambda x, y: (self._inputs(x), y)).prefetch(tf.data.AUTOTUNE)
+        return pipeline.map(_plain(lambda x, y: (self._inputs(x), y))).prefetch(tf.data.AUTOTUNE)
 
     def _gather(self, indices: Any) -> tuple[Any, Any]:
         return self._inputs(tf.gather(self._x_train, indices)), tf.gather(self._y_train, indices)
@@ -206,6 +206,11 @@ class TFArrays(TFDataset):
         if x.shape[1] != self._channels:
             x = tf.repeat(x, self._channels, axis=1)
         return tf.transpose(x, (0, 2, 3, 1))
+
+
+_plain = tf.autograph.experimental.do_not_convert
+"""A tf.data function traced as written, without AutoGraph's rewrite: these hold no branch or
+loop on a tensor (the steps' reason: frameworks/tensorflow/loop.py)."""
 
 
 def replica_part(columns: tuple[Any, ...], part: tuple[Any, int]) -> tuple[Any, ...]:

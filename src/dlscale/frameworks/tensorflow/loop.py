@@ -217,6 +217,9 @@ class TFEngine(ModelledSyncEngine):
             optimizer.apply_gradients(pairs, skip_gradients_aggregation=skip)
             return loss
 
+        # autograph=False: this step and what it calls (the strategy, Horovod's tape) branch
+        # on Python values only; AutoGraph's rewrite of it all took seconds of every worker's
+        # start and traced the same graph (docs/architecture.md, TensorFlow)
         @tf.function(autograph=False)
         def step(batch: Any) -> Any:
             local = dist.experimental_local_results(dist.run(replica_step, args=batch))

@@ -134,6 +134,7 @@ class PSEngine(Engine):
     def _dataset_fn(self) -> Any:
         data, batch, epochs = self.data, self.ctx.config.batch_per_worker, self._epochs_needed()
 
+        @tf.autograph.experimental.do_not_convert
         def dataset_fn() -> Any:
             replica = tf.distribute.coordinator.experimental_get_current_worker_index()
             pipeline = data.train_batches(0, part=(replica, batch))
