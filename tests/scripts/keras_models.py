@@ -4,6 +4,17 @@ keras_models:FUNCTION --backend tf-mwms), written with tf.keras as TensorFlow's 
 import tensorflow as tf
 
 
+class FiniteOrZero(tf.keras.layers.Layer):
+    """A Python ``if`` on a tensor, as users write: inside a ``tf.function`` it needs AutoGraph
+    (dlscale traces its own models without it, a user's with it). The identity on finite
+    inputs, so the model trains as without it."""
+
+    def call(self, x):
+        if tf.reduce_all(tf.math.is_finite(x)):
+            return x
+        return tf.zeros_like(x)
+
+
 def small_cnn(num_classes):
     return tf.keras.Sequential(
         [
@@ -11,6 +22,7 @@ def small_cnn(num_classes):
             tf.keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
             tf.keras.layers.MaxPooling2D(4),
             tf.keras.layers.Flatten(),
+            FiniteOrZero(),
             tf.keras.layers.Dense(num_classes),
         ]
     )

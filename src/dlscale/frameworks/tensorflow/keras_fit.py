@@ -86,7 +86,7 @@ class FitEngine(Engine):
                 loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                 steps_per_execution=options.steps_per_execution,
             )
-        self._eval_step = make_eval_step(self.model)
+        self._eval_step = make_eval_step(self.model, cfg)
         self._callbacks: list[Any] = []
         self._compression = compression
         gradient = self._gradient_bytes = trainable_bytes(self.model)

@@ -122,10 +122,19 @@ def mean_loss(labels: Any, logits: Any) -> Any:
     )
 
 
-def make_eval_step(model: Any) -> Any:
+def needs_autograph(cfg: RunConfig) -> bool:
+    """Whether dlscale's ``tf.function``s over the model are traced with AutoGraph: only for a
+    user's own model, whose ``call`` may branch or loop on a tensor. The twins and all around
+    them (the strategy, Horovod's tape) branch on Python values only, and AutoGraph's rewrite
+    of it all cost seconds of every worker's start for the same graph (docs/architecture.md,
+    TensorFlow)."""
+    return is_own(cfg)
+
+
+def make_eval_step(model: Any, cfg: RunConfig) -> Any:
     """``(correct, loss_sum)`` of one held-out batch (a tf.function)."""
 
-    @tf.function(reduce_retracing=True, autograph=False)
+    @tf.function(reduce_retracing=True, autograph=needs_autograph(cfg))
     def eval_step(x: Any, y: Any) -> tuple[Any, Any]:
         logits = model(x, training=False)
         losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
@@ -189,7 +198,7 @@ class TFEngine(ModelledSyncEngine):
             self.optimizer = torch_sgd(cfg)
             self.optimizer.build(self.model.trainable_variables)
         self._steps = {sync: self._make_step(sync) for sync in (True, False)}
-        self._eval_step = make_eval_step(self.model)
+        self._eval_step = make_eval_step(self.model, cfg)
         self._last: Any = None
         gradient = trainable_bytes(self.model)
         facts = {
@@ -217,10 +226,7 @@ class TFEngine(ModelledSyncEngine):
             optimizer.apply_gradients(pairs, skip_gradients_aggregation=skip)
             return loss
 
-        # autograph=False: this step and what it calls (the strategy, Horovod's tape) branch
-        # on Python values only; AutoGraph's rewrite of it all took seconds of every worker's
-        # start and traced the same graph (docs/architecture.md, TensorFlow)
-        @tf.function(autograph=False)
+        @tf.function(autograph=needs_autograph(self.ctx.config))
         def step(batch: Any) -> Any:
             local = dist.experimental_local_results(dist.run(replica_step, args=batch))
             return tf.add_n(list(local)) / len(local)

@@ -47,6 +47,7 @@ from dlscale.frameworks.tensorflow.loop import (
     load_tf_data,
     make_eval_step,
     mean_loss,
+    needs_autograph,
     save_keras_params,
     trainable_bytes,
 )
@@ -105,7 +106,7 @@ class PSEngine(Engine):
             self.optimizer.build(self.model.trainable_variables)
             # the steps' losses summed where the variables live: nothing to collect per step
             self._losses = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-        self._eval_step = make_eval_step(self.model)
+        self._eval_step = make_eval_step(self.model, cfg)
         self._iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn()))
         self._worker_step = self._make_worker_step()
         gradient = trainable_bytes(self.model)
@@ -161,7 +162,7 @@ class PSEngine(Engine):
 
         losses = self._losses
 
-        @tf.function(autograph=False)
+        @tf.function(autograph=needs_autograph(self.ctx.config))
         def worker_step(iterator: Any) -> None:
             x, y = next(iterator)
             losses.assign_add(tf.cast(dist.run(replica_step, args=(x, y)), tf.float64))
