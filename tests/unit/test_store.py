@@ -159,10 +159,16 @@ def test_concurrent_reservations_have_one_winner(tmp_path: Path, stale: bool):
         (tmp_path / "same" / "lock").write_text(
             json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "time": 0})
         )
+    # Each stays alive until all eight have tried: a winner that exited before a late one
+    # tried (a loaded machine) would leave a stale lock, rightly taken over.
     code = (
-        "import sys, time; from dlscale.store import RunStore; store = RunStore(sys.argv[1]);"
+        "import os, sys, time; from dlscale.store import RunStore; store = RunStore(sys.argv[1]);"
         "time.sleep(max(0.0, float(sys.argv[2]) - time.time()));"
-        "ok = store.reserve('same'); time.sleep(1); print(int(ok))"
+        "ok = store.reserve('same'); open(f'{sys.argv[1]}/tried-{os.getpid()}', 'w').close();"
+        "end = time.time() + 60\n"
+        "while len([n for n in os.listdir(sys.argv[1]) if n.startswith('tried-')]) < 8 "
+        "and time.time() < end: time.sleep(0.05)\n"
+        "print(int(ok))"
     )
     at = str(time.time() + 3)
     procs = [
