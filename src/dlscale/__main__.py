@@ -1,3 +1,3 @@
-from dlscale.cli import entry
+from dlscale.start import entry
 
 entry()

@@ -40,8 +40,8 @@ from dlscale.contract.models import MODELS
 from dlscale.contract.plugins import load_plugins
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import PROBE_TIMEOUT_S, SAFE_PATH, missing_modules
+from dlscale.launchers.launch_run import interpreter
 from dlscale.microbench import Settings
-from dlscale.runner import interpreter
 from dlscale.runtime import allocator
 from dlscale.runtime.environment import memory_available_gib, memory_gib
 from dlscale.runtime.worker_path import prepare_worker_path

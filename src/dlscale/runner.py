@@ -6,7 +6,6 @@ may run any framework under any interpreter; no framework is imported here.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,18 +16,15 @@ from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.events import events_path, read_records
-from dlscale.contract.files import read_json, write_json_atomic
+from dlscale.contract.files import read_json
 from dlscale.contract.launchers import LAUNCHERS
-from dlscale.contract.layout import usable_cores
-from dlscale.contract.plugins import load_plugins
 from dlscale.contract.records import Environment, Error, Record, Start
 from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
-from dlscale.launchers.base import LaunchOutcome, LaunchPlan, Submitted
-from dlscale.launchers.watch import watch
+from dlscale.launchers.base import LaunchOutcome, Submitted
+from dlscale.launchers.launch_run import interpreter, launch
 from dlscale.metrics.aggregate import aggregate
 from dlscale.runtime.environment import host_environment
-from dlscale.runtime.worker_path import prepare_worker_path
 from dlscale.store.results import RunStore, Stored, describe_owner
 from dlscale.store.rundir import config_problem
 
@@ -54,10 +50,6 @@ class PointOutcome:
     """busy: who held the lock when the wait ended (``store.lock_owner``)."""
     detail: str | None = None
     """submitted: where the point stands, in its launcher's words (``Slurm job 12 PENDING``)."""
-
-
-def interpreter(config: RunConfig) -> str:
-    return config.python or BACKENDS.get(config.backend).python or sys.executable
 
 
 def check_inputs(points: tuple[RunConfig, ...]) -> list[str]:
@@ -179,54 +171,6 @@ def _launch(
         return outcome
     store.check_held(run_id)  # its directory removed while it ran: said, not recorded as failed
     return result_of(spec, config, store.run_dir(run_id), outcome, started_at)
-
-
-def launch(
-    config: RunConfig,
-    run_dir: Path,
-    *,
-    command: list[str],
-    study: str,
-    on_warning: Callable[[str], None],
-    task: dict[str, Any] | None = None,
-) -> tuple[dict[str, Any], LaunchOutcome | str, float]:
-    """Plan the point, write its spec (with ``task``: what the workers do instead of training,
-    e.g. ``dlscale microbench``'s collectives), start it and watch it: (the spec, how the
-    launch ended or, for a launcher that detaches, where it stands, the start time)."""
-    started_at = time.time()
-    spec_path = run_dir / "spec.json"
-    launcher = LAUNCHERS.get(config.launcher).create()
-    plan = launcher.plan(config, spec_path, interpreter(config))
-    plugins = load_plugins()
-    spec = {
-        "run_id": run_dir.name,
-        "study": study,
-        "command": command,
-        "config": config.to_dict(),
-        "cluster": plan.addresses.to_dict(),
-        "layout": plan.layout.to_dict(),
-        "plugins": plugins,
-        "threads_per_worker": plan.threads_per_worker,
-        "warnings": list(plan.warnings),
-        "oversubscribed": _oversubscribed(
-            plan, LAUNCHERS.get(config.launcher).on_this_machine(config.options)
-        ),
-        **(task or {}),
-    }
-    write_json_atomic(spec_path, "spec", spec)
-    prepare_worker_path(run_dir, plugins)
-    for warning in plan.warnings:
-        on_warning(warning)
-    running = launcher.start(plan)  # start and watch in this thread: see launchers/processes
-    if launcher.detaches(config):
-        where = launcher.submitted(run_dir, config)
-        return spec, where.words if where is not None else "started", started_at
-    try:
-        outcome = watch(plan, running, run_dir, config.timeout_s, launcher.blame)
-    except BaseException:  # a signal between start and watch: stop what was started
-        running.stop()
-        raise
-    return spec, outcome, started_at
 
 
 def result_of(
@@ -365,18 +309,6 @@ def submitted_points(store: RunStore) -> list[tuple[str, Submitted]]:
         if submitted is not None and not submitted.ended:
             found.append((run_dir.name, submitted))
     return found
-
-
-def _oversubscribed(plan: LaunchPlan, same_machine: bool) -> bool | None:
-    """Whether the run's processes times their threads exceed this machine's usable cores;
-    ``None`` when its ranks are not all on this machine (the launcher knows the hosts). The
-    ranks of a ``same_machine`` launcher are here even at other addresses (the namespaces of
-    an emulated network)."""
-    hosts = plan.addresses.hosts
-    here = same_machine or all(host in ("127.0.0.1", "localhost") for host in hosts)
-    if not hosts or not here:
-        return None
-    return plan.threads_per_worker * plan.layout.size > usable_cores()
 
 
 def rank_records(config: RunConfig, run_dir: Path) -> dict[int, list[Record]]:

@@ -36,6 +36,7 @@ from dlscale.contract.plugins import load_plugins
 from dlscale.contract.records import End, Error, Start
 from dlscale.contract.registry import load_object
 from dlscale.contract.run_config import RunConfig
+from dlscale.contract.text import clip
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.placement import check_placement
 from dlscale.runtime.watchdog import start_watchdog
@@ -95,22 +96,34 @@ def main(argv: list[str]) -> int:
         else:  # training, or a role that serves it (a microbench's parameter servers too)
             load_object(backend.worker)(ctx)
     except UserError as error:
-        events.write(Error(kind="user", message=str(error)))
+        events.write(Error(kind="user", message=clip(str(error), where=_STDERR)))
         print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)
         return 2
     except WorkerFault as error:
-        events.write(Error(kind="fault", message=str(error)))
+        events.write(Error(kind="fault", message=clip(str(error), where=_STDERR)))
         print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)
         return 1
+    except SystemExit as done:  # a model function or a plug-in that exits instead of returning
+        said = f"the run's code called sys.exit({clip(repr(done.code), 200)}) while it trained"
+        events.write(Error(kind="user", message=f"{said}; a model function returns its model"))
+        print(f"dlscale worker rank {rank}: {said}", file=sys.stderr)
+        return 2
     except BaseException as error:  # a worker must leave a record of any failure
         events.write(
-            Error(kind=type(error).__name__, message=str(error), traceback=traceback.format_exc())
+            Error(
+                kind=type(error).__name__,
+                message=clip(str(error), where=_STDERR),
+                traceback=clip(traceback.format_exc(), 20_000, _STDERR),
+            )
         )
         traceback.print_exc()
         return 1
     events.write(End())
     events.close()
     return 0
+
+
+_STDERR = "the rank's stderr file in the run's directory has all of it"
 
 
 def _forget_working_directory() -> None:

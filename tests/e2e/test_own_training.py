@@ -159,6 +159,8 @@ def test_a_model_from_the_users_module_on_ddp_and_horovod(work: Path, cli):
         ("mymodels:not_a_model", "returned int, not a torch.nn.Module"),
         ("mymodels:broken", "broken() raised ValueError: no such layer size"),
         ("mymodels:five_classes --dataset digits", "predicts 5 classes; data set digits has 10"),
+        ("mymodels:quits", "called sys.exit(0)"),  # was "exited with code 1: 0" (issue 42)
+        ("mymodels:no_classes", "predicts 0 classes for each image"),  # was numpy's "high <= 0"
     ],
 )
 def test_a_model_that_cannot_train_names_itself(work: Path, cli, model: str, said: str):
@@ -170,6 +172,7 @@ def test_a_model_that_cannot_train_names_itself(work: Path, cli, model: str, sai
     )  # fmt: skip
     assert run.returncode != 0
     assert said in run.stdout + run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
 
 
 @pytest.mark.parametrize(
@@ -225,6 +228,53 @@ def test_a_script_that_fails_names_the_rank(work: Path, cli, script: str, said: 
     assert said in run.stdout + run.stderr, run.stdout + run.stderr
     if script == "hangs.py":
         assert "timed out" in run.stdout + run.stderr or "hung" in run.stdout + run.stderr
+
+
+DAEMON_AND_NOISE = """\
+import os, sys, time
+import dlscale
+
+if os.fork() == 0:  # a daemon: a session of its own, its parent gone, init its parent
+    os.setsid()
+    if os.fork() == 0:
+        with open("daemon.pid.tmp", "w") as out:
+            out.write(str(os.getpid()))
+        os.rename("daemon.pid.tmp", "daemon.pid")
+        time.sleep(600)
+    os._exit(0)
+while not os.path.exists("daemon.pid"):
+    time.sleep(0.01)
+sys.stderr.write("x" * 3_000_000)  # 3 MB without a newline
+sys.stderr.flush()
+failing = sys.argv[-1] == "fail"
+for step in range(3 if failing else 20):  # dlscale stops it after 7 steps: fail before that
+    dlscale.mark_step(8)
+if failing:
+    raise RuntimeError("y" * 1_000_000)
+"""
+
+
+@pytest.mark.parametrize("ending", ["completes", "fail"])
+def test_a_scripts_daemon_ends_with_the_run_and_its_output_is_bounded(work: Path, cli, ending):
+    """Issue 42 items 5 and 6: a double-forked daemon outlived a run that exited 0; a script's
+    50 MB of stderr without a newline was printed and stored whole."""
+    from dlscale.runtime.procfs import is_alive
+
+    (work / "daemon.py").write_text(DAEMON_AND_NOISE)
+    run = cli(
+        "run", "--script", "daemon.py", "--workers", "1", *SHORT, "--repeats", "1",
+        "--", "--batch-size", "8", ending,
+        cwd=work, timeout=120,
+    )  # fmt: skip
+    assert (run.returncode == 0) == (ending == "completes"), run.stderr[-3000:]
+    assert len(run.stdout) + len(run.stderr) < 60_000
+    pid = int((work / "daemon.pid").read_text())
+    assert not is_alive(pid, None), f"the script's daemon {pid} outlived the run"
+    (result,) = (work / "dlscale-results").glob("*/result.json")
+    assert result.stat().st_size < 100_000
+    if ending == "fail":
+        assert "RuntimeError: yyyy" in run.stdout + run.stderr
+        assert "characters in all" in result.read_text()
 
 
 def test_a_models_classes_are_found_from_its_output(work: Path, cli):

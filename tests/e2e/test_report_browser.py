@@ -89,11 +89,11 @@ def _hostile_results(root: Path) -> Path:
 
     for i, name in enumerate(HOSTILE):
         for run in sorted((DATA / "results").iterdir()):
-            target = root / f"{run.name}-{i}"
+            target = root / f"{run.name}-{i}<img src=x onerror=alert(2)>"  # its folder's name
             shutil.copytree(run, target)
             document = read_json(target / "result.json", "result")
             document["study"] = name
-            document["run_id"] += "<img src=x onerror=alert(2)>"
+            document["run_id"] = target.name
             document["command"] = ["dlscale", "run", "</script><script>alert(3)</script>"]
             if document["status"] != "completed":
                 document["error"] = "<svg onload=alert(4)>"

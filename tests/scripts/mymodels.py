@@ -30,3 +30,15 @@ def broken(num_classes):
 def five_classes():
     """Five classes, said by nothing but its output: dlscale finds them from it."""
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 5))
+
+
+def quits(num_classes):
+    """A model file that ends the program instead of returning (a leftover of testing it)."""
+    import sys
+
+    sys.exit(0)
+
+
+def no_classes():
+    """A head of no outputs: nothing to classify into."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 0))

@@ -2,6 +2,7 @@
 check; a failed rank named with its host. The same launchers across emulated hosts, for real:
 tests/cluster/test_hosts.py."""
 
+import os
 import socket
 from pathlib import Path
 
@@ -55,13 +56,46 @@ def test_a_hostfile_is_read_as_mpirun_and_horovodrun_read_it(tmp_path):
     hostfile.write_text("# the cluster\nnode1 slots=2\n\nnode2   slots = 3  # big one\nnode3\n")
     assert read_hostfile(str(hostfile)) == (("node1", 2), ("node2", 3), ("node3", 1))
     hostfile.write_text("node1 cpus=2\n")
-    with pytest.raises(UserError, match=r"line 1: write NAME slots=N"):
+    with pytest.raises(UserError, match=r"line 1: not NAME or NAME slots=N"):
         read_hostfile(str(hostfile))
     hostfile.write_text("# nobody\n")
     with pytest.raises(UserError, match="no host in it"):
         read_hostfile(str(hostfile))
     with pytest.raises(UserError, match="cannot read it"):
         read_hostfile(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "fifo", "big", "secret"])
+def test_a_hostfile_that_is_not_a_small_text_file_is_refused_without_reading_or_quoting_it(
+    tmp_path, device
+):
+    """Issue 42 items 1 and 4: a device is never read (it grew to 20 GB), a FIFO never waited
+    on (even in a dry run), a huge file read no further than its limit, and a file that is
+    not a host file named by its line, never quoted (``/etc/shadow`` printed root's hash)."""
+    path = Path(device)
+    if device == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    elif device == "big":
+        path = tmp_path / "big"
+        path.write_bytes(b"a" * (2**20 + 1))
+    elif device == "secret":
+        path = tmp_path / "shadow"
+        path.write_text("root:$6$SECRETHASH:19000:0:99999:7:::\n")
+    with pytest.raises(UserError) as caught:
+        read_hostfile(str(path))
+    said = str(caught.value)
+    assert str(path) in said and "SECRETHASH" not in said and "\n" not in said
+    assert ("line 1" in said) if device == "secret" else ("cannot read it" in said)
+    cfg = RunConfig.make(backend="torch-ddp", workers=2, launcher="mpirun", hostfile=str(path))
+    with pytest.raises(UserError, match="hostfile"):  # the plan, as a dry run makes it
+        MpirunLauncher().plan(cfg, SPEC, "/py", ports=(29555,), cores=4)
+
+
+@pytest.mark.parametrize("slots", ["²", "٣", "1" * 5000, "+1", " 1"])
+def test_slots_that_int_would_refuse_or_misread_are_one_line(slots):
+    with pytest.raises(UserError, match="slots"):
+        parse_hosts(f"localhost:{slots}", "hosts")
 
 
 def test_mpirun_places_the_ranks_in_the_hosts_order_and_tells_every_rank_its_peers():

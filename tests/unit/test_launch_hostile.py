@@ -172,6 +172,40 @@ def test_a_stopped_command_exits_128_plus_the_signal_and_says_what_it_keeps(
         assert "resume from" not in err and "rerun to resume" not in err
 
 
+EARLY_SIGNAL = """
+import os, signal, sys
+from dlscale.start import entry
+
+MODULE, NUMBER = sys.argv[1], int(sys.argv[2])
+
+class Stop:  # the signal lands the moment MODULE starts to load, as a Ctrl-C might
+    def find_spec(self, name, path=None, target=None):
+        if name == MODULE:
+            os.kill(os.getpid(), NUMBER)
+        return None
+
+sys.meta_path.insert(0, Stop())
+sys.argv = ["dlscale", "ls", "models"]
+entry()
+"""
+
+
+@pytest.mark.parametrize("module", ["dlscale.cli", "dlscale.cli.run"])
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_dlscale_starts_is_one_line_never_a_traceback(module, number):
+    """Issue 42: a Ctrl-C in the first 0.2 s (dlscale importing its commands, before its
+    handlers were in place) printed a KeyboardInterrupt traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", EARLY_SIGNAL, module, str(int(number))],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert done.returncode == 128 + number, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("dlscale: ") and "while starting; nothing was run" in line
+
+
 def test_a_hangup_nohup_ignores_stays_ignored(monkeypatch):
     monkeypatch.setattr("dlscale.cli.env.main", lambda args: 0)
     with _handlers_kept():

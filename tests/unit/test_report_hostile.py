@@ -47,7 +47,7 @@ def hostile_results(root: Path, names: tuple[str, ...], **fields: object) -> Pat
             target = root / f"{run.name}-{i}"
             shutil.copytree(run, target)
             document = read_json(target / "result.json", "result")
-            document.update(fields, study=name)
+            document.update(fields, study=name, run_id=target.name)  # a run of its own
             write_json_atomic(target / "result.json", "result", document)
     return root
 

@@ -63,6 +63,10 @@ DAMAGE: dict[str, tuple[Callable[[str], bytes], str]] = {
     "bad-workers": (_edit(lambda d: d["config"].update(workers="two")), "workers"),
     "bad-metrics": (_edit(lambda d: d.update(metrics=[1, 2])), "metrics"),
     "bad-options": (_edit(lambda d: d["config"].update(options=[1])), "options"),
+    # issue 42: a stamp str.isdigit() accepts and int() refuses, or 5,000 digits long
+    "schema-superscript": (_edit(lambda d: d.update(schema="dlscale.result/²")), "not a dlscale"),
+    "schema-digits": (_edit(lambda d: d.update(schema="dlscale.result/" + "9" * 5000)), "schema"),
+    "forged-run-id": (_edit(lambda d: d.update(run_id="another-run")), "copied or forged"),
 }
 NEWER = (_edit(lambda d: d.update(schema="dlscale.result/99")), "newer dlscale")
 ALL_DAMAGE = {**DAMAGE, "newer": NEWER}

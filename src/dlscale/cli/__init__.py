@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import signal
 import sys
 from typing import NoReturn
 
 from dlscale import __version__
 from dlscale.contract.errors import UserError
+from dlscale.contract.numbers import whole_number
 from dlscale.contract.plugins import load_plugins
 from dlscale.contract.text import visible
 
@@ -76,9 +78,14 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    _drop_bad_terminal_size()
     words = list(sys.argv[1:] if argv is None else argv)
     after = words.index("--") if "--" in words else len(words)
-    args = build_parser().parse_args(words[:after])
+    try:
+        args = build_parser().parse_args(words[:after])
+    except KeyboardInterrupt:  # Ctrl-C while the commands are imported
+        _say_quietly("dlscale: interrupted (Ctrl-C) while starting; nothing was run")
+        return 128 + signal.SIGINT
     args.passed_on = words[after + 1 :]  # what follows "--": a script's own arguments
     if "--" in words and not getattr(args, "script", None):
         print(
@@ -86,10 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    signal.signal(signal.SIGTERM, _interrupt)
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's choice is kept
-        signal.signal(signal.SIGHUP, _interrupt)  # a closed terminal stops it cleanly too
     try:
+        _install_handlers()
         load_plugins()
         return int(importlib.import_module(args.module).main(args) or 0)
     except UserError as error:
@@ -103,6 +108,25 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signum
 
 
+def _drop_bad_terminal_size() -> None:
+    """``$COLUMNS`` and ``$LINES`` that are no whole number (``²``, 5,000 digits) are left
+    out of this process's environment: rich reads them with ``str.isdigit()`` and ``int()``,
+    which raises on ``²``; without them the terminal's own size is used."""
+    for name in ("COLUMNS", "LINES"):
+        if name in os.environ and whole_number(os.environ[name], 1, 100_000) is None:
+            del os.environ[name]
+
+
+def _install_handlers() -> None:
+    """Ctrl-C, SIGTERM and SIGHUP stop the command cleanly from here on (the early ones of
+    :mod:`dlscale.start` are replaced); a signal a caller ignores (nohup) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup's choice is kept
+        signal.signal(signal.SIGHUP, _interrupt)  # a closed terminal stops it cleanly too
+
+
 def _signal_name(signum: int) -> str:
     if signum == signal.SIGINT:
         return "interrupted (Ctrl-C)"
@@ -113,7 +137,3 @@ def _say_quietly(line: str) -> None:
     """One line on stderr; nothing where stderr is gone (a closed terminal after SIGHUP)."""
     with contextlib.suppress(OSError, ValueError):
         print(line, file=sys.stderr, flush=True)
-
-
-def entry() -> None:
-    sys.exit(main())

@@ -82,9 +82,10 @@ def main(args: argparse.Namespace) -> int:
 def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     """Run the collectives of one config and store ``microbench.json`` in its directory."""
     from dlscale.contract.files import write_json_atomic
+    from dlscale.launchers.launch_run import launch
     from dlscale.microbench import not_measured
     from dlscale.microbench.aggregate import collective_rows
-    from dlscale.runner import launch, launch_error, rank_records
+    from dlscale.runner import launch_error, rank_records
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
     name = f"microbench-{config.backend}-w{config.workers}-{config.launcher}-{stamp}"

@@ -22,7 +22,7 @@ from dlscale.config.study import (
     without_unused_options,
 )
 from dlscale.contract.errors import UserError
-from dlscale.contract.text import shell_command, visible
+from dlscale.contract.text import excerpt, shell_command, visible
 from dlscale.runtime.script_run import script_batch_size
 
 DEFAULT_STUDY: dict[str, Any] = {
@@ -180,7 +180,7 @@ def script_study(args: argparse.Namespace) -> dict[str, Any]:
 
     script = str(args.script)
     if not script.endswith(".py"):
-        raise UserError(f"--script takes a Python file (FILE.py), got {script!r}")
+        raise UserError(f"--script takes a Python file (FILE.py), got {excerpt(script)}")
     passed_on = getattr(args, "passed_on", [])
     batch = script_batch_size(passed_on)
     if batch is None and args.batch_size is None:  # dlscale's own flag is applied after this
@@ -320,7 +320,7 @@ def _planned(config: Any, results: Path, repeats: Repeats, *, first: bool) -> li
     """The dry-run lines of one point."""
     from dlscale.contract.backends import BACKENDS
     from dlscale.contract.launchers import LAUNCHERS
-    from dlscale.runner import interpreter
+    from dlscale.launchers.launch_run import interpreter
 
     run_id = config.run_id()
     plan = (

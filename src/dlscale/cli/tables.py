@@ -24,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from dlscale.contract.numbers import whole_number
 from dlscale.contract.text import shell_command, visible
 from dlscale.report.columns import LEGEND, Column
 from dlscale.report.layout import human_layout, legend
@@ -58,7 +59,7 @@ def console(stderr: bool = False) -> Console:
 
 def _columns() -> int | None:
     text = os.environ.get("COLUMNS", "")
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    return whole_number(text, low=1, high=100_000)
 
 
 def table_width(out: Console) -> int:

@@ -22,17 +22,20 @@ is read at the most workers both sides ran. How the verdict is reached:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.numbers import finite_number
+from dlscale.contract.text import excerpt
 
 SPEEDUP, RATIO = "speedup", "ratio"
 MEASURES = (SPEEDUP, RATIO)
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+MOST_PUBLISHED = 1e6
+"""The largest published ratio read (a speedup of a million GPUs); beyond it is a typo."""
 _TEXT_FIELDS = ("says", "source", "assumed")
 _FIELDS = ("id", "measure", "of", "over", "published", "needs", *_TEXT_FIELDS)
 Scalar = str | int | float | bool
@@ -77,10 +80,12 @@ def parse_claims(
     if not isinstance(items, list):
         raise UserError(f"{origin}: claims must be [[claims]] tables, got {type(items).__name__}")
     claims: list[Claim] = []
+    seen: set[str] = set()
     for number, item in enumerate(items, 1):
         claim = _claim(item, f"{origin}: claim {number}", coerce)
-        if any(c.id == claim.id for c in claims):
+        if claim.id in seen:
             raise UserError(f"{origin}: two claims have the id {claim.id!r}; give each its own")
+        seen.add(claim.id)
         claims.append(claim)
     return tuple(claims)
 
@@ -94,25 +99,26 @@ def _claim(item: Any, where: str, coerce: Callable[[str, Any], Any] | None) -> C
     ident = item.get("id")
     if not isinstance(ident, str) or not _ID.match(ident):
         raise UserError(
-            f"{where}: id must be letters, digits, '-', '_' or '.' (at most 64), got {ident!r}"
+            f"{where}: id must be letters, digits, '-', '_' or '.' (at most 64), got "
+            f"{excerpt(ident)}"
         )
     where = f"{where} ({ident})"
     measure = item.get("measure", RATIO if "over" in item else SPEEDUP)
     if measure not in MEASURES:
-        raise UserError(f"{where}: measure must be one of {', '.join(MEASURES)}, got {measure!r}")
+        raise UserError(
+            f"{where}: measure must be one of {', '.join(MEASURES)}, got {excerpt(measure)}"
+        )
     if (measure == RATIO) != ("over" in item):
         raise UserError(
             f"{where}: a ratio needs `over` (what it is set against) and a speedup has none "
             "(it is over the point's own baseline)"
         )
     published = item.get("published")
-    if (
-        isinstance(published, bool)
-        or not isinstance(published, int | float)
-        or not math.isfinite(published)
-        or published <= 0
-    ):
-        raise UserError(f"{where}: published must be a number above 0, got {published!r}")
+    if not finite_number(published, 0.0, MOST_PUBLISHED) or published == 0:
+        raise UserError(
+            f"{where}: published must be a number above 0 and at most {MOST_PUBLISHED:g}, got "
+            f"{excerpt(published)}"
+        )
     texts = {}
     for name in _TEXT_FIELDS:
         text = item.get(name, "")
@@ -138,7 +144,9 @@ def _selector(
     out: dict[str, Scalar] = {}
     for key, item in value.items():
         if isinstance(item, list | Mapping) or not isinstance(item, Scalar):
-            raise UserError(f"{where}: {key} must be one value, got {item!r}")
+            raise UserError(f"{where}: {key} must be one value, got {excerpt(item)}")
+        if isinstance(item, int | float) and not isinstance(item, bool) and not finite_number(item):
+            raise UserError(f"{where}: {key} must be a finite number, got {excerpt(item)}")
         try:
             out[str(key)] = coerce(str(key), item) if coerce is not None else item
         except UserError as error:

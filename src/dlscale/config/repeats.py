@@ -10,6 +10,7 @@ from typing import Any
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.options import parse_value
+from dlscale.contract.text import excerpt
 
 ORDERS = ("abba", "random")
 
@@ -75,7 +76,7 @@ def _finite(value: object) -> bool:
 
 def _study_check(ok: bool, key: str, expected: str, value: object) -> None:
     if not ok:
-        raise UserError(f"{key} must be {expected}, got {value!r}")
+        raise UserError(f"{key} must be {expected}, got {excerpt(value)}")
 
 
 def coerce_study(key: str, value: Any, origin: str) -> Any:

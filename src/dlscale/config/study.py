@@ -19,9 +19,11 @@ from dlscale.config.claims import Claim, parse_claims
 from dlscale.config.repeats import Repeats, coerce_study
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
+from dlscale.contract.files import read_bounded, unreadable
 from dlscale.contract.layout import usable_cores
 from dlscale.contract.options import parse_value
 from dlscale.contract.run_config import RunConfig, core_keys, declared_options
+from dlscale.contract.text import excerpt
 
 _HINTS = typing.get_type_hints(RunConfig)
 _REPEAT_FIELDS = {f.name: f for f in dataclasses.fields(Repeats)}
@@ -44,16 +46,27 @@ class Study:
     """The published claims the study checks (:mod:`dlscale.config.claims`)."""
 
 
+STUDY_FILE_LIMIT = 4 * 2**20
+"""A study file's most bytes (the papers' studies are under 4 KB)."""
+
+
 def load_study_file(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
+        data = tomllib.loads(read_bounded(path, STUDY_FILE_LIMIT).decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"study file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read study file {path}: {error}") from None
+    except OSError as error:
+        raise UserError(
+            f"cannot read study file {path} ({unreadable(error)}); give a TOML file"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise UserError(f"study file {path} is not UTF-8 text (byte {error.start})") from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"study file {path} is not valid TOML: {error}") from None
+    except ValueError:  # past TOMLDecodeError: an integer of more than 4300 digits
+        raise UserError(f"study file {path} holds a number of more than 4300 digits") from None
+    except RecursionError:
+        raise UserError(f"study file {path} nests tables or arrays too deeply") from None
     scales = data.pop(SCALES, {})
     claims = data.pop(CLAIMS, [])
     if not isinstance(scales, dict) or not all(isinstance(v, dict) for v in scales.values()):
@@ -69,7 +82,7 @@ def load_study_file(path: Path) -> dict[str, Any]:
     for key, value in data.items():
         if key in ("name", "description"):
             if not isinstance(value, str):
-                raise UserError(f"{path}: {key} must be a string, got {value!r}")
+                raise UserError(f"{path}: {key} must be a string, got {excerpt(value)}")
             continue
         if key in _REPEAT_FIELDS:
             data[key] = coerce_study(key, value, origin=str(path))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlscale.contract.options import setting
+from dlscale.contract.text import excerpt
 
 ASYNC_UPDATES = ("mean", "sum")
 ASYNC_UPDATE_HELP = (
@@ -38,5 +39,7 @@ def async_update_setting(*, applies: tuple[str, Any] | None, earlier: str) -> An
 def async_gradient_scale(rule: str, workers: int) -> float:
     """What a server multiplies a pushed gradient by before its step under ``rule``."""
     if rule not in ASYNC_UPDATES:
-        raise ValueError(f"async_update must be one of {', '.join(ASYNC_UPDATES)}; got {rule!r}")
+        raise ValueError(
+            f"async_update must be one of {', '.join(ASYNC_UPDATES)}; got {excerpt(rule)}"
+        )
     return 1.0 / workers if rule == "mean" else 1.0

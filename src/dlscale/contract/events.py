@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import SchemaError
+from dlscale.contract.files import UnreadableFile, read_bounded, unreadable
+from dlscale.contract.numbers import finite_number
 from dlscale.contract.records import EVENTS_SCHEMA, Record, from_dict
+
+EVENTS_LIMIT = 256 * 2**20
+"""The most bytes one rank's events file may hold (a run of a million steps writes about
+200 MB); a larger one, a FIFO or a device planted there is damage, never read whole."""
 
 
 def events_path(run_dir: Path, rank: int) -> Path:
@@ -47,14 +53,18 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     """All whole records of one rank as stored; a torn last line (a rank killed mid-write) is
     dropped."""
     records: list[dict[str, Any]] = []
-    if not path.exists():
+    try:
+        raw = read_bounded(path, EVENTS_LIMIT)
+    except FileNotFoundError:
         return records
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    except OSError as error:
+        raise UnreadableFile(path, f"cannot be read ({unreadable(error)})") from None
+    for line in raw.decode("utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # a torn line, 5,000 digits, nesting 3,000 deep
             continue
-        if not isinstance(record, dict):
+        if not isinstance(record, dict) or finite_number(record.get("schema", 0)) is None:
             continue
         if record.get("schema", 0) > EVENTS_SCHEMA:
             raise SchemaError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import stat
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import SchemaError, UserError
+from dlscale.contract.numbers import whole_number
 
 SCHEMAS = {"spec": 3, "result": 3, "checkpoint": 1, "microbench": 1, "claims": 1}
 """Current version of each persisted document kind; bump on an incompatible change.
@@ -38,7 +40,9 @@ class NewerSchema(UnreadableFile):
 
 def schema_version(document: dict[str, Any]) -> int:
     """The version number of a document ``read_json`` accepted."""
-    return int(str(document["schema"]).rpartition("/")[2])
+    version = whole_number(str(document["schema"]).rpartition("/")[2], high=_MAX_VERSION)
+    assert version is not None, "read_json checked the stamp"
+    return version
 
 
 class OutputError(UserError):
@@ -161,6 +165,7 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         raise output_failure(path, error) from None
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(fd, 0o666 & ~_umask())  # as open() makes it: a group may share a store
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
@@ -174,6 +179,15 @@ def write_atomic(path: Path, data: bytes | str) -> None:
         raise
 
 
+@functools.cache
+def _umask() -> int:
+    """This process's umask (read once: setting it back at once is the only way to read it,
+    and dlscale never changes it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:
     """Write ``data`` with its schema stamp so readers never see a half-written file
     (:func:`write_atomic`: the directory must exist; a link at ``path`` is refused)."""
@@ -182,35 +196,56 @@ def write_json_atomic(path: Path, kind: str, data: dict[str, Any]) -> None:
     write_atomic(path, text)
 
 
-def read_regular(path: Path) -> tuple[bytes, os.stat_result]:
+DOCUMENT_LIMIT = 256 * 2**20
+"""The most bytes of a stored JSON document read (a result of a million windows is about
+30 MB); a larger one is damage, refused without being read."""
+
+
+def read_regular(path: Path, limit: int = DOCUMENT_LIMIT) -> tuple[bytes, os.stat_result]:
     """The whole of the regular file at ``path`` (a link followed) and its status
-    (:func:`_open_regular`: never blocking on what is planted there)."""
-    with os.fdopen(_open_regular(path), "rb") as handle:
-        return handle.read(), os.fstat(handle.fileno())
+    (:func:`_open_regular`: never blocking on what is planted there); ``OSError``
+    (``EFBIG``) when it holds more than ``limit`` bytes, read no further than that."""
+    fd = _open_regular(path)
+    try:
+        return _read_at_most(fd, path, limit), os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def read_bounded(path: Path, limit: int) -> bytes:
     """The whole of the regular file at ``path`` (a link followed, never blocking on what is
     planted there: :func:`_open_regular`); ``OSError`` (``EFBIG``) when it holds more than
     ``limit`` bytes, read no further than that."""
+    return read_regular(path, limit)[0]
+
+
+def _read_at_most(fd: int, path: Path, limit: int) -> bytes:
     chunks: list[bytes] = []
     total = 0
-    fd = _open_regular(path)
-    try:  # in pieces: one read of limit + 1 bytes would allocate that much, however small the file
-        while total <= limit:
-            chunk = os.read(fd, min(_PIECE, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    finally:
-        os.close(fd)
+    while total <= limit:  # in pieces: one read of limit + 1 bytes would allocate that much
+        chunk = os.read(fd, min(_PIECE, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
     if total > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
     return b"".join(chunks)
 
 
+def read_tail(path: Path, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of the regular file at ``path`` and its whole size (never
+    blocking on what is planted there: :func:`_open_regular`): what dlscale shows of a rank's
+    output, which a script can make as long as it likes."""
+    with os.fdopen(_open_regular(path), "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        handle.seek(max(0, size - limit))
+        return handle.read(limit), size
+
+
 _PIECE = 8 * 2**20
+_MAX_VERSION = 999_999
+"""The largest schema version a stamp may carry (``dlscale.result/5000…`` is damage)."""
 
 
 def read_json(path: Path, kind: str) -> dict[str, Any]:
@@ -222,8 +257,15 @@ def read_json(path: Path, kind: str) -> dict[str, Any]:
     try:
         raw, _ = read_regular(path)
     except OSError as error:
-        raise UnreadableFile(path, f"cannot be read ({error.strerror or error})") from None
+        raise UnreadableFile(path, f"cannot be read ({unreadable(error)})") from None
     return parse_json(raw, path, kind)
+
+
+def unreadable(error: OSError) -> str:
+    """Why a file could not be read, in a few words (its size named when it was too large)."""
+    if error.errno == errno.EFBIG:
+        return f"{error.strerror}; not a file dlscale wrote" if error.strerror else "too large"
+    return str(error.strerror or error)
 
 
 def parse_json(raw: bytes, path: Path, kind: str) -> dict[str, Any]:
@@ -251,15 +293,16 @@ def parse_json(raw: bytes, path: Path, kind: str) -> dict[str, Any]:
         ) from None
     if not isinstance(document, dict):
         raise UnreadableFile(path, f"a JSON {_json_type(document)}, not a dlscale {kind} object")
-    schema = str(document.get("schema", ""))
-    name, _, version = schema.partition("/")
-    if name != f"dlscale.{kind}" or not version.isdigit():
-        stamp = f"schema {schema!r}" if schema else "no schema stamp"
+    schema = document.get("schema", "")
+    name, _, version_text = schema.partition("/") if isinstance(schema, str) else ("", "", "")
+    version = whole_number(version_text, high=_MAX_VERSION)
+    if name != f"dlscale.{kind}" or version is None:
+        stamp = f"schema {str(schema)[:40]!r}" if schema else "no schema stamp"
         raise UnreadableFile(path, f"not a dlscale {kind} file ({stamp})")
-    if int(version) > SCHEMAS[kind]:
+    if version > SCHEMAS[kind]:
         raise NewerSchema(
             path,
-            f"written by a newer dlscale ({schema}; this version reads "
+            f"written by a newer dlscale ({name}/{version}; this version reads "
             f"dlscale.{kind}/{SCHEMAS[kind]})",
             "upgrade dlscale to read it",
         )

@@ -21,7 +21,7 @@ from dlscale.contract.errors import UserError
 from dlscale.contract.models import ModelSpec
 from dlscale.contract.registry import Registry, load_object
 
-_NAME = re.compile(r"^(?P<library>[a-z][a-z0-9_]*):(?P<model>[A-Za-z0-9_][A-Za-z0-9_.]*)$")
+_NAME = re.compile(r"^(?P<library>[a-z][a-z0-9_]*):(?P<model>[A-Za-z0-9_][A-Za-z0-9_.]*)\Z")
 
 
 @dataclass(frozen=True, kw_only=True)

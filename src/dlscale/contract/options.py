@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dlscale.contract.errors import UnsupportedPoint, UserError
+from dlscale.contract.text import excerpt
 
 _TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -39,11 +40,11 @@ def parse_value(value: Any, kind: type, label: str, *, optional: bool = False) -
                 return kind(text)
         except ValueError:
             pass
-        raise UserError(f"{label} must be {kind.__name__}, got {value!r}")
+        raise UserError(f"{label} must be {kind.__name__}, got {excerpt(value)}")
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise UserError(f"{label} must be {kind.__name__}, got {value!r}")
+        raise UserError(f"{label} must be {kind.__name__}, got {excerpt(value)}")
     return value
 
 
@@ -93,17 +94,20 @@ class Option:
         """
         value = self.parse(value)
         if isinstance(value, float) and not math.isfinite(value):
-            raise UserError(f"{self.name} must be a finite number, got {value!r}")
+            raise UserError(f"{self.name} must be a finite number, got {excerpt(value)}")
         if self.minimum is not None and isinstance(value, int | float):
             low = value <= self.minimum if self.exclusive_minimum else value < self.minimum
             if low:
                 sign = ">" if self.exclusive_minimum else ">="
-                raise UserError(f"{self.name} must be {sign} {self.minimum:g}, got {value!r}")
+                raise UserError(
+                    f"{self.name} must be {sign} {self.minimum:g}, got {excerpt(value)}"
+                )
         if self.validate is not None:
             self.validate(value)
         if self.choices is not None and value not in self.choices:
             raise UnsupportedPoint(
-                f"{owner} accepts {self.name} = {', '.join(map(str, self.choices))}; got {value!r}"
+                f"{owner} accepts {self.name} = {', '.join(map(str, self.choices))}; "
+                f"got {excerpt(value)}"
             )
         return value
 

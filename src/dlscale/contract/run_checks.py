@@ -11,6 +11,7 @@ from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.models import ModelSpec
+from dlscale.contract.text import excerpt
 from dlscale.contract.user_models import ScriptModelSpec
 
 if TYPE_CHECKING:
@@ -103,23 +104,23 @@ def _checks_scripts(config: RunConfig, backend: BackendSpec, model: ModelSpec) -
 
 def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise UserError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raise UserError(f"{name} must be one of {', '.join(allowed)}; got {excerpt(value)}")
 
 
 def check_min(name: str, value: object, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise UserError(f"{name} must be an integer >= {minimum}, got {excerpt(value)}")
 
 
 def check_finite(name: str, value: object, minimum: float | None = None) -> None:
     if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise UserError(f"{name} must be a finite number, got {value!r}")
+        raise UserError(f"{name} must be a finite number, got {excerpt(value)}")
     if minimum is not None and value < minimum:
-        raise UserError(f"{name} must be >= {minimum:g}, got {value!r}")
+        raise UserError(f"{name} must be >= {minimum:g}, got {excerpt(value)}")
 
 
 def check_positive(name: str, value: object) -> None:
     check_finite(name, value)
     assert isinstance(value, int | float)
     if value <= 0:
-        raise UserError(f"{name} must be > 0, got {value!r}")
+        raise UserError(f"{name} must be > 0, got {excerpt(value)}")

@@ -32,6 +32,7 @@ from dlscale.contract.layout import ProcessLayout
 from dlscale.contract.models import MODELS
 from dlscale.contract.options import Option, resolve, typed
 from dlscale.contract.run_checks import check_core_values, check_engine_fits, check_finite
+from dlscale.contract.text import excerpt
 
 T = TypeVar("T")
 
@@ -167,13 +168,13 @@ class RunConfig:
         if self.dropout is not None:
             check_finite("dropout", self.dropout, minimum=0.0)
             if self.dropout >= 1:
-                raise UserError(f"dropout must be below 1, got {self.dropout!r} (0.5: half)")
+                raise UserError(f"dropout must be below 1, got {excerpt(self.dropout)} (0.5: half)")
             if model.dropout is None and self.dropout > 0:
                 raise UnsupportedPoint(f"model {self.model} has no dropout to set")
             if model.dropout in (None, self.dropout):  # what the model does anyway
                 object.__setattr__(self, "dropout", None)
         if not isinstance(self.options, dict):
-            raise UserError(f"options must be a mapping, got {self.options!r}")
+            raise UserError(f"options must be a mapping, got {excerpt(self.options)}")
         given = {k: v for k, v in self.options.items() if not _ignorable(k, v, self)}
         object.__setattr__(self, "options", resolve(self._option_owners(), given))
         check_engine_fits(self, backend, model)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 import re
 import shlex
 import unicodedata
@@ -48,3 +49,23 @@ def html_text(value: Any) -> str:
     """User text for an HTML page: escaped, with its control, format and bidirectional
     characters written as :func:`visible` writes them for a terminal; ``None`` as ``-``."""
     return html.escape("-" if value is None else visible(value))
+
+
+def excerpt(value: Any, limit: int = 40) -> str:
+    """A value a user or a stored file gave, as an error or a warning quotes it: its ``repr``
+    cut to ``limit`` characters, a huge integer by its size (its ``repr`` past 4300 digits
+    would raise), made :func:`visible`."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        digits = math.floor(value.bit_length() * math.log10(2)) + 1
+        return f"an integer of about {digits} digits"
+    text = repr(value)
+    return visible(text if len(text) <= limit else f"{text[: limit - 3]}...")
+
+
+def clip(text: str, limit: int = 2000, where: str = "") -> str:
+    """``text`` if it has at most ``limit`` characters, else its first ``limit`` and a note of
+    how many there were (and ``where`` the whole is): what dlscale stores or prints of an
+    exception's message or a line of a rank's output, which a script can make 50 MB long."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters in all{f'; {where}' if where else ''})"

@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.files import read_bounded
 from dlscale.contract.frameworks import frameworks_imported
 from dlscale.contract.model_libraries import library_model_or_none
 from dlscale.contract.models import ModelSpec
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-_MODULE = re.compile(rf"^(?P<module>{_IDENT}(\.{_IDENT})*):(?P<function>{_IDENT})$")
-_FILE = re.compile(rf"^(?P<path>[^:\x00-\x1f]+\.py):(?P<function>{_IDENT})$")
-_SCRIPT = re.compile(r"^(?P<path>[^:\x00-\x1f]+\.py)$")
+_MODULE = re.compile(rf"^(?P<module>{_IDENT}(\.{_IDENT})*):(?P<function>{_IDENT})\Z")
+_FILE = re.compile(rf"^(?P<path>[^:\x00-\x1f]+\.py):(?P<function>{_IDENT})\Z")
+_SCRIPT = re.compile(r"^(?P<path>[^:\x00-\x1f]+\.py)\Z")
 _OWN: dict[str, Any] = {
     "input_size": 32,  # images of 3 x 32 x 32 unless image_size says otherwise
     "default_classes": 10,  # synthetic data's; the model's output says its own
@@ -216,9 +217,8 @@ def _locate(module: str) -> tuple[Path, list[Path]]:
 def _defines(path: Path, function: str) -> bool:
     """Whether the source binds ``function`` at its top level (def, assignment or import);
     a file that does not parse is left to the import to report."""
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, SyntaxError, ValueError):
+    tree = parsed(path)
+    if tree is None:
         return True
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -254,6 +254,11 @@ def classes_from_output(model: str, shape: Any, dataset: str, dataset_classes: i
     if not isinstance(dims, tuple) or len(dims) != 2 or dims[0] != 2:
         raise UserError(f"model {model} gives {dims} for 2 images; a classifier gives (2, classes)")
     classes = int(dims[1])
+    if classes < 2:
+        raise UserError(
+            f"model {model} predicts {classes} class{'es' if classes != 1 else ''} for each image; "
+            "a classifier predicts 2 or more (its last layer's outputs)"
+        )
     if dataset_classes is not None and dataset_classes != classes:
         raise UserError(
             f"model {model} predicts {classes} classes; data set {dataset} has {dataset_classes}"
@@ -261,16 +266,27 @@ def classes_from_output(model: str, shape: Any, dataset: str, dataset_classes: i
     return classes
 
 
+SOURCE_LIMIT = 16 * 2**20
+"""The most bytes of a user's Python file read to look into it (what it defines, imports)."""
+
+
+def parsed(path: Path) -> ast.Module | None:
+    """The syntax tree of a user's Python file; ``None`` where it cannot be read (a FIFO, a
+    device, larger than :data:`SOURCE_LIMIT`) or parsed (nested too deeply included): the
+    import then says what is wrong, in the worker."""
+    try:
+        return ast.parse(read_bounded(path, SOURCE_LIMIT).decode("utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
 def imported_modules(files: list[Path]) -> set[str]:
     """The top-level modules ``files`` import anywhere (absolute imports only); a file that
     cannot be read or parsed adds none."""
     imported: set[str] = set()
     for path in files:
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except (OSError, SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
+        tree = parsed(path)
+        for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.Import):
                 imported.update(alias.name.partition(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:

@@ -40,7 +40,7 @@ VERIFY = ("headers", "decode", "none")
 and checksums; ``decode``: every image decoded in full; ``none``: the layout only."""
 SPLITS = {"folder": ("train", "val"), "tfrecord": ("train", "validation")}
 IMAGE_SUFFIXES = frozenset({".jpeg", ".jpg", ".png"})
-SHARD = re.compile(r"^(?P<split>[a-z]+)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
+SHARD = re.compile(r"^(?P<split>[a-z]+)-(?P<index>[0-9]{5})-of-(?P<count>[0-9]{5})\Z")
 TFRECORD_LABEL_OFFSET = 1
 """TFRecord labels count from 1 (0 is the background class of tf_cnn_benchmarks' data)."""
 JPEG_START, JPEG_END = b"\xff\xd8\xff", b"\xff\xd9"

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlscale.contract.files import read_tail
 from dlscale.contract.layout import Addresses, ProcessLayout
 from dlscale.contract.run_config import RunConfig
 from dlscale.contract.weights_cache import CACHE_ENV
@@ -214,12 +215,17 @@ def write_files(plan: LaunchPlan) -> None:
             path.write_text(text)
 
 
+OUTPUT_BYTES = 4 * 2**20
+"""The most of a command's output a launcher's blame reads, from each file's end."""
+
+
 def output_text(entry: PlanEntry) -> str:
-    """What an entry's command printed (stderr, then stdout), for a launcher's blame."""
+    """What an entry's command printed (stderr, then stdout; the last :data:`OUTPUT_BYTES`
+    of each), for a launcher's blame."""
     text = ""
     for path in (entry.stderr, entry.stdout):
         with contextlib.suppress(OSError):
-            text += path.read_text(errors="replace")
+            text += read_tail(path, OUTPUT_BYTES)[0].decode("utf-8", errors="replace")
     return text
 
 

@@ -14,17 +14,22 @@ from __future__ import annotations
 
 import re
 import socket
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.files import read_bounded, unreadable
+from dlscale.contract.numbers import whole_number
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.options import HostListOptions
 
 MAX_SLOTS = 4096
-_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})$")
-_INTERFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,14}$")
-_SLOTS = re.compile(r"^slots\s*=\s*(\d+)$")
+HOSTFILE_LIMIT = 2**20
+"""A host file's most bytes: 1 MiB is some 30,000 hosts."""
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})\Z")
+_INTERFACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,14}\Z")
+_SLOTS = re.compile(r"^slots\s*=\s*([0-9]{1,18})\Z")
 INTERFACE_VARIABLES = (
     "GLOO_SOCKET_IFNAME",
     "TP_SOCKET_IFNAME",
@@ -65,9 +70,10 @@ def _check_name(name: str, what: str) -> str:
 
 
 def _check_slots(text: str, name: str, what: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= MAX_SLOTS:
-        raise UserError(f"{what}: host {name} has slots {text!r}; give 1 to {MAX_SLOTS}")
-    return int(text)
+    slots = whole_number(text, low=1, high=MAX_SLOTS)
+    if slots is None:
+        raise UserError(f"{what}: host {name} has slots {text[:40]!r}; give 1 to {MAX_SLOTS}")
+    return slots
 
 
 def parse_hosts(text: str, what: str) -> tuple[tuple[str, int], ...]:
@@ -80,32 +86,39 @@ def parse_hosts(text: str, what: str) -> tuple[tuple[str, int], ...]:
 
 
 def read_hostfile(path: str) -> tuple[tuple[str, int], ...]:
-    """An OpenMPI/Horovod host file: ``NAME [slots=N]`` per line, ``#`` comments."""
+    """An OpenMPI/Horovod host file: ``NAME [slots=N]`` per line, ``#`` comments. A line that
+    is wrong is named by its number, never quoted: the path may be any file (``/etc/shadow``)."""
     what = f"hostfile {path}"
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"{what}: cannot read it ({error})") from None
+        raw = read_bounded(Path(path), HOSTFILE_LIMIT)
+    except OSError as error:
+        raise UserError(
+            f"{what}: cannot read it ({unreadable(error)}); give a regular file of NAME "
+            "slots=N lines"
+        ) from None
+    text = raw.decode("utf-8", errors="replace")
     hosts = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "\x00" in line or "\ufffd" in line:
+            raise UserError(f"{what}, line {number}: not text (a binary file?); give host names")
         words = line.split("#", 1)[0].split(maxsplit=1)
         if not words:
             continue
-        slots = "1"
-        if len(words) == 2:
-            found = _SLOTS.match(words[1].strip())
-            if found is None:
-                raise UserError(f"{what}, line {number}: write NAME slots=N, not {line.strip()!r}")
-            slots = found.group(1)
-        hosts.append((_check_name(words[0], what), _check_slots(slots, words[0], what)))
+        found = _SLOTS.match(words[1].strip()) if len(words) == 2 else None
+        if not _NAME.match(words[0]) or (len(words) == 2 and found is None):
+            raise UserError(
+                f"{what}, line {number}: not NAME or NAME slots=N (a host name is letters, "
+                "digits, '.', '-', '_')"
+            )
+        hosts.append((words[0], _check_slots(found.group(1) if found else "1", words[0], what)))
     if not hosts:
         raise UserError(f"{what}: no host in it (one per line: NAME slots=N)")
     return _unique(hosts, what)
 
 
 def _unique(hosts: list[tuple[str, int]], what: str) -> tuple[tuple[str, int], ...]:
-    names = [name for name, _ in hosts]
-    if twice := sorted({name for name in names if names.count(name) > 1}):
+    counts = Counter(name for name, _ in hosts)
+    if twice := sorted(name for name, count in counts.items() if count > 1):
         raise UserError(f"{what}: {', '.join(twice)} named twice; give each host once")
     return tuple(hosts)
 

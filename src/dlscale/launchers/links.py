@@ -11,8 +11,8 @@ from typing import Any
 
 from dlscale.contract.errors import UserError
 
-_RATE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)bit(?:/s)?$")
-_DELAY = re.compile(r"^(\d+(?:\.\d+)?)\s*(us|ms|s)$")
+_RATE = re.compile(r"^([0-9]{1,15}(?:\.[0-9]{1,15})?)\s*([kmgt]?)bit(?:/s)?\Z")
+_DELAY = re.compile(r"^([0-9]{1,15}(?:\.[0-9]{1,15})?)\s*(us|ms|s)\Z")
 _RATE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _DELAY_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 FORMAT = (

@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.errors import UserError
-from dlscale.contract.files import make_directory, write_atomic
+from dlscale.contract.files import make_directory, read_small_file, write_atomic
 from dlscale.launchers import host_list
 from dlscale.launchers.base import Setup
 from dlscale.launchers.links import Link, shaping
 from dlscale.runtime.procfs import is_alive, process_start
+from dlscale.store.locks import parse_owner
 
 INTERFACE = "dls0"
 """The node's interface to the switch, the same name in every node's namespace."""
@@ -267,10 +268,11 @@ def _maker_gone(network: str, namespace: str | None) -> bool:
     """Whether the process that made ``network`` is gone; without its record, whether
     ``namespace`` (when given) is over a minute old."""
     try:
-        owner = json.loads((OWNERS / f"{network}.json").read_text())
-        return not is_alive(int(owner["pid"]), owner.get("start"))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+        owner = parse_owner(read_small_file(OWNERS / f"{network}.json"))
+    except OSError:
+        owner = None
+    if owner is not None:
+        return not is_alive(owner["pid"], owner["start"])
     if namespace is None:
         return True
     try:

@@ -4,6 +4,10 @@ Each command runs in its own process session, so stopping it stops whatever it s
 (the ranks mpirun or horovodrun spawn, say): SIGTERM (and SIGCONT, for a stopped process) to
 the group, SIGKILL after a grace.
 
+Nor does what a command started after leaving its group (a script's double-forked daemon):
+every command carries a token drawn for the run, and once the run is stopped the processes
+that still carry it are killed (:mod:`dlscale.runtime.sweep`).
+
 No command outlives the process that started it, whatever kills that one (``kill -9``
 included). Every command's environment names its parent (``DLSCALE_PARENT_PID``,
 ``DLSCALE_PARENT_START``, ``DLSCALE_PARENT_SCOPE``; :mod:`dlscale.runtime.watchdog`): each
@@ -38,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from dlscale.launchers.base import LaunchPlan, PlanEntry, Running
+from dlscale.runtime.sweep import MARK_ENV, new_mark, sweep
 from dlscale.runtime.watchdog import parent_env
 
 GRACE_S = 5.0
@@ -48,8 +53,10 @@ _Mask = set[int | signal.Signals]
 
 
 class LocalProcesses(Running):
-    def __init__(self, procs: list[subprocess.Popen[bytes]]) -> None:
+    def __init__(self, procs: list[subprocess.Popen[bytes]], mark: str = "") -> None:
         self.procs = procs
+        self.mark = mark
+        """The token in every command's environment (:mod:`dlscale.runtime.sweep`)."""
 
     def poll(self) -> list[int | None]:
         return [proc.poll() for proc in self.procs]
@@ -67,11 +74,13 @@ class LocalProcesses(Running):
         for proc in chosen:
             _signal_group(proc, signal.SIGKILL)  # also children a finished command left behind
             proc.wait()
+        if entries is None and self.mark:  # the run is over: what left its groups goes too
+            sweep(self.mark)
 
 
 def start_processes(plan: LaunchPlan) -> LocalProcesses:
-    running = LocalProcesses([])
-    parent = parent_env()
+    running = LocalProcesses([], new_mark())
+    parent = {**parent_env(), MARK_ENV: running.mark}
     try:
         for entry in plan.entries:
             with _signals_held() as mask:

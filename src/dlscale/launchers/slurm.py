@@ -39,7 +39,9 @@ import time
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.files import read_small_file
 from dlscale.contract.layout import Addresses
+from dlscale.contract.numbers import whole_number
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     Launcher,
@@ -240,10 +242,10 @@ class SlurmLauncher(Launcher):
 
     def submitted(self, run_dir: Path, config: RunConfig) -> Submitted | None:
         try:
-            job = (run_dir / "slurm-job-id").read_text().strip()
+            job = read_small_file(run_dir / "slurm-job-id", 64).decode("ascii", "replace").strip()
         except OSError:
             return None  # never submitted (sbatch refused it), or not detached
-        if not self.detaches(config) or not job.isdigit():
+        if not self.detaches(config) or whole_number(job) is None:
             return None
         polled = SlurmJob(job)
         state, _ = polled.state()
@@ -304,10 +306,10 @@ class SlurmJob(Running):
             return [None]
         if state == "COMPLETED":
             return [0]
-        code, _, sig = exit_code.partition(":")
-        if code.isdigit() and int(code) > 0:
-            return [int(code)]
-        return [FAILED_CODES.get(state, 128 + int(sig) if sig.isdigit() and int(sig) else 1)]
+        code, signal = (whole_number(part, high=255) for part in exit_code.partition(":")[::2])
+        if code:
+            return [code]
+        return [FAILED_CODES.get(state, 128 + signal if signal else 1)]
 
     def describe(self, index: int) -> str | None:
         state, exit_code = self.state()

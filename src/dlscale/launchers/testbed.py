@@ -37,11 +37,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
-from dlscale.contract.files import make_directory, refuse_link, write_atomic
+from dlscale.contract.files import make_directory, read_small_file, refuse_link, write_atomic
+from dlscale.contract.numbers import whole_value
 from dlscale.launchers.links import Link, shaping
 from dlscale.launchers.network import NETNS_ETC, namespaces, run_ip, write_node_etc
 from dlscale.runtime.listening import await_listener
 from dlscale.runtime.procfs import is_alive, process_start
+from dlscale.store.locks import PID_MAX
 
 SUBNET = "10.98.0"
 LOGIN_ADDRESS = f"{SUBNET}.1"
@@ -54,8 +56,8 @@ SSH_CONFIG = Path("/etc/ssh/ssh_config.d/dlscale-hosts.conf")
 HOSTS_FILE = Path("/etc/hosts")
 BEGIN, END = "# begin dlscale emulated hosts", "# end dlscale emulated hosts"
 START_TIMEOUT_S = 20.0
-_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
-_PATH = re.compile(r"^[A-Za-z0-9._+/-]+$")
+_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}\Z")
+_PATH = re.compile(r"^[A-Za-z0-9._+/-]+\Z")
 
 
 def host_address(index: int) -> str:
@@ -92,13 +94,26 @@ class Testbed:
 
     @staticmethod
     def read(path: Path) -> Testbed:
-        data = json.loads(path.read_text())
+        """The record at ``path``, every value checked; ``OSError`` when it cannot be read (a
+        FIFO, larger than 1 MiB), ``ValueError`` (or ``KeyError``) when it is not a record."""
+        try:
+            data = json.loads(read_small_file(path, 2**20))
+        except RecursionError:
+            raise ValueError(f"{path}: nested too deeply") from None
+        owner, slots = data.get("owner"), whole_value(data["slots"], 1, 4096)
+        if not isinstance(data["hosts"], list) or slots is None:
+            raise ValueError(f"{path}: not a test bed's record")
         return Testbed(
             dir=str(data["dir"]),
-            hosts=tuple(data["hosts"]),
-            slots=int(data["slots"]),
+            hosts=tuple(str(host) for host in data["hosts"]),
+            slots=slots,
             link=str(data.get("link", "")),
-            owner=data.get("owner"),
+            owner={  # a pid that cannot be a process's (1e999) reads as a gone owner
+                "pid": whole_value(owner.get("pid"), 1, PID_MAX) or 0,
+                "start": whole_value(owner.get("start")),
+            }
+            if isinstance(owner, dict)
+            else None,
         )
 
 
@@ -326,7 +341,7 @@ def stop(bed: Testbed) -> None:
     with contextlib.suppress(OSError):
         _write_block("")
     SSH_CONFIG.unlink(missing_ok=True)
-    with contextlib.suppress(OSError, ValueError, KeyError):
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
         if Testbed.read(RECORD).dir == bed.dir:
             RECORD.unlink()
 
@@ -352,7 +367,7 @@ def remove_abandoned() -> None:
     of one with no record at all."""
     try:
         bed = Testbed.read(RECORD)
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         with contextlib.suppress(UserError):
             names = [n for n in namespaces() if n.startswith(PREFIX)]
             if names:
@@ -361,7 +376,7 @@ def remove_abandoned() -> None:
         RECORD.unlink(missing_ok=True)
         return
     owner = bed.owner
-    if owner and not is_alive(int(owner.get("pid") or 0), owner.get("start")):
+    if owner and not is_alive(owner["pid"] or 0, owner["start"]):
         stop(bed)
 
 

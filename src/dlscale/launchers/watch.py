@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.events import events_path, read_events
+from dlscale.contract.files import read_tail
 from dlscale.contract.layout import ProcessLayout
+from dlscale.contract.text import clip
 from dlscale.launchers.base import LaunchOutcome, LaunchPlan, PlanEntry, Running
 from dlscale.launchers.oom import OomWatch, out_of_memory
 from dlscale.runtime.procfs import process_state
@@ -35,6 +37,8 @@ SETTLE_S = 0.5
 a signal to show as such (the cause, more often than the peers that failed after it)."""
 END_CHECK_S = 0.5
 STDERR_TAIL_LINES = 20
+TAIL_BYTES = 64 * 1024
+TAIL_LINE_CHARS = 2000
 
 
 def watch(
@@ -231,7 +235,7 @@ def hung_rank(ranks: list[int], layout: ProcessLayout, run_dir: Path) -> tuple[i
     (a rank with no record at all first); ties go to the lowest rank.
     """
     host = socket.gethostname()
-    events = {rank: _since_last_start(read_events(events_path(run_dir, rank))) for rank in ranks}
+    events = {rank: since_last_start(read_events(events_path(run_dir, rank))) for rank in ranks}
     for rank in ranks:
         start = events[rank][0] if events[rank] and events[rank][0].get("event") == "start" else {}
         pid = start.get("pid")
@@ -264,7 +268,7 @@ def _pids(run_dir: Path, ranks: range) -> set[int]:
     }
 
 
-def _since_last_start(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def since_last_start(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records of the latest process that wrote the file (an earlier attempt may have)."""
     starts = [i for i, e in enumerate(events) if e.get("event") == "start"]
     return events[starts[-1] :] if starts else events
@@ -276,8 +280,17 @@ def _time(record: dict[str, Any]) -> float:
 
 
 def tail_of(path: Path) -> list[str]:
+    """The last lines of a rank's output file, bounded: read from its last
+    :data:`TAIL_BYTES`, each line cut to :data:`TAIL_LINE_CHARS`, and a first line saying how
+    much came before when that is not all."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        raw, size = read_tail(path, TAIL_BYTES)
     except OSError:
         return []
-    return lines[-STDERR_TAIL_LINES:]
+    lines = [
+        clip(line, TAIL_LINE_CHARS, f"all of it in {path}")
+        for line in raw.decode("utf-8", errors="replace").splitlines()[-STDERR_TAIL_LINES:]
+    ]
+    if size > len(raw):
+        lines.insert(0, f"[{size} bytes in all: the last of them follow; all of them in {path}]")
+    return lines

@@ -47,9 +47,10 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.contract.numbers import finite_number
 from dlscale.contract.run_config import NOT_MATCHED_KEYS
+from dlscale.contract.text import excerpt
 from dlscale.metrics.points import PointKey, point_key, run_throughputs
-from dlscale.store.validate import finite_number, show
 
 NOT_IN_POINT_KEY = NOT_MATCHED_KEYS
 """Config keys that label a run without changing what is measured: ignored when matching."""
@@ -307,7 +308,9 @@ def _unusable(run: dict[str, Any]) -> str | None:
     values += [(f"throughput of window {i + 1}", w) for i, w in enumerate(windows)]
     for name, value in values:
         if not (finite_number(value) and value > 0):
-            return f"completed, but its {name} is {show(value)}, not a number above 0: not compared"
+            return (
+                f"completed, but its {name} is {excerpt(value)}, not a number above 0: not compared"
+            )
     return None
 
 

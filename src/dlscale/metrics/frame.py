@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlscale.contract.facts import FrameworkFacts
 from dlscale.contract.plugins import load_plugins
+from dlscale.contract.text import excerpt
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.store.results import DEFAULT_ROOT, RunStore
 
@@ -37,7 +38,7 @@ def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.Dat
     import pandas as pd
 
     if per not in ("run", "point"):
-        raise ValueError(f"per must be 'run' or 'point', got {per!r}")
+        raise ValueError(f"per must be 'run' or 'point', got {excerpt(per)}")
     load_plugins()  # a plug-in's stored options and reference flags read like the built-ins
 
     rows = add_scaling(RunStore(path).results(), per=per)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from dlscale.contract.numbers import whole_number
 from dlscale.contract.shapes import COMPLETED, MEASURED, METRICS
-from dlscale.store.validate import Problem, problems, show
+from dlscale.contract.text import excerpt
+from dlscale.store.validate import Problem, problems
 
 
 def impossible_figures(metrics: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
@@ -38,9 +40,10 @@ _THROUGHPUT = ("throughput_img_s", "throughput_ci95_img_s", "throughput_windows_
 
 def _said(problem: Problem) -> str:
     """One stored figure in words: ``throughput of window 2 is nan img/s``."""
-    value, unit = show(problem.value), problem.shape.unit
-    if problem.key == "throughput_windows_img_s" and problem.where[1:-1].isdigit():
-        return f"throughput of window {int(problem.where[1:-1]) + 1} is {value} img/s"
+    value, unit = excerpt(problem.value), problem.shape.unit
+    window = whole_number(problem.where[1:-1])
+    if problem.key == "throughput_windows_img_s" and window is not None:
+        return f"throughput of window {window + 1} is {value} img/s"
     if problem.key == "throughput_img_s":
         return f"throughput is {value} img/s"
     return f"{problem.key}{problem.where} is {value}" + (f" {unit}" if unit else "")

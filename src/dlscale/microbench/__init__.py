@@ -31,7 +31,7 @@ MIN_PROCESSES = {"send_recv": 2}
 """Collectives that need more than one process (send_recv: a ping-pong between ranks 0 and 1);
 a kernel skips them below that."""
 MAX_BYTES = 1 << 30
-_SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$")
+_SIZE = re.compile(r"^([0-9]{1,15})\s*([kmg]?)b?\Z")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from dlscale.contract.numbers import finite_number
 from dlscale.contract.records import Collective, Record
 from dlscale.contract.shapes import MAX_QUANTITY
 from dlscale.perfmodel.costs import bus_bandwidth
-from dlscale.store.validate import finite_number
 
 
 def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[dict[str, Any]]:

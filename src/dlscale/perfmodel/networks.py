@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from dlscale.contract.errors import SchemaError
+from dlscale.contract.numbers import finite_number as is_finite
 from dlscale.contract.shapes import MAX_QUANTITY, TIMESTAMP
+from dlscale.contract.text import excerpt
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.validate import Link, network_key, plain_key
-from dlscale.store.validate import finite_number as is_finite
-from dlscale.store.validate import show
 
 
 @dataclass(frozen=True)
@@ -76,10 +76,10 @@ def _unusable_run(stored: dict[str, Any]) -> str | None:
     if started is None:
         return "no start time in it (damaged?)"
     if not (finite_number(started) and TIMESTAMP.low <= started <= TIMESTAMP.high):
-        return f"started_at is {show(started)}, not {TIMESTAMP.expected}"
+        return f"started_at is {excerpt(started)}, not {TIMESTAMP.expected}"
     config = stored.get("config")
     if not isinstance(config, dict):
-        return f"config is {show(config)}, not an object (damaged?)"
+        return f"config is {excerpt(config)}, not an object (damaged?)"
     return None
 
 
@@ -165,7 +165,7 @@ def finite_number(value: Any) -> TypeGuard[float]:
 def _word(value: Any) -> str:
     """A stored value in a message: as written, cut when long (a huge integer by its size)."""
     if isinstance(value, int) and abs(value) >= 10**20:
-        return show(value)
+        return excerpt(value)
     return str(value)[:40]
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlscale.contract.numbers import whole_number
 from dlscale.runtime.procfs import HAS_PROC, stat_fields
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
@@ -57,14 +58,15 @@ def tree_cpu(root: int) -> float | None:
     parents: dict[int, int] = {}
     times: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        pid = whole_number(entry.name)
+        if pid is None:
             continue
-        fields = stat_fields(int(entry.name))
+        fields = stat_fields(pid)
         if fields is None or len(fields) < 13:
             continue
         try:
-            parents[int(entry.name)] = int(fields[1])
-            times[int(entry.name)] = (int(fields[11]) + int(fields[12])) * _TICK_S
+            parents[pid] = int(fields[1])
+            times[pid] = (int(fields[11]) + int(fields[12])) * _TICK_S
         except ValueError:
             continue
     if root not in times:

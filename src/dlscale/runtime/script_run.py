@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.models import MODELS
+from dlscale.contract.numbers import whole_number
 from dlscale.contract.options import declared, setting
 from dlscale.contract.user_models import ScriptModelSpec
 from dlscale.runtime.engine import worker_environment
@@ -97,7 +98,7 @@ def run_script(
     recorder.finish(path.name)
 
 
-_BATCH_FLAG = re.compile(r"^(--batch[-_]size|-b)(=(?P<value>.*))?$")
+_BATCH_FLAG = re.compile(r"(--batch[-_]size|-b)(=(?P<value>.*))?\Z")
 
 
 def script_batch_size(args: list[str]) -> int | None:
@@ -109,9 +110,10 @@ def script_batch_size(args: list[str]) -> int | None:
             text = match["value"]
             if text is None:
                 text = args[index + 1] if index + 1 < len(args) else ""
-            if not text.isdigit() or int(text) < 1:
-                raise UserError(f"the script's {match[1]} {text!r} is not a positive integer")
-            return int(text)
+            size = whole_number(text, low=1)
+            if size is None:
+                raise UserError(f"the script's {match[1]} {text[:40]!r} is not a positive integer")
+            return size
     return None
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import Window
+from dlscale.contract.text import excerpt
 from dlscale.runtime.load import LoadSample, load_fields, sample
 from dlscale.runtime.script_probe import ScriptProbe, SetSync
 from dlscale.runtime.watchdog import local_parent
@@ -144,7 +145,9 @@ class StepRecorder:
     def _samples(self, samples: int | None) -> int:
         value = samples if samples is not None else self.samples_per_step
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UserError(f"dlscale.mark_step takes a positive number of samples, got {value!r}")
+            raise UserError(
+                f"dlscale.mark_step takes a positive number of samples, got {excerpt(value)}"
+            )
         return value
 
     def _write(self, now: float) -> None:

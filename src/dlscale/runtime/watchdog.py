@@ -18,11 +18,12 @@ The process that starts the commands (:func:`dlscale.launchers.processes.start_p
 A worker that finds them set, in the parent's scope (:func:`start_watchdog`, the first thing
 ``dlscale.worker`` does), runs a daemon thread that checks every :data:`CHECK_S` seconds that
 the parent is still there (the pid exists, is not a zombie and started at that time). Once it
-is gone, the worker SIGKILLs its own process group: the group ``start_processes`` made for the
-command, so the tool and the ranks it started die too, not only this rank. A worker started by
-hand, without the variables, has no watchdog. The direct child of the parent also gets
-``PR_SET_PDEATHSIG`` (Linux), which is immediate; the watchdog covers the processes a tool
-started and the systems without it.
+is gone, the worker kills what the run started outside its groups (the processes carrying the
+run's token, :mod:`dlscale.runtime.sweep`), then SIGKILLs its own process group: the group
+``start_processes`` made for the command, so the tool and the ranks it started die too, not
+only this rank. A worker started by hand, without the variables, has no watchdog. The direct
+child of the parent also gets ``PR_SET_PDEATHSIG`` (Linux), which is immediate; the watchdog
+covers the processes a tool started and the systems without it.
 
 The thread needs the interpreter lock: a rank blocked in native code that holds it is killed by
 a sibling's group kill, or by the parent-death signal when it is the direct child.
@@ -38,7 +39,9 @@ import threading
 import time
 from collections.abc import Mapping
 
+from dlscale.contract.numbers import whole_number
 from dlscale.runtime.procfs import boot_id, is_alive, process_start
+from dlscale.runtime.sweep import MARK_ENV, sweep
 
 PARENT_PID_ENV = "DLSCALE_PARENT_PID"
 PARENT_START_ENV = "DLSCALE_PARENT_START"
@@ -97,7 +100,7 @@ def start_watchdog(environ: Mapping[str, str] | None = None) -> threading.Thread
     if pid is None or not hasattr(os, "killpg"):
         return None
     start_text = environ.get(PARENT_START_ENV, "")
-    start = int(start_text) if start_text.isdigit() else None
+    start = whole_number(start_text)
     try:
         parent_group: int | None = os.getpgid(pid)
     except OSError:
@@ -116,6 +119,8 @@ def _watch(pid: int, start: int | None, parent_group: int | None) -> None:
         f"dlscale worker {os.getpid()}: the dlscale process {pid} that started it is gone; "
         "stopping its process group\n"
     )
+    if mark := os.environ.get(MARK_ENV):  # what the run's commands started outside their groups
+        sweep(mark)
     group = os.getpgid(0)
     # The group start_processes made for the command (the session's group), or this process's
     # own; never a group the parent was in (that would be someone else's, e.g. a shell's).

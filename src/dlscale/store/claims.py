@@ -16,7 +16,8 @@ from pathlib import Path
 
 from dlscale.config.claims import Claim, parse_claims
 from dlscale.contract.errors import SchemaError, UserError
-from dlscale.contract.files import parse_json, read_small_file, write_json_atomic
+from dlscale.contract.files import parse_json, read_small_file, unreadable, write_json_atomic
+from dlscale.contract.text import excerpt
 from dlscale.store.results import RunStore
 
 PREFIX = "claims-"
@@ -62,14 +63,14 @@ def _read(path: Path) -> tuple[str, tuple[Claim, ...]] | str:
     try:  # never through a link, never blocking on a FIFO planted under the name
         raw = read_small_file(path, _LIMIT)
     except OSError as error:
-        return f"not a readable file ({error.strerror or error})"
+        return f"not a readable file ({unreadable(error)})"
     if len(raw) >= _LIMIT:
         return f"larger than {_LIMIT // 1024} KiB (dlscale writes a few)"
     try:
         document = parse_json(raw, path, "claims")
         study = document.get("study")
         if not isinstance(study, str):
-            raise UserError(f"study must be a name, got {study!r}")
+            raise UserError(f"study must be a name, got {excerpt(study)}")
         return study, parse_claims(document.get("claims"), "claims")
     except (SchemaError, UserError) as error:
         return str(error).removeprefix(f"{path}: ")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.files import OutputError, output_failure, read_small_file, refuse_link
+from dlscale.contract.numbers import finite_number, whole_value
 from dlscale.contract.text import shell_command
 from dlscale.runtime.procfs import boot_id, is_alive, process_start
 
@@ -35,6 +36,8 @@ TAKEOVER_STALE_S = 10.0
 UNREADABLE_LOCK_STALE_S = 60.0
 """A lock that cannot be parsed (one left by an older dlscale, whose owner died between
 creating and writing it) is stale after this long; younger, it may be one being written."""
+PID_MAX = 2**22
+"""Linux's largest process id (``/proc/sys/kernel/pid_max`` is at most 4194304)."""
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
 
 
@@ -50,25 +53,43 @@ def this_process() -> dict[str, Any]:
 
 
 def describe_owner(owner: dict[str, Any] | None) -> str:
-    """A lock's owner in words: ``pid 123 on host h, since 12:03:04``."""
+    """A lock's owner in words: ``pid 123 on host h, since 12:03:04`` (``owner`` as
+    :func:`read_owner` gives it: every value checked)."""
     if not owner:
         return "owner unknown"
     since = owner.get("time")
-    when = (
-        f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}"
-        if isinstance(since, int | float)
-        else ""
-    )
-    return f"pid {owner.get('pid', '?')} on host {owner.get('host', '?')}{when}"
+    when = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}" if since else ""
+    return f"pid {owner['pid']} on host {owner['host']}{when}"
 
 
-def read_owner(lock: Path) -> dict[str, Any] | None:
-    """Who holds ``lock``, as written in it; None: no lock, or not a readable one."""
+def read_owner(lock: Path, dir_fd: int | None = None) -> dict[str, Any] | None:
+    """Who holds ``lock``, as written in it, every value checked (a lock is a file anyone who
+    can write to the store can forge: a pid of ``1e999`` or a time of ``1e300`` is damage);
+    None: no lock, or not a readable one."""
     try:
-        owner = json.loads(read_small_file(lock))
-    except (OSError, ValueError):
+        return parse_owner(read_small_file(lock if dir_fd is None else lock.name, dir_fd=dir_fd))
+    except OSError:
         return None
-    return owner if isinstance(owner, dict) else None
+
+
+def parse_owner(raw: bytes) -> dict[str, Any] | None:
+    """The owner in a lock's bytes, or None if they are not one: the pid a whole number a
+    process id can be, the host a name of at most 255 characters, the start and boot as
+    :func:`this_process` writes them (else None) and the time a date between 1970 and 5138."""
+    try:
+        owner = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(owner, dict) or (pid := whole_value(owner.get("pid"), 1, PID_MAX)) is None:
+        return None
+    host, boot = owner.get("host"), owner.get("boot")
+    return {
+        "host": host[:255] if isinstance(host, str) else "?",
+        "pid": pid,
+        "start": whole_value(owner.get("start")),
+        "boot": boot[:64] if isinstance(boot, str) else None,
+        "time": since if finite_number(since := owner.get("time"), 1.0, 1e11) else None,
+    }
 
 
 def refuse_foreign(path: Path, fd: int | None = None) -> None:
@@ -111,12 +132,9 @@ def release(lock: Path, fd: int) -> None:
     """Remove ``lock`` if it is this process's (or unreadable); another process's lock (ours
     was removed by hand and the point taken since) stays. Never raises: it runs in ``finally``
     blocks, where an error would hide the one that ended the run."""
-    try:
-        owner = json.loads(read_small_file(lock.name, dir_fd=fd))
-    except (OSError, ValueError):
-        owner = None
+    owner = read_owner(lock, fd)
     me = this_process()
-    if isinstance(owner, dict) and any(owner.get(k) != me[k] for k in ("host", "pid", "start")):
+    if owner and any(owner[k] != me[k] for k in ("host", "pid", "start")):
         return
     with contextlib.suppress(OSError):
         if stat.S_ISREG(os.lstat(lock.name, dir_fd=fd).st_mode):
@@ -128,7 +146,7 @@ def _create(lock: Path, fd: int, owner: str) -> bool:
     tmp = f"{TEMP_PREFIX}{secrets.token_hex(6)}.tmp"
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        handle = os.fdopen(os.open(tmp, flags, 0o644, dir_fd=fd), "w", encoding="utf-8")
+        handle = os.fdopen(os.open(tmp, flags, 0o666, dir_fd=fd), "w", encoding="utf-8")
     except FileNotFoundError:
         raise _gone(lock) from None
     except OSError as error:
@@ -162,7 +180,7 @@ def _create_in_place(lock: Path, fd: int, owner: str) -> bool:
     the lock it made, so a full disk leaves none."""
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        handle = os.fdopen(os.open(lock.name, flags, 0o644, dir_fd=fd), "w", encoding="utf-8")
+        handle = os.fdopen(os.open(lock.name, flags, 0o666, dir_fd=fd), "w", encoding="utf-8")
     except FileExistsError:
         return False
     except OSError as error:
@@ -189,7 +207,7 @@ def take_over(lock: Path, fd: int) -> bool:
     guard = lock.with_name(TAKEOVER)
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        os.close(os.open(TAKEOVER, flags, 0o644, dir_fd=fd))
+        os.close(os.open(TAKEOVER, flags, 0o666, dir_fd=fd))
     except FileExistsError:
         refuse_foreign(guard, fd)
         try:  # another process is taking it over, or one crashed doing so
@@ -216,23 +234,38 @@ def take_over(lock: Path, fd: int) -> bool:
 def _stale(lock: Path) -> bool:
     """Whether ``lock`` is gone or its owner certainly is (only this host can tell)."""
     try:
-        owner = json.loads(read_small_file(lock))
-        if not isinstance(owner, dict):
-            raise ValueError("not an object")
-        pid = int(owner["pid"])
-        if pid <= 0:
-            raise ValueError(f"pid {pid}")
+        raw = read_small_file(lock)
     except FileNotFoundError:
         return True
-    except (OSError, ValueError, KeyError, TypeError):
+    except OSError:
+        raw = b""
+    owner = parse_owner(raw)
+    if owner is None:
+        if not _cut_short(raw):  # no owner in it (a pid of 1e999): damage, not a lock being written
+            return True
         try:
             return time.time() - os.lstat(lock).st_mtime > UNREADABLE_LOCK_STALE_S
         except FileNotFoundError:
             return True
-    if owner.get("host") != socket.gethostname():
+    if owner["host"] != socket.gethostname():
         return False  # another host's run: only that host can tell
     boot = boot_id()
-    if owner.get("boot") and boot and owner["boot"] != boot:
+    if owner["boot"] and boot and owner["boot"] != boot:
         return True  # written before this machine rebooted
-    start = owner.get("start")
-    return not is_alive(pid, start if isinstance(start, int) else None)  # gone, zombie, reused
+    return not is_alive(owner["pid"], owner["start"])  # gone, zombie, reused
+
+
+def _cut_short(raw: bytes) -> bool:
+    """Whether ``raw`` may be a lock an older dlscale was still writing (it made the file, then
+    wrote its owner): empty, or JSON cut off at its end. Anything else without an owner in it
+    is damage."""
+    text = raw.decode("utf-8", errors="replace")
+    if not text.strip():
+        return True
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return error.pos >= len(text.rstrip())
+    except (ValueError, RecursionError):
+        return False
+    return False

@@ -19,15 +19,12 @@ from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.files import schema_version
 from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.numbers import finite_number
 from dlscale.contract.result import Result
 from dlscale.contract.run_config import config_defaults, core_keys
 from dlscale.contract.shapes import MAX_QUANTITY
-from dlscale.store.validate import (  # ShapeError: readers catch it from here
-    ShapeError,
-    check_result,
-    finite_number,
-    show,
-)
+from dlscale.contract.text import excerpt
+from dlscale.store.validate import ShapeError, check_result  # readers catch ShapeError here
 
 SCHEMA_1_PLUGIN_KEYS = {
     "amp": "backend",
@@ -64,7 +61,7 @@ def result_view(document: dict[str, Any]) -> Result:
         if not _scalar(value):
             raise ShapeError(f"config key {key} is a {type(value).__name__}, not a value")
         if _number(value) and not finite_number(value):
-            raise ShapeError(f"config key {key} is {show(value)}, not a finite number")
+            raise ShapeError(f"config key {key} is {excerpt(value)}, not a finite number")
     for key, kinds in _CONFIG_TYPES.items():
         _check_type(f"config key {key}", settings.get(key), kinds)
     return result
@@ -90,7 +87,7 @@ def check_stored(document: dict[str, Any]) -> None:
         if key not in document:
             raise ShapeError(f"no {key}")
         if not isinstance(document[key], str) or not document[key]:
-            raise ShapeError(f"{key} is {show(document[key])}, not a name")
+            raise ShapeError(f"{key} is {excerpt(document[key])}, not a name")
     config = document.get("config")
     if config is None:
         raise ShapeError("no config")
@@ -101,14 +98,14 @@ def check_stored(document: dict[str, Any]) -> None:
             raise ShapeError(f"config has no {key}")
     for key in ("backend", "model", "dataset"):
         if not isinstance(config[key], str) or not config[key]:
-            raise ShapeError(f"config key {key} is {show(config[key])}, not a name")
+            raise ShapeError(f"config key {key} is {excerpt(config[key])}, not a name")
     workers = config["workers"]
     if (
         isinstance(workers, bool)
         or not isinstance(workers, int)
         or not 1 <= workers <= MAX_QUANTITY
     ):
-        raise ShapeError(f"config key workers is {show(workers)}, not a count")
+        raise ShapeError(f"config key workers is {excerpt(workers)}, not a count")
     options = config.get("options")
     if options is not None and (
         not isinstance(options, dict) or not all(isinstance(g, dict) for g in options.values())
@@ -124,11 +121,11 @@ def check_stored(document: dict[str, Any]) -> None:
 
 def _check_type(name: str, value: Any, kinds: tuple[type, ...]) -> None:
     if isinstance(value, bool) and bool not in kinds:
-        raise ShapeError(f"{name} is {show(value)}, not a {kinds[0].__name__}")
+        raise ShapeError(f"{name} is {excerpt(value)}, not a {kinds[0].__name__}")
     if not isinstance(value, kinds):
-        raise ShapeError(f"{name} is {show(value)}, not a {kinds[0].__name__}")
+        raise ShapeError(f"{name} is {excerpt(value)}, not a {kinds[0].__name__}")
     if isinstance(value, int | float) and not finite_number(value):
-        raise ShapeError(f"{name} is {show(value)}, not a finite number")
+        raise ShapeError(f"{name} is {excerpt(value)}, not a finite number")
 
 
 def _number(value: Any) -> bool:

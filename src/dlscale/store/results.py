@@ -34,10 +34,11 @@ from dlscale.contract.files import (
     parse_json,
     read_regular,
     refuse_non_directory,
+    unreadable,
     write_json_atomic,
 )
 from dlscale.contract.result import Result
-from dlscale.contract.text import visible
+from dlscale.contract.text import excerpt, visible
 from dlscale.store import locks, rundir
 from dlscale.store.locks import LOCK, TAKEOVER, describe_owner
 
@@ -300,7 +301,7 @@ def _read(path: Path) -> Stored:
     except FileNotFoundError:
         return Stored(path)  # not written yet, or removed since it was listed
     except OSError as error:
-        return Stored(path, problem=f"cannot be read ({error.strerror or error})")
+        return Stored(path, problem=f"cannot be read ({unreadable(error)})")
     fingerprint = (info.st_ino, info.st_mtime_ns, info.st_size)
     try:
         # Every schema is read into the current shape; keys added after a result was written
@@ -312,4 +313,7 @@ def _read(path: Path) -> Stored:
         return Stored(path, problem=error.problem, fingerprint=fingerprint)
     except ShapeError as error:
         return Stored(path, problem=f"not a usable result: {error}", fingerprint=fingerprint)
+    if result.run_id != path.parent.name:  # copied or forged: it would count as another point
+        said = f"the result of run {excerpt(result.run_id)}, not of {path.parent.name}"
+        return Stored(path, problem=f"{said} (copied or forged)", fingerprint=fingerprint)
     return Stored(path, result=result, fingerprint=fingerprint)

@@ -13,38 +13,19 @@ cannot drift. Definitions and units: docs/metrics.md ("Stored values" gives thes
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
+from dlscale.contract.numbers import finite_number, whole_number
 from dlscale.contract.result import RESULT
 from dlscale.contract.shapes import ANY, COMPLETED, ENVIRONMENT, MEASURED, METRICS, Shape
+from dlscale.contract.text import excerpt
 
 
 class ShapeError(ValueError):
     """A stored result lacks a key every reader needs, or holds a value outside its shape. The
     message says which, in a few words (it ends up in a one-line warning)."""
-
-
-def finite_number(value: Any) -> TypeGuard[float]:
-    """A real number a float holds, finite: not a bool, a string, NaN, an infinity, nor an
-    integer too large for a float (``math.isfinite`` would raise on that)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
-def show(value: Any) -> str:
-    """A stored value in a message: short (a long one cut, a huge integer by its length)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
-        digits = math.floor(value.bit_length() * math.log10(2)) + 1
-        return f"an integer of about {digits} digits"
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 @dataclass(frozen=True)
@@ -60,7 +41,7 @@ class Problem:
     shape: Shape
 
     def __str__(self) -> str:
-        return f"{self.field}{self.where} is {show(self.value)}, not {self.shape.expected}"
+        return f"{self.field}{self.where} is {excerpt(self.value)}, not {self.shape.expected}"
 
 
 def check(values: Mapping[str, Any], shapes: Mapping[str, Shape], what: str = "") -> None:
@@ -123,7 +104,7 @@ def _first(value: Any, shape: Shape) -> tuple[str, Any, Shape] | None:
                 return "", value, shape
             found = _first(item, shape.item)
             if found is not None:
-                return f"[{show(key)}]{found[0]}", found[1], found[2]
+                return f"[{excerpt(key)}]{found[0]}", found[1], found[2]
         return None
     if not isinstance(value, list):
         return "", value, shape
@@ -161,7 +142,7 @@ def _number(value: Any) -> bool:
 
 
 def _whole_number_text(key: str) -> bool:
-    return key.isdigit() and key.isascii() and len(key) <= 18
+    return whole_number(key) is not None
 
 
 def _any(value: Any) -> tuple[str, Any, Shape] | None:
@@ -171,7 +152,7 @@ def _any(value: Any) -> tuple[str, Any, Shape] | None:
     while stack:
         where, item = stack.pop()
         if isinstance(item, dict):
-            stack.extend((f"{where}[{show(k)}]", v) for k, v in reversed(item.items()))
+            stack.extend((f"{where}[{excerpt(k)}]", v) for k, v in reversed(item.items()))
         elif isinstance(item, list):
             stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(item))))
         elif _number(item) and not finite_number(item):

@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from dlscale.contract.comm_bytes import ring_bytes_mean
+from dlscale.contract.text import excerpt
 
 __all__ = [
     "COMPRESSIONS",
@@ -168,7 +169,7 @@ class Fusion:
             raise ValueError(f"bucket_mb must be > 0, got {bucket_mb}")
         if compression not in COMPRESSIONS:
             raise ValueError(
-                f"compression must be one of {', '.join(COMPRESSIONS)}; got {compression!r}"
+                f"compression must be one of {', '.join(COMPRESSIONS)}; got {excerpt(compression)}"
             )
         self.compression = compression
         self.dtype = COMPRESSIONS[compression]
