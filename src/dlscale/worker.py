@@ -21,6 +21,7 @@ has none.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
@@ -96,27 +97,22 @@ def main(argv: list[str]) -> int:
         else:  # training, or a role that serves it (a microbench's parameter servers too)
             load_object(backend.worker)(ctx)
     except UserError as error:
-        events.write(Error(kind="user", message=clip(str(error), where=_STDERR)))
+        _record(events, "user", error)
         print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)
         return 2
     except WorkerFault as error:
-        events.write(Error(kind="fault", message=clip(str(error), where=_STDERR)))
+        _record(events, "fault", error)
         print(f"dlscale worker rank {rank}: {error}", file=sys.stderr)
         return 1
     except SystemExit as done:  # a model function or a plug-in that exits instead of returning
         said = f"the run's code called sys.exit({clip(repr(done.code), 200)}) while it trained"
-        events.write(Error(kind="user", message=f"{said}; a model function returns its model"))
+        _record(events, "user", f"{said}; a model function returns its model")
         print(f"dlscale worker rank {rank}: {said}", file=sys.stderr)
         return 2
     except BaseException as error:  # a worker must leave a record of any failure
-        events.write(
-            Error(
-                kind=type(error).__name__,
-                message=clip(str(error), where=_STDERR),
-                traceback=clip(traceback.format_exc(), 20_000, _STDERR),
-            )
-        )
-        traceback.print_exc()
+        _record(events, type(error).__name__, error, with_traceback=True)
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
         return 1
     events.write(End())
     events.close()
@@ -124,6 +120,24 @@ def main(argv: list[str]) -> int:
 
 
 _STDERR = "the rank's stderr file in the run's directory has all of it"
+
+
+def _record(
+    events: EventWriter, kind: str, error: BaseException | str, with_traceback: bool = False
+) -> None:
+    """Write the record of the failure that ended the worker, even when a signal handler
+    raises while it is made: torch's SIGCHLD handler raises "DataLoader worker ... is killed"
+    wherever the main thread is, and it landed once inside ``traceback.format_exc()`` for the
+    ConnectionResetError the same death had caused first, so the rank left no record and its
+    peer, which only lost its connection, was blamed. The first failure is the one recorded."""
+    message = clip(str(error), where=_STDERR)
+    for _ in range(3):
+        try:
+            said = clip(traceback.format_exc(), 20_000, _STDERR) if with_traceback else None
+            events.write(Error(kind=kind, message=message, traceback=said))
+            return
+        except Exception:  # raised by a signal handler meanwhile: make the record again
+            with_traceback = False
 
 
 def _forget_working_directory() -> None:

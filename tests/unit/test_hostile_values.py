@@ -276,3 +276,28 @@ def test_a_stored_result_copied_into_another_points_folder_is_not_that_point(tmp
     assert [r.run_id for r in store.results()] == [run_id]
     (warning,) = warnings
     assert "copied or forged" in warning and "forged/result.json" in warning
+
+
+def test_a_worker_records_its_failure_even_when_a_signal_handler_raises_meanwhile(tmp_path):
+    """torch's SIGCHLD handler raised inside the recording of a ConnectionResetError once (CI,
+    a killed DataLoader process): the rank left no record and its peer was blamed."""
+    from dlscale import worker
+    from dlscale.contract.events import EventWriter, events_path, read_events
+
+    class Interrupted(EventWriter):
+        raised = False
+
+        def write(self, record):
+            if not self.raised:  # as the handler raises at the next bytecode, once
+                self.raised = True
+                raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Killed.")
+            super().write(record)
+
+    events = Interrupted(events_path(tmp_path, 0), 0)
+    try:
+        raise ConnectionResetError(104, "Connection reset by peer")
+    except ConnectionResetError as error:
+        worker._record(events, type(error).__name__, error, with_traceback=True)
+    events.close()
+    (record,) = read_events(events_path(tmp_path, 0))
+    assert record["event"] == "error" and "Connection reset by peer" in record["message"]

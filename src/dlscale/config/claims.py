@@ -84,7 +84,9 @@ def parse_claims(
     for number, item in enumerate(items, 1):
         claim = _claim(item, f"{origin}: claim {number}", coerce)
         if claim.id in seen:
-            raise UserError(f"{origin}: two claims have the id {claim.id!r}; give each its own")
+            raise UserError(
+                f"{origin}: two claims have the id {excerpt(claim.id)}; give each its own"
+            )
         seen.add(claim.id)
         claims.append(claim)
     return tuple(claims)
@@ -95,7 +97,9 @@ def _claim(item: Any, where: str, coerce: Callable[[str, Any], Any] | None) -> C
         raise UserError(f"{where} must be a table of keys ({', '.join(_FIELDS)})")
     unknown = sorted(set(item) - set(_FIELDS))
     if unknown:
-        raise UserError(f"{where}: unknown key {unknown[0]!r}; a claim has {', '.join(_FIELDS)}")
+        raise UserError(
+            f"{where}: unknown key {excerpt(unknown[0])}; a claim has {', '.join(_FIELDS)}"
+        )
     ident = item.get("id")
     if not isinstance(ident, str) or not _ID.match(ident):
         raise UserError(

@@ -107,7 +107,7 @@ def load_study_file(path: Path) -> dict[str, Any]:
 def _selector_value(key: str, value: Any) -> Any:
     """A claim's selector value in its key's type (an unknown key refused)."""
     if key not in valid_keys():
-        raise UserError(f"unknown key {key!r} (dlscale run --keys lists the study keys)")
+        raise UserError(f"unknown key {excerpt(key)} (dlscale run --keys lists the study keys)")
     value = coerce(key, value)
     _check_accepted(key, [value])
     return value
@@ -118,7 +118,7 @@ def _checked(key: str, value: Any, origin: str) -> Any:
     check_key(key, origin=origin)
     values = value if isinstance(value, list) else [value]
     if not values:
-        raise UserError(f"{origin}: key {key!r} has an empty list")
+        raise UserError(f"{origin}: key {excerpt(key)} has an empty list")
     return [coerce(key, item) for item in values] if isinstance(value, list) else coerce(key, value)
 
 
@@ -134,7 +134,7 @@ def apply_scale(settings: dict[str, Any], chosen: str | None, origin: str) -> di
         return settings
     if name not in scales:
         have = ", ".join(["full", *sorted(scales)])
-        raise UserError(f"{origin}: the study has no scale {name!r}; it has: {have}")
+        raise UserError(f"{origin}: the study has no scale {excerpt(name)}; it has: {have}")
     return {**settings, **scales[name]}
 
 
@@ -152,7 +152,7 @@ def valid_keys() -> list[str]:
 def check_key(key: str, origin: str) -> None:
     if key not in valid_keys():
         raise UserError(
-            f"{origin}: unknown key {key!r}; valid keys: {', '.join(valid_keys())} "
+            f"{origin}: unknown key {excerpt(key)}; valid keys: {', '.join(valid_keys())} "
             "(dlscale run --keys explains each)"
         )
 
@@ -164,7 +164,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep:
-            raise UserError(f"--set {item!r}: write key=value")
+            raise UserError(f"--set {excerpt(item)}: write key=value")
         if key == SCALE:
             out[key] = _scale_name(text, "--set")
             continue
@@ -326,7 +326,7 @@ def _check_accepted(key: str, values: list[Any]) -> None:
                 break
             accepted.append(f"{owner} accepts {key} = {', '.join(map(str, option.choices))}")
         else:
-            raise UserError(f"no plug-in accepts {key} = {value!r}: " + "; ".join(accepted))
+            raise UserError(f"no plug-in accepts {key} = {excerpt(value)}: " + "; ".join(accepted))
 
 
 def _plugin_options(backend: str, dataset: str, launcher: str) -> set[str]:

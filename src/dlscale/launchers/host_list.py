@@ -22,6 +22,7 @@ from dlscale.contract.errors import UserError
 from dlscale.contract.files import read_bounded, unreadable
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.run_config import RunConfig
+from dlscale.contract.text import excerpt
 from dlscale.launchers.options import HostListOptions
 
 MAX_SLOTS = 4096
@@ -65,14 +66,16 @@ class Placement:
 
 def _check_name(name: str, what: str) -> str:
     if not _NAME.match(name):
-        raise UserError(f"{what}: {name!r} is not a host name (letters, digits, '.', '-', '_')")
+        raise UserError(
+            f"{what}: {excerpt(name)} is not a host name (letters, digits, '.', '-', '_')"
+        )
     return name
 
 
 def _check_slots(text: str, name: str, what: str) -> int:
     slots = whole_number(text, low=1, high=MAX_SLOTS)
     if slots is None:
-        raise UserError(f"{what}: host {name} has slots {text[:40]!r}; give 1 to {MAX_SLOTS}")
+        raise UserError(f"{what}: host {name} has slots {excerpt(text)}; give 1 to {MAX_SLOTS}")
     return slots
 
 
@@ -125,7 +128,9 @@ def _unique(hosts: list[tuple[str, int]], what: str) -> tuple[tuple[str, int], .
 
 def check_interface(value: str) -> None:
     if value and not _INTERFACE.match(value):
-        raise UserError(f"interface = {value!r} is not a network interface's name (eth0, ib0)")
+        raise UserError(
+            f"interface = {excerpt(value)} is not a network interface's name (eth0, ib0)"
+        )
 
 
 def placement(config: RunConfig, size: int) -> Placement | None:

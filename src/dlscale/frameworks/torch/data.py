@@ -62,6 +62,19 @@ def loader_died(error: RuntimeError) -> WorkerFault | None:
     return WorkerFault(LOADER_DIED.format(detail=f" ({str(error).strip()})"))
 
 
+def loader_death_pending() -> WorkerFault | None:
+    """A ``DataLoader`` process that died, asked of torch directly: its death can reach the
+    training process first as a ``ConnectionResetError`` on its pipe, before torch's SIGCHLD
+    handler raises its own words; ``None`` when every loader process is alive."""
+    from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
+
+    try:
+        _error_if_any_worker_fails()
+    except RuntimeError as error:
+        return loader_died(error)
+    return None
+
+
 def to_torch(data: NumpyDataset, device: torch.device | str) -> TorchDataset:
     """``data`` on ``device``: its arrays uploaded once, its transform done there per batch."""
     device = torch.device(device)

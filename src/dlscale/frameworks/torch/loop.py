@@ -26,7 +26,7 @@ from dlscale.contract.models import MODELS
 from dlscale.contract.records import Strategy
 from dlscale.contract.run_config import RunConfig
 from dlscale.contract.user_models import classes_from_output, refused_input
-from dlscale.frameworks.torch.data import TorchDataset, loader_died, to_torch
+from dlscale.frameworks.torch.data import TorchDataset, loader_death_pending, loader_died, to_torch
 from dlscale.frameworks.torch.env import torch_environment
 from dlscale.frameworks.torch.options import TorchLoopOptions
 from dlscale.runtime.context import WorkerContext
@@ -192,6 +192,11 @@ def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
                 if fault is None:
                     raise
                 raise fault from None
+            except (ConnectionError, EOFError) as error:  # a loader's pipe, if one died
+                fault = loader_death_pending()
+                if fault is None:
+                    raise
+                raise fault from error
         else:
             strategy.serve(ctx, device)
         completed = True
