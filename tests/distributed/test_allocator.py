@@ -34,16 +34,21 @@ def clean_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ours}
 
 
-@pytest.mark.parametrize("name", ALLOCATORS)
-def test_a_process_started_with_the_variables_runs_under_that_allocator(name: str):
-    env = clean_environment()
-    done = subprocess.run(
-        [sys.executable, "-c", ASK],
+def python_under(allocator: str, code: str, parent: dict[str, str]) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter with ``parent``'s environment and ``allocator``'s
+    variables, as a worker gets them."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**env, **allocator_env(name, env)},
+        env={**parent, **allocator_env(allocator, parent)},
     )
+
+
+@pytest.mark.parametrize("name", ALLOCATORS)
+def test_a_process_started_with_the_variables_runs_under_that_allocator(name: str):
+    done = python_under(name, ASK, clean_environment())
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == name
     assert done.stderr == ""  # e.g. "<jemalloc>: Invalid conf pair" for a bad MALLOC_CONF
@@ -55,13 +60,7 @@ def test_the_parents_preload_stays_loaded_behind_the_allocator():
     ask = "from dlscale.runtime.allocator import loaded_allocator; print(loaded_allocator())"
     maps = "print(open('/proc/self/maps').read())"
     for code, expected in ((ask, "jemalloc"), (maps, "libtcmalloc_minimal")):
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**parent, **allocator_env("jemalloc", parent)},
-        )
+        done = python_under("jemalloc", code, parent)
         assert done.returncode == 0 and expected in done.stdout, done.stderr
 
 
@@ -107,13 +106,7 @@ def test_the_default_allocator_keeps_a_freed_step_buffer_where_glibc_refaults_it
     env = clean_environment()
 
     def faults(allocator: str) -> int:
-        done = subprocess.run(
-            [sys.executable, "-c", REFAULTS],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**env, **allocator_env(allocator, env)},
-        )
+        done = python_under(allocator, REFAULTS, env)
         assert done.returncode == 0, done.stderr
         return int(done.stdout)
 
