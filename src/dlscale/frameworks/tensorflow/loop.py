@@ -170,12 +170,24 @@ def save_keras_params(model: Any, ctx: WorkerContext, read: Any = None) -> None:
     np.savez(ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
 
 
+_LEFT_TO_EXIT: list[Any] = []
+"""The engine is never freed, nor its training batches' tf.data iterator: the worker leaves
+with ``os._exit`` once its records are written (dlscale.worker), and freeing them after the
+last step waited in TensorFlow's native code under tf-mwms: when the other worker had left
+first, rank 1 sat there until the coordination service's heartbeat said so, 37 s after its
+last step (AlexNet, 2 workers, a loaded machine, 2 of 2 suite runs and 1 of 1 tries with a
+CPU hog beside; py-spy: idle at the line that freed the engine, then, with the engine kept, at
+the line whose return closed the batches' generator)."""
+
+
 def run_training(ctx: WorkerContext, strategy: TFStrategy) -> None:
     """A TensorFlow worker process: every process of these backends trains."""
     dist = strategy.setup(ctx)
     completed = False
     try:
-        run_schedule(ctx, TFEngine(ctx, strategy, dist))
+        engine = TFEngine(ctx, strategy, dist)
+        _LEFT_TO_EXIT.append(engine)
+        run_schedule(ctx, engine)
         completed = True
     finally:
         strategy.teardown(completed)
@@ -189,6 +201,7 @@ class TFEngine(ModelledSyncEngine):
     def __init__(self, ctx: WorkerContext, strategy: TFStrategy, dist: Any) -> None:
         cfg = ctx.config
         self.ctx, self.strategy, self.dist = ctx, strategy, dist
+        self._reading: Iterator[Any] | None = None  # the epoch's batches (see batches)
         self.synchronizes = strategy.synchronizes
         self.data, self.has_eval = load_tf_data(ctx)
         self.steps_per_epoch = self.data.steps_per_epoch
@@ -240,8 +253,13 @@ class TFEngine(ModelledSyncEngine):
         inter-op thread its iterator slowed every step of a ResNet-44 by ~45% on this machine,
         even steps that did not read it (docs/benchmarks.md, "TensorFlow")."""
         local = checked_batches(self.data, self.data.train_batches(epoch), epoch)
+        # held by the engine, which is never freed (_LEFT_TO_EXIT), and read by a for loop, not
+        # `yield from`: closing this generator after the last step then frees no tf.data
+        # iterator, whose deletion waited on a peer that had left (tf-mwms)
+        self._reading = local
         if not self.strategy.distributes_values:
-            yield from local
+            for batch in local:  # noqa: UP028 (yield from would close it with this generator)
+                yield batch
             return
         size, replicas = self.ctx.config.batch_per_worker, self.local_replicas
         for x, y in local:
