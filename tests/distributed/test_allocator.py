@@ -13,9 +13,9 @@ import pytest
 
 from dlscale.config import RunConfig
 from dlscale.contract.run_checks import ALLOCATORS
-from dlscale.runner import run_point
 from dlscale.runtime.allocator import GLIBC_TUNED, PRELOADED, allocator_env
 from dlscale.store import RunStore
+from tests.runs import run_completed
 
 pytestmark = pytest.mark.dist
 
@@ -74,11 +74,10 @@ def test_a_run_under_jemalloc_completes(tmp_path: Path):
         warmup_steps=1,
         allocator="jemalloc",
     )
-    outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
-    assert outcome.state == "completed", outcome.result and outcome.result.error
-    assert outcome.result.config["allocator"] == "jemalloc"
-    assert outcome.result.metrics["throughput_img_s"] > 0
-    stderr = (tmp_path / outcome.run_id / "rank0.stderr").read_text()
+    result, run_dir = run_completed(cfg, RunStore(tmp_path))
+    assert result.config["allocator"] == "jemalloc"
+    assert result.metrics["throughput_img_s"] > 0
+    stderr = (run_dir / "rank0.stderr").read_text()
     assert "jemalloc" not in stderr, stderr  # its settings were taken without a complaint
 
 
@@ -132,7 +131,6 @@ def test_a_run_under_the_default_allocator_counts_few_page_faults_per_step(
         warmup_steps=3,  # the heap's high-water mark is reached in the first steps
     )
     assert cfg.allocator == "glibc-tuned"
-    outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
-    assert outcome.state == "completed", outcome.result and outcome.result.error
-    faults = outcome.result.metrics["page_faults_per_step"]
+    result, _ = run_completed(cfg, RunStore(tmp_path))
+    faults = result.metrics["page_faults_per_step"]
     assert 0 <= faults < 1000, faults  # measured here: 225 and 449 against 2,797 to 6,952
