@@ -174,6 +174,10 @@ def test_a_stopped_command_exits_128_plus_the_signal_and_says_what_it_keeps(
 
 EARLY_SIGNAL = """
 import os, signal, sys
+# as an interactive shell starts its command (Python's own start, had the signals not been
+# ignored): a test run in a script's background inherits SIGINT ignored, which dlscale keeps
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from dlscale.start import entry
 
 MODULE, NUMBER = sys.argv[1], int(sys.argv[2])
