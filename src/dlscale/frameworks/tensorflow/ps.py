@@ -108,6 +108,7 @@ class PSEngine(Engine):
             self._losses = tf.Variable(0.0, dtype=tf.float64, trainable=False)
         self._eval_step = make_eval_step(self.model, cfg)
         self._iterator = iter(self.coordinator.create_per_worker_dataset(self._dataset_fn()))
+        self._wait_for_every_workers_iterator()
         self._worker_step = self._make_worker_step()
         gradient = trainable_bytes(self.model)
         ctx.events.write(
@@ -124,6 +125,17 @@ class PSEngine(Engine):
                 },
             )
         )
+
+    def _wait_for_every_workers_iterator(self) -> None:
+        """Block until every worker has built its dataset's iterator. TF builds them on each
+        worker's own coordinator thread, outside ``join()``; a worker still building (a late
+        or loaded machine) would leave the first scheduled steps to the others, each training
+        on its own replica's next batch instead of the late replica's, and the first window
+        would time the building. ``RemoteValueImpl._wait_and_maybe_error`` is private in TF
+        2.21 (the public ``get`` would copy the iterator to the chief); an iterator that could
+        not be built raises its error here."""
+        for remote in self._iterator._values:
+            remote._wait_and_maybe_error()
 
     def _epochs_needed(self) -> int:
         cfg = self.ctx.config
