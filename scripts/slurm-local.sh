@@ -7,6 +7,12 @@
 #                                      a Slurm of N nodes: N emulated hosts (dlscale hosts
 #                                      start DIR/hosts: network and UTS namespaces, sshd), one
 #                                      slurmd in each (dlsnode1..N), slurmctld on this machine
+#   scripts/slurm-local.sh start DIR ... --cpus C --gpus G
+#                                      nodes that advertise C CPUs (default: this machine's,
+#                                      at least 8) and G GPUs each (Gres whose devices are
+#                                      empty files: a GPU study is planned and dry-run against
+#                                      them, as from a login node, while this machine keeps its
+#                                      own cores and no GPU)
 #   scripts/slurm-local.sh stop DIR    stops the daemons it started (and munged, if it did)
 #                                      and the emulated hosts
 # Needs root (the daemons run as root here) and scripts/install-slurm.sh. The configuration
@@ -14,20 +20,26 @@
 # SLURM_CONF. The node offers more CPUs than the machine has (config_overrides), so a study's
 # points of 3-4 processes fit on a 2-core machine, as under the local launcher.
 set -euo pipefail
-usage="usage: slurm-local.sh start|stop DIR [--hosts N] [--owner PID]"
+usage="usage: slurm-local.sh start|stop DIR [--hosts N] [--cpus C] [--gpus G] [--owner PID]"
 action=${1:?$usage}
 dir=$(realpath -m "${2:?$usage}")
 shift 2
 hosts=0
+cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))
+gpus=0
 owner=()
 while [ $# -gt 0 ]; do
     case $1 in
         --hosts) hosts=${2:?$usage}; shift 2 ;;
+        --cpus) cpus=${2:?$usage}; shift 2 ;;
+        --gpus) gpus=${2:?$usage}; shift 2 ;;
         --owner) owner=(--owner "${2:?$usage}"); shift 2 ;;
         *) echo "$usage" >&2; exit 2 ;;
     esac
 done
 case $hosts in ''|*[!0-9]*) echo "slurm-local.sh: --hosts takes a number of nodes, not '$hosts'" >&2; exit 2 ;; esac
+case $cpus in ''|0|*[!0-9]*) echo "slurm-local.sh: --cpus takes a number of CPUs (1 or more), not '$cpus'" >&2; exit 2 ;; esac
+case $gpus in ''|*[!0-9]*) echo "slurm-local.sh: --gpus takes a number of GPUs, not '$gpus'" >&2; exit 2 ;; esac
 conf=$dir/slurm.conf
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${DLSCALE_PYTHON:-$root/.venv/bin/python}
@@ -82,9 +94,19 @@ fi
 
 host=$(hostname -s)
 controller=$host
-cpus=$(( $(nproc) > 8 ? $(nproc) : 8 ))
 memory=$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) * 9 / 10 ))
-nodes="NodeName=$host CPUs=$cpus RealMemory=$memory State=UNKNOWN"
+gres=""
+gres_types=""
+if [ "$gpus" -gt 0 ]; then  # GPUs planned against, never used: empty files stand for devices
+    gres=" Gres=gpu:$gpus"
+    gres_types="GresTypes=gpu"
+    mkdir -p "$dir/dev"  # Slurm drops a GPU without a File ("file-less GPU"), so each has one
+    for k in $(seq 0 $((gpus - 1))); do : > "$dir/dev/gpu$k"; done
+    echo "Name=gpu File=$dir/dev/gpu[0-$((gpus - 1))]" > "$dir/gres.conf"  # beside slurm.conf
+else
+    rm -f "$dir/gres.conf"
+fi
+nodes="NodeName=$host CPUs=$cpus RealMemory=$memory$gres State=UNKNOWN"
 partition=$host
 if [ "$hosts" -gt 0 ]; then
     "$python" -m dlscale hosts start "$dir/hosts" --hosts "$hosts" --slots "$cpus" "${owner[@]}" >/dev/null
@@ -92,7 +114,7 @@ if [ "$hosts" -gt 0 ]; then
     memory=$(( memory / hosts ))
     nodes=""
     for k in $(seq "$hosts"); do
-        nodes+="NodeName=dlsnode$k NodeAddr=10.98.0.$((100 + k)) CPUs=$cpus RealMemory=$memory State=UNKNOWN"$'\n'
+        nodes+="NodeName=dlsnode$k NodeAddr=10.98.0.$((100 + k)) CPUs=$cpus RealMemory=$memory$gres State=UNKNOWN"$'\n'
     done
     partition="dlsnode[1-$hosts]"
 fi
@@ -120,6 +142,7 @@ ReturnToService=2
 MinJobAge=600
 KillWait=5
 JobAcctGatherType=jobacct_gather/none
+$gres_types
 $nodes
 PartitionName=debug Nodes=$partition Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF

@@ -9,7 +9,10 @@
   (``Launcher.check_point``: an emulated network needs root, iproute2, netem for a latency),
   and, unless it is a dry run, the launcher's scheduler takes work now
   (``Launcher.check_ready``: Slurm's controller answers);
-* ``--device cuda``: the backend's framework sees a CUDA device under that interpreter;
+* ``--device cuda``, for a launcher that runs every process on this machine: the backend's
+  framework sees a CUDA device under that interpreter (elsewhere each rank checks its own
+  GPU where it runs, naming its host, and the launcher checks the nodes' GPUs against the
+  ranks it puts on each: ``Launcher.check_point``);
 * ``allocator = jemalloc`` or ``tcmalloc``: its library is installed (the message names the
   Debian package and ``scripts/install-allocators.sh``);
 * the resource guard (``resource_guard = true``, the default), for launchers that run every
@@ -93,7 +96,10 @@ def check_points(
             check_model(python, config.model)
             checked.add(("model", python, config.model))
         probe = backend.device_probe
-        if config.device == "cuda" and probe and (python, probe) not in checked:
+        # only where the ranks run here: on compute nodes each rank checks its own GPU and
+        # names its host (runtime/gpus.py); a login node without one plans their study
+        here = LAUNCHERS.get(config.launcher).on_this_machine(config.options)
+        if config.device == "cuda" and probe and here and (python, probe) not in checked:
             check_cuda(python, probe)
             checked.add((python, probe))
         if ("allocator", config.allocator) not in checked:

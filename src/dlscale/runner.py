@@ -204,6 +204,7 @@ def result_of(
         environment["worker"] = worker.payload()
         environment["packages"] = worker.packages
         environment.update(worker.framework)  # e.g. torch_version, gpu_names (flat columns)
+        environment.update(worker.scheduler)  # slurm_job_id, slurm_step_id
     environment = without_problems(environment, ENVIRONMENT)
     return Result(
         run_id=spec["run_id"],

@@ -106,6 +106,8 @@ def test_a_study_submitted_with_sbatch_is_polled_to_its_results(tmp_path: Path, 
         job = (run_dir / "slurm-job-id").read_text().strip()
         assert _final_state(job, slurm) == "COMPLETED"
         assert _job_comment(job, slurm) == "dlscale test; a b"  # one option, kept whole
+        assert result.environment["slurm_job_id"] == job  # recorded by the ranks, in the job
+        assert result.environment["slurm_step_id"] == "0"  # its one srun step
         assert result.metrics["measured_steps"] > 0
     # the ranks took their ranks from Slurm: both ranks of the DDP point wrote their events
     ddp = next(r for r in stored if r.config["workers"] == 2)

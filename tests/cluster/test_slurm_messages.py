@@ -94,10 +94,16 @@ def test_no_slurm_configuration_at_all_is_one_line(tmp_path: Path):
     assert not results.exists()
 
 
-def test_a_dry_run_asks_no_controller(tmp_path: Path):
+def test_a_dry_run_asks_no_controller_once_the_nodes_are_given(tmp_path: Path):
+    """A study is planned from the compute nodes' CPUs: from a machine without Slurm a dry
+    run needs them given (one line says so), and then runs without asking a controller."""
     results = tmp_path / "res"
     missing = tmp_path / "no" / "slurm.conf"
     flags = ("--launcher", "slurm", "--dry-run", "--results", str(results))
-    code, err, _ = _dlscale(tmp_path, {"SLURM_CONF": str(missing)}, "run", *POINT, *flags)
+    env = {"SLURM_CONF": str(missing)}
+    code, err, took = _dlscale(tmp_path, env, "run", *POINT, *flags)
+    assert code == 2 and took < 60, (took, err)
+    assert "cannot ask Slurm for its nodes' CPUs" in _one_line(err) and "cpus_per_node" in err
+    code, err, _ = _dlscale(tmp_path, env, "run", *POINT, *flags, "--set", "cpus_per_node=16")
     assert code == 0, err
     assert not results.exists()

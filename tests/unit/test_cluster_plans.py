@@ -11,13 +11,8 @@ from dlscale.config import RunConfig
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.frameworks.torch.cluster import torch_cluster_env
 from dlscale.launchers.base import PlanEntry
-from dlscale.launchers.slurm import (
-    SlurmLauncher,
-    batch_script,
-    hosts_by_rank,
-    slurm_mode,
-    tasks_per_node,
-)
+from dlscale.launchers.slurm import SlurmLauncher, batch_script, slurm_mode
+from dlscale.launchers.slurm_nodes import hosts_by_rank, tasks_per_node
 from dlscale.launchers.torchrun import TorchrunLauncher
 from dlscale.runtime.context import WorkerContext
 
@@ -86,6 +81,8 @@ def test_torchrun_refuses_an_uneven_split_and_a_bad_node_count():
 
 
 def _slurm(mode: str, **options) -> RunConfig:
+    """A tf-ps point under Slurm on nodes of 8 CPUs and 4 GPUs (given: no Slurm is asked)."""
+    options = {"cpus_per_node": 8, "gpus_per_node": 4, **options}
     return RunConfig.make(
         backend="tf-ps", workers=2, model="tiny", launcher="slurm", slurm_mode=mode, **options
     )
@@ -97,8 +94,8 @@ def test_srun_plan_is_one_step_of_every_rank_with_its_allocation():
     (entry,) = plan.entries
     assert list(entry.ranks) == [0, 1, 2, 3]  # chief, 2 workers, ps
     assert entry.argv == (
-        "srun", "--job-name=dlscale-x", "--ntasks=4", "--cpus-per-task=1", "--time=15",
-        "--partition=gpu", "--nodes=2", "--account=p1", "--qos=short q",
+        "srun", "--job-name=dlscale-x", "--nodes=2", "--ntasks=4", "--cpus-per-task=1",
+        "--time=15", "--partition=gpu", "--account=p1", "--qos=short q",
         "--kill-on-bad-exit=1", "--export=ALL", "/py", "-P", "-m", "dlscale.worker", str(SPEC),
     )  # fmt: skip
     assert entry.env["DLSCALE_RANK_VARS"] == "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
@@ -123,7 +120,7 @@ def test_sbatch_plan_writes_a_batch_script_that_runs_one_srun_step():
 
 def test_a_detached_batch_script_records_its_point_after_the_ranks_step():
     cfg = RunConfig.make(backend="torch-ddp", workers=2, launcher="slurm", slurm_mode="sbatch",
-                         wait=False)  # fmt: skip
+                         wait=False, cpus_per_node=8)  # fmt: skip
     launcher = SlurmLauncher()
     assert launcher.detaches(cfg) and not launcher.detaches(_slurm("sbatch"))
     (entry,) = launcher.plan(cfg, SPEC, "/py", ports=(1, 2, 3, 4)).entries
@@ -144,7 +141,7 @@ def test_not_waiting_is_refused_for_srun_steps_and_roles_that_never_exit():
     with pytest.raises(UserError, match="set slurm_mode = sbatch"):
         SlurmLauncher().check_point(_slurm("srun", wait=False))
     ps = RunConfig.make(backend="tf-ps", workers=2, launcher="slurm", slurm_mode="sbatch",
-                        wait=False)  # fmt: skip
+                        wait=False, cpus_per_node=8)  # fmt: skip
     with pytest.raises(UserError, match="tf-ps: its ps, worker processes never exit by themselves"):
         SlurmLauncher().check_point(ps)
 

@@ -64,7 +64,7 @@ def _python_commands(argv: tuple[str, ...], python: str) -> list[list[str]]:
         (TorchrunLauncher, "torch-ddp", {"launcher": "torchrun", "nnodes": 2}),
         (MpirunLauncher, "horovod-torch", {"launcher": "mpirun"}),
         (HorovodrunLauncher, "horovod-torch", {"launcher": "horovodrun"}),
-        (SlurmLauncher, "tf-ps", {"launcher": "slurm", "slurm_mode": "srun"}),
+        (SlurmLauncher, "tf-ps", {"launcher": "slurm", "slurm_mode": "srun", "cpus_per_node": 8}),
     ],
 )
 def test_every_launcher_starts_its_workers_with_a_safe_import_path(launcher, backend, options):
@@ -81,7 +81,7 @@ def test_every_launcher_starts_its_workers_with_a_safe_import_path(launcher, bac
 
 def test_a_batch_script_starts_the_ranks_and_its_finishing_step_with_a_safe_path():
     cfg = RunConfig.make(backend="torch-ddp", workers=2, launcher="slurm", slurm_mode="sbatch",
-                         wait=False)  # fmt: skip
+                         wait=False, cpus_per_node=8)  # fmt: skip
     (entry,) = SlurmLauncher().plan(cfg, SPEC, "/py", ports=(1, 2)).entries
     script = entry.files[Path("/r/x/job.sbatch")]
     assert "export PYTHONSAFEPATH=1" in script.splitlines()

@@ -8,6 +8,7 @@ import pytest
 
 from dlscale.config.study import apply_scale, expand, load_study_file, parse_set
 from dlscale.contract.errors import UserError
+from dlscale.launchers.slurm_nodes import node_facts
 
 STUDIES = Path(__file__).resolve().parents[2] / "studies"
 
@@ -16,6 +17,8 @@ def _study(name: str, scale: str | None):
     settings = load_study_file(STUDIES / f"{name}.toml")
     name = settings.pop("name")
     settings.pop("description")
+    if scale is None:  # the cluster's nodes, as its Slurm would say them (not this machine's)
+        settings |= {"cpus_per_node": 64, "gpus_per_node": 4}
     return expand(apply_scale(settings, scale, name), name=name, cores=64)
 
 
@@ -33,6 +36,18 @@ def test_mahon2020_full_is_resnet44_on_cifar10_on_1_to_12_gpus_in_every_framewor
     for backend in ("horovod-torch", "horovod-tf", "horovod-keras"):  # Horovod's fp16 axis
         assert {(backend, "none"), (backend, "fp16")} <= compressed
     assert study.repeats.repeats == 3
+    # planned from the cluster's nodes (64 CPUs, 4 GPUs), not from this machine: one GPU a
+    # rank, 4 ranks a node, 16 threads each, 12 ranks on 3 nodes, the baselines on one
+    assert {p.threads_per_worker for p in points} == {16}
+    assert {(p.workers, node_facts(p).nodes) for p in points} == {
+        (1, 1),
+        (2, 1),
+        (4, 1),
+        (8, 2),
+        (12, 3),
+    }
+    mirrored = [note for note in study.skipped if note.startswith("tf-mirrored at")]
+    assert len(mirrored) == 2 and "drives 12 GPUs from one process" in mirrored[1]
 
 
 def test_malik2018_full_is_three_models_horovod_against_the_ps_batch_64_to_512_to_256_gpus():

@@ -22,6 +22,7 @@ COMMANDS = {
     "ls": ("dlscale.cli.ls", "list models, backends, datasets, launchers or stored runs"),
     "report": ("dlscale.cli.report", "write the HTML report, paper figures and tables"),
     "env": ("dlscale.cli.env", "show this machine's hardware and software"),
+    "doctor": ("dlscale.cli.doctor", "check the nodes a study would run on, through its launcher"),
     "compare": ("dlscale.cli.compare", "compare two results directories: find regressions"),
     "microbench": ("dlscale.cli.microbench", "time collectives over message sizes on an engine"),
     "predict": ("dlscale.cli.predict", "predict scaling to many workers from a compute profile"),

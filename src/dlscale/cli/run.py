@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -76,6 +77,13 @@ STUDY_FLAGS = (
 """Flags of the study's own keys (runs and the stopping rule; config.repeats.Repeats)."""
 
 
+def add_set_flag(parser: argparse.ArgumentParser, text: str) -> None:
+    """``--set KEY=VALUE``, as often as wanted (``args.overrides``), for every command."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=text
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "study",
@@ -96,14 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="results directory (default: ./dlscale-results)",
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set any study key (see --keys)",
-    )
+    add_set_flag(parser, "set any study key (see --keys)")
     for flag, key, text in STUDY_FLAGS:
         parser.add_argument(flag, dest=key, metavar=key.upper(), help=text)
     parser.add_argument(
@@ -250,8 +251,16 @@ def main(args: argparse.Namespace) -> int:
     command = ["dlscale", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else ["dlscale", "run"]
     for note in study.skipped:
         print(f"dlscale: note: skipped {visible(note)}", file=sys.stderr)
+    from dlscale.launchers.slurm_study import in_one_job
+
+    one_job = in_one_job(study.points)
     if args.dry_run:
-        return _dry_run(study.points, Path(args.results), study.repeats)
+        job = study.name if one_job else None
+        return _dry_run(study.points, Path(args.results), study.repeats, one_job=job)
+    if one_job:
+        from dlscale.cli.study_job import run_study_job
+
+        return run_study_job(study, Path(args.results), command)
     from dlscale.cli.progress import run_study
 
     return run_study(
@@ -299,13 +308,19 @@ def _print_keys() -> None:
         print("\n".join(by_owner[owner]))
 
 
-def _dry_run(points: Any, results: Path, repeats: Repeats) -> int:
+def _dry_run(points: Any, results: Path, repeats: Repeats, *, one_job: str | None = None) -> int:
     """Each point's commands, to read or paste: a command is quoted for the shell (an argument
     with a space, ``;`` or ``$(...)`` stays one word), and every line is shown literally (a
-    setting with a control character cannot move the cursor or start a line of its own)."""
-    for config in points:
-        for text in _planned(config, results, repeats, first=config is points[0]):
-            print(visible(text))
+    setting with a control character cannot move the cursor or start a line of its own).
+    ``one_job`` (the study's name): its one batch script first, then each point as a step."""
+    with contextlib.ExitStack() as inside:
+        if one_job is not None:
+            from dlscale.cli.study_job import study_job_lines
+
+            inside.enter_context(study_job_lines(points, results, one_job))
+        for config in points:
+            for text in _planned(config, results, repeats, first=config is points[0]):
+                print(visible(text))
     print(json.dumps({"points": len(points)}), file=sys.stderr)
     return 0
 
@@ -333,6 +348,8 @@ def _planned(config: Any, results: Path, repeats: Repeats, *, first: bool) -> li
         f"# {run_id}: {config.backend} x{config.workers} {config.model} {config.dataset} "
         f"({plan.threads_per_worker} threads/process; {roles})"
     ]
+    if plan.nodes:
+        lines.append(f"#   planned for {plan.nodes}")
     lines += [f"#   warning: {warning}" for warning in plan.warnings]
     for setup in plan.setups:
         lines.append("# made before the commands start, removed after:")

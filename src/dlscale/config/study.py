@@ -20,7 +20,8 @@ from dlscale.config.repeats import Repeats, coerce_study
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.files import read_bounded, unreadable
-from dlscale.contract.layout import usable_cores
+from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.nodes import NodeFacts
 from dlscale.contract.options import parse_value
 from dlscale.contract.run_config import RunConfig, core_keys, declared_options
 from dlscale.contract.text import excerpt
@@ -204,19 +205,21 @@ def expand(
     """Every combination of list-valued settings, as validated RunConfigs, 1-worker points first.
 
     Unless the study sets ``threads_per_worker``, every point gets the same threads per process:
-    the usable cores (``cores``: this machine's by default) divided by the most processes any
-    point runs, at least 1 (:func:`thread_budget`), so that the ideal line N means N times the
-    same resources.
+    the least over the points of a node's CPUs over the processes on the point's fullest node
+    (:func:`thread_budget`), at least 1, so that the ideal line N means N times the same
+    resources. The nodes are those the point's launcher runs it on (:func:`node_facts`): this
+    machine (``cores``: its usable cores by default) for a launcher that runs every process
+    here, the compute nodes for Slurm, never the login node's own cores.
     """
     repeats = Repeats(**{k: settings[k] for k in _REPEAT_FIELDS if k in settings})
     claims = tuple(settings.get(CLAIMS, ()))
     settings = {k: v for k, v in settings.items() if k not in (*_REPEAT_FIELDS, CLAIMS)}
     if "threads_per_worker" not in settings:
-        cores = cores or usable_cores()
         probe = _expand(settings)
         budget = thread_budget(probe.points, cores)
         settings["threads_per_worker"] = budget
-        if repeats.machine_reference and budget < cores:
+        whole = max(node_facts(p, cores).cpus for p in probe.points)
+        if repeats.machine_reference and budget < whole:
             extra = _machine_points(probe.points, cores)
             study = _expand(settings)
             points = (*study.points, *(p for p in extra if p not in study.points))
@@ -239,14 +242,22 @@ def expand(
     )
 
 
-def thread_budget(points: tuple[RunConfig, ...], cores: int) -> int:
-    """Threads per process that fit the largest point on ``cores``: cores // most processes."""
-    return max(1, cores // max(p.layout().size for p in points))
+def node_facts(point: RunConfig, cores: int | None = None) -> NodeFacts:
+    """The machines ``point``'s launcher runs it on (``cores``: this machine's usable cores,
+    for a launcher that runs every process here)."""
+    facts: NodeFacts = LAUNCHERS.get(point.launcher).create().node_facts(point, cores)
+    return facts
 
 
-def _machine_points(points: tuple[RunConfig, ...], cores: int) -> list[RunConfig]:
+def thread_budget(points: tuple[RunConfig, ...], cores: int | None = None) -> int:
+    """Threads per process that fit every point on its nodes: the least over the points of a
+    node's CPUs // the processes on the point's fullest node."""
+    return min(node_facts(p, cores).threads(p.layout().size) for p in points)
+
+
+def _machine_points(points: tuple[RunConfig, ...], cores: int | None) -> list[RunConfig]:
     """For each distinct setting, the framework's reference backend at 1 worker with every
-    core: what the same machine does as one worker."""
+    core of its node: what the same machine does as one worker."""
     out: list[RunConfig] = []
     for point in points:
         reference = BACKENDS.reference_of(point.framework)
@@ -260,7 +271,7 @@ def _machine_points(points: tuple[RunConfig, ...], cores: int) -> list[RunConfig
                 point,
                 backend=reference,
                 workers=1,
-                threads_per_worker=cores,
+                threads_per_worker=node_facts(point, cores).cpus,
                 options=dataset_options,
             )
         except (UnsupportedPoint, UserError):
@@ -300,6 +311,16 @@ def _expand(settings: dict[str, Any]) -> Study:
                 skipped.append((note, limit))
             if str(reason) not in reasons:
                 reasons.append(str(reason))
+            continue
+        unfit = LAUNCHERS.get(point.launcher).create().unfit(point)
+        if unfit is not None:  # its nodes cannot hold it (more GPUs a process than a node has)
+            if not is_grid:
+                raise UserError(unfit)
+            note = f"{_describe(values)}: {unfit}"
+            if (note, None) not in skipped:
+                skipped.append((note, None))
+            if unfit not in reasons:
+                reasons.append(unfit)
             continue
         if point not in points:  # the same point from an axis that does not apply to it
             points.append(point)

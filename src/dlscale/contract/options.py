@@ -76,6 +76,9 @@ class Option:
     whole: bool = False
     """The value holds commas of its own (a host list ``a:2,b:2``): ``--set`` takes it whole
     rather than as a grid of values (a study file's grid is a TOML array)."""
+    identity: bool = True
+    """``False``: a fact the plan is made from, never part of the run id; what it changes is
+    a key of its own (``cpus_per_node`` sets ``threads_per_worker``, which is in the id)."""
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -117,6 +120,8 @@ class Option:
 
     def in_identity(self, values: Mapping[str, Any]) -> bool:
         """Whether the option's value is part of the run id (:attr:`applies`, :attr:`earlier`)."""
+        if not self.identity:
+            return False
         return self.matters(values) and (values.get(self.name),) != self.earlier
 
     def stored_value(self, values: Mapping[str, Any]) -> Any:
@@ -174,6 +179,7 @@ def setting(
     applies: tuple[str, Any] | None = None,
     earlier: tuple[Any, ...] = (),
     whole: bool = False,
+    identity: bool = True,
 ) -> Any:
     """One field of a plug-in's options dataclass: its default and what its :class:`Option`
     says (the name and type come from the field). A plug-in declares its options once, as a
@@ -188,6 +194,7 @@ def setting(
         "applies": applies,
         "earlier": earlier,
         "whole": whole,
+        "identity": identity,
     }
     return dataclasses.field(default=default, metadata={"option": spec})
 

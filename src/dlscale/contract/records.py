@@ -66,6 +66,9 @@ class Environment(Record):
     communication is 0 by definition). ``None``: not said (events schema < 3)."""
     allocator: str | None = None
     """The memory allocator really mapped in the process (``runtime.allocator``)."""
+    scheduler: dict[str, str] = field(default_factory=dict)
+    """The batch scheduler's ids of the job and step the process ran in (``slurm_job_id``,
+    ``slurm_step_id``), where a scheduler started it; recorded in result.json's environment."""
 
 
 @dataclass(frozen=True, kw_only=True)

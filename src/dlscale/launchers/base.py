@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlscale.contract.files import read_tail
-from dlscale.contract.layout import Addresses, ProcessLayout
+from dlscale.contract.layout import Addresses, ProcessLayout, usable_cores
+from dlscale.contract.nodes import NodeFacts
 from dlscale.contract.run_config import RunConfig
 from dlscale.contract.weights_cache import CACHE_ENV
 from dlscale.runtime.allocator import allocator_env
@@ -70,6 +71,8 @@ class LaunchPlan:
     warnings: tuple[str, ...] = ()
     setups: tuple[Setup, ...] = ()
     """Made before the entries start, removed after they stop (by the default ``start``)."""
+    nodes: str = ""
+    """The machines the plan was made for, where they are not this one (a dry run says it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +146,22 @@ class Launcher(ABC):
     def blame(self, entry: PlanEntry) -> int | None:
         """The rank a failed one-command entry reports as the cause (mpirun and horovodrun
         print it); ``None``: unknown, and the watcher reads the per-rank events instead."""
+        return None
+
+    def node_facts(self, config: RunConfig, cores: int | None = None) -> NodeFacts:
+        """The machines the point's processes run on, which its threads are planned from; by
+        default this machine (``cores``: its usable cores, counted when not given)."""
+        return NodeFacts(cpus=cores or usable_cores(), gpus=None, nodes=1, source="this machine")
+
+    def on_each_node(self, config: RunConfig, argv: tuple[str, ...]) -> tuple[str, ...]:
+        """The command that runs ``argv`` once on each machine the point's ranks run on, its
+        lines prefixed ``N: `` by machine where there are several (``dlscale doctor``); by
+        default ``argv`` itself, here."""
+        return argv
+
+    def unfit(self, config: RunConfig) -> str | None:
+        """Why the machines this launcher runs ``config`` on cannot hold it (a study skips such
+        a point with the reason as its note); ``None``: they can, or it shows only at launch."""
         return None
 
     def check_point(self, config: RunConfig) -> None:

@@ -52,12 +52,31 @@ class TorchrunOptions:
 class SlurmOptions:
     slurm_mode: str = setting(
         "auto",
-        "srun (a step of this allocation), sbatch (submit, poll), auto: srun inside an "
-        "allocation, else sbatch",
-        choices=("auto", "srun", "sbatch"),
+        "srun (a step of this allocation), sbatch (submit, poll), study (the whole study in "
+        "one job, each point a step of it), auto: srun inside an allocation, else sbatch",
+        choices=("auto", "srun", "sbatch", "study"),
     )
     partition: str = setting("", "Slurm partition (-p)")
-    nodes: int = setting(0, "--nodes; 0: Slurm picks", minimum=0)
+    nodes: int = setting(
+        0,
+        "--nodes, at most one per worker (the 1-worker baseline runs on one node); 0: as many "
+        "as the point needs (one GPU per rank under --device cuda; else as few as hold its "
+        "threads)",
+        minimum=0,
+    )
+    cpus_per_node: int = setting(
+        0,
+        "CPUs of one compute node, which threads per rank are planned from; 0: asked of Slurm "
+        "(sinfo, the partition's smallest node)",
+        minimum=0,
+        identity=False,
+    )
+    gpus_per_node: int = setting(
+        0,
+        "GPUs of one compute node (--device cuda: one per rank); 0: asked of Slurm (sinfo's Gres)",
+        minimum=0,
+        identity=False,
+    )
     slurm_args: str = setting("", "more srun/sbatch options, e.g. '--account=proj --qos=short'")
     wait: bool = setting(
         True,

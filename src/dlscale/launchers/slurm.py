@@ -18,8 +18,11 @@ from the step's node list (:func:`slurm_hosts`, Slurm's block distribution), so 
 need every rank's address (TF_CONFIG, DMLC_*, Horovod's rendezvous) run across nodes too; the
 ports are reserved on the submitting machine. The run's directory must be on a file system the
 nodes share, and the workers' interpreter at the same path there. Under ``--device cuda`` each
-task gets its own GPU (``--gpus-per-task=1``, which binds it: :mod:`dlscale.runtime.gpus`). Each
-task gets ``--cpus-per-task`` = ``threads_per_worker`` (1 unless set) and the job ``--time`` =
+task gets its own GPU (``--gpus-per-task=1``, which binds it: :mod:`dlscale.runtime.gpus`; a
+rank that sees none fails naming its host). The plan is made from the compute nodes, never from
+this machine (:mod:`dlscale.launchers.slurm_nodes`): the job asks ``--nodes`` (as many as the
+point needs, the 1-worker baseline one), each task ``--cpus-per-task`` = ``threads_per_worker``
+(a study plans it as a node's CPUs over the ranks on the fullest node), and ``--time`` =
 ``timeout_s`` rounded up to minutes; the run's timeout counts from the moment the job runs, not
 while it waits in the queue.
 """
@@ -32,7 +35,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +43,7 @@ from pathlib import Path
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import read_small_file
 from dlscale.contract.layout import Addresses
+from dlscale.contract.nodes import NodeFacts
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
@@ -57,6 +60,15 @@ from dlscale.launchers.base import (
 from dlscale.launchers.local import reserved_ports
 from dlscale.launchers.options import SlurmOptions
 from dlscale.launchers.slurm_controller import START, controller_problem, said
+from dlscale.launchers.slurm_nodes import (
+    check_gpus,
+    gpus_per_task,
+    node_facts,
+    one_line_each,
+    slurm_hosts,
+    srun_on_each_node,
+    users_options,
+)
 from dlscale.runtime.gpus import BOUND_ENV
 
 RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
@@ -77,38 +89,28 @@ FAILED_CODES = {"TIMEOUT": 124, "OUT_OF_MEMORY": 137, "CANCELLED": 143}
 
 
 def slurm_mode(config: RunConfig, environ: dict[str, str] | None = None) -> str:
+    """How a point runs: ``srun`` or ``sbatch``. ``auto`` and ``study`` are srun inside an
+    allocation (``study``'s own job, :mod:`dlscale.launchers.slurm_study`), else sbatch."""
     mode = config.typed(SlurmOptions).slurm_mode
-    if mode != "auto":
+    if mode not in ("auto", "study"):
         return mode
     return "srun" if "SLURM_JOB_ID" in (os.environ if environ is None else environ) else "sbatch"
 
 
-def job_arguments(config: RunConfig, tasks: int, threads: int, name: str) -> tuple[str, ...]:
+def job_arguments(
+    config: RunConfig, tasks: int, threads: int, name: str, nodes: int
+) -> tuple[str, ...]:
     """The allocation's options, the same for srun and sbatch."""
     args = [
         f"--job-name={name}",
+        f"--nodes={nodes}",
         f"--ntasks={tasks}",
         f"--cpus-per-task={threads}",
         f"--time={math.ceil(config.timeout_s / 60)}",
     ]
-    options = config.typed(SlurmOptions)
-    if config.device == "cuda":  # each task its own GPU, bound (CUDA_VISIBLE_DEVICES per task)
-        args.append("--gpus-per-task=1")
-    if options.partition:
-        args.append(f"--partition={options.partition}")
-    if options.nodes:
-        args.append(f"--nodes={options.nodes}")
-    try:
-        args += shlex.split(options.slurm_args)
-    except ValueError as error:
-        raise UserError(f"slurm_args = {options.slurm_args!r}: {error}") from None
-    for arg in args:  # a line break would end an #SBATCH line and start a command
-        if any(ord(c) < 32 or ord(c) == 127 for c in arg):
-            raise UserError(
-                f"Slurm option {arg!r} holds a control character (a line break?); "
-                "give partition and slurm_args on one line"
-            )
-    return tuple(args)
+    if config.device == "cuda":  # each task its own GPUs, bound (CUDA_VISIBLE_DEVICES per task)
+        args.append(f"--gpus-per-task={gpus_per_task(config)}")
+    return tuple(args + users_options(config.typed(SlurmOptions)))
 
 
 def batch_script(
@@ -124,7 +126,7 @@ def batch_script(
     the ranks' exit code and the time they started."""
     lines = ["#!/bin/bash", "# written by dlscale (--launcher slurm, slurm_mode = sbatch)"]
     lines += [f"#SBATCH {shlex.quote(arg)}" for arg in args]  # sbatch unquotes these lines
-    lines += [f"#SBATCH --output={out}", f"#SBATCH --error={err}"]
+    lines += [f"#SBATCH {arg}" for arg in one_line_each([f"--output={out}", f"--error={err}"])]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
     step = ("srun", "--kill-on-bad-exit=1", "--export=ALL", *worker)
     if finisher is None:
@@ -162,7 +164,9 @@ class SlurmLauncher(Launcher):
         env = {**common_env(config, spec_path, threads), "DLSCALE_RANK_VARS": RANK_VARS}
         if config.device == "cuda":
             env[BOUND_ENV] = "1"  # --gpus-per-task=1 bound each task to its own GPU
-        args = job_arguments(config, layout.size, threads, f"dlscale-{run_dir.name}")
+        facts = self.node_facts(config)
+        name = f"dlscale-{run_dir.name}"
+        args = job_arguments(config, layout.size, threads, name, facts.nodes)
         worker = worker_command(python, spec_path)
         if slurm_mode(config) == "srun":
             entry = PlanEntry(
@@ -191,6 +195,7 @@ class SlurmLauncher(Launcher):
             layout=layout,
             addresses=addresses,
             threads_per_worker=threads,
+            nodes=facts.describe(layout.size),
         )
 
     def start(self, plan: LaunchPlan) -> Running:
@@ -223,7 +228,25 @@ class SlurmLauncher(Launcher):
     def detaches(self, config: RunConfig) -> bool:
         return not config.typed(SlurmOptions).wait and slurm_mode(config) == "sbatch"
 
+    def node_facts(self, config: RunConfig, cores: int | None = None) -> NodeFacts:
+        """The compute nodes, given or asked of Slurm (:mod:`dlscale.launchers.slurm_nodes`);
+        ``cores`` (this machine's) plays no part."""
+        return node_facts(config)
+
+    def on_each_node(self, config: RunConfig, argv: tuple[str, ...]) -> tuple[str, ...]:
+        return srun_on_each_node(config, argv)
+
+    def unfit(self, config: RunConfig) -> str | None:
+        if config.device != "cuda":
+            return None
+        try:
+            check_gpus(config, self.node_facts(config))
+        except UserError as problem:
+            return str(problem)
+        return None
+
     def check_point(self, config: RunConfig) -> None:
+        check_gpus(config, self.node_facts(config))
         if config.typed(SlurmOptions).wait:
             return
         if slurm_mode(config) != "sbatch":
@@ -326,48 +349,3 @@ class SlurmJob(Running):
         while time.monotonic() < deadline and self._ask()[0] in RUNNING_STATES:
             time.sleep(POLL_S / 2)
         self._state = self._ask()
-
-
-def tasks_per_node(text: str) -> list[int]:
-    """SLURM_STEP_TASKS_PER_NODE (``2(x3),1``) as one count per node: [2, 2, 2, 1]."""
-    counts: list[int] = []
-    for part in text.split(","):
-        found = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
-        if found is None:
-            raise UserError(f"cannot read Slurm's tasks per node {text!r}")
-        counts += [int(found.group(1))] * int(found.group(2) or 1)
-    return counts
-
-
-def slurm_hosts(environ: dict[str, str], size: int) -> tuple[str, ...]:
-    """Each rank's host in a Slurm step: the step's nodes (``scontrol show hostnames``, as
-    addresses) filled in order, each with its count of tasks (block distribution)."""
-    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
-    counts = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
-    if not nodelist or not counts:
-        raise UserError("not in a Slurm step: SLURM_STEP_NODELIST is not set")
-    done = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60
-    )
-    if done.returncode != 0:
-        raise UserError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
-    nodes = [_address(node) for node in done.stdout.split()]
-    return hosts_by_rank(nodes, tasks_per_node(counts), size)
-
-
-def _address(node: str) -> str:
-    """A node's IPv4 address, which every engine can bind and connect to (ps-lite's ZeroMQ
-    binds no host name); its name when it does not resolve."""
-    try:
-        return socket.gethostbyname(node)
-    except OSError:
-        return node
-
-
-def hosts_by_rank(nodes: list[str], counts: list[int], size: int) -> tuple[str, ...]:
-    hosts = tuple(node for node, count in zip(nodes, counts, strict=False) for _ in range(count))
-    if len(hosts) != size or len(nodes) != len(counts):
-        raise UserError(
-            f"Slurm placed {len(hosts)} tasks on {nodes} ({counts} each); the run has {size}"
-        )
-    return hosts

@@ -6,6 +6,7 @@ engine of TensorFlow and MXNet, and the environment record every first training 
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import sys
 from collections.abc import Iterator
@@ -116,4 +117,14 @@ def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) 
         framework=framework,
         synchronizes=synchronizes,
         allocator=loaded_allocator(),
+        scheduler=scheduler_ids(),
     )
+
+
+SCHEDULER_IDS = {"slurm_job_id": "SLURM_JOB_ID", "slurm_step_id": "SLURM_STEP_ID"}
+"""The ids a scheduler gives the process in its environment, by the name they are stored as."""
+
+
+def scheduler_ids() -> dict[str, str]:
+    """The Slurm job and step this process runs in, where Slurm started it."""
+    return {name: os.environ[var] for name, var in SCHEDULER_IDS.items() if os.environ.get(var)}
