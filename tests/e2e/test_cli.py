@@ -257,7 +257,11 @@ def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path
     assert point["model"] == "resnet44" and point["batch_size_per_worker"] == 16
     (stored,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
     assert stored["study"] == "mahon2020" and stored["config"]["steps"] == 4
-    full = cli("run", study, "--results", str(tmp_path / "full"))
+    full = cli("run", study, "--results", str(tmp_path / "full"), env={"SLURM_CONF": "/none"})
+    assert full.returncode == 2 and "Traceback" not in full.stderr  # planned from the nodes:
+    assert "cannot ask Slurm for its nodes' CPUs and GPUs" in full.stderr  # which it needs
+    nodes = ("--set", "cpus_per_node=16", "--set", "gpus_per_node=4")
+    full = cli("run", study, *nodes, "--results", str(tmp_path / "full"))
     assert full.returncode == 2 and "Traceback" not in full.stderr
     assert "cifar-10-batches-py does not exist" in full.stderr
     wrong = cli("run", study, "--set", "scale=huge", "--dry-run")

@@ -137,3 +137,21 @@ def test_a_results_path_with_a_line_break_cannot_add_a_command_to_a_batch_script
     spec = Path("/r/x\nrm -rf ~\n/run/spec.json")
     with pytest.raises(UserError, match=r"holds a control character .* the results directory"):
         SlurmLauncher().plan(config, spec, "/py", ports=(1, 2))
+
+
+def test_inside_an_allocation_a_point_is_planned_from_what_the_job_holds(monkeypatch):
+    """salloc --ntasks=2 holds 2 CPUs of a 16-CPU node: 2 ranks get 1 thread each (planning
+    from the node's 16 would ask more CPUs than the job has); given facts still win."""
+    from dlscale.launchers.slurm_nodes import allocation
+
+    assert allocation({"SLURM_JOB_CPUS_PER_NODE": "2"}) is None  # not inside a job
+    assert allocation({"SLURM_JOB_ID": "4", "SLURM_JOB_CPUS_PER_NODE": "16(x2),8"}) == (8, 0)
+    monkeypatch.setenv("SLURM_JOB_ID", "4")
+    monkeypatch.setenv("SLURM_JOB_CPUS_PER_NODE", "2")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "1")
+    study = expand({"backend": "torch-ddp", "workers": 2, "launcher": "slurm"}, cores=64)
+    (point,) = study.points
+    facts = node_facts(point)
+    assert point.threads_per_worker == 1 and (facts.cpus, facts.source) == (2, "this allocation")
+    given = RunConfig.make(backend="torch-ddp", workers=2, launcher="slurm", cpus_per_node=32)
+    assert node_facts(given).cpus == 32

@@ -239,8 +239,9 @@ class SlurmLauncher(Launcher):
     def unfit(self, config: RunConfig) -> str | None:
         if config.device != "cuda":
             return None
+        facts = self.node_facts(config)  # the nodes unknown: that error, not a skipped point
         try:
-            check_gpus(config, self.node_facts(config))
+            check_gpus(config, facts)
         except UserError as problem:
             return str(problem)
         return None

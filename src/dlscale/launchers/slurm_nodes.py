@@ -37,12 +37,17 @@ GPU_GRES = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
 
 def node_facts(config: RunConfig) -> NodeFacts:
     """The nodes ``config`` runs on: each node's CPUs and GPUs (given, else the smallest of
-    the partition's nodes, so that the plan fits whichever Slurm gives) and how many."""
+        the partition's nodes, so that the plan fits whichever Slurm gives; inside an allocation,
+    what it holds) and how many."""
     options = config.typed(SlurmOptions)
     cuda = config.device == "cuda"
     cpus, gpus = options.cpus_per_node, options.gpus_per_node
     given = [f"{key}={value}" for key, value in (("cpus_per_node", cpus), ("gpus_per_node", gpus))
              if value]  # fmt: skip
+    held = allocation(dict(os.environ))
+    if held is not None and (not cpus or (cuda and not gpus and held[1])):
+        cpus, gpus = cpus or held[0], gpus or held[1]
+        given.append("this allocation")
     if not cpus or (cuda and not gpus):
         asked_cpus, asked_gpus = partition_nodes(options.partition, cuda)
         cpus, gpus = cpus or asked_cpus, gpus or asked_gpus
@@ -58,6 +63,22 @@ def node_facts(config: RunConfig) -> NodeFacts:
         nodes = -(-size * (config.threads_per_worker or 1) // cpus)
     return NodeFacts(cpus=cpus, gpus=gpus if cuda or gpus else None, nodes=nodes,
                      source="; ".join(given))  # fmt: skip
+
+
+def allocation(environ: dict[str, str]) -> tuple[int, int] | None:
+    """Inside an allocation (salloc, a batch script, a study's own job): the fewest CPUs it
+    holds on a node and the GPUs it holds on this one (``SLURM_JOB_CPUS_PER_NODE``,
+    ``SLURM_GPUS_ON_NODE``); a point planned there fits what the job was given, which may be
+    less than its nodes have. ``None`` outside one."""
+    text = environ.get("SLURM_JOB_CPUS_PER_NODE")
+    if "SLURM_JOB_ID" not in environ or not text:
+        return None
+    try:
+        cpus = min(tasks_per_node(text))
+    except UserError:
+        return None  # a count Slurm would not write: the nodes are asked instead
+    gpus = environ.get("SLURM_GPUS_ON_NODE", "")
+    return cpus, int(gpus) if gpus.isdigit() else 0
 
 
 def gpus_per_task(config: RunConfig) -> int:
