@@ -54,7 +54,10 @@ def main(args: argparse.Namespace) -> int:
     )
     python = interpreter(config)
     argv = (python, "-P", "-m", "dlscale.runtime.node_check")
-    command = LAUNCHERS.get(config.launcher).create().on_each_node(config, argv)
+    launcher = LAUNCHERS.get(config.launcher).create()
+    launcher.check(python)  # its tool installed (srun), and its scheduler answering
+    launcher.check_ready()
+    command = launcher.on_each_node(config, argv)
     nodes = _run(command)
     packages = _packages(config.backend)
     rows = []
