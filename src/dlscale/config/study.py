@@ -17,11 +17,11 @@ from typing import Any
 
 from dlscale.config.claims import Claim, parse_claims
 from dlscale.config.repeats import Repeats, coerce_study
+from dlscale.config.resources import machine_points, node_facts, thread_budget
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.files import read_bounded, unreadable
 from dlscale.contract.launchers import LAUNCHERS
-from dlscale.contract.nodes import NodeFacts
 from dlscale.contract.options import parse_value
 from dlscale.contract.run_config import RunConfig, core_keys, declared_options
 from dlscale.contract.text import excerpt
@@ -216,11 +216,11 @@ def expand(
     settings = {k: v for k, v in settings.items() if k not in (*_REPEAT_FIELDS, CLAIMS)}
     if "threads_per_worker" not in settings:
         probe = _expand(settings)
-        budget = thread_budget(probe.points, cores)
+        facts = [node_facts(p, cores) for p in probe.points]
+        budget = thread_budget(probe.points, facts)
         settings["threads_per_worker"] = budget
-        whole = max(node_facts(p, cores).cpus for p in probe.points)
-        if repeats.machine_reference and budget < whole:
-            extra = _machine_points(probe.points, cores)
+        if repeats.machine_reference and budget < max(f.cpus for f in facts):
+            extra = machine_points(probe.points, facts)
             study = _expand(settings)
             points = (*study.points, *(p for p in extra if p not in study.points))
             return Study(
@@ -240,45 +240,6 @@ def expand(
         repeats=repeats,
         claims=claims,
     )
-
-
-def node_facts(point: RunConfig, cores: int | None = None) -> NodeFacts:
-    """The machines ``point``'s launcher runs it on (``cores``: this machine's usable cores,
-    for a launcher that runs every process here)."""
-    facts: NodeFacts = LAUNCHERS.get(point.launcher).create().node_facts(point, cores)
-    return facts
-
-
-def thread_budget(points: tuple[RunConfig, ...], cores: int | None = None) -> int:
-    """Threads per process that fit every point on its nodes: the least over the points of a
-    node's CPUs // the processes on the point's fullest node."""
-    return min(node_facts(p, cores).threads(p.layout().size) for p in points)
-
-
-def _machine_points(points: tuple[RunConfig, ...], cores: int | None) -> list[RunConfig]:
-    """For each distinct setting, the framework's reference backend at 1 worker with every
-    core of its node: what the same machine does as one worker."""
-    out: list[RunConfig] = []
-    for point in points:
-        reference = BACKENDS.reference_of(point.framework)
-        if reference is None:
-            continue
-        dataset_options = {
-            k: v for k, v in point.grouped_options()["dataset"].items()
-        } | point.grouped_options()["launcher"]
-        try:
-            candidate = dataclasses.replace(
-                point,
-                backend=reference,
-                workers=1,
-                threads_per_worker=node_facts(point, cores).cpus,
-                options=dataset_options,
-            )
-        except (UnsupportedPoint, UserError):
-            continue
-        if candidate not in out:
-            out.append(candidate)
-    return out
 
 
 def _sorted(points: Any) -> tuple[RunConfig, ...]:
