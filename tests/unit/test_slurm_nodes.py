@@ -11,7 +11,7 @@ import pytest
 from dlscale.config import RunConfig
 from dlscale.config.study import expand
 from dlscale.contract.errors import UserError
-from dlscale.launchers.slurm import SlurmLauncher
+from dlscale.launchers.slurm import SlurmLauncher, slurm_mode
 from dlscale.launchers.slurm_nodes import node_facts, parse_sinfo_line, partition_nodes
 
 SPEC = Path("/r/x/spec.json")
@@ -126,6 +126,9 @@ def test_a_study_in_one_job_asks_an_allocation_that_holds_its_largest_point():
     assert lines[-2:] == ["cd /shared/me", f"exec {sys.executable} -m dlscale run s.toml --set "
                           "slurm_mode=study"]  # fmt: skip
     assert in_one_job(points, {}) and not in_one_job(points, {"SLURM_JOB_ID": "7"})
+    assert {slurm_mode(p, {}) for p in points} == {"srun"}  # steps of its job, wherever planned
+    submitted = RunConfig.make(backend="torch-ddp", **{**NODES, "slurm_mode": "study"}, wait=False)
+    SlurmLauncher().check_point(submitted)  # wait = false: of the study's one job, not a step
     other = RunConfig.make(backend="torch-ddp", **{**NODES, "slurm_mode": "sbatch"})
     with pytest.raises(UserError, match="give it to every point"):
         in_one_job((*points, other), {})

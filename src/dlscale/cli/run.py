@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
@@ -313,14 +312,13 @@ def _dry_run(points: Any, results: Path, repeats: Repeats, *, one_job: str | Non
     with a space, ``;`` or ``$(...)`` stays one word), and every line is shown literally (a
     setting with a control character cannot move the cursor or start a line of its own).
     ``one_job`` (the study's name): its one batch script first, then each point as a step."""
-    with contextlib.ExitStack() as inside:
-        if one_job is not None:
-            from dlscale.cli.study_job import study_job_lines
+    if one_job is not None:
+        from dlscale.cli.study_job import study_job_lines
 
-            inside.enter_context(study_job_lines(points, results, one_job))
-        for config in points:
-            for text in _planned(config, results, repeats, first=config is points[0]):
-                print(visible(text))
+        study_job_lines(points, results, one_job)
+    for config in points:
+        for text in _planned(config, results, repeats, first=config is points[0]):
+            print(visible(text))
     print(json.dumps({"points": len(points)}), file=sys.stderr)
     return 0
 

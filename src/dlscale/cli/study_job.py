@@ -4,12 +4,9 @@ end (:mod:`dlscale.launchers.slurm_study` says how the job is made)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +51,8 @@ def run_study_job(study: Study, results: Path, command: list[str]) -> int:
         for number in range(study.repeats.repeats)
     }
 
-    def completed() -> int:
-        return sum(1 for r in store.results() if r.run_id in wanted and r.status == "completed")
+    def completed() -> int:  # the study's own points only, not the whole store each time
+        return sum(1 for run_id in wanted if store.completed(run_id) is not None)
 
     state = watch(SlurmJob(job), completed, len(wanted), say)
     if output.is_file():  # the study's own table and notes, as a run here prints them
@@ -71,10 +68,8 @@ def run_study_job(study: Study, results: Path, command: list[str]) -> int:
     return 1
 
 
-@contextlib.contextmanager
-def study_job_lines(points: Any, results: Path, study: str) -> Iterator[None]:
-    """Print the study's one batch script; while the points are planned, plan them as inside
-    its allocation (``SLURM_JOB_ID`` set, as the job sets it): srun steps."""
+def study_job_lines(points: Any, results: Path, study: str) -> None:
+    """Print the study's one batch script (the points' own plans, srun steps, follow it)."""
     command = ["dlscale", "run", *(word for word in sys.argv[2:] if word != "--dry-run")]
     name = job_name(study)
     out = results / ".slurm" / f"study-{name}-%j.out"
@@ -82,12 +77,3 @@ def study_job_lines(points: Any, results: Path, study: str) -> Iterator[None]:
     for line in study_script(points, command, Path.cwd(), out, name).splitlines():
         print(visible(f"#   {line}"))
     print("# in which each point runs as a step:")
-    before = os.environ.get("SLURM_JOB_ID")
-    os.environ["SLURM_JOB_ID"] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("SLURM_JOB_ID", None)
-        else:
-            os.environ["SLURM_JOB_ID"] = before

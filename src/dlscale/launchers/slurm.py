@@ -89,10 +89,14 @@ FAILED_CODES = {"TIMEOUT": 124, "OUT_OF_MEMORY": 137, "CANCELLED": 143}
 
 
 def slurm_mode(config: RunConfig, environ: dict[str, str] | None = None) -> str:
-    """How a point runs: ``srun`` or ``sbatch``. ``auto`` and ``study`` are srun inside an
-    allocation (``study``'s own job, :mod:`dlscale.launchers.slurm_study`), else sbatch."""
+    """How a point runs: ``srun`` or ``sbatch``. ``study`` is always srun: its points run only
+    as steps of the study's own job (:mod:`dlscale.launchers.slurm_study`; a point run on its
+    own, e.g. by microbench, is an srun that asks for its allocation). ``auto`` is srun inside
+    an allocation, else sbatch."""
     mode = config.typed(SlurmOptions).slurm_mode
-    if mode not in ("auto", "study"):
+    if mode == "study":
+        return "srun"
+    if mode != "auto":
         return mode
     return "srun" if "SLURM_JOB_ID" in (os.environ if environ is None else environ) else "sbatch"
 
@@ -248,7 +252,8 @@ class SlurmLauncher(Launcher):
 
     def check_point(self, config: RunConfig) -> None:
         check_gpus(config, self.node_facts(config))
-        if config.typed(SlurmOptions).wait:
+        options = config.typed(SlurmOptions)
+        if options.wait or options.slurm_mode == "study":  # wait: of the study's one job
             return
         if slurm_mode(config) != "sbatch":
             raise UserError(
