@@ -36,9 +36,9 @@ GPU_GRES = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
 
 
 def node_facts(config: RunConfig) -> NodeFacts:
-    """The nodes ``config`` runs on: each node's CPUs and GPUs (given, else the smallest of
-        the partition's nodes, so that the plan fits whichever Slurm gives; inside an allocation,
-    what it holds) and how many."""
+    """The nodes ``config`` runs on: each node's CPUs and GPUs (given; inside an allocation,
+    what it holds; else the smallest of the partition's nodes, so that the plan fits whichever
+    Slurm gives) and how many."""
     options = config.typed(SlurmOptions)
     cuda = config.device == "cuda"
     cpus, gpus = options.cpus_per_node, options.gpus_per_node
