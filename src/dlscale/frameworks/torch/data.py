@@ -73,19 +73,19 @@ words)."""
 def loader_death_pending(wait_s: float = LOADER_EXIT_WAIT_S) -> WorkerFault | None:
     """A ``DataLoader`` process that died, asked of torch directly: its death can reach the
     training process first as a ``ConnectionResetError`` on its pipe, before torch's SIGCHLD
-    handler raises its own words; ``None`` when every loader process is still alive after
-    ``wait_s``."""
+    handler raises its own words (which it may do while this waits: caught alike); ``None``
+    when every loader process is still alive after ``wait_s``."""
     from torch.utils.data._utils.signal_handling import _error_if_any_worker_fails
 
     deadline = time.monotonic() + wait_s
-    while True:
-        try:
+    try:
+        while True:
             _error_if_any_worker_fails()
-        except RuntimeError as error:
-            return loader_died(error)
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.05)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)  # torch's SIGCHLD handler may raise in here too
+    except RuntimeError as error:
+        return loader_died(error)
 
 
 def to_torch(data: NumpyDataset, device: torch.device | str) -> TorchDataset:

@@ -178,20 +178,29 @@ def gradient_bytes(model: torch.nn.Module) -> int:
 
 
 def run_training(ctx: WorkerContext, strategy: TorchStrategy) -> None:
-    """A torch process: training roles run the kernel; other roles serve (e.g. servers)."""
+    """A torch process: training roles run the kernel; other roles serve (e.g. servers).
+
+    A ``DataLoader`` process that died is said in one line however its death arrives: torch's
+    SIGCHLD handler raises wherever this process is (in a step, in the teardown, in the
+    handling of a broken pipe), so the whole of it is under the one ``except``."""
     torch.set_num_threads(ctx.threads)
     device = _device(ctx.config.device, ctx.local_rank)
+    try:
+        _setup_run_teardown(ctx, strategy, device)
+    except RuntimeError as error:
+        fault = loader_died(error)
+        if fault is None:
+            raise
+        raise fault from None
+
+
+def _setup_run_teardown(ctx: WorkerContext, strategy: TorchStrategy, device: torch.device) -> None:
     strategy.setup(ctx, device)
     completed = False
     try:
         if ctx.process.trains:
             try:
                 run_schedule(ctx, TorchEngine(ctx, strategy, device))
-            except RuntimeError as error:
-                fault = loader_died(error)
-                if fault is None:
-                    raise
-                raise fault from None
             except (ConnectionError, EOFError) as error:  # a loader's pipe, if one died
                 fault = loader_death_pending()
                 if fault is None:
