@@ -91,6 +91,27 @@ def test_each_host_has_its_own_name_address_and_ssh_server(bed):
     assert again.returncode == 2 and "one test bed at a time" in again.stderr
 
 
+def test_a_host_list_is_planned_from_the_hosts_and_checked_on_each(bed, tmp_path, cli):
+    """Threads per rank from the listed hosts' CPUs (asked of them by ssh, or given), never
+    from this machine; ``dlscale doctor`` through mpirun runs once on each listed host."""
+    flags = ("--launcher", "mpirun", "--backend", "torch-ddp", "--workers", "4", "--set",
+             "hosts=dlsnode1:2,dlsnode2:2", "--dry-run", "--results", str(tmp_path))  # fmt: skip
+    asked = cli("run", *TINY, *flags)
+    assert asked.returncode == 0, asked.stderr
+    cpus = int(_ssh("dlsnode1", "nproc"))
+    assert f"planned for 2 nodes of {cpus} CPUs (nproc on each host, by ssh)" in asked.stdout
+    given = cli("run", *TINY, *flags, "--set", "cpus_per_host=16")
+    assert given.returncode == 0, given.stderr
+    assert "planned for 2 nodes of 16 CPUs (given (cpus_per_host)); 2 processes" in given.stdout
+    assert "(8 threads/process;" in given.stdout  # 16 CPUs over the 2 ranks on a host
+    doctor = cli("doctor", "--launcher", "mpirun", "--set", "hosts=dlsnode1,dlsnode2",
+                 "--set", "interface=dls0", "--json")  # fmt: skip
+    assert doctor.returncode == 0, doctor.stderr
+    nodes = [json.loads(line) for line in doctor.stdout.splitlines()]
+    assert [node["hostname"] for node in nodes] == list(HOSTS)
+    assert [node["node"] for node in nodes] == [0, 1] and all(not n["missing"] for n in nodes)
+
+
 TWO = "dlsnode1:1,dlsnode2:1"
 APART = "dlsnode1:3,dlsnode2:1"  # the workers (and a chief, a scheduler) on one, a server alone
 CASES = {  # (backend, launcher, hosts)

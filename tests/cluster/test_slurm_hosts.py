@@ -79,8 +79,11 @@ def test_a_gpu_study_is_planned_from_the_nodes_slurm_describes_not_this_machine(
     points = _dry_points(dry.stdout)
     ddp = points["torch-ddp x12"]
     assert "planned for 3 nodes of 16 CPUs, 4 GPUs (sinfo, every partition)" in ddp
-    for option in ("--nodes=3", "--ntasks=12", "--cpus-per-task=4", "--gpus-per-task=1"):
+    # each node room for 4 tasks; the step's 12 tasks spread 4 a node by the host file
+    for option in ("--nodes=3", "--ntasks-per-node=4", "--cpus-per-task=4", "--gpus-per-task=1"):
         assert f"#SBATCH {option}" in ddp, option
+    assert "srun --ntasks=12 --distribution=arbitrary" in ddp
+    assert "node 3: worker 8-11" in ddp
     assert "#SBATCH --nodes=1" in points["torch-single x1"]
     assert {_threads(text) for text in points.values()} == {4}
     assert not (tmp_path / "res").exists()
@@ -227,7 +230,7 @@ def _threads(text: str) -> int:
 
 CASES = {
     "torch-ddp": ("torch-ddp", ()),
-    "torch-ps": ("torch-ps", ()),
+    "torch-ps apart": ("torch-ps", ("--set", "placement=apart", "--set", "nodes=1")),
     "horovod-keras": ("horovod-keras", ()),
     "tf-mwms": ("tf-mwms", ()),
     "tf-ps": ("tf-ps", ("--set", "ps_mode=sync")),
@@ -236,9 +239,12 @@ CASES = {
 }
 ONE_THREAD = ("--set", "threads_per_worker=1")
 """The runs here: one thread a rank, as this 2-core machine can give (the nodes advertise 16)."""
-SERVING = {"server", "ps"}
-"""Roles that Slurm's block distribution puts on a node of their own here (4 tasks: 3 on the
-first node; 3 tasks: 2): the parameter servers apart from the workers, as the papers ran them."""
+PLACED = {
+    "torch-ps apart": {"dlsnode1": ["worker", "worker"], "dlsnode2": ["server"]},
+    "tf-ps": {"dlsnode1": ["worker", "ps"], "dlsnode2": ["worker"]},
+    "mxnet-kv": {"dlsnode1": ["worker", "scheduler"], "dlsnode2": ["worker", "server"]},
+}
+"""Where the rule puts each role (placement spread unless named): the others one worker a node."""
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -259,10 +265,9 @@ def test_an_engine_runs_across_two_slurm_nodes(tmp_path: Path, cli, slurm, case)
         start = read_events(events_path(run_dir, process["rank"]))[0]
         assert start["host"] == process["host"] and start["role"] == process["role"]
         hosts.setdefault(process["host"], []).append(process["role"])
-    assert sorted(hosts) == list(NODES), hosts  # both nodes ran part of the run
-    for roles in hosts.values():
-        if SERVING & set(roles):
-            assert "worker" not in roles, hosts
+    assert hosts == PLACED.get(case, {"dlsnode1": ["worker"], "dlsnode2": ["worker"]})
+    # each rank ran on the node of its line in the step's host file, written from the plan
+    assert (run_dir / "hostfile").read_text().split() == [p["host"] for p in result["layout"]]
     listed = cli("ls", "runs", "--results", str(tmp_path), env=slurm)
     assert "where the processes ran" in listed.stdout and "dlsnode2" in listed.stdout
     assert not processes_naming(tmp_path)

@@ -12,7 +12,8 @@ from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.frameworks.torch.cluster import torch_cluster_env
 from dlscale.launchers.base import PlanEntry
 from dlscale.launchers.slurm import SlurmLauncher, batch_script, slurm_mode
-from dlscale.launchers.slurm_nodes import hosts_by_rank, tasks_per_node
+from dlscale.launchers.slurm_nodes import tasks_per_node
+from dlscale.launchers.slurm_place import hosts_by_rank
 from dlscale.launchers.torchrun import TorchrunLauncher
 from dlscale.runtime.context import WorkerContext
 
@@ -100,6 +101,8 @@ def test_srun_plan_is_one_step_of_every_rank_with_its_allocation():
     )  # fmt: skip
     assert entry.env["DLSCALE_RANK_VARS"] == "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
     assert plan.addresses.hosts == ()  # placed by Slurm: each rank reads the step's nodes
+    # outside an allocation srun has no node names to place by before it runs: said
+    assert "Slurm places the ranks in block order" in plan.warnings[0]
 
 
 def test_sbatch_plan_writes_a_batch_script_that_runs_one_srun_step():
@@ -113,8 +116,19 @@ def test_sbatch_plan_writes_a_batch_script_that_runs_one_srun_step():
     assert "#SBATCH --cpus-per-task=4" in lines and "#SBATCH --time=61" in lines
     assert "#SBATCH --output=/r/x/slurm.stdout" in lines
     assert "export OMP_NUM_THREADS=4" in lines
+    # 4 processes of 4 threads on nodes of 8 CPUs: 2 nodes, each holding 2 (placement spread:
+    # chief and worker 0 on the first, worker 1 and the ps on the second)
+    assert "#SBATCH --nodes=2" in lines and "#SBATCH --ntasks-per-node=2" in lines
+    assert entry.files[Path("/r/x/placement")] == "0\n0\n1\n1\n"
+    assert "export SLURM_HOSTFILE=/r/x/hostfile" in lines
     assert lines[-1] == (
-        "exec srun --kill-on-bad-exit=1 --export=ALL /py -P -m dlscale.worker /r/x/spec.json"
+        "exec srun --ntasks=4 --distribution=arbitrary --cpus-per-task=4 --kill-on-bad-exit=1 "
+        "--export=ALL /py -P -m dlscale.worker /r/x/spec.json"
+    )
+    assert plan.placed == (
+        "placement spread:",
+        "node 1: chief 0; worker 0",
+        "node 2: worker 1; ps 0",
     )
 
 
@@ -125,7 +139,8 @@ def test_a_detached_batch_script_records_its_point_after_the_ranks_step():
     assert launcher.detaches(cfg) and not launcher.detaches(_slurm("sbatch"))
     (entry,) = launcher.plan(cfg, SPEC, "/py", ports=(1, 2, 3, 4)).entries
     lines = entry.files[Path("/r/x/job.sbatch")].splitlines()
-    step = "srun --kill-on-bad-exit=1 --export=ALL /py -P -m dlscale.worker /r/x/spec.json"
+    step = ("srun --cpus-per-task=1 --kill-on-bad-exit=1 --export=ALL /py -P -m dlscale.worker "
+            "/r/x/spec.json")  # fmt: skip
     finish = f"{sys.executable} -P -m dlscale.finish /r/x/spec.json"
     assert lines[-5:] == [
         "started=$(date +%s.%N)",

@@ -100,9 +100,14 @@ def test_slots_that_int_would_refuse_or_misread_are_one_line(slots):
 
 def test_mpirun_places_the_ranks_in_the_hosts_order_and_tells_every_rank_its_peers():
     cfg = RunConfig.make(
-        backend="torch-ddp", workers=3, launcher="mpirun", hosts=TWO_HOSTS, interface="ib0"
+        backend="torch-ddp",
+        workers=3,
+        launcher="mpirun",
+        hosts=TWO_HOSTS,
+        interface="ib0",
+        cpus_per_host=4,
     )
-    plan = MpirunLauncher().plan(cfg, SPEC, "/py", ports=(29555,), cores=4)
+    plan = MpirunLauncher().plan(cfg, SPEC, "/py", ports=(29555,), cores=64)
     (entry,) = plan.entries
     argv = list(entry.argv)
     assert argv[argv.index("--host") + 1] == "10.0.0.1:2,10.0.0.2:1"  # the ranks it holds
@@ -113,7 +118,9 @@ def test_mpirun_places_the_ranks_in_the_hosts_order_and_tells_every_rank_its_pee
     exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
     assert {"GLOO_SOCKET_IFNAME", "DMLC_INTERFACE", "HOROVOD_GLOO_IFACE"} <= exported
     assert entry.env["GLOO_SOCKET_IFNAME"] == "ib0"
-    assert plan.threads_per_worker == 2  # 2 ranks on the fullest host, 4 cores each
+    # 2 ranks on the fullest host of 4 CPUs, whatever this machine has (cores=64)
+    assert plan.threads_per_worker == 2
+    assert plan.nodes == "2 nodes of 4 CPUs (given (cpus_per_host)); 2 processes on the fullest"
     rank2 = BACKENDS.get("torch-ddp").cluster_env(
         plan.layout.processes[2], plan.layout, plan.addresses, cfg
     )
@@ -129,6 +136,7 @@ def test_horovodrun_takes_the_same_host_list_and_interface(tmp_path):
         launcher="horovodrun",
         hostfile=str(hostfile),
         interface="dls0",
+        cpus_per_host=2,
     )
     (entry,) = HorovodrunLauncher().plan(cfg, SPEC, "/venv/bin/python", ports=(1,), cores=2).entries
     argv = list(entry.argv)
@@ -238,3 +246,20 @@ def test_when_mpirun_lost_a_host_the_rank_that_fell_silent_there_is_blamed(tmp_p
     )
     (tmp_path / "launcher.stderr").write_text("something else\n")
     assert MpirunLauncher().blame(entry) is None  # then the events decide, as before
+
+
+def test_a_hosts_cpus_are_asked_of_it_by_ssh_and_an_unreachable_one_is_one_line():
+    """Without cpus_per_host the plan asks each host the ranks use (``ssh HOST nproc``); a host
+    ssh cannot reach without a password stops the plan in one line naming the fix."""
+    cfg = RunConfig.make(backend="torch-ddp", workers=2, launcher="mpirun", hosts="127.0.0.1:2")
+    with pytest.raises(UserError, match=r"cannot ask host 127.0.0.1 for its CPUs .*cpus_per_host"):
+        MpirunLauncher().plan(cfg, SPEC, "/py", ports=(1,), cores=2)
+
+
+def test_the_node_check_runs_one_rank_on_each_listed_host():
+    cfg = RunConfig.make(backend="torch-ddp", launcher="mpirun", hosts="10.0.0.1:4,10.0.0.2:4")
+    argv = list(MpirunLauncher().on_each_node(cfg, ("/py", "-m", "check")))
+    assert argv[argv.index("-np") + 1] == "2" and argv[-3:] == ["/py", "-m", "check"]
+    assert argv[argv.index("--host") + 1] == "10.0.0.1:1,10.0.0.2:1"
+    here = RunConfig.make(backend="torch-ddp", launcher="mpirun")
+    assert MpirunLauncher().on_each_node(here, ("/py",)) == ("/py",)

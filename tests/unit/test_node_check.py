@@ -53,6 +53,10 @@ def test_the_nodes_facts_are_read_from_srun_labelled_lines_and_a_failure_is_one_
         _run((sys.executable, "-c", failing))
     with pytest.raises(UserError, match="cannot run no-such-srun: not installed here"):
         _run(("no-such-srun",))
+    # mpirun --tag-output's and horovodrun's labels
+    tagged = ["[1,1]<stdout>:" + json.dumps({"hostname": "b"}), "[0]<stdout>:" + json.dumps({})]
+    code = f"print({chr(10).join(tagged)!r})"
+    assert _run((sys.executable, "-c", code)) == [(0, {}), (1, {"hostname": "b"})]
 
 
 def test_under_slurm_the_check_is_one_task_on_each_node_with_its_gpus():

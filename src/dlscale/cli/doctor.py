@@ -1,7 +1,8 @@
 """dlscale doctor: check the nodes a study would run on before it is spent.
 
 The check runs where the ranks would: through the study's launcher (Slurm: one task on each of
-``nodes`` nodes, an srun step of this allocation or of one srun asks for; ``local``: here),
+``nodes`` nodes, an srun step of this allocation or of one srun asks for; mpirun and horovodrun:
+one rank on each host of ``hosts``/``hostfile``; ``local``: here),
 under the interpreter the backend's workers run (``dlscale.runtime.node_check``). Each node
 reports its Python, dlscale, the frameworks' versions, CUDA, the GPUs its ranks would see,
 NCCL, MPI and its address with the interface holding it; a table shows one row per node with
@@ -21,14 +22,17 @@ from dlscale.contract.errors import UserError
 
 CHECK_TIMEOUT_S = 600.0
 """The longest the check may take, queueing for the nodes included."""
-LABELLED = re.compile(r"^\s*(\d+): (.*)$")
-"""A line of srun --label: the task's number, then what it printed."""
+LABELLED = re.compile(r"^\s*(?:(\d+): |\[(?:\d+,)?(\d+)\]<stdout>:)(.*)$")
+"""A line labelled with its task's number, then what it printed: srun --label's ``3: ``,
+mpirun --tag-output's ``[1,3]<stdout>:``, horovodrun's ``[3]<stdout>:``."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dlscale.cli.run import add_set_flag
 
-    parser.add_argument("--launcher", default="local", help="how the ranks start (slurm, local)")
+    parser.add_argument(
+        "--launcher", default="local", help="how the ranks start (slurm, mpirun, horovodrun, local)"
+    )
     parser.add_argument(
         "--backend", default="torch-ddp", help="the backend whose needs are checked"
     )
@@ -103,7 +107,9 @@ def _run(command: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
     nodes: dict[int, dict[str, Any]] = {}
     for line in done.stdout.splitlines():
         labelled = LABELLED.match(line)
-        index, text = (int(labelled.group(1)), labelled.group(2)) if labelled else (0, line)
+        index, text = (0, line)
+        if labelled:
+            index, text = int(labelled.group(1) or labelled.group(2)), labelled.group(3)
         try:
             facts = json.loads(text)
         except ValueError:

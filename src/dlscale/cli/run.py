@@ -348,6 +348,7 @@ def _planned(config: Any, results: Path, repeats: Repeats, *, first: bool) -> li
     ]
     if plan.nodes:
         lines.append(f"#   planned for {plan.nodes}")
+    lines += [f"#   {line}" for line in plan.placed]
     lines += [f"#   warning: {warning}" for warning in plan.warnings]
     for setup in plan.setups:
         lines.append("# made before the commands start, removed after:")

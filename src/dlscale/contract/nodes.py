@@ -5,6 +5,7 @@ never from the login node dlscale runs on, which may have fewer cores and no GPU
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 
@@ -20,13 +21,21 @@ class NodeFacts:
     source: str
     """Where the facts come from, as a dry run says it: ``this machine``, ``given
     (cpus_per_node)``, ``sinfo (partition gpu)``."""
+    node_of: tuple[int, ...] | None = None
+    """Each rank's node index where a placement rule chose it
+    (:mod:`dlscale.contract.role_placement`); ``None``: spread evenly in rank order."""
 
     def __post_init__(self) -> None:
         if self.cpus < 1 or self.nodes < 1 or (self.gpus is not None and self.gpus < 0):
             raise ValueError(f"impossible node facts: {self}")
+        if self.node_of is not None and len(set(self.node_of)) != self.nodes:
+            raise ValueError(f"the placement uses other nodes than {self.nodes}: {self}")
 
     def per_node(self, processes: int) -> int:
-        """The most of ``processes`` on one node (spread evenly, the remainder on the first)."""
+        """The most of ``processes`` on one node: as placed, else spread evenly (the
+        remainder on the first)."""
+        if self.node_of:
+            return max(Counter(self.node_of).values())
         return -(-processes // self.nodes)
 
     def threads(self, processes: int) -> int:

@@ -73,6 +73,8 @@ class LaunchPlan:
     """Made before the entries start, removed after they stop (by the default ``start``)."""
     nodes: str = ""
     """The machines the plan was made for, where they are not this one (a dry run says it)."""
+    placed: tuple[str, ...] = ()
+    """Where each role's processes go on those machines, where a rule chose (a dry run says it)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,20 +12,25 @@ the workers' interpreter at the same path, as on a cluster with a shared file sy
 
 from __future__ import annotations
 
+import functools
 import re
 import socket
+import subprocess
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import read_bounded, unreadable
+from dlscale.contract.nodes import NodeFacts
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.run_config import RunConfig
 from dlscale.contract.text import excerpt
 from dlscale.launchers.options import HostListOptions
 
 MAX_SLOTS = 4096
+SSH_TIMEOUT_S = 30.0
+"""The longest asking one host for its CPUs may take (``ssh HOST nproc``)."""
 HOSTFILE_LIMIT = 2**20
 """A host file's most bytes: 1 MiB is some 30,000 hosts."""
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252})\Z")
@@ -133,21 +138,43 @@ def check_interface(value: str) -> None:
         )
 
 
-def placement(config: RunConfig, size: int) -> Placement | None:
-    """Where the ranks of ``config`` go when it names hosts; ``None``: all on this machine."""
-    options = config.typed(HostListOptions)
+def listed_hosts(options: HostListOptions) -> tuple[tuple[str, int], ...] | None:
+    """The hosts and slots given (``hosts`` or ``hostfile``); ``None``: none."""
     if options.hosts and options.hostfile:
         raise UserError("give hosts or hostfile, not both")
     if options.hosts:
-        hosts = parse_hosts(options.hosts, "hosts")
-    elif options.hostfile:
-        hosts = read_hostfile(options.hostfile)
-    else:
-        if options.interface:
-            raise UserError(
-                "interface names the hosts' network: give hosts or hostfile too (every rank "
-                "on this machine talks over the loopback)"
-            )
+        return parse_hosts(options.hosts, "hosts")
+    if options.hostfile:
+        return read_hostfile(options.hostfile)
+    if options.interface:
+        raise UserError(
+            "interface names the hosts' network: give hosts or hostfile too (every rank "
+            "on this machine talks over the loopback)"
+        )
+    return None
+
+
+def one_rank_each(config: RunConfig) -> Placement | None:
+    """One rank on each listed host, in the list's order (``dlscale doctor``); ``None``
+    without hosts."""
+    options = config.typed(HostListOptions)
+    hosts = listed_hosts(options)
+    if hosts is None:
+        return None
+    names = tuple(name for name, _ in hosts)
+    return Placement(
+        hosts=tuple((name, 1) for name in names),
+        rank_hosts=names,
+        addresses=tuple(_resolve(name) for name in names),
+        interface=options.interface,
+    )
+
+
+def placement(config: RunConfig, size: int) -> Placement | None:
+    """Where the ranks of ``config`` go when it names hosts; ``None``: all on this machine."""
+    options = config.typed(HostListOptions)
+    hosts = listed_hosts(options)
+    if hosts is None:
         return None
     slots = sum(count for _, count in hosts)
     if slots < size:
@@ -179,3 +206,39 @@ def _resolve(name: str) -> str:
 def interface_env(interface: str) -> dict[str, str]:
     """The variables that put every engine's sockets on ``interface``."""
     return dict.fromkeys(INTERFACE_VARIABLES, interface) if interface else {}
+
+
+def host_facts(config: RunConfig, size: int) -> NodeFacts | None:
+    """The hosts ``config``'s ranks run on, which their threads are planned from: each rank's
+    host, and a host's CPUs given (``cpus_per_host``) or asked of every host the ranks use
+    (``nproc`` there, by ssh; the fewest); ``None`` when every rank runs on this machine."""
+    where = placement(config, size)
+    if where is None:
+        return None
+    used = {host: index for index, host in enumerate(dict.fromkeys(where.rank_hosts))}
+    given = config.typed(HostListOptions).cpus_per_host
+    cpus = given or min(host_cpus(host) for host in used)
+    return NodeFacts(
+        cpus=cpus,
+        gpus=None,  # each rank checks its own GPU where it runs
+        nodes=len(used),
+        source="given (cpus_per_host)" if given else "nproc on each host, by ssh",
+        node_of=tuple(used[host] for host in where.rank_hosts),
+    )
+
+
+@functools.cache
+def host_cpus(host: str) -> int:
+    """The CPUs ``host`` gives a process there (its ``nproc``, asked by ssh without a
+    password: the same way mpirun and horovodrun reach it); asked once per host and process."""
+    fix = "make it reachable by ssh without a password, or give --set cpus_per_host=C"
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", host, "nproc"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SSH_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise UserError(f"cannot ask host {host} for its CPUs ({error}); {fix}") from None
+    count = whole_number(done.stdout.strip(), low=1, high=2**20)
+    if done.returncode != 0 or count is None:
+        words = excerpt((done.stderr or done.stdout).strip() or f"exit {done.returncode}")
+        raise UserError(f"cannot ask host {host} for its CPUs (ssh {host} nproc: {words}); {fix}")
+    return count

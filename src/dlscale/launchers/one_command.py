@@ -14,7 +14,8 @@ from abc import abstractmethod
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
-from dlscale.contract.layout import Addresses, usable_cores
+from dlscale.contract.layout import Addresses
+from dlscale.contract.nodes import NodeFacts
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     Launcher,
@@ -25,7 +26,13 @@ from dlscale.launchers.base import (
     thread_budget,
     worker_command,
 )
-from dlscale.launchers.host_list import Placement, interface_env, placement
+from dlscale.launchers.host_list import (
+    Placement,
+    host_facts,
+    interface_env,
+    one_rank_each,
+    placement,
+)
 from dlscale.launchers.local import on_this_machine
 from dlscale.launchers.watch import quietest_rank
 
@@ -66,9 +73,10 @@ class OneCommandLauncher(Launcher):
         here = on_this_machine(config, ports=ports, cores=cores)
         where = placement(config, here.layout.size)
         threads, warnings = here.threads, here.warnings
-        if where is not None:  # the hosts' cores, taken to be as many as this machine's
+        hosts = host_facts(config, here.layout.size)
+        if hosts is not None:  # the hosts' CPUs, given or asked of them
             threads, warnings = thread_budget(
-                where.most_per_host(), config.threads_per_worker, cores or usable_cores()
+                hosts.per_node(here.layout.size), config.threads_per_worker, hosts.cpus
             )
         env = {
             **common_env(config, spec_path, threads),
@@ -91,7 +99,23 @@ class OneCommandLauncher(Launcher):
             addresses=Addresses(hosts=where.addresses, ports=here.addresses.ports),
             threads_per_worker=threads,
             warnings=tuple(warnings),
+            nodes=hosts.describe(here.layout.size) if hosts else "",
         )
+
+    def node_facts(self, config: RunConfig, cores: int | None = None) -> NodeFacts:
+        """The listed hosts the ranks use (their CPUs given or asked of them by ssh), else
+        this machine."""
+        hosts = host_facts(config, config.layout().size)
+        return hosts if hosts is not None else super().node_facts(config, cores)
+
+    def on_each_node(self, config: RunConfig, argv: tuple[str, ...]) -> tuple[str, ...]:
+        """``argv`` once on each listed host, by the launcher's own tool (one slot a host, its
+        output tagged with the rank, which is the host's place in the list); here without
+        hosts."""
+        where = one_rank_each(config)
+        if where is None:
+            return argv
+        return (*self.tool(len(where.rank_hosts), argv[0], {}, where), *argv)
 
     def blame(self, entry: PlanEntry) -> int | None:
         text = output_text(entry)

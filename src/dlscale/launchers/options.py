@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlscale.contract.options import setting
+from dlscale.contract.role_placement import RULES
 
 
 def _check_network(value: Any) -> None:
@@ -77,6 +78,14 @@ class SlurmOptions:
         minimum=0,
         identity=False,
     )
+    placement: str = setting(
+        "spread",
+        "where each role's processes go: spread (workers evenly over the nodes, servers and "
+        "schedulers one per node beside them), apart (servers and schedulers on nodes of "
+        "their own), block (Slurm's order)",
+        choices=RULES,
+        earlier=("block",),
+    )
     slurm_args: str = setting("", "more srun/sbatch options, e.g. '--account=proj --qos=short'")
     wait: bool = setting(
         True,
@@ -98,6 +107,13 @@ class HostListOptions:
     )
     hostfile: str = setting(
         "", "a file of hosts, one per line: NAME slots=N (OpenMPI's and Horovod's format)"
+    )
+    cpus_per_host: int = setting(
+        0,
+        "CPUs of each listed host, which threads per rank are planned from; 0: asked of "
+        "every host the ranks use before the study is planned (ssh HOST nproc)",
+        minimum=0,
+        identity=False,
     )
     interface: str = setting(
         "",

@@ -30,6 +30,7 @@ while it waits in the queue.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -65,9 +66,17 @@ from dlscale.launchers.slurm_nodes import (
     gpus_per_task,
     node_facts,
     one_line_each,
-    slurm_hosts,
     srun_on_each_node,
     users_options,
+)
+from dlscale.launchers.slurm_place import (
+    allocation_nodes,
+    by_hostfile,
+    placed_lines,
+    placement_files,
+    placement_lines,
+    slurm_hosts,
+    step_arguments,
 )
 from dlscale.runtime.gpus import BOUND_ENV
 
@@ -102,13 +111,13 @@ def slurm_mode(config: RunConfig, environ: dict[str, str] | None = None) -> str:
 
 
 def job_arguments(
-    config: RunConfig, tasks: int, threads: int, name: str, nodes: int
+    config: RunConfig, threads: int, name: str, size: tuple[str, ...]
 ) -> tuple[str, ...]:
-    """The allocation's options, the same for srun and sbatch."""
+    """The allocation's options, the same for srun and sbatch but for its ``size`` (nodes and
+    tasks: :mod:`dlscale.launchers.slurm_place`)."""
     args = [
         f"--job-name={name}",
-        f"--nodes={nodes}",
-        f"--ntasks={tasks}",
+        *size,
         f"--cpus-per-task={threads}",
         f"--time={math.ceil(config.timeout_s / 60)}",
     ]
@@ -124,15 +133,20 @@ def batch_script(
     out: Path,
     err: Path,
     finisher: tuple[str, ...] | None = None,
+    *,
+    place: list[str] | None = None,
+    step_args: tuple[str, ...] = (),
 ) -> str:
-    """The batch job: its allocation, the run's variables, one srun step of every rank; with
-    a ``finisher`` (a detached point), then the step that records the point's result, given
-    the ranks' exit code and the time they started."""
+    """The batch job: its allocation, the run's variables, one srun step of every rank (where
+    ``place``'s shell lines put them, with ``step_args``); with a ``finisher`` (a detached
+    point), then the step that records the point's result, given the ranks' exit code and
+    the time they started."""
     lines = ["#!/bin/bash", "# written by dlscale (--launcher slurm, slurm_mode = sbatch)"]
     lines += [f"#SBATCH {shlex.quote(arg)}" for arg in args]  # sbatch unquotes these lines
     lines += [f"#SBATCH {arg}" for arg in one_line_each([f"--output={out}", f"--error={err}"])]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in sorted(env.items())]
-    step = ("srun", "--kill-on-bad-exit=1", "--export=ALL", *worker)
+    lines += place or []
+    step = ("srun", *step_args, "--kill-on-bad-exit=1", "--export=ALL", *worker)
     if finisher is None:
         lines.append(shlex.join(("exec", *step)))
     else:
@@ -168,31 +182,44 @@ class SlurmLauncher(Launcher):
         env = {**common_env(config, spec_path, threads), "DLSCALE_RANK_VARS": RANK_VARS}
         if config.device == "cuda":
             env[BOUND_ENV] = "1"  # --gpus-per-task=1 bound each task to its own GPU
-        facts = self.node_facts(config)
+        facts, warnings = self._placed(config)
         name = f"dlscale-{run_dir.name}"
-        args = job_arguments(config, layout.size, threads, name, facts.nodes)
         worker = worker_command(python, spec_path)
+        files = placement_files(facts, run_dir)
         if slurm_mode(config) == "srun":
+            tasks = step_arguments(facts, layout.size) or [f"--ntasks={layout.size}"]
+            args = job_arguments(config, threads, name, (f"--nodes={facts.nodes}", *tasks))
+            srun = ("srun", *args, "--kill-on-bad-exit=1", "--export=ALL", *worker)
+            place = placement_lines(facts, run_dir)
             entry = PlanEntry(
                 ranks=range(layout.size),
-                argv=("srun", *args, "--kill-on-bad-exit=1", "--export=ALL", *worker),
+                argv=("bash", "-c", "\n".join([*place, 'exec "$@"']), "dlscale-step", *srun)
+                if place
+                else srun,
                 env=env,
                 stdout=run_dir / "launcher.stdout",
                 stderr=run_dir / "launcher.stderr",
+                files=files,
             )
         else:
+            args = job_arguments(config, threads, name, tuple(allocation_nodes(facts, layout.size)))
             out, err = run_dir / "slurm.stdout", run_dir / "slurm.stderr"
             script = run_dir / "job.sbatch"
             finisher = None
             if self.detaches(config):  # this dlscale's interpreter records the result
                 finisher = worker_command(sys.executable, spec_path, "dlscale.finish")
+            script_text = batch_script(
+                args, env, worker, out, err, finisher,
+                place=placement_lines(facts, run_dir),
+                step_args=(*step_arguments(facts, layout.size), f"--cpus-per-task={threads}"),
+            )  # fmt: skip
             entry = PlanEntry(
                 ranks=range(layout.size),
                 argv=("sbatch", "--parsable", str(script)),
                 env={},
                 stdout=out,
                 stderr=err,
-                files={script: batch_script(args, env, worker, out, err, finisher)},
+                files={**files, script: script_text},
             )
         return LaunchPlan(
             entries=(entry,),
@@ -200,6 +227,23 @@ class SlurmLauncher(Launcher):
             addresses=addresses,
             threads_per_worker=threads,
             nodes=facts.describe(layout.size),
+            placed=placed_lines(config, facts),
+            warnings=warnings,
+        )
+
+    def _placed(self, config: RunConfig) -> tuple[NodeFacts, tuple[str, ...]]:
+        """The point's nodes and each rank's node; an srun outside an allocation has no
+        nodes' names to place by until it runs: Slurm's block order there, said."""
+        facts = self.node_facts(config)
+        options = config.typed(SlurmOptions)
+        inside = "SLURM_JOB_ID" in os.environ or options.slurm_mode == "study"
+        if not by_hostfile(facts) or slurm_mode(config) != "srun" or inside:
+            return facts, ()
+        block = dataclasses.replace(facts, node_of=None)
+        return block, (
+            f"placement = {options.placement} needs the allocation's nodes, which an srun "
+            "outside one gets only as it starts: Slurm places the ranks in block order (use "
+            "slurm_mode = sbatch, or run inside salloc)",
         )
 
     def start(self, plan: LaunchPlan) -> Running:

@@ -7,12 +7,13 @@ Nodes a point takes (``nodes = 0``, the default, lets the plan choose): under ``
 as many as one GPU per rank needs, ``ceil(ranks / gpus_per_node)``; on CPUs one node while the
 ranks fit its CPUs, else ``ceil(ranks / cpus_per_node)``. A given ``nodes`` is a ceiling: a
 point never takes more nodes than it has workers, so the 1-worker baseline runs on one node
-(with every role of its run). The training ranks spread evenly over the nodes (Slurm's block
-distribution fills them in order, the fullest holding ``ceil(ranks / nodes)``), which is what
-threads per rank are planned from (:class:`~dlscale.contract.nodes.NodeFacts`).
+(with every role of its run). Each process's node is chosen by the ``placement`` rule
+(:mod:`dlscale.contract.role_placement`; ``apart`` adds the servers' own nodes to those of the
+workers), and threads per rank are planned from the fullest node
+(:class:`~dlscale.contract.nodes.NodeFacts`).
 
-Where each rank runs, once Slurm placed it: :func:`slurm_hosts` reads the step's nodes and their
-counts of tasks (every rank does, so the backends that need every peer's address have them).
+Where each rank goes on those nodes, and how it learns its peers:
+:mod:`dlscale.launchers.slurm_place`.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import functools
 import os
 import re
 import shlex
-import socket
 import subprocess
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.nodes import NodeFacts
+from dlscale.contract.role_placement import COMPUTE_ROLE, place_roles
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.options import SlurmOptions
 from dlscale.launchers.slurm_controller import START, controller_problem, said
@@ -53,16 +54,24 @@ def node_facts(config: RunConfig) -> NodeFacts:
         cpus, gpus = cpus or asked_cpus, gpus or asked_gpus
         where = f"partition {options.partition}" if options.partition else "every partition"
         given.append(f"sinfo, {where}")
-    size = config.layout().size
+    layout = config.layout()
+    apart = options.placement == "apart"  # the workers' nodes hold the workers alone
+    share = len(layout.of_role(COMPUTE_ROLE)) if apart else layout.size
     if options.nodes:
         nodes = min(options.nodes, config.workers)
     elif cuda:  # one GPU per replica: as many nodes as hold the ranks' GPUs
         per_node = gpus // gpus_per_task(config) if gpus else 0
-        nodes = -(-size // per_node) if per_node else 1
+        nodes = -(-share // per_node) if per_node else 1
     else:  # the ranks' threads on as few nodes as hold them
-        nodes = -(-size * (config.threads_per_worker or 1) // cpus)
-    return NodeFacts(cpus=cpus, gpus=gpus if cuda or gpus else None, nodes=nodes,
-                     source="; ".join(given))  # fmt: skip
+        nodes = -(-share * (config.threads_per_worker or 1) // cpus)
+    node_of = place_roles(layout, nodes, options.placement)
+    return NodeFacts(
+        cpus=cpus,
+        gpus=gpus if cuda or gpus else None,
+        nodes=len(set(node_of)) if node_of else nodes,
+        source="; ".join(given),
+        node_of=node_of,
+    )
 
 
 def allocation(environ: dict[str, str]) -> tuple[int, int] | None:
@@ -196,37 +205,3 @@ def tasks_per_node(text: str) -> list[int]:
             raise UserError(f"cannot read Slurm's tasks per node {text!r}")
         counts += [int(found.group(1))] * int(found.group(2) or 1)
     return counts
-
-
-def slurm_hosts(environ: dict[str, str], size: int) -> tuple[str, ...]:
-    """Each rank's host in a Slurm step: the step's nodes (``scontrol show hostnames``, as
-    addresses) filled in order, each with its count of tasks (block distribution)."""
-    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
-    counts = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
-    if not nodelist or not counts:
-        raise UserError("not in a Slurm step: SLURM_STEP_NODELIST is not set")
-    done = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=60
-    )
-    if done.returncode != 0:
-        raise UserError(f"scontrol show hostnames {nodelist}: {done.stderr.strip()}")
-    nodes = [_address(node) for node in done.stdout.split()]
-    return hosts_by_rank(nodes, tasks_per_node(counts), size)
-
-
-def _address(node: str) -> str:
-    """A node's IPv4 address, which every engine can bind and connect to (ps-lite's ZeroMQ
-    binds no host name); its name when it does not resolve."""
-    try:
-        return socket.gethostbyname(node)
-    except OSError:
-        return node
-
-
-def hosts_by_rank(nodes: list[str], counts: list[int], size: int) -> tuple[str, ...]:
-    hosts = tuple(node for node, count in zip(nodes, counts, strict=False) for _ in range(count))
-    if len(hosts) != size or len(nodes) != len(counts):
-        raise UserError(
-            f"Slurm placed {len(hosts)} tasks on {nodes} ({counts} each); the run has {size}"
-        )
-    return hosts
