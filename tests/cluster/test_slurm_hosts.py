@@ -169,7 +169,8 @@ def test_a_study_runs_in_one_slurm_job_and_the_same_command_resumes_it(tmp_path:
     same way, SIGTERM to its steps and batch script, SIGKILL after KillWait; a real time
     limit is slower to test, as slurmctld checks them about once a minute): the command says
     so and exits 1, the completed point is kept, and the same command runs the other two in a
-    new job. Each run records the job and step it ran in."""
+    new job, taking over the lock a killed node left. Each run records the job and step it ran
+    in."""
     study = tmp_path / "study.toml"
     study.write_text(STUDY)
     results = tmp_path / "res"
@@ -193,6 +194,14 @@ def test_a_study_runs_in_one_slurm_job_and_the_same_command_resumes_it(tmp_path:
     assert first.returncode == 1, err
     assert f"the study runs as Slurm job {job}" in err
     assert f"Slurm job {job} ended CANCELLED with 1 of 3 points completed; the same command" in err
+    # a dlscale killed with -9 on a node (a node lost, KillWait over) leaves its point's lock,
+    # which no other host can judge by its pid: its job ended, so the next job takes it over
+    unfinished = [d for d in results.iterdir() if d.is_dir() and not (d / "result.json").exists()
+                  and not d.name.startswith(".")]  # fmt: skip
+    assert unfinished, "the cancelled job's running point left its directory"
+    for run_dir in unfinished:
+        owner = {"host": "dlsnode2", "pid": 4000000, "time": time.time(), "slurm_job": job}
+        (run_dir / "lock").write_text(json.dumps(owner))
     second = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path,
                             timeout=600)  # fmt: skip
     assert second.returncode == 0, second.stderr

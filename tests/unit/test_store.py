@@ -69,6 +69,28 @@ def test_lock_names_its_owner_process_and_start_time(tmp_path: Path):
     assert store.lock_owner("r") is None
 
 
+def test_a_lock_taken_in_a_slurm_job_names_it_and_another_hosts_waits_for_slurms_word(
+    tmp_path: Path, monkeypatch
+):
+    """Inside a Slurm job the lock names the job: a dlscale killed on a compute node leaves a
+    lock no other host can judge by its pid, but any host can ask Slurm whether the job ended
+    (tests/cluster/test_slurm_hosts.py takes one over for real). Where Slurm cannot be asked,
+    another host's lock is left alone; a forged job id is no job."""
+    from dlscale.store.locks import describe_owner, parse_owner
+
+    store = RunStore(tmp_path)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    assert store.reserve("r")
+    owner = store.lock_owner("r")
+    assert owner["slurm_job"] == "4242" and ", in Slurm job 4242" in describe_owner(owner)
+    store.release("r")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol to ask
+    _lock(store, "elsewhere", host="node7", pid=12, slurm_job="4242")
+    assert not store.reserve("elsewhere")
+    forged = parse_owner(json.dumps({"host": "n", "pid": 1, "slurm_job": "1; rm -rf ~"}).encode())
+    assert forged["slurm_job"] is None
+
+
 def test_a_lock_whose_pid_was_reused_is_taken_over(tmp_path: Path):
     store = RunStore(tmp_path)
     other = subprocess.Popen(["sleep", "60"])  # an unrelated live process

@@ -79,6 +79,7 @@ from dlscale.launchers.slurm_place import (
     step_arguments,
 )
 from dlscale.runtime.gpus import BOUND_ENV
+from dlscale.runtime.slurm_jobs import RUNNING_STATES
 
 RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
 INSTALL = "install Slurm's client commands (Debian: scripts/install-slurm.sh)"
@@ -87,10 +88,6 @@ POLL_S = 1.0
 STOP_WAIT_S = 30.0
 ASK_TIMEOUT_S = 10.0
 """The longest one scontrol/scancel call may hold the watch loop."""
-RUNNING_STATES = frozenset(
-    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
-    | {"SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED"}
-)
 QUEUED_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"})
 SRUN_KILLED = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:-\d+)?: Killed", re.M)
 FAILED_CODES = {"TIMEOUT": 124, "OUT_OF_MEMORY": 137, "CANCELLED": 143}

@@ -26,9 +26,10 @@ from pathlib import Path
 from dlscale.contract.errors import UserError
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.options import SlurmOptions
-from dlscale.launchers.slurm import RUNNING_STATES, SlurmJob
+from dlscale.launchers.slurm import SlurmJob
 from dlscale.launchers.slurm_controller import said
 from dlscale.launchers.slurm_nodes import node_facts, one_line_each, users_options
+from dlscale.runtime.slurm_jobs import RUNNING_STATES
 
 WATCH_S = 5.0
 """How often the login node's dlscale looks at the job and the points completed."""

@@ -4,7 +4,9 @@ A lock appears with its content in one step: the owner is written to a temporary
 run directory, which is then hard-linked to ``lock`` (``link`` fails if a lock is there, as
 ``O_EXCL`` does). No process can see, or leave behind, a lock without an owner; a full disk
 fails the write before any lock exists. A lock whose owner is certainly gone is taken over
-under a ``lock.takeover`` guard. Nothing here follows a link at the lock's or the guard's path,
+under a ``lock.takeover`` guard: on this host, when its process is gone; on another, when the
+Slurm job it ran in has ended (a dlscale killed on a compute node, read from the login node or
+the next job's node). Nothing here follows a link at the lock's or the guard's path,
 and something there that dlscale does not make (a directory, a link) is refused with one line.
 """
 
@@ -25,6 +27,7 @@ from dlscale.contract.files import OutputError, output_failure, read_small_file,
 from dlscale.contract.numbers import finite_number, whole_value
 from dlscale.contract.text import shell_command
 from dlscale.runtime.procfs import boot_id, is_alive, process_start
+from dlscale.runtime.slurm_jobs import JOB_ID, job_ended, this_job
 
 LOCK = "lock"
 TAKEOVER = "lock.takeover"
@@ -43,13 +46,16 @@ _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
 
 def this_process() -> dict[str, Any]:
     pid = os.getpid()
-    return {
+    owner = {
         "host": socket.gethostname(),
         "pid": pid,
         "start": process_start(pid),
         "boot": boot_id(),
         "time": time.time(),
     }
+    if (job := this_job()) is not None:  # any host can ask Slurm whether the job ended
+        owner["slurm_job"] = job
+    return owner
 
 
 def describe_owner(owner: dict[str, Any] | None) -> str:
@@ -59,7 +65,8 @@ def describe_owner(owner: dict[str, Any] | None) -> str:
         return "owner unknown"
     since = owner.get("time")
     when = f", since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(since))}" if since else ""
-    return f"pid {owner['pid']} on host {owner['host']}{when}"
+    job = f", in Slurm job {owner['slurm_job']}" if owner.get("slurm_job") else ""
+    return f"pid {owner['pid']} on host {owner['host']}{job}{when}"
 
 
 def read_owner(lock: Path, dir_fd: int | None = None) -> dict[str, Any] | None:
@@ -82,13 +89,14 @@ def parse_owner(raw: bytes) -> dict[str, Any] | None:
         return None
     if not isinstance(owner, dict) or (pid := whole_value(owner.get("pid"), 1, PID_MAX)) is None:
         return None
-    host, boot = owner.get("host"), owner.get("boot")
+    host, boot, job = owner.get("host"), owner.get("boot"), owner.get("slurm_job")
     return {
         "host": host[:255] if isinstance(host, str) else "?",
         "pid": pid,
         "start": whole_value(owner.get("start")),
         "boot": boot[:64] if isinstance(boot, str) else None,
         "time": since if finite_number(since := owner.get("time"), 1.0, 1e11) else None,
+        "slurm_job": job if isinstance(job, str) and JOB_ID.fullmatch(job) else None,
     }
 
 
@@ -248,7 +256,8 @@ def _stale(lock: Path) -> bool:
         except FileNotFoundError:
             return True
     if owner["host"] != socket.gethostname():
-        return False  # another host's run: only that host can tell
+        # another host's run: only that host can tell, unless it ran in a Slurm job that ended
+        return owner["slurm_job"] is not None and job_ended(owner["slurm_job"])
     boot = boot_id()
     if owner["boot"] and boot and owner["boot"] != boot:
         return True  # written before this machine rebooted
