@@ -7,6 +7,7 @@ host is the node Slurm's step gave it), roles on both nodes, the processes' host
 and a rank killed on a node failing the run named with its host. Needs root. The other engines
 cross hosts under mpirun and horovodrun (test_hosts.py says why once is enough)."""
 
+import contextlib
 import json
 import os
 import re
@@ -169,8 +170,9 @@ def test_a_study_runs_in_one_slurm_job_and_the_same_command_resumes_it(tmp_path:
     same way, SIGTERM to its steps and batch script, SIGKILL after KillWait; a real time
     limit is slower to test, as slurmctld checks them about once a minute): the command says
     so and exits 1, the completed point is kept, and the same command runs the other two in a
-    new job, taking over the lock a killed node left. Each run records the job and step it ran
-    in."""
+    new job, taking over the lock a killed node left. The login node's dlscale killed with -9
+    first: the job runs on, and the same command finds it and watches it instead of submitting
+    another. Each run records the job and step it ran in."""
     study = tmp_path / "study.toml"
     study.write_text(STUDY)
     results = tmp_path / "res"
@@ -178,21 +180,35 @@ def test_a_study_runs_in_one_slurm_job_and_the_same_command_resumes_it(tmp_path:
                "--set", "slurm_mode=study", "--set", "nodes=2",
                "--results", str(results)]  # fmt: skip
     env = {**os.environ, **slurm}
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=env, cwd=tmp_path)  # fmt: skip
+    said = tmp_path / "first.err"
+    with said.open("w") as first_err:
+        first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=first_err, text=True,
+                                 env=env, cwd=tmp_path)  # fmt: skip
+    again = tmp_path / "again.err"
     try:
         deadline = time.monotonic() + 300
         while not list(results.glob("*/result.json")) and time.monotonic() < deadline:
             time.sleep(0.2)  # cancelled long before the next point can end
         (job,) = {json.loads(p.read_text())["environment"]["slurm_job_id"]
                   for p in results.glob("*/result.json")}  # fmt: skip
+        first.kill()  # the login node's dlscale killed with -9: its job runs on
+        first.wait(timeout=60)
+        assert f"the study runs as Slurm job {job}" in said.read_text()
+        with again.open("w") as again_err:  # the same command finds the job and watches it
+            watcher = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=again_err,
+                                       text=True, env=env, cwd=tmp_path)  # fmt: skip
+        while f"already runs as Slurm job {job}" not in again.read_text():
+            assert watcher.poll() is None and time.monotonic() < deadline, again.read_text()
+            time.sleep(0.2)
         ended = subprocess.run(["scancel", job], capture_output=True, text=True, env=env)
         assert ended.returncode == 0, ended.stderr
-        _, err = first.communicate(timeout=300)
+        watcher.communicate(timeout=300)
     finally:
         first.kill()
-    assert first.returncode == 1, err
-    assert f"the study runs as Slurm job {job}" in err
+        with contextlib.suppress(NameError):
+            watcher.kill()
+    err = again.read_text()
+    assert watcher.returncode == 1, err
     assert f"Slurm job {job} ended CANCELLED with 1 of 3 points completed; the same command" in err
     # a dlscale killed with -9 on a node (a node lost, KillWait over) leaves its point's lock,
     # which no other host can judge by its pid: its job ended, so the next job takes it over

@@ -250,16 +250,16 @@ def main(args: argparse.Namespace) -> int:
     command = ["dlscale", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else ["dlscale", "run"]
     for note in study.skipped:
         print(f"dlscale: note: skipped {visible(note)}", file=sys.stderr)
-    from dlscale.launchers.slurm_study import in_one_job
+    from dlscale.cli.study_job import study_job
 
-    one_job = in_one_job(study.points)
+    one_job = study_job(study.points)
     if args.dry_run:
-        job = study.name if one_job else None
+        job = (one_job, study.name) if one_job else None
         return _dry_run(study.points, Path(args.results), study.repeats, one_job=job)
     if one_job:
         from dlscale.cli.study_job import run_study_job
 
-        return run_study_job(study, Path(args.results), command)
+        return run_study_job(study, one_job, Path(args.results), command)
     from dlscale.cli.progress import run_study
 
     return run_study(
@@ -307,15 +307,16 @@ def _print_keys() -> None:
         print("\n".join(by_owner[owner]))
 
 
-def _dry_run(points: Any, results: Path, repeats: Repeats, *, one_job: str | None = None) -> int:
+def _dry_run(points: Any, results: Path, repeats: Repeats, *, one_job: Any = None) -> int:
     """Each point's commands, to read or paste: a command is quoted for the shell (an argument
     with a space, ``;`` or ``$(...)`` stays one word), and every line is shown literally (a
     setting with a control character cannot move the cursor or start a line of its own).
-    ``one_job`` (the study's name): its one batch script first, then each point as a step."""
+    ``one_job`` (the study's job and name): its one batch script first, then each point as a
+    step."""
     if one_job is not None:
         from dlscale.cli.study_job import study_job_lines
 
-        study_job_lines(points, results, one_job)
+        study_job_lines(one_job[0], points, results, one_job[1])
     for config in points:
         for text in _planned(config, results, repeats, first=config is points[0]):
             print(visible(text))

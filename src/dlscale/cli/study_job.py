@@ -1,6 +1,7 @@
-"""``dlscale run`` of a study in one Slurm job (``slurm_mode = study``, from a login node):
-submit the job that runs the study, watch it from here, print the study's own output at the
-end (:mod:`dlscale.launchers.slurm_study` says how the job is made)."""
+"""``dlscale run`` of a study in one job of the launcher's scheduler (Slurm's ``slurm_mode =
+study``, from a login node): submit the job that runs the study, watch it from here, print the
+study's own output at the end, through :class:`~dlscale.launchers.one_job.StudyJob` alone (the
+launcher says how the job is made: :mod:`dlscale.launchers.slurm_study`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 
 from dlscale.cli.tables import console, markup
 from dlscale.config.study import Study
+from dlscale.contract.files import read_small_file, write_atomic
+from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.run_config import RunConfig
 from dlscale.contract.text import visible
-from dlscale.launchers.options import SlurmOptions
-from dlscale.launchers.slurm import SlurmJob
-from dlscale.launchers.slurm_study import study_script, submit, watch
+from dlscale.launchers.one_job import JOB_ID_MARK, StudyJob
 from dlscale.store.results import RunStore
 
 
@@ -24,7 +26,15 @@ def job_name(study: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", study or "study")[:64]
 
 
-def run_study_job(study: Study, results: Path, command: list[str]) -> int:
+def study_job(points: tuple[RunConfig, ...]) -> StudyJob | None:
+    """How the study runs as one job, if a launcher of its points runs it so."""
+    for name in dict.fromkeys(point.launcher for point in points):
+        if (job := LAUNCHERS.get(name).create().study_job(points)) is not None:
+            return job
+    return None
+
+
+def run_study_job(study: Study, one_job: StudyJob, results: Path, command: list[str]) -> int:
     """Submit the study's job and, unless ``wait = false``, watch it to its end: 0 when every
     point completed, else 1 with how to run the rest."""
     err = console(stderr=True)
@@ -34,14 +44,23 @@ def run_study_job(study: Study, results: Path, command: list[str]) -> int:
 
     name = job_name(study.name)
     folder = results / ".slurm"
-    out = folder / f"study-{name}-%j.out"
-    text = study_script(study.points, command, Path.cwd(), out, name)
-    results.mkdir(parents=True, exist_ok=True)
+    out = folder / f"study-{name}-{JOB_ID_MARK}.out"
     script = folder / f"study-{name}.sbatch"
-    job = submit(script, text)
-    output = Path(str(out).replace("%j", job))
-    say(f"the study runs as Slurm job {job} (batch script {script}; its output {output})")
-    if not study.points[0].typed(SlurmOptions).wait:
+    job = running_job(one_job, folder / f"study-{name}.job")
+    if job is not None:  # an earlier dlscale submitted it and was killed, or its session ended
+        output = Path(str(out).replace(JOB_ID_MARK, job))
+        say(
+            f"the study {name} already runs as Slurm job {job} (submitted earlier; its output "
+            f"{output}): watching it (to run a changed study: scancel {job}, then run again)"
+        )
+    else:
+        text = one_job.script(study.points, command, Path.cwd(), out, name)
+        results.mkdir(parents=True, exist_ok=True)
+        job = one_job.submit(script, text)
+        write_atomic(folder / f"study-{name}.job", job + "\n")
+        output = Path(str(out).replace(JOB_ID_MARK, job))
+        say(f"the study runs as Slurm job {job} (batch script {script}; its output {output})")
+    if not one_job.waits(study.points):
         say(f"submitted; dlscale ls runs shows the points as they complete; scancel {job} stops it")
         return 0
     store = RunStore(results)
@@ -54,7 +73,7 @@ def run_study_job(study: Study, results: Path, command: list[str]) -> int:
     def completed() -> int:  # the study's own points only, not the whole store each time
         return sum(1 for run_id in wanted if store.completed(run_id) is not None)
 
-    state = watch(SlurmJob(job), completed, len(wanted), say)
+    state = one_job.watch(job, completed, len(wanted), say)
     if output.is_file():  # the study's own table and notes, as a run here prints them
         sys.stdout.write(output.read_text(errors="replace"))
         sys.stdout.flush()
@@ -68,12 +87,22 @@ def run_study_job(study: Study, results: Path, command: list[str]) -> int:
     return 1
 
 
-def study_job_lines(points: Any, results: Path, study: str) -> None:
+def running_job(one_job: StudyJob, record: Path) -> str | None:
+    """The study's job recorded in ``record`` while it may still run (queued, running);
+    ``None`` when there is none, it ended, or the record holds no job id."""
+    try:
+        job = read_small_file(record, 64).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return job if one_job.may_run(job) else None
+
+
+def study_job_lines(one_job: StudyJob, points: Any, results: Path, study: str) -> None:
     """Print the study's one batch script (the points' own plans, srun steps, follow it)."""
     command = ["dlscale", "run", *(word for word in sys.argv[2:] if word != "--dry-run")]
     name = job_name(study)
-    out = results / ".slurm" / f"study-{name}-%j.out"
+    out = results / ".slurm" / f"study-{name}-{JOB_ID_MARK}.out"
     print("# the study runs as one Slurm job, this batch script:")
-    for line in study_script(points, command, Path.cwd(), out, name).splitlines():
+    for line in one_job.script(points, command, Path.cwd(), out, name).splitlines():
         print(visible(f"#   {line}"))
     print("# in which each point runs as a step:")

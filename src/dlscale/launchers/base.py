@@ -22,6 +22,7 @@ import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dlscale.contract.files import read_tail
 from dlscale.contract.layout import Addresses, ProcessLayout, usable_cores
@@ -30,6 +31,9 @@ from dlscale.contract.run_config import RunConfig
 from dlscale.contract.weights_cache import CACHE_ENV
 from dlscale.runtime.allocator import allocator_env
 from dlscale.runtime.worker_path import worker_path_dir
+
+if TYPE_CHECKING:
+    from dlscale.launchers.one_job import StudyJob
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,6 +158,11 @@ class Launcher(ABC):
         """The machines the point's processes run on, which its threads are planned from; by
         default this machine (``cores``: its usable cores, counted when not given)."""
         return NodeFacts(cpus=cores or usable_cores(), gpus=None, nodes=1, source="this machine")
+
+    def study_job(self, points: tuple[RunConfig, ...]) -> StudyJob | None:
+        """How the whole study runs as one job of this launcher's scheduler, submitted from
+        here (Slurm's ``slurm_mode = study``); ``None``: each point is launched by itself."""
+        return None
 
     def on_each_node(self, config: RunConfig, argv: tuple[str, ...]) -> tuple[str, ...]:
         """The command that runs ``argv`` once on each machine the point's ranks run on, its

@@ -59,6 +59,7 @@ from dlscale.launchers.base import (
     write_files,
 )
 from dlscale.launchers.local import reserved_ports
+from dlscale.launchers.one_job import StudyJob
 from dlscale.launchers.options import SlurmOptions
 from dlscale.launchers.slurm_controller import START, controller_problem, said
 from dlscale.launchers.slurm_nodes import (
@@ -280,6 +281,11 @@ class SlurmLauncher(Launcher):
 
     def on_each_node(self, config: RunConfig, argv: tuple[str, ...]) -> tuple[str, ...]:
         return srun_on_each_node(config, argv)
+
+    def study_job(self, points: tuple[RunConfig, ...]) -> StudyJob | None:
+        from dlscale.launchers.slurm_study import SlurmStudyJob, in_one_job
+
+        return SlurmStudyJob() if in_one_job(points) else None
 
     def unfit(self, config: RunConfig) -> str | None:
         if config.device != "cuda":

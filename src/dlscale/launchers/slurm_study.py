@@ -25,11 +25,12 @@ from pathlib import Path
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.run_config import RunConfig
+from dlscale.launchers.one_job import StudyJob
 from dlscale.launchers.options import SlurmOptions
 from dlscale.launchers.slurm import SlurmJob
 from dlscale.launchers.slurm_controller import said
 from dlscale.launchers.slurm_nodes import node_facts, one_line_each, users_options
-from dlscale.runtime.slurm_jobs import RUNNING_STATES
+from dlscale.runtime.slurm_jobs import JOB_ID, RUNNING_STATES
 
 WATCH_S = 5.0
 """How often the login node's dlscale looks at the job and the points completed."""
@@ -101,3 +102,26 @@ def watch(
     except BaseException:
         job.stop()
         raise
+
+
+class SlurmStudyJob(StudyJob):
+    """The study as one Slurm batch job."""
+
+    def script(
+        self, points: tuple[RunConfig, ...], command: list[str], workdir: Path, out: Path, name: str
+    ) -> str:
+        return study_script(points, command, workdir, out, name)
+
+    def submit(self, script: Path, text: str) -> str:
+        return submit(script, text)
+
+    def waits(self, points: tuple[RunConfig, ...]) -> bool:
+        return bool(points[0].typed(SlurmOptions).wait)
+
+    def may_run(self, job: str) -> bool:
+        return JOB_ID.fullmatch(job) is not None and SlurmJob(job).state()[0] in RUNNING_STATES
+
+    def watch(
+        self, job: str, completed: Callable[[], int], total: int, say: Callable[[str], None]
+    ) -> str:
+        return watch(SlurmJob(job), completed, total, say)
