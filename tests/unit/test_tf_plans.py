@@ -87,7 +87,10 @@ def test_tf_single_is_the_tensorflow_baseline():
     spec = BACKENDS.get("tf-single")
     assert spec.reference and spec.max_workers == 1 and spec.framework == "tensorflow"
     for name in ("tf-single", "tf-mirrored", "tf-mwms", "tf-ps", "keras-fit"):
-        assert BACKENDS.get(name).install == "make tensorflow"
+        assert (
+            BACKENDS.get(name).install
+            == "pip install 'dlscale[tensorflow]' (in a checkout: make tensorflow)"
+        )
 
 
 def test_ls_says_whether_horovod_has_its_tensorflow_binding(tmp_path):

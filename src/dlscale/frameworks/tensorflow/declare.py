@@ -34,7 +34,7 @@ from dlscale.contract.options import declared, setting
 if TYPE_CHECKING:
     from dlscale.contract.run_config import RunConfig
 
-INSTALL = "make tensorflow"
+INSTALL = "pip install 'dlscale[tensorflow]' (in a checkout: make tensorflow)"
 TF_REQUIRES = ("tf_keras",)
 """Legacy Keras 2, which every TensorFlow backend uses (frameworks/tensorflow/env.py says why)."""
 DEVICE_PROBE = "dlscale.frameworks.tensorflow.env:gpu_device_count"

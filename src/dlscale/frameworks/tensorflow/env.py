@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from dlscale.contract.errors import UserError
+from dlscale.frameworks.tensorflow.declare import INSTALL
 
 TF_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 """Set in every TensorFlow process (a value the user set is kept)."""
@@ -31,7 +32,7 @@ def import_tensorflow() -> Any:
         keras_module = tf.keras.__name__
     except ImportError as error:
         raise UserError(
-            f"TensorFlow or tf-keras is missing ({error}); install them: make tensorflow"
+            f"TensorFlow or tf-keras is missing ({error}); install them: {INSTALL}"
         ) from error
     if not keras_module.startswith("tf_keras"):
         raise UserError(
