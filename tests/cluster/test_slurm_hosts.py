@@ -74,7 +74,7 @@ def test_a_gpu_study_is_planned_from_the_nodes_slurm_describes_not_this_machine(
     and 4 threads (16 CPUs / 4 ranks on a node), 12 ranks on 3 nodes, the baseline on one;
     tf-mirrored's 8 and 12 replicas in one process skipped, naming the nodes' 4 GPUs."""
     dry = cli("run", str(ROOT / "studies" / "mahon2020.toml"), "--set", "dataset=synthetic",
-              "--dry-run", "--results", str(tmp_path / "res"), env=slurm)  # fmt: skip
+              "--dry-run", "--verbose", "--results", str(tmp_path / "res"), env=slurm)  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     assert "tf-mirrored x12 drives 12 GPUs from one process, and the nodes have 4" in dry.stderr
     points = _dry_points(dry.stdout)
@@ -92,7 +92,8 @@ def test_a_gpu_study_is_planned_from_the_nodes_slurm_describes_not_this_machine(
 
 def test_a_cpu_study_takes_its_threads_from_the_nodes(tmp_path: Path, cli, slurm):
     dry = cli("run", "--launcher", "slurm", "--backend", "torch-ddp", "--workers", "1,2",
-              "--model", "tiny", "--dry-run", "--results", str(tmp_path), env=slurm)  # fmt: skip
+              "--model", "tiny", "--dry-run", "--verbose", "--results", str(tmp_path),
+              env=slurm)  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     points = _dry_points(dry.stdout)
     assert "export OMP_NUM_THREADS=8" in points["torch-ddp x2"]  # 16 CPUs, 2 ranks on a node

@@ -163,16 +163,40 @@ def test_dry_run_prints_commands_and_launches_nothing(tmp_path: Path, cli):
         str(tmp_path / "r"),
     )
     assert result.returncode == 0, result.stderr
-    assert "RANK=1" in result.stdout and "-m dlscale.worker" in result.stdout
+    assert "RANK=1" not in result.stdout and "-m dlscale.worker" in result.stdout
+    assert result.stdout.startswith("# study quick: torch-ddp at 2 workers\n# 1 points x 1 run(s)")
+    assert result.stderr == ""  # nothing raw on stderr
     assert not (tmp_path / "r").exists()
+    verbose = cli(*result.args[3:], "--verbose")  # each rank's environment and files
+    assert verbose.returncode == 0 and "RANK=1" in verbose.stdout
+
+
+def test_a_presets_dry_run_opens_with_a_summary_naming_each_variant(tmp_path: Path, cli):
+    """nikolaidis2021 at local scale: its points and runs, the time (unknown before a run is
+    stored; then from the stored runs), the claims it checks, each variant named; every
+    comment line within 100 columns; the commands follow without their environment."""
+    args = ("run", str(ROOT / "studies" / "nikolaidis2021.toml"), "--set", "scale=local",
+            "--dry-run", "--results", str(tmp_path / "r"))  # fmt: skip
+    first = cli(*args, env={"COLUMNS": "100"})
+    assert first.returncode == 0 and first.stderr == "", first.stderr
+    lines = first.stdout.splitlines()
+    assert lines[1] == "# 25 points x 1 run(s) = 25 runs"
+    assert lines[2].startswith("# time: not known before a run of it is stored")
+    assert "# checks claim torch-over-tf: TensorFlow trains 2.65x slower" in first.stdout
+    assert "#   torch-ps x2 ps_mode=async" in lines and "#   mxnet-kv x1 kvstore=dist_sync" in lines
+    assert max(len(line) for line in lines if line.startswith("#")) <= 100
+    assert "OMP_NUM_THREADS" not in first.stdout
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["run", "--model", "resnet45"], "unknown model 'resnet45'; choose one of:"),
+        (["run", "--model", "resnet45"], "unknown model 'resnet45'; did you mean resnet"),
+        (["run", "--backend", "torch-dpp"], "unknown backend 'torch-dpp'; did you mean torch-ddp"),
+        (["run", "--set", "bucketmb=5"], "unknown key 'bucketmb'; did you mean bucket_mb?"),
+        (["run", "--workers", "4..2"], "give A..B (the powers of 2 from A to B"),
         (["run", "--backend", "mpi"], "unknown backend 'mpi'; choose one of:"),
-        (["run", "--dataset", "imagenet-22k"], "unknown dataset 'imagenet-22k'; choose one of:"),
+        (["run", "--dataset", "imagenet-22k"], "unknown dataset 'imagenet-22k'; did you mean"),
         (["run", "--workers", "0"], "workers must be an integer >= 1"),
         (["run", "--workers", "two"], "workers must be int"),
         (["run", "--batch-size", "0"], "batch_size must be an integer >= 1"),
@@ -227,6 +251,45 @@ def test_ls_and_env(cli):
     env = cli("env", "--json")
     assert env.returncode == 0
     assert json.loads(env.stdout)["cpu_cores_logical"] >= 1
+
+
+def test_the_keys_are_listed_once_each_wrapped_with_one_default_and_the_bare_runs_own(cli):
+    listed = cli("run", "--keys", env={"COLUMNS": "100"})
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert max(map(len, lines)) <= 100
+    entries: dict[str, str] = {}
+    key = ""
+    for line in lines:
+        if line.startswith("  ") and not line.startswith("   "):
+            key = line.split()[0]
+            assert key not in entries, f"{key} listed twice"
+            entries[key] = line
+        elif line.startswith("   ") and key:
+            entries[key] += " " + line.strip()
+    assert {"weights", "compression", "bucket_mb", "placement", "repeats", "steps"} <= set(entries)
+    for text in entries.values():
+        assert text.count("(default") <= text.count(" | ") + 1, text  # once per declaration
+    assert "which sets" in listed.stdout and "steps=8" in listed.stdout
+    assert "repeats=3" in listed.stdout
+
+
+def test_ls_backends_is_one_row_each_at_100_columns_and_one_in_full_by_name(cli):
+    """Every name one types whole, one line per backend, no line over 100 columns; the options
+    and the install in ``ls backends NAME``; a typo gets the name it missed."""
+    from dlscale.contract.backends import BACKENDS
+
+    listed = cli("ls", "backends", env={"COLUMNS": "100"})
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert max(map(len, lines)) <= 100
+    names = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert names == BACKENDS.names()
+    one = cli("ls", "backends", "horovod-torch", env={"COLUMNS": "100"})
+    assert one.returncode == 0 and max(map(len, one.stdout.splitlines())) <= 100
+    assert "--set fusion_mb" in one.stdout and "installed here" in one.stdout
+    typo = cli("ls", "backends", "torch-dpp")
+    assert typo.returncode == 2 and "did you mean torch-ddp" in typo.stderr
 
 
 @pytest.mark.dist

@@ -86,6 +86,24 @@ def test_an_unmodified_ddp_script_gets_a_speedup_table(work: Path, cli):
     assert report.returncode == 0, report.stderr
 
 
+def test_a_script_whose_batch_flag_has_its_own_name_is_measured(work: Path, cli):
+    """A script whose flag is ``--bs``: dlscale's own ``--batch-size`` (or ``--set
+    batch_size``) says how many images a process trains a step, and the study runs at 1 and
+    2 workers with a speedup; without either, one line saying to give it."""
+    script = (work / "ddp_train.py").read_text()
+    (work / "bs_train.py").write_text(script.replace('"--batch-size"', '"--bs", dest="batch_size"'))
+    args = ("run", "--script", "bs_train.py", "--workers", "1,2", *SHORT, "--json")
+    script_args = ("--", "--epochs", "3", "--bs", "16", "--samples", "256")
+    run = cli(*args, "--batch-size", "16", *script_args, cwd=work)
+    assert run.returncode == 0, run.stderr
+    rows = {row["workers"]: row for row in _rows(run.stdout)}
+    assert {w: r["status"] for w, r in rows.items()} == {1: "completed", 2: "completed"}
+    assert rows[2]["global_batch_size"] == 32 and rows[2]["speedup"] > 0
+    again = cli(*args, "--set", "batch_size=16", "--dry-run", *script_args, cwd=work)
+    assert again.returncode == 0, again.stderr
+    _one_line_error(cli(*args, *script_args, cwd=work), "give dlscale --batch-size N")
+
+
 def test_a_script_runs_to_its_end_when_asked(work: Path, cli):
     run = cli(
         "run", "--script", "ddp_train.py", "--workers", "2", *SHORT,

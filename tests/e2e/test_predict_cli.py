@@ -153,7 +153,10 @@ def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp
     [
         (("--bandwidth", "fast"), "--bandwidth 'fast': cannot read the rate"),
         (("--bandwidth", "1gbit", "--latency", "nan"), "cannot read the latency"),
-        (("--bandwidth", "1gbit", "--workers", "0..4"), "every count must be 1 to"),
+        (
+            ("--bandwidth", "1gbit", "--workers", "0..4"),
+            "give A..B (the powers of 2 from A to B, A >= 1)",
+        ),
         (("--bandwidth", "1gbit", "--workers", "a,b"), "give A..B"),
         (("--bandwidth", "1gbit", "--strategy", "ring,<b>x</b>"), "unknown ['<b>x</b>']"),
         (("--bandwidth", "1gbit", "--target-efficiency", "nan"), "must be in (0, 1]"),

@@ -19,13 +19,14 @@ def test_defaults_are_valid_and_derived_values():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"model": "resnet45"}, "unknown model 'resnet45'; choose one of: alexnet"),
+        ({"model": "resnet45"}, "unknown model 'resnet45'; did you mean resnet56 or resnet50 or"),
         (
             {"backend": "nope"},
             # every registered backend, whatever registered it
             "unknown backend 'nope'; choose one of: " + ", ".join(BACKENDS.names()),
         ),
-        ({"dataset": "imagenet-22k"}, "unknown dataset 'imagenet-22k'; choose one of: cifar10"),
+        ({"dataset": "imagenet-22k"}, "unknown dataset 'imagenet-22k'; did you mean imagenet?"),
+        ({"dataset": "mnist"}, "unknown dataset 'mnist'; choose one of: cifar10"),
         ({"workers": 0}, "workers must be an integer >= 1, got 0"),
         ({"batch_size": 0}, "batch_size must be an integer >= 1"),
         ({"target_accuracy": 0.0}, "target_accuracy must be in (0, 1]"),
@@ -269,3 +270,23 @@ def test_a_worker_limit_is_said_only_where_no_backend_runs_that_many_workers():
     alone = expand({"backend": ["torch-single"], "model": "tiny", "workers": [1, 2]})
     (note,) = alone.skipped
     assert "torch-single at 2 worker(s)" in note and "at most 1 worker(s)" in note
+
+
+def test_a_name_differing_only_in_case_is_the_registered_one_and_its_point():
+    assert (
+        RunConfig(model="ResNet44", backend="Torch-DDP", workers=2).run_id()
+        == RunConfig(model="resnet44", backend="torch-ddp", workers=2).run_id()
+    )
+
+
+def test_worker_counts_as_a_range_are_the_powers_of_two_in_every_command():
+    from dlscale.cli.predict import parse_workers
+    from dlscale.config.worker_counts import worker_range
+
+    assert worker_range("1..8") == [1, 2, 4, 8] == parse_workers("1..8")
+    assert worker_range("3..20") == [4, 8, 16]
+    with pytest.raises(UserError, match="no power of 2 lies from 5 to 7"):
+        worker_range("5..7")
+    for text in ("0..4", "a..4", "4..", "8..2", "1..4..8"):
+        with pytest.raises(UserError, match=r"give A\.\.B"):
+            worker_range(text)

@@ -49,7 +49,7 @@ def test_the_table_fits_100_columns_and_names_what_it_left_out(rows, run_ids):
     legend = text.split("(--wide shows them)")[1]
     # the legend defines what is shown, and nothing that is not
     assert "speedup:" in legend and "baseline:" not in legend and "step ms:" not in legend
-    assert "More: dlscale explain COLUMN, docs/metrics.md." in legend
+    assert "More: dlscale explain COLUMN, docs/metrics.md." in " ".join(legend.split())
 
 
 def test_wide_shows_every_column_on_one_line_each(rows):
@@ -234,3 +234,19 @@ def test_the_finding_states_no_figure_a_damaged_result_lacks():
     assert findings([nan, ok]) == [
         "torch-ps (ps_mode=sync) at 2 workers: 1.50x [1.20, 1.90] over its baseline (75% efficient)"
     ]
+
+
+def test_the_whole_machine_reference_row_says_so(rows):
+    """Two ``torch-single 1`` rows that differ in threads: the one every core trains, which
+    ``vs 1×all`` is over, reads ``8 all`` in thr/w (the legend says what ``all`` means)."""
+    import dataclasses
+
+    results = RunStore(DATA / "results").results()
+    single = next(r for r in results if r.config["backend"] == "torch-single")
+    whole = dataclasses.replace(single, run_id=single.run_id + "-all", threads_per_worker=8,
+                                config={**single.config, "threads_per_worker": 8})  # fmt: skip
+    column = find_column("thr/w")
+    shown = {row["threads_per_worker"]: column.text(row)
+             for row in add_scaling([*results, whole]) if row["config"]["workers"] == 1
+             and row["config"]["backend"] == "torch-single"}  # fmt: skip
+    assert shown == {2: "2", 8: "8 all"}

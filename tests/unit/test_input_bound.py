@@ -71,3 +71,21 @@ def test_keys_that_never_tell_points_apart_do_not_part_a_point_from_its_loader_t
     twin["config"].update(resource_guard=False, python="/other/python", timeout_s=9.0)
     (finding,) = input_findings([training, twin])
     assert finding.loader_per_worker == 200.0
+
+
+def test_many_points_on_disk_are_said_in_one_line_after_the_table():
+    """A few points: a sentence each; more (a preset's 30): one line naming the input-bound
+    points and the loaders' caps, each point's wait being the table's input column."""
+    from dlscale.metrics.input_bound import InputFinding, input_lines
+
+    def finding(label: str, wait: float, cap: float | None = None) -> InputFinding:
+        return InputFinding(label=label, dataset="imagenet-folder", train_per_worker=50.0,
+                            wait_fraction=wait, loader_per_worker=cap)  # fmt: skip
+
+    few = [finding("torch-ddp x1", 0.02), finding("torch-ddp x2", 0.3, 80.0)]
+    assert input_lines(few) == [f.sentence() for f in few]
+    many = [*few, finding("tf-mwms x2", 0.01), finding("mxnet-kv x2", 0.5)]
+    (line,) = input_lines(many)
+    assert line.startswith("4 points read their data from disk")
+    assert "input-bound (>= 10% of a step waits): torch-ddp x2, mxnet-kv x2" in line
+    assert line.endswith("the loaders alone deliver (img/s per worker): torch-ddp x2 80.0")

@@ -18,6 +18,11 @@ def test_lookup_and_listing():
     assert list(registry) == [("a", 1), ("b", 2)]
     with pytest.raises(UserError, match="unknown widget 'c'; choose one of: a, b"):
         registry.get("c")
+    registry.register("resnet44", 3)
+    with pytest.raises(UserError, match=r"unknown widget 'resnt44'; did you mean resnet44\?$"):
+        registry.get("resnt44")  # a typo gets the name it missed, not the list
+    assert registry.canonical("ResNet44") == "resnet44"  # a name differing only in case
+    assert registry.canonical("RESNET45") == "RESNET45"  # left for get to refuse
     with pytest.raises(ValueError, match="registered twice"):
         registry.register("a", 3)
 

@@ -101,12 +101,24 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"dlscale: error: {visible(error)}", file=sys.stderr)
         return error.exit_code
+    except BrokenPipeError:  # the reader went away (| head, | less quit early)
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt as error:
         signum = error.signum if isinstance(error, Stopped) else int(signal.SIGINT)
         left = INTERRUPTED.get(args.command)
         said = f"dlscale: {args.command} {_signal_name(signum)}" + (f"; {left}" if left else "")
         _say_quietly(said)
         return 128 + signum
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone, so that nothing more (the flush at
+    exit) writes to the closed pipe: a Unix tool's silent end, not a traceback."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def _drop_bad_terminal_size() -> None:

@@ -5,26 +5,28 @@ from __future__ import annotations
 import argparse
 import importlib.util
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from dlscale.cli.tables import cell, console, markup
+from dlscale.cli.ls_backends import backends
+from dlscale.cli.tables import cell, console, markup, table_width
 from dlscale.contract.errors import UserError
-from dlscale.contract.frameworks import framework_module
 from dlscale.contract.options import Option
 from dlscale.contract.registry import load_object
 
 if TYPE_CHECKING:
-    from dlscale.contract.backends import BackendSpec
+    pass
 
 WHAT = ("models", "backends", "datasets", "launchers", "runs")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=WHAT, help="what to list")
+    parser.add_argument(
+        "name", nargs="?", help="ls backends NAME: that backend in full (its options, its install)"
+    )
     parser.add_argument(
         "--results",
         default="dlscale-results",
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     table = {
         "models": _models,
-        "backends": _backends,
+        "backends": lambda: backends(args.name, table_width(console())),
         "datasets": _datasets,
         "launchers": _launchers,
         "runs": lambda: _runs(args.results, wide=args.wide),
@@ -125,56 +127,9 @@ def _registered_models() -> Table:
     return table
 
 
-def _backends() -> Table:
-    from dlscale.contract.backends import BACKENDS
-
-    table = Table(title="backends (options: set as study keys or --set KEY=VALUE)")
-    for column in (
-        "name",
-        "framework",
-        "installed",
-        "max workers",
-        "devices",
-        "options",
-        "description",
-    ):
-        table.add_column(column)
-    for name, spec in BACKENDS.listed():
-        _add(
-            table,
-            name,
-            spec.framework,
-            _installed(spec),
-            str(spec.max_workers or "any"),
-            ",".join(spec.devices),
-            _options(spec.options),
-            spec.description,
-        )
-    return table
-
-
 def _add(table: Table, *cells: str) -> None:
     """A row of plug-in text (names, descriptions, options), shown literally, never as markup."""
     table.add_row(*map(cell, cells))
-
-
-def _installed(spec: BackendSpec) -> str:
-    """What the backend declares about its install, else whether the workers' interpreter can
-    import the framework and the modules it requires, else how to install them."""
-    if spec.installed is not None:
-        from dlscale.contract.registry import load_object
-
-        return str(load_object(spec.installed)(spec.python))
-    if spec.python is None:
-        found = all(
-            importlib.util.find_spec(m) is not None
-            for m in (framework_module(spec.framework), *spec.requires)
-        )
-    else:
-        found = Path(spec.python).exists()  # a framework in its own environment (e.g. MXNet)
-    if found:
-        return "yes"
-    return f"no: {spec.install}" if spec.install else "no"
 
 
 def _options(options: tuple[Option, ...]) -> str:

@@ -82,12 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_workers(text: str) -> list[int]:
     """``A..B``: the powers of 2 from A to B; else a comma-separated list."""
+    from dlscale.config.worker_counts import worker_range
+
     try:
-        if ".." in text:
-            low, high = (int(part) for part in text.split(".."))
-            counts = [2**k for k in range(0, 21) if low <= 2**k <= high] if low >= 1 else [0]
-        else:
-            counts = [int(part) for part in text.split(",")]
+        counts = worker_range(text) if ".." in text else [int(part) for part in text.split(",")]
     except ValueError:
         raise UserError(
             f"--workers {text!r}: give A..B (powers of 2) or a list like 1,2,8"

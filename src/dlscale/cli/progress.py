@@ -20,6 +20,7 @@ from dlscale.cli.claims import print_claims
 from dlscale.cli.eta import StudyClock, TimeLeftColumn
 from dlscale.cli.tables import (
     console,
+    literal,
     markup,
     print_findings,
     results_command,
@@ -177,10 +178,10 @@ def run_study(
         print_findings(out, points)
         title = f"study {study.name}: {study.description}"
         show_table(out, points, title, wide=wide_table)
-        from dlscale.metrics.input_bound import input_findings
+        from dlscale.metrics.input_bound import input_findings, input_lines
 
-        for finding in input_findings(points):
-            say(out, f"input: {finding.sentence()}")
+        for text in input_lines(input_findings(points)):  # wrapped at words, as a paragraph
+            out.print(literal(f"input: {text}"))
         print_claims(out, study.name, study.claims, points)
         say(
             out,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from dlscale.config.describe import study_description
-from dlscale.config.repeats import Repeats, coerce_study
+from dlscale.config.repeats import coerce_study
 from dlscale.config.study import (
     SCALE,
     Study,
@@ -22,7 +21,7 @@ from dlscale.config.study import (
     without_unused_options,
 )
 from dlscale.contract.errors import UserError
-from dlscale.contract.text import excerpt, shell_command, visible
+from dlscale.contract.text import excerpt, visible
 from dlscale.runtime.script_run import script_batch_size
 
 DEFAULT_STUDY: dict[str, Any] = {
@@ -63,7 +62,12 @@ FLAGS = {
 
 
 STUDY_FLAGS = (
-    ("--repeats", "repeats", "independent runs of every point, interleaved (default 1)"),
+    (
+        "--repeats",
+        "repeats",
+        "independent runs of every point, interleaved (default: the study's; 1 where it says "
+        "none; 3 in the default study of a bare dlscale run)",
+    ),
     (
         "--target-ci",
         "target_ci",
@@ -95,7 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             flag,
             dest=key,
             metavar=key.upper(),
-            help=f"set {key} (comma-separated values make a grid)",
+            help=f"set {key} (comma-separated values make a grid"
+            + ("; A..B: the powers of 2 from A to B)" if key == "workers" else ")"),
         )
     parser.add_argument(
         "--results",
@@ -117,7 +122,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run",
         action="store_true",
-        help="print each point's commands and environment; launch nothing",
+        help="print what the study would do (a summary, then each point's commands); launch "
+        "nothing",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="with --dry-run: each command's environment and the files a launcher writes",
     )
     parser.add_argument(
         "--json",
@@ -162,6 +173,10 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     for key in FLAGS.values():
         text = getattr(args, key)
         if text is not None:
+            if key == "workers" and ".." in text:  # 1..8: the powers of 2, as predict takes
+                from dlscale.config.worker_counts import worker_range
+
+                text = ",".join(str(n) for n in worker_range(text))
             values = [coerce(key, part) for part in text.split(",")]
             settings[key] = values if len(values) > 1 else values[0]
             from_study.discard(key)
@@ -183,10 +198,15 @@ def script_study(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(f"--script takes a Python file (FILE.py), got {excerpt(script)}")
     passed_on = getattr(args, "passed_on", [])
     batch = script_batch_size(passed_on)
-    if batch is None and args.batch_size is None:  # dlscale's own flag is applied after this
+    overrides = getattr(args, "overrides", None) or []
+    given = args.batch_size is not None or any(
+        o.partition("=")[0].strip() == "batch_size" for o in overrides
+    )  # dlscale's own --batch-size or --set batch_size, applied after this
+    if batch is None and not given:
         raise UserError(
-            f"cannot tell how many images one process of {script} trains per step: pass the "
-            "script its --batch-size N after --, or give dlscale --batch-size N"
+            f"cannot tell how many images one process of {script} trains per step: give "
+            "dlscale --batch-size N (whatever the script's own flag is called), or pass the "
+            "script its --batch-size N after --"
         )
     return {
         "backend": script_backend(Path(script)),
@@ -218,7 +238,9 @@ def study_from(args: argparse.Namespace) -> Study:
     grid it was written for as it was (a torch-ring study is not "plain PyTorch against
     DDP"); otherwise it says what the points run."""
     settings, name, description = settings_from(args)
-    written_for, _, _ = settings_from(_without_grid_flags(args))
+    written_for = settings  # a script's study is described as the script, whatever the flags
+    if not getattr(args, "script", None):
+        written_for, _, _ = settings_from(_without_grid_flags(args))
     study = expand(settings, name=name, description=description)
     described = study_description(description, written_for, settings, study.points)
     return dataclasses.replace(study, description=described)
@@ -254,8 +276,10 @@ def main(args: argparse.Namespace) -> int:
 
     one_job = study_job(study.points)
     if args.dry_run:
+        from dlscale.cli.dry_run import dry_run
+
         job = (one_job, study.name) if one_job else None
-        return _dry_run(study.points, Path(args.results), study.repeats, one_job=job)
+        return dry_run(study, Path(args.results), verbose=args.verbose, one_job=job)
     if one_job:
         from dlscale.cli.study_job import run_study_job
 
@@ -272,111 +296,8 @@ def main(args: argparse.Namespace) -> int:
     )
 
 
-_FIELD_DOCS = {
-    "repeats": "independent runs of every point, in interleaved rounds",
-    "target_ci": "stopping rule: add runs until the interval is within this % of the mean",
-    "max_repeats": "the stopping rule's limit of runs per point",
-    "time_budget_s": "the stopping rule's limit of seconds for the study",
-    "order": "abba (study order, then reversed, ...) or random",
-    "order_seed": "seed of the random order",
-    "machine_reference": "add the reference backend at 1 worker with every core",
-}
-
-
 def _print_keys() -> None:
-    from dlscale.contract.run_config import config_defaults, declared_options, fields_doc
+    from dlscale.cli.keys import key_lines
+    from dlscale.cli.tables import console, table_width
 
-    defaults = config_defaults()
-    print("core keys (every run):")
-    for key, doc in fields_doc().items():
-        print(visible(f"  {key:24} {doc} (default: {defaults[key]!r})"))
-    print("study keys (the runs of every point; a study file, --set, or their flags):")
-    for name, field in Repeats.__dataclass_fields__.items():
-        doc = _FIELD_DOCS.get(name, "")
-        print(f"  {name:24} {doc} (default: {field.default!r})")
-    print(
-        f"  {'scale':24} a study file's [scales.NAME] table of overrides (paper presets: "
-        "scale = local runs a reduced study here) (default: none)"
-    )
-    by_owner: dict[str, list[str]] = {}
-    for name, declarations in declared_options().items():
-        for owner, option in declarations:
-            by_owner.setdefault(owner, []).append(visible(f"  {name:24} {option.describe()}"))
-    for owner in sorted(by_owner):  # plug-ins' text: each line shown literally
-        print(visible(f"options of {owner}:"))
-        print("\n".join(by_owner[owner]))
-
-
-def _dry_run(points: Any, results: Path, repeats: Repeats, *, one_job: Any = None) -> int:
-    """Each point's commands, to read or paste: a command is quoted for the shell (an argument
-    with a space, ``;`` or ``$(...)`` stays one word), and every line is shown literally (a
-    setting with a control character cannot move the cursor or start a line of its own).
-    ``one_job`` (the study's job and name): its one batch script first, then each point as a
-    step."""
-    if one_job is not None:
-        from dlscale.cli.study_job import study_job_lines
-
-        study_job_lines(one_job[0], points, results, one_job[1])
-    for config in points:
-        for text in _planned(config, results, repeats, first=config is points[0]):
-            print(visible(text))
-    print(json.dumps({"points": len(points)}), file=sys.stderr)
-    return 0
-
-
-def _assignments(env: dict[str, str]) -> str:
-    """``KEY=value`` words a shell reads as variable assignments (the value quoted, the key not:
-    a quoted ``'KEY=value'`` would be a command name)."""
-    return " ".join(f"{key}={shell_command([value])}" for key, value in env.items())
-
-
-def _planned(config: Any, results: Path, repeats: Repeats, *, first: bool) -> list[str]:
-    """The dry-run lines of one point."""
-    from dlscale.contract.backends import BACKENDS
-    from dlscale.contract.launchers import LAUNCHERS
-    from dlscale.launchers.launch_run import interpreter
-
-    run_id = config.run_id()
-    plan = (
-        LAUNCHERS.get(config.launcher)
-        .create()
-        .plan(config, results / run_id / "spec.json", interpreter(config))
-    )
-    roles = ", ".join(f"{p.role}{p.index}=rank{p.rank}" for p in plan.layout.processes)
-    lines = [
-        f"# {run_id}: {config.backend} x{config.workers} {config.model} {config.dataset} "
-        f"({plan.threads_per_worker} threads/process; {roles})"
-    ]
-    if plan.nodes:
-        lines.append(f"#   planned for {plan.nodes}")
-    lines += [f"#   {line}" for line in plan.placed]
-    lines += [f"#   warning: {warning}" for warning in plan.warnings]
-    for setup in plan.setups:
-        lines.append("# made before the commands start, removed after:")
-        lines += [f"#   {line}" for line in setup.describe()]
-    if first and repeats.repeats > 1:
-        last = repeats.repeats - 1
-        lines.append(f"#   every point runs {repeats.repeats} times (repeat_id +0..+{last})")
-    for entry in plan.entries:
-        ranks = (
-            f"rank {entry.ranks[0]}"
-            if len(entry.ranks) == 1
-            else (f"ranks {entry.ranks[0]}-{entry.ranks[-1]}")
-        )
-        lines.append(f"# {ranks}")
-        if not plan.addresses.hosts:
-            lines.append("#   each rank sets its cluster variables once the scheduler placed it")
-        elif len(entry.ranks) > 1:  # one command: each rank sets its cluster variables
-            backend = BACKENDS.get(config.backend)
-            for rank in entry.ranks:
-                process = plan.layout.processes[rank]
-                cluster = backend.cluster_env(process, plan.layout, plan.addresses, config)
-                lines.append(
-                    f"#   rank {rank} ({process.role}) sets: {_assignments(cluster) or '-'}"
-                )
-        for path, text in entry.files.items():
-            lines.append(f"# {path}:")
-            lines += [f"#   {line}" for line in text.splitlines()]
-        env = _assignments(dict(sorted(entry.env.items())))
-        lines.append(f"{env} {shell_command(entry.argv)}".lstrip())
-    return lines
+    print("\n".join(key_lines(table_width(console()), DEFAULT_STUDY)))

@@ -99,7 +99,8 @@ def running_job(one_job: StudyJob, record: Path) -> str | None:
 
 def study_job_lines(one_job: StudyJob, points: Any, results: Path, study: str) -> None:
     """Print the study's one batch script (the points' own plans, srun steps, follow it)."""
-    command = ["dlscale", "run", *(word for word in sys.argv[2:] if word != "--dry-run")]
+    dry = ("--dry-run", "--verbose")
+    command = ["dlscale", "run", *(word for word in sys.argv[2:] if word not in dry)]
     name = job_name(study)
     out = results / ".slurm" / f"study-{name}-{JOB_ID_MARK}.out"
     print("# the study runs as one Slurm job, this batch script:")

@@ -24,7 +24,7 @@ from dlscale.contract.files import read_bounded, unreadable
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.options import parse_value
 from dlscale.contract.run_config import RunConfig, core_keys, declared_options
-from dlscale.contract.text import excerpt
+from dlscale.contract.text import did_you_mean, excerpt
 
 _HINTS = typing.get_type_hints(RunConfig)
 _REPEAT_FIELDS = {f.name: f for f in dataclasses.fields(Repeats)}
@@ -152,9 +152,10 @@ def valid_keys() -> list[str]:
 
 def check_key(key: str, origin: str) -> None:
     if key not in valid_keys():
+        hint = did_you_mean(str(key), valid_keys())
         raise UserError(
-            f"{origin}: unknown key {excerpt(key)}; valid keys: {', '.join(valid_keys())} "
-            "(dlscale run --keys explains each)"
+            f"{origin}: unknown key {excerpt(key)};{hint} dlscale run --keys lists and explains "
+            "every key"
         )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from dlscale.contract.errors import UnsupportedPoint, UserError
-from dlscale.contract.text import excerpt
+from dlscale.contract.text import did_you_mean, excerpt
 
 _TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
@@ -158,10 +158,8 @@ def resolve(
     unknown = sorted(set(given) - set(out))
     if unknown:
         plugins = ", ".join(f"{kind} {name}" for kind, (name, _) in declared.items())
-        raise UnsupportedPoint(
-            f"{', '.join(unknown)}: not an option of {plugins} "
-            f"(their options: {', '.join(sorted(out)) or 'none'})"
-        )
+        hint = did_you_mean(unknown[0], out) or " dlscale run --keys lists every option"
+        raise UnsupportedPoint(f"{', '.join(unknown)}: not an option of {plugins};{hint}")
     return out
 
 

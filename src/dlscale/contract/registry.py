@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.text import did_you_mean, excerpt
 
 T = TypeVar("T")
 
@@ -50,9 +51,20 @@ class Registry(Generic[T]):
             if not self._entries:
                 raise self._none_registered(f", so {name!r} cannot be found") from None
             own = f", or your own ({self._own})" if self._own else ""
+            if hint := did_you_mean(str(name), self.names()):
+                raise UserError(f"unknown {self.kind} {excerpt(name)};{hint}") from None
             raise UserError(
                 f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}{own}"
             ) from None
+
+    def canonical(self, name: str) -> str:
+        """``name`` as registered where it differs only in case from exactly one entry
+        (``ResNet44`` is ``resnet44``), else ``name`` as given."""
+        _plugins_loaded()
+        if not isinstance(name, str) or name in self._entries:
+            return name
+        same = [entry for entry in self._entries if entry.casefold() == name.casefold()]
+        return same[0] if len(same) == 1 else name
 
     def names(self) -> list[str]:
         _plugins_loaded()

@@ -153,6 +153,9 @@ class RunConfig:
     )
 
     def __post_init__(self) -> None:
+        for key, registry in (("backend", BACKENDS), ("model", MODELS), ("dataset", DATASETS),
+                              ("launcher", LAUNCHERS)):  # fmt: skip
+            object.__setattr__(self, key, registry.canonical(getattr(self, key)))
         backend = BACKENDS.get(self.backend)
         model = MODELS.get(self.model)
         DATASETS.get(self.dataset)

@@ -69,3 +69,15 @@ def clip(text: str, limit: int = 2000, where: str = "") -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text)} characters in all{f'; {where}' if where else ''})"
+
+
+def did_you_mean(name: str, names: Iterable[str]) -> str:
+    """`` did you mean a or b?`` for the names close to ``name`` (difflib's ratio, a different
+    case counted as the same letter), else ``""``: a typo gets the name it missed, not a list."""
+    import difflib
+
+    by_folded = {candidate.casefold(): candidate for candidate in names}
+    close = difflib.get_close_matches(name.casefold(), by_folded, n=3, cutoff=0.75)
+    if not close:
+        return ""
+    return f" did you mean {' or '.join(by_folded[c] for c in close)}?"

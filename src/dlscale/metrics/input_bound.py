@@ -95,3 +95,27 @@ def input_findings(points: list[Row]) -> list[InputFinding]:
             )
         )
     return findings
+
+
+MOST_LINES = 3
+"""More input findings than this are said in one summary line (the table's ``input`` column
+holds each point's wait)."""
+
+
+def input_lines(findings: list[InputFinding]) -> list[str]:
+    """What the run says of its input after the table: a sentence per point for a few points,
+    else one line naming the input-bound points and the loaders' caps measured."""
+    if len(findings) <= MOST_LINES:
+        return [finding.sentence() for finding in findings]
+    bound = [f.label for f in findings if f.wait_fraction is not None
+             and f.wait_fraction >= INPUT_BOUND]  # fmt: skip
+    capped = [f for f in findings if f.loader_per_worker is not None]
+    text = (
+        f"{len(findings)} points read their data from disk (each one's input wait: the table's "
+        f"input column); input-bound (>= {INPUT_BOUND:.0%} of a step waits): "
+        f"{', '.join(bound) or 'none'}"
+    )
+    if capped:
+        caps = ", ".join(f"{f.label} {f.loader_per_worker:.1f}" for f in capped)
+        text += f"; the loaders alone deliver (img/s per worker): {caps}"
+    return [text]

@@ -55,6 +55,7 @@ SCALING_KEYS = (
     "baseline_threads_differ",
     "tta_speedup",
     "statistical_efficiency",
+    "machine_reference",
 )
 """What :func:`add_scaling` adds to a row (``None`` where it does not apply)."""
 
@@ -93,6 +94,7 @@ def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
             if _is_reference(point):
                 machines[machine_key(point)].append(point)
     against: dict[int, tuple[Row | None, Row | None]] = {}  # each point's baseline, machine
+    references: list[Row] = []
     for point in points:
         point.update(dict.fromkeys(SCALING_KEYS))
         if not _usable(point):
@@ -112,9 +114,12 @@ def add_scaling(results: Sequence[Result], *, per: str = "point") -> list[Row]:
             ratio, interval = throughput_ratio(point, machine)
             point["machine_speedup"], point["machine_speedup_ci95"] = ratio, interval
             point["machine_baseline"] = describe(machine)
+            references.append(machine)  # the row others are measured against
         else:
             machine = None
         against[id(point)] = (base, machine)
+    for reference in references:
+        reference["machine_reference"] = True
     if per == "point":
         return points
     runs: list[Row] = []

@@ -55,6 +55,11 @@ def speedup(value: Any, row: Row) -> str:
     return interval("speedup_ci95", ".2f", unit="x")(value, row) + ("*" if own_baseline else "")
 
 
+def threads(value: Any, row: Row) -> str:
+    """Threads per worker; ``all`` marks the whole-machine reference (every core, one worker)."""
+    return f"{value} all" if row.get("machine_reference") else str(value)
+
+
 def ci(value: Any, row: Row) -> str:
     """The throughput interval's half-width; ``w``: over the windows of a single run."""
     return format(value, ".1f") + ("w" if row.get("interval") == "windows" else "")
@@ -65,7 +70,7 @@ def comm(value: Any, row: Row) -> str:
     half = metrics.get("exposed_comm_ci95")
     text = f"{value * 100:.0f}%"
     if half is not None:
-        text += f" ±{half * 100:.0f}"
+        text += f" ±{half * 100:.0f}%"  # the unit said on both
     if metrics.get("exposed_comm_significant") is False and value != 0:
         text += " n.s."
     return text

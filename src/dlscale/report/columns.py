@@ -127,11 +127,13 @@ COLUMNS: tuple[Column, ...] = (
         "threads_per_worker",
         "thr/w",
         cells.field("threads_per_worker"),
+        cells.threads,
         numeric=True,
         show="varying",
         definition="intra-op threads of each worker process (cores / processes unless "
-        "threads_per_worker is set)",
-        short="threads per worker process",
+        "threads_per_worker is set); all: the whole-machine reference, every core as one "
+        "worker, which 'vs 1×all' is over",
+        short="threads per worker process (all: the whole-machine reference)",
         keep=8,
     ),
     Column(

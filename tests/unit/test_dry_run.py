@@ -1,0 +1,30 @@
+"""The dry run's summary (issue 44): the time a study would take, estimated from the runs a
+results directory holds (the CLI's own run, with nothing stored: tests/e2e/test_cli.py)."""
+
+from pathlib import Path
+
+from dlscale.cli.dry_run import point_names, summary
+from dlscale.config.study import expand, load_study_file
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def test_the_time_is_estimated_from_the_stored_runs_of_as_many_workers():
+    settings = load_study_file(DATA / "fixture-study.toml")
+    name, description = settings.pop("name"), settings.pop("description")
+    study = expand(settings, name=name, description=description)
+    lines = summary(study, DATA / "results")  # 3 completed runs stored (a failed one is not)
+    assert lines[:3] == [
+        "study fixture: tiny CNN on digits, 1 and 2 workers, with a target accuracy",
+        "3 points x 1 run(s) = 3 runs",
+        "time: under a minute for the runs left, from 3 stored run(s)",
+    ]
+    assert point_names(study.points) == ["torch-single x1", "torch-ddp x1", "torch-ddp x2"]
+
+
+def test_points_of_one_backend_and_workers_are_named_by_what_tells_them_apart():
+    study = expand({"backend": "torch-ps", "workers": [1, 2], "ps_mode": ["sync", "async"],
+                    "lr": [0.1, 0.2], "model": "tiny"})  # fmt: skip
+    names = point_names(study.points)
+    assert "torch-ps x2 lr=0.2 ps_mode=async" in names
+    assert len(set(names)) == len(names)
