@@ -65,6 +65,14 @@ def test_report_draws_every_plot_without_errors(tmp_path: Path, cli, browser):
     assert drawn == expected
     severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
     assert severe == []
+    # the runs tables fit a 1200 px window: their text cells wrap, no column behind a scrollbar
+    browser.set_window_size(1200, 2000)
+    hidden = browser.execute_script(
+        "return [...document.querySelectorAll('table.runs')]"
+        ".filter(t => t.scrollWidth > t.clientWidth + 1).length"
+    )
+    assert hidden == 0
+    browser.set_window_size(1280, 2000)
     png = tmp_path / "shot.png"
     assert browser.save_screenshot(str(png))
     from PIL import Image

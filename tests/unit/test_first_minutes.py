@@ -250,3 +250,13 @@ def test_the_whole_machine_reference_row_says_so(rows):
              for row in add_scaling([*results, whole]) if row["config"]["workers"] == 1
              and row["config"]["backend"] == "torch-single"}  # fmt: skip
     assert shown == {2: "2", 8: "8 all"}
+
+
+def test_an_option_set_for_every_row_is_said_under_the_table(rows):
+    """``--set compression=fp16`` on every point: no column tells the rows apart by it, and
+    the caption says it; an option at its default is not said."""
+    fp16 = [{**row, "config": {**row["config"], "compression": "fp16"}} for row in rows]
+    _, caption = human_layout(fp16)
+    assert "compression fp16" in caption
+    plain = [{**row, "config": {**row["config"], "compression": "none"}} for row in rows]
+    assert not any(item.startswith("compression") for item in human_layout(plain)[1])

@@ -73,7 +73,8 @@ COLUMNS: tuple[Column, ...] = (
         cells.setting("scaling"),
         show="varying",
         keep=8,
-        short="weak: the batch per worker is fixed; strong: the global batch is",
+        short="weak: the batch per worker is fixed; strong: the global batch is fixed, split over "
+        "the workers",
     ),
     Column(
         "device", "device", cells.setting("device"), show="varying", keep=8, short="cpu or cuda"

@@ -30,7 +30,9 @@ th{background:#f5f5f5} .note{color:#555;font-size:.9rem;margin:.2rem 0 1.5rem}
 .flag{color:#b00020} code{background:#f5f5f5;padding:0 .25rem}
 .figure{margin-top:1rem} .failed td{background:#fff3f3}
 .runs td.num,.runs th.num{text-align:right} .runs caption{text-align:left;color:#555}
-.runs{display:block;overflow-x:auto;max-width:100%} .runs td,.runs th{white-space:nowrap}
+.runs{display:block;overflow-x:auto;max-width:100%} .runs td.num{white-space:nowrap}
+.runs td:not(.num){overflow-wrap:anywhere;min-width:3rem} .runs{font-size:.85rem}
+.runs td,.runs th{padding:.2rem .35rem}
 ul.found li{margin:.3rem 0}
 """
 

@@ -61,7 +61,7 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
         if run_ids and column.name in _NAMED_BY_RUN_ID:  # the run id says it: may go first
             column = dataclasses.replace(column, keep=4)
         shown.append(column)
-    return shown, caption
+    return shown, caption + _options_set(rows)
 
 
 _NAMED_BY_RUN_ID = {"backend", "workers", "model", "dataset"}
@@ -69,6 +69,27 @@ _NAMED_BY_RUN_ID = {"backend", "workers", "model", "dataset"}
 
 
 _SHOWN_ELSEWHERE = {c.name for c in COLUMNS} | {"batch_size"}
+
+
+def _options_set(rows: Sequence[Row]) -> list[str]:
+    """Caption items for the plug-ins' options every row that has them ran away from their
+    default, the same in each (``compression fp16``): a setting the table does not tell
+    apart is still said."""
+    from dlscale.contract.run_config import declared_options
+    from dlscale.report.series import varying_keys
+
+    declared = declared_options()
+    varying = set(varying_keys(list(rows)))
+    done = [r.get("config") or {} for r in rows if r.get("status") == "completed"]
+    items = []
+    for key in dict.fromkeys(k for config in done for k in config):
+        if key not in declared or key in varying or key in _SHOWN_ELSEWHERE:
+            continue
+        values = {str(config[key]) for config in done if key in config}
+        default = str(declared[key][0][1].default)
+        if len(values) == 1 and values != {default}:
+            items.append(f"{key} {values.pop()}")
+    return items
 
 
 def _settings_column(rows: Sequence[Row]) -> list[Column]:
