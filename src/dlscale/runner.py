@@ -18,7 +18,7 @@ from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.events import events_path, read_records
 from dlscale.contract.files import read_json
 from dlscale.contract.launchers import LAUNCHERS
-from dlscale.contract.records import Environment, Error, Record, Start
+from dlscale.contract.records import Environment, Error, Record, Start, Window
 from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import LaunchOutcome, Submitted
@@ -223,8 +223,7 @@ def result_of(
         reference=BACKENDS.get(config.backend).reference,
         config=config.to_dict(),
         layout=placed(layout.to_dict(), per_rank),
-        batch_size_per_worker=config.batch_per_worker,
-        global_batch_size=config.global_batch,
+        **batch_sizes(config, per_rank.get(layout.training_ranks[0], [])),
         threads_per_worker=spec.get("threads_per_worker"),
         oversubscribed=spec.get("oversubscribed"),
         interpreter=interpreter(config),
@@ -235,6 +234,21 @@ def result_of(
         finished_at=time.time(),
         duration_s=outcome.duration_s,
     )
+
+
+def batch_sizes(config: RunConfig, first: list[Any]) -> dict[str, int]:
+    """The images one worker and all workers take a step: the point's, or, where a script's
+    are read from its model's input (``batch_from = "input"``), the first training rank's
+    measured images over its measured steps, rounded."""
+    per_worker = config.batch_per_worker
+    if config.options.get("batch_from") == "input":
+        windows = [r for r in first if isinstance(r, Window) and r.kind == "measure"]
+        steps = sum(w.steps for w in windows)
+        if steps:
+            per_worker = round(sum(w.samples for w in windows) / steps)
+    if per_worker == config.batch_per_worker:
+        return {"batch_size_per_worker": per_worker, "global_batch_size": config.global_batch}
+    return {"batch_size_per_worker": per_worker, "global_batch_size": per_worker * config.workers}
 
 
 def placed(

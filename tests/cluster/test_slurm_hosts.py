@@ -122,7 +122,8 @@ def test_a_venv_made_with_pip_alone_plans_a_study_against_the_nodes(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     dry = subprocess.run(
         [str(venv / "bin" / "dlscale"), "run", "--launcher", "slurm", "--backend", "torch-ddp",
-         "--workers", "2", "--model", "tiny", "--dry-run", "--results", str(tmp_path / "res")],
+         "--workers", "2", "--model", "tiny", "--dry-run", "--verbose", "--results",
+         str(tmp_path / "res")],
         capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**user, **slurm},
     )  # fmt: skip
     assert dry.returncode == 0, dry.stderr

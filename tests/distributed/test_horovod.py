@@ -23,6 +23,8 @@ from tests.distributed.processes import (
     wait_gone,
 )
 
+WIDE = {"COLUMNS": "400"}
+"""A width at which ls backends NAME keeps each value on one line."""
 pytestmark = pytest.mark.dist
 
 TINY = ("--model", "tiny", "--steps", "3", "--windows", "2", "--warmup-steps", "1")
@@ -107,7 +109,7 @@ def test_a_killed_rank_fails_the_run_names_it_and_leaves_nothing_running(tmp_pat
 
 def test_ls_backends_says_what_horovod_was_built_with(cli):
     """The build record of scripts/build-horovod.sh, read without importing Horovod."""
-    listing = cli("ls", "backends", "horovod-torch")
+    listing = cli("ls", "backends", "horovod-torch", env=WIDE)
     assert listing.returncode == 0, listing.stderr
     text = " ".join(listing.stdout.split())
     assert "horovod 0.28.1 built for torch" in text and "gloo,mpi" in text

@@ -28,6 +28,8 @@ from tests.distributed.references import (
 )
 from tests.runs import final_params, run_completed
 
+WIDE = {"COLUMNS": "400"}
+"""A width at which ls backends NAME keeps each value on one line."""
 pytestmark = pytest.mark.dist
 
 CASES = {
@@ -161,8 +163,10 @@ def test_ls_backends_lists_the_mxnet_backends_as_installed(cli):
     for name in ("mxnet-single", "mxnet-kv", "horovod-mxnet"):
         assert "│ yes " in rows[name], rows.get(name)
     for name in ("mxnet-single", "mxnet-kv"):  # in full: where its environment is
-        assert "yes: .venv-mxnet" in cli("ls", "backends", name).stdout
-    assert "built for mxnet" in " ".join(cli("ls", "backends", "horovod-mxnet").stdout.split())
+        assert "yes: .venv-mxnet" in cli("ls", "backends", name, env=WIDE).stdout
+    assert "built for mxnet" in " ".join(
+        cli("ls", "backends", "horovod-mxnet", env=WIDE).stdout.split()
+    )
 
 
 def test_a_missing_mxnet_environment_is_one_line_naming_make_mxnet(tmp_path: Path, cli):

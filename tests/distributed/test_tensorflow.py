@@ -28,6 +28,8 @@ from tests.distributed.references import (  # the same points as the torch proof
 )
 from tests.runs import final_params, run_completed
 
+WIDE = {"COLUMNS": "400"}
+"""A width at which ls backends NAME keeps each value on one line."""
 pytestmark = pytest.mark.dist
 
 
@@ -168,5 +170,5 @@ def test_ls_backends_lists_every_tensorflow_backend_as_installed(cli):
     for name in ("tf-single", "tf-mirrored", "tf-mwms", "tf-ps", "keras-fit"):
         assert "yes" in rows[name], rows.get(name)
     for name in ("horovod-tf", "horovod-keras"):
-        shown = cli("ls", "backends", name).stdout
+        shown = cli("ls", "backends", name, env=WIDE).stdout
         assert "built for torch,tensorflow" in " ".join(shown.split())

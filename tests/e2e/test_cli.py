@@ -177,15 +177,18 @@ def test_a_presets_dry_run_opens_with_a_summary_naming_each_variant(tmp_path: Pa
     comment line within 100 columns; the commands follow without their environment."""
     args = ("run", str(ROOT / "studies" / "nikolaidis2021.toml"), "--set", "scale=local",
             "--dry-run", "--results", str(tmp_path / "r"))  # fmt: skip
-    first = cli(*args, env={"COLUMNS": "100"})
+    first = cli(*args)  # into a pipe: whole lines, for a program that reads them
     assert first.returncode == 0 and first.stderr == "", first.stderr
     lines = first.stdout.splitlines()
     assert lines[1] == "# 25 points x 1 run(s) = 25 runs"
     assert lines[2].startswith("# time: not known before a run of it is stored")
     assert "# checks claim torch-over-tf: TensorFlow trains 2.65x slower" in first.stdout
     assert "#   torch-ps x2 ps_mode=async" in lines and "#   mxnet-kv x1 kvstore=dist_sync" in lines
-    assert max(len(line) for line in lines if line.startswith("#")) <= 100
     assert "OMP_NUM_THREADS" not in first.stdout
+    shown = _in_a_terminal(args, columns=100)  # for people: wrapped at words to the terminal
+    assert "# 25 points x 1 run(s) = 25 runs" in shown
+    assert max(len(line) for line in shown.splitlines() if line.startswith("#")) <= 100
+    assert ": torch-ps x2 ps_mode=async resnet44 digits (" in first.stdout  # its plan's header
 
 
 @pytest.mark.parametrize(
@@ -351,3 +354,34 @@ def test_malik2018_takes_an_imagenet_folder_and_draws_loss_against_epochs(tmp_pa
     report = cli("report", "--results", str(results), "--out", str(page))
     assert report.returncode == 0, report.stderr
     assert 'data-figure="loss_by_epoch"' in page.read_text()
+
+
+def _in_a_terminal(args: tuple[str, ...], columns: int) -> str:
+    """What ``dlscale ARGS`` prints in a terminal of ``columns`` columns (a pseudo-terminal),
+    its colours taken away."""
+    import fcntl
+    import os
+    import pty
+    import re
+    import struct
+    import termios
+
+    main, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "dlscale", *args], stdout=side,
+                            stderr=subprocess.DEVNULL, env=env)  # fmt: skip
+    os.close(side)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # EIO: the command closed its terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    assert proc.wait(timeout=120) == 0
+    text = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)

@@ -101,7 +101,20 @@ def test_a_script_whose_batch_flag_has_its_own_name_is_measured(work: Path, cli)
     assert rows[2]["global_batch_size"] == 32 and rows[2]["speedup"] > 0
     again = cli(*args, "--set", "batch_size=16", "--dry-run", *script_args, cwd=work)
     assert again.returncode == 0, again.stderr
-    _one_line_error(cli(*args, *script_args, cwd=work), "give dlscale --batch-size N")
+    # neither: the images a step are read from what the script feeds its model (16 here)
+    read = cli(*args, "--results", "read", *script_args, cwd=work)
+    assert read.returncode == 0, read.stderr
+    assert "are read from what it feeds its model" in read.stderr
+    rows = {row["workers"]: row for row in _rows(read.stdout)}
+    assert [rows[w]["batch_size_per_worker"] for w in (1, 2)] == [16, 16]
+    assert rows[2]["global_batch_size"] == 32 and rows[2]["speedup"] > 0
+    # a script whose optimizer steps without a call of its model: one line naming the fix
+    (work / "nomodel.py").write_text(
+        "import torch\nopt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], 0.1)\n"
+        "for _ in range(20):\n    opt.step()\n"
+    )
+    none = cli("run", "--script", "nomodel.py", "--workers", "1", *SHORT, cwd=work)
+    _one_line_error(none, "its model took no training batch in a step", "--batch-size N")
 
 
 def test_a_script_runs_to_its_end_when_asked(work: Path, cli):
@@ -201,7 +214,7 @@ def test_a_model_that_cannot_train_names_itself(work: Path, cli, model: str, sai
         (["--model", "nomodule:build"], "module nomodule not found"),
         (["--model", "random:build"], "is Python's own"),
         (["--script", "missing.py", "--", "--batch-size", "8"], "training script missing.py"),
-        (["--script", "ddp_train.py"], "pass the script its --batch-size N after --"),
+        (["--script", "keras_mwms_train.py"], "give dlscale --batch-size N"),
         (["--script", "ddp_train.py", "--", "--batch-size", "x"], "not a positive integer"),
         (["--script", "ddp_train.py", "--backend", "torch-ddp", "--", "-b", "8"], "script"),
         (["--model", "tiny", "--", "--batch-size", "8"], "only dlscale run --script FILE"),

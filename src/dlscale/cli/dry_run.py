@@ -24,17 +24,18 @@ NOT_NAMING = {"repeat_id", "threads_per_worker", "python", "timeout_s", "resourc
 
 def dry_run(study: Study, results: Path, *, verbose: bool, one_job: Any = None) -> int:
     """Print the summary, the study's one job where it runs as one, then every point's plan."""
-    from dlscale.cli.tables import console, terminal_columns
+    from dlscale.cli.tables import console
 
-    width = terminal_columns(console())  # 0: into a pipe or file, whole lines
+    out = console()
+    width = out.width if out.is_terminal else 0  # into a pipe or a file: whole lines
     for line in summary(study, results):
         _comment(f"# {line}", width)
     if one_job is not None:
         from dlscale.cli.study_job import study_job_lines
 
         study_job_lines(one_job[0], study.points, results, one_job[1])
-    for config in study.points:
-        for text in planned(config, results, verbose=verbose):
+    for config, name in zip(study.points, point_names(study.points), strict=True):
+        for text in planned(config, results, verbose=verbose, name=name):
             if text.startswith("#") and not text.startswith("#   #"):  # a file's line kept
                 _comment(text, width)
             else:  # a command: one line, to paste
@@ -155,8 +156,8 @@ def _flat(point: Any) -> dict[str, Any]:
     return flat
 
 
-def planned(config: Any, results: Path, *, verbose: bool) -> list[str]:
-    """The dry-run lines of one point."""
+def planned(config: Any, results: Path, *, verbose: bool, name: str = "") -> list[str]:
+    """The dry-run lines of one point; ``name``: as the summary names it (its variant)."""
     from dlscale.contract.backends import BACKENDS
     from dlscale.contract.launchers import LAUNCHERS
     from dlscale.launchers.launch_run import interpreter
@@ -168,8 +169,9 @@ def planned(config: Any, results: Path, *, verbose: bool) -> list[str]:
         .plan(config, results / run_id / "spec.json", interpreter(config))
     )
     roles = ", ".join(f"{p.role}{p.index}=rank{p.rank}" for p in plan.layout.processes)
+    name = name or f"{config.backend} x{config.workers}"
     lines = [
-        f"# {run_id}: {config.backend} x{config.workers} {config.model} {config.dataset} "
+        f"# {run_id}: {name} {config.model} {config.dataset} "
         f"({plan.threads_per_worker} threads/process; {roles})"
     ]
     if plan.nodes:

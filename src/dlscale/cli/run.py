@@ -202,19 +202,29 @@ def script_study(args: argparse.Namespace) -> dict[str, Any]:
     given = args.batch_size is not None or any(
         o.partition("=")[0].strip() == "batch_size" for o in overrides
     )  # dlscale's own --batch-size or --set batch_size, applied after this
-    if batch is None and not given:
+    backend = script_backend(Path(script))
+    by_input = batch is None and not given
+    if by_input and backend == "tf-script":
         raise UserError(
             f"cannot tell how many images one process of {script} trains per step: give "
             "dlscale --batch-size N (whatever the script's own flag is called), or pass the "
             "script its --batch-size N after --"
         )
+    if by_input:
+        print(
+            f"dlscale: note: the images one process of {visible(script)} trains a step are read "
+            "from what it feeds its model (no --batch-size given; the table's batch/w says "
+            "what was read)",
+            file=sys.stderr,
+        )
     return {
-        "backend": script_backend(Path(script)),
+        "backend": backend,
         "model": script,
         "dataset": "own",
         "workers": [1, 2],
         "batch_size": batch or 1,
         "script_args": shlex.join(passed_on),
+        **({"batch_from": "input"} if by_input else {}),
     }
 
 

@@ -70,14 +70,6 @@ def table_width(out: Console) -> int:
     return _columns() or DEFAULT_WIDTH
 
 
-def terminal_columns(out: Console) -> int:
-    """The terminal's width, else $COLUMNS; 0 into a pipe or a file without it (lines kept
-    whole for the program that reads them)."""
-    if out.is_terminal:
-        return out.width
-    return _columns() or 0
-
-
 def literal(text: Any, style: str = "") -> Text:
     """User text for rich, shown as it is (no markup, no emoji, one line)."""
     return Text(visible(text), style=style)

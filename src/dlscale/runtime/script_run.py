@@ -45,6 +45,13 @@ class ScriptOptions:
     run_to_end: bool = setting(
         False, "let the script run on after the measured windows (default: stop it there)"
     )
+    batch_from: str = setting(
+        "given",
+        "where one process's images a step come from: given (batch_size, or the script's "
+        "--batch-size), or input (what the script feeds its model: the batch dimension of "
+        "the model's first input, summed over its training calls in each optimizer step)",
+        choices=("given", "input"),
+    )
 
 
 SCRIPT_OPTIONS = declared(ScriptOptions)
@@ -60,11 +67,15 @@ def run_script(
     hooks: Hooks,
     synchronize: Callable[[], None] | None = None,
     set_sync: SetSync | None = None,
+    *,
+    counts_input: bool = False,
 ) -> None:
     """Run the point's script in this process, measured through ``hooks``; ``facts``: the
     framework's, for the run's environment record; ``synchronize``: the device's, for the
     clock at window boundaries (:class:`StepRecorder`); ``set_sync``: turns the script's
-    gradient synchronization on and off, for the exposed-communication probe."""
+    gradient synchronization on and off, for the exposed-communication probe;
+    ``counts_input``: the hooks give each step the images its model took (``batch_from =
+    "input"``)."""
     cfg = ctx.config
     options = cfg.typed(ScriptOptions)
     spec = MODELS.get(cfg.model)
@@ -72,14 +83,20 @@ def run_script(
     path = Path(spec.path)
     args = shlex.split(options.script_args)
     given = script_batch_size(args)
-    if given is not None and given != cfg.batch_per_worker:
+    by_input = options.batch_from == "input"
+    if by_input and not counts_input:
+        raise UserError(
+            f"{cfg.backend} cannot read the images of a step from the model's input (torch "
+            "scripts can): give dlscale --batch-size N"
+        )
+    if given is not None and given != cfg.batch_per_worker and not by_input:
         raise UserError(
             f"{path.name} is given --batch-size {given} but the point's batch_size is "
             f"{cfg.batch_per_worker} (images one process trains a step): set them alike"
         )
     recorder = StepRecorder(
         ctx,
-        cfg.batch_per_worker,
+        0 if by_input else cfg.batch_per_worker,  # 0: each step says its own (the hook)
         run_to_end=options.run_to_end,
         synchronize=synchronize,
         set_sync=set_sync,

@@ -114,11 +114,12 @@ class StepRecorder:
             self._restart()
         self.step(samples)
 
-    def stepped(self) -> None:
-        """A step ended, as the framework's hook saw it (an optimizer's step, a Keras batch);
-        ignored once the script marks its own."""
+    def stepped(self, samples: int | None = None) -> None:
+        """A step ended, as the framework's hook saw it (an optimizer's step, a Keras batch),
+        with the images its model took where the hook counts them; ignored once the script
+        marks its own."""
         if self.by_optimizer:
-            self.step(None)
+            self.step(samples)
 
     def step(self, samples: int | None) -> None:
         if self.probing:
@@ -143,6 +144,12 @@ class StepRecorder:
         self.last = now
 
     def _samples(self, samples: int | None) -> int:
+        if samples is None and not self.samples_per_step:  # read from the model's input
+            raise UserError(
+                "the images of a step are read from what the script feeds its model, and "
+                "its model took no training batch in a step (it is called outside the "
+                "optimizer's steps, or not as a torch module): give dlscale --batch-size N"
+            )
         value = samples if samples is not None else self.samples_per_step
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(
