@@ -177,7 +177,7 @@ def kill_rank_and_check_the_run_fails(
         assert record["status"] == "failed"
         expected = reason or f"rank {rank} was killed by SIGKILL (role {role})"
         assert expected in record["error"], record
-        assert "Traceback" not in err
+        assert "Traceback" not in err, err
         (result,) = RunStore(results).results()
         assert result.failure["failed_rank"] == rank
         assert not wait_gone(pids.values(), 10.0)
