@@ -29,7 +29,7 @@ from dlscale.cli.tables import (
 )
 from dlscale.config.repeats import Repeats
 from dlscale.config.study import Study
-from dlscale.contract.text import visible
+from dlscale.contract.text import visible, without_traceback_frames
 from dlscale.metrics.claims import check_claims
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
@@ -333,7 +333,8 @@ def _run_one(
         where = " (in another dlscale process)" if outcome.elsewhere else ""
         error = markup(f"{outcome.run_id}{where}: {outcome.result.error}")
         line(f"[red]failed:[/] {error}")
-        for text in (outcome.result.failure or {}).get("stderr_tail", [])[-5:]:
+        tail = (outcome.result.failure or {}).get("stderr_tail", [])
+        for text in without_traceback_frames(tail)[-5:]:  # the errors, not a peer's frames
             say(console(stderr=True), f"    {text}")
     tally.finished.append(outcome.run_id)
     if as_json:

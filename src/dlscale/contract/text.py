@@ -81,3 +81,30 @@ def did_you_mean(name: str, names: Iterable[str]) -> str:
     if not close:
         return ""
     return f" did you mean {' or '.join(by_folded[c] for c in close)}?"
+
+
+_TAG = r"(?:\[[^\]]{1,40}\]<std(?:out|err)>:|\d+: )?"
+"""A launcher's label before a rank's line (mpirun's ``[1,0]<stderr>:``, srun's ``0: ``)."""
+
+
+def without_traceback_frames(lines: Iterable[str]) -> list[str]:
+    """A process's output lines without Python's traceback frames: the ``Traceback (most recent
+    call last):`` line and the indented frame lines after it are left out, the exception's own
+    line (the first one not indented) kept. Several ranks' output merged by one launcher
+    (srun, mpirun) shows a peer's traceback beside the rank that failed; a person reads the
+    error, not the frames."""
+    import re
+
+    start = re.compile(_TAG + r"Traceback \(most recent call last\):")
+    frame = re.compile(_TAG + r"\s")
+    out: list[str] = []
+    in_frames = False
+    for line in lines:
+        if start.match(line):
+            in_frames = True
+            continue
+        if in_frames and frame.match(line):
+            continue
+        in_frames = False
+        out.append(line)
+    return out
