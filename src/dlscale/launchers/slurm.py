@@ -29,7 +29,6 @@ while it waits in the queue.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -38,7 +37,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
@@ -62,6 +60,7 @@ from dlscale.launchers.local import reserved_ports
 from dlscale.launchers.one_job import StudyJob
 from dlscale.launchers.options import SlurmOptions
 from dlscale.launchers.slurm_controller import START, controller_problem, said
+from dlscale.launchers.slurm_job import QUEUED_STATES, SlurmJob
 from dlscale.launchers.slurm_nodes import (
     check_gpus,
     gpus_per_task,
@@ -84,15 +83,7 @@ from dlscale.runtime.slurm_jobs import RUNNING_STATES
 
 RANK_VARS = "SLURM_PROCID,SLURM_LOCALID,SLURM_NTASKS"
 INSTALL = "install Slurm's client commands (Debian: scripts/install-slurm.sh)"
-POLL_S = 1.0
-"""How often a submitted job's state is asked for (scontrol is a call to slurmctld)."""
-STOP_WAIT_S = 30.0
-ASK_TIMEOUT_S = 10.0
-"""The longest one scontrol/scancel call may hold the watch loop."""
-QUEUED_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED"})
 SRUN_KILLED = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:-\d+)?: Killed", re.M)
-FAILED_CODES = {"TIMEOUT": 124, "OUT_OF_MEMORY": 137, "CANCELLED": 143}
-"""An exit code for a job that ended without one of its own (as a shell would report it)."""
 
 
 def slurm_mode(config: RunConfig, environ: dict[str, str] | None = None) -> str:
@@ -337,68 +328,3 @@ class SlurmLauncher(Launcher):
             words += " before it recorded its result"
         (code,) = polled.poll()
         return Submitted(state="ended", words=words, code=1 if code in (None, 0) else code)
-
-
-class SlurmJob(Running):
-    """A submitted batch job as one plan entry: its state from ``scontrol show job``."""
-
-    def __init__(self, job: str) -> None:
-        self.job = job
-        self._state: tuple[str, str] = ("PENDING", "0:0")
-        self._asked = -math.inf
-        self.gone = False
-
-    def state(self) -> tuple[str, str]:
-        """(JobState, ExitCode), asked at most every :data:`POLL_S`."""
-        if time.monotonic() - self._asked >= POLL_S and self._state[0] in RUNNING_STATES:
-            self._asked = time.monotonic()
-            self._state = self._ask()
-        return self._state
-
-    def _ask(self) -> tuple[str, str]:
-        try:
-            done = subprocess.run(
-                ["scontrol", "show", "job", "-o", self.job],
-                capture_output=True,
-                text=True,
-                timeout=ASK_TIMEOUT_S,
-            )
-        except (OSError, subprocess.SubprocessError):  # slurmctld slow or away: ask again later
-            return self._state
-        if done.returncode != 0:
-            if "Invalid job id" in done.stderr:  # purged from slurmctld's memory (MinJobAge)
-                self.gone = True
-                return ("UNKNOWN", "1:0")
-            return self._state  # slurmctld busy or restarting: ask again later
-        fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
-        return fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", "0:0")
-
-    def queued(self) -> bool:
-        return self.state()[0] in QUEUED_STATES
-
-    def poll(self) -> list[int | None]:
-        state, exit_code = self.state()
-        if state in RUNNING_STATES:
-            return [None]
-        if state == "COMPLETED":
-            return [0]
-        code, signal = (whole_number(part, high=255) for part in exit_code.partition(":")[::2])
-        if code:
-            return [code]
-        return [FAILED_CODES.get(state, 128 + signal if signal else 1)]
-
-    def describe(self, index: int) -> str | None:
-        state, exit_code = self.state()
-        if self.gone:
-            return f"Slurm job {self.job} is no longer known to slurmctld (purged unseen)"
-        return f"Slurm job {self.job} ended {state} (ExitCode {exit_code})"
-
-    def stop(self, entries: list[int] | None = None) -> None:
-        if self.state()[0] not in RUNNING_STATES:
-            return
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["scancel", self.job], capture_output=True, timeout=ASK_TIMEOUT_S)
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline and self._ask()[0] in RUNNING_STATES:
-            time.sleep(POLL_S / 2)
-        self._state = self._ask()

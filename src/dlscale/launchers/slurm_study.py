@@ -27,8 +27,8 @@ from dlscale.contract.errors import UserError
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.one_job import StudyJob
 from dlscale.launchers.options import SlurmOptions
-from dlscale.launchers.slurm import SlurmJob
 from dlscale.launchers.slurm_controller import said
+from dlscale.launchers.slurm_job import SlurmJob
 from dlscale.launchers.slurm_nodes import node_facts, one_line_each, users_options
 from dlscale.runtime.slurm_jobs import JOB_ID, RUNNING_STATES
 

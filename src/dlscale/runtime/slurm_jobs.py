@@ -16,6 +16,7 @@ RUNNING_STATES = frozenset(
 )
 """A job in any of these states may still have processes on its nodes."""
 ASK_TIMEOUT_S = 10.0
+"""The longest one scontrol/scancel call may hold its caller (the watch loop, a lock check)."""
 JOB_ID = re.compile(r"[0-9]{1,20}")
 
 
@@ -25,12 +26,16 @@ def this_job() -> str | None:
     return job if JOB_ID.fullmatch(job) else None
 
 
-def job_ended(job: str) -> bool:
-    """Whether Slurm says ``job`` ended (or no longer knows it: purged after ``MinJobAge``).
-    False while it may run, and whenever Slurm cannot be asked (no scontrol, no answer): then
-    only the job's own host can tell."""
+GONE = ("UNKNOWN", "1:0")
+"""What :func:`show_job` says of a job slurmctld no longer knows (purged after ``MinJobAge``)."""
+
+
+def show_job(job: str) -> tuple[str, str] | None:
+    """``(JobState, ExitCode)`` of ``job`` as ``scontrol show job`` says them; :data:`GONE`
+    when slurmctld no longer knows it; ``None`` when it cannot be asked now (no scontrol, no
+    answer, slurmctld busy or restarting): ask again later."""
     if not JOB_ID.fullmatch(job) or shutil.which("scontrol") is None:
-        return False
+        return None
     try:
         done = subprocess.run(
             ["scontrol", "show", "job", "-o", job],
@@ -39,8 +44,15 @@ def job_ended(job: str) -> bool:
             timeout=ASK_TIMEOUT_S,
         )
     except (OSError, subprocess.SubprocessError):
-        return False
+        return None
     if done.returncode != 0:
-        return "Invalid job id" in done.stderr
-    state = re.search(r"\bJobState=(\S+)", done.stdout)
-    return state is not None and state.group(1) not in RUNNING_STATES
+        return GONE if "Invalid job id" in done.stderr else None
+    fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+    return fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", "0:0")
+
+
+def job_ended(job: str) -> bool:
+    """Whether Slurm says ``job`` ended (or no longer knows it). False while it may run, and
+    whenever Slurm cannot be asked: then only the job's own host can tell."""
+    said = show_job(job)
+    return said is not None and said[0] not in RUNNING_STATES
