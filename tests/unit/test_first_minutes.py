@@ -260,3 +260,8 @@ def test_an_option_set_for_every_row_is_said_under_the_table(rows):
     assert "compression fp16" in caption
     plain = [{**row, "config": {**row["config"], "compression": "none"}} for row in rows]
     assert not any(item.startswith("compression") for item in human_layout(plain)[1])
+    hostile = [
+        {**row, "config": {**row["config"], "script_args": "[bold]x[/] <b>"}} for row in rows
+    ]
+    shown = _shown(hostile, 200)  # a user's text in the caption stays literal
+    assert "script_args [bold]x[/] <b>" in " ".join(shown.split())
