@@ -49,6 +49,7 @@ the timed call would return before the device finished (untested; refused).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import Any
 
@@ -63,6 +64,8 @@ from dlscale.runtime.context import WorkerContext
 OFFERED = ("all_reduce", "all_gather", "broadcast")
 GROUP_KEY = 0x0D15CA1E
 """The kernel's collective group (every rank's CPU); the strategy numbers its own from 1."""
+LEAVING_MS = 30_000
+"""How long rank 0 waits for another rank to say it is leaving, past the last barrier."""
 
 
 def run(ctx: WorkerContext, settings: Settings) -> None:
@@ -81,10 +84,7 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
         collectives.barrier,
     ):  # fmt: skip
         ctx.events.write(record)
-    # no rank leaves (and takes its gRPC server or the coordination service along) while
-    # another still waits on a call; the worker then leaves with os._exit, skipping
-    # TensorFlow's exit-time clean-up of its collective executor
-    collectives.barrier()
+    collectives.leave()
 
 
 class _Collectives:
@@ -106,6 +106,25 @@ class _Collectives:
         self._context.wait_at_barrier(
             f"dlscale.microbench.{next(self._barriers)}", self._timeout_ms
         )
+
+    def leave(self) -> None:
+        """No rank leaves (and takes its gRPC server along) while another still waits on a
+        call: a last barrier. Rank 0 hosts the coordination service and leaves last: it
+        answers every rank's last barrier, and its answer to a rank could still be on its way
+        when rank 0's own came back (rank 1 once failed with "Barrier: Socket closed" when
+        rank 0 had left). So each other rank, past the barrier, says it is leaving, and rank 0
+        waits for that; the saying may fail as rank 0 leaves at once, which loses nothing (every
+        call and the barrier are done). The worker then leaves with os._exit, skipping
+        TensorFlow's exit-time clean-up of its collective executor."""
+        self.barrier()
+        key = "dlscale.microbench.left.{}"
+        if self.rank != 0:  # an error: rank 0 gone as it answered, nothing was left to do
+            with contextlib.suppress(tf.errors.OpError):
+                self._context.set_config_key_value(key.format(self.rank), "1")
+            return
+        for rank in range(1, self.p):  # an error: a rank died past the barrier (its exit says)
+            with contextlib.suppress(tf.errors.OpError):
+                self._context.get_config_key_value(key.format(rank), LEAVING_MS)
 
     def _prepare(self) -> None:
         """Outside the clock: the next call's instance key, the last call's output dropped."""
