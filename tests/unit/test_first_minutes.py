@@ -265,3 +265,41 @@ def test_an_option_set_for_every_row_is_said_under_the_table(rows):
     ]
     shown = _shown(hostile, 200)  # a user's text in the caption stays literal
     assert "script_args [bold]x[/] <b>" in " ".join(shown.split())
+
+
+def test_a_table_that_left_its_notes_out_says_whose_they_are(rows):
+    text = " ".join(_shown(rows, 100).split())
+    assert "left out to fit 100 columns:" in text and "notes (--wide shows them)" in text
+    assert "notes: torch-ddp x2: baseline threads differ" in text
+    loaded = [dict(r, metrics={**r["metrics"], "noisy": True, "outside_load_max": 0.52})
+              for r in rows if r["status"] == "completed"]  # fmt: skip
+    text = " ".join(_shown(loaded, 100).split())
+    assert ("notes: torch-single x1: loaded 52%; torch-ddp x1: loaded 52%; torch-ddp x2: "
+            "loaded 52%, baseline threads differ") in text  # fmt: skip
+    loaded.append(dict(loaded[-1], config={**loaded[-1]["config"], "workers": 4}))
+    text = " ".join(_shown(loaded, 100).split())
+    assert "4 points have notes (--wide shows them): torch-single x1, torch-ddp x1, " \
+           "torch-ddp x2, torch-ddp x4" in text  # fmt: skip
+    assert "have notes" not in " ".join(_shown(loaded, 250).split())  # the column shows them
+
+
+def test_many_scaled_points_get_a_headline_each_and_the_rest_is_the_table():
+    rows = [_point("torch-single", 1, 100.0, speedup=1.0)]
+    for number in range(8):
+        measured = {"exposed_comm_fraction": 0.1, "eval_accuracy": 0.9}
+        rows.append(_point(f"engine-{number}", 2, 150.0 + number, speedup=1.5 + number / 100,
+                           speedup_ci95=[1.4, 1.6 + number / 100], efficiency=0.75,
+                           baseline_run_ids=["torch-single-1"], metrics=measured))  # fmt: skip
+    rows[-1]["runs_left_out"] = ["r"]
+    said = findings(rows)
+    headlines = said[:6]
+    assert headlines[0] == (
+        "engine-7 at 2 workers: 1.57x [1.40, 1.67] over torch-single at 1 worker (75% "
+        "efficient); see its notes"
+    )
+    assert all(len(line) < 110 for line in said[:6]) and "communication" not in said[1]
+    assert said[6] == "2 more scaled point(s): see the table"
+    assert said[7] == "each point's communication, accuracy and notes: the table"
+    # three or fewer are said in full
+    (*full, _side) = findings(rows[:4])
+    assert all("exposed communication 10% of a step; accuracy 90.0%" in line for line in full)

@@ -38,9 +38,40 @@ def dry_run(study: Study, results: Path, *, verbose: bool, one_job: Any = None) 
         for text in planned(config, results, verbose=verbose, name=name):
             if text.startswith("#") and not text.startswith("#   #"):  # a file's line kept
                 _comment(text, width)
-            else:  # a command: one line, to paste
-                print(visible(text))
+            else:  # a command, to paste: continued lines in a terminal
+                print(_command(visible(text), width))
     return 0
+
+
+def _command(text: str, width: int) -> str:
+    """A shell command fitted to ``width`` (0: one line) by breaking it between its words with
+    a backslash, so that it pastes as the same command; a word longer than a line stays whole."""
+    if not width or len(text) <= width:
+        return text
+    lines, line = [], ""
+    for word in _words(text):
+        if line and len(line) + 1 + len(word) > width - 2:  # room for " \"
+            lines.append(line)
+            line = "    " + word
+        else:
+            line = f"{line} {word}" if line else word
+    return " \\\n".join([*lines, line])
+
+
+def _words(text: str) -> list[str]:
+    """``text`` split at the spaces a shell splits at: outside quotes (`shell_command` quotes
+    with ``'`` and writes a ``'`` inside as ``'"'"'``, so a word is kept whole)."""
+    words, word, quote = [], "", ""
+    for char in text:
+        if char == " " and not quote:
+            if word:
+                words.append(word)
+            word = ""
+            continue
+        if char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        word += char
+    return [*words, word] if word else words
 
 
 def _comment(text: str, width: int) -> None:

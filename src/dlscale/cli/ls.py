@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from dlscale.cli.ls_backends import backends
+from dlscale.cli.ls_models import models
 from dlscale.cli.tables import cell, console, markup, table_width
 from dlscale.contract.errors import UserError
 from dlscale.contract.options import Option
-from dlscale.contract.registry import load_object
-
-if TYPE_CHECKING:
-    pass
 
 WHAT = ("models", "backends", "datasets", "launchers", "runs")
 
@@ -25,7 +21,9 @@ WHAT = ("models", "backends", "datasets", "launchers", "runs")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("what", choices=WHAT, help="what to list")
     parser.add_argument(
-        "name", nargs="?", help="ls backends NAME: that backend in full (its options, its install)"
+        "name",
+        nargs="?",
+        help="ls backends NAME, ls models NAME: that one in full (its options, its install)",
     )
     parser.add_argument(
         "--results",
@@ -41,8 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.name is not None and args.what not in ("backends", "models"):
+        raise UserError(
+            f"ls {args.what} takes no NAME ({args.name!r}): it lists them all; one in full: "
+            "dlscale ls backends NAME or dlscale ls models NAME"
+        )
     table = {
-        "models": _models,
+        "models": lambda: models(args.name, table_width(console())),
         "backends": lambda: backends(args.name, table_width(console())),
         "datasets": _datasets,
         "launchers": _launchers,
@@ -54,77 +57,6 @@ def main(args: argparse.Namespace) -> int:
         else:
             console().print(each)
     return 0
-
-
-def _models() -> list[Table]:
-    return [_registered_models(), _model_libraries()]
-
-
-def _model_libraries() -> Table:
-    """The libraries a model may come from (``LIBRARY:NAME``), and whether this interpreter
-    has what they need."""
-    from dlscale.contract.model_libraries import MODEL_LIBRARIES
-
-    table = Table(title="model libraries (--model LIBRARY:NAME, untrained, at 224x224 unless "
-                  "image_size says otherwise)")  # fmt: skip
-    for column in ("library", "framework", "installed", "example"):
-        table.add_column(column)
-    fixes = set()
-    for name, library in MODEL_LIBRARIES:
-        missing = [m for m in library.requires if importlib.util.find_spec(m) is None]
-        if missing:
-            fixes.add(library.install)
-        installed = f"no: needs {', '.join(missing)}" if missing else "yes"
-        _add(table, name, library.framework, installed, f"--model {name}:resnet18")
-    if fixes:
-        table.caption = markup("to install: " + "; ".join(sorted(fixes)))
-    return table
-
-
-def _registered_models() -> Table:
-    from dlscale.contract.frameworks import missing_profiler, profiler_for
-    from dlscale.contract.models import MODELS
-
-    counters = {name: profiler_for(spec.builders) for name, spec in MODELS}
-    if not any(counters.values()):
-        raise UserError(f"{missing_profiler()}, and none is installed")
-    table = Table(
-        title="models (parameters and forward FLOPs per image at the native size, counted on "
-        "the twin in 'counted on')"
-    )
-    for column in (
-        "name",
-        "frameworks",
-        "counted on",
-        "params (M)",
-        "GFLOPs/image",
-        "input",
-        "classes",
-        "BatchNorm",
-        "description",
-    ):
-        table.add_column(column)
-    for name, spec in MODELS:
-        cells = ["-", "-", "-", f"{spec.input_size}x{spec.input_size}", str(spec.default_classes)]
-        counter = counters[name]
-        if counter is not None and counter.profile is not None:
-            p = load_object(counter.profile)(name)
-            cells = [
-                counter.name,
-                f"{p.params / 1e6:.2f}",
-                f"{p.forward_flops_per_sample / 1e9:.3f}",
-                "x".join(map(str, p.input_shape)),
-                str(p.num_classes),
-            ]
-        _add(
-            table,
-            name,
-            ", ".join(spec.builders),
-            *cells,
-            "yes" if spec.has_batchnorm else "no",
-            spec.description,
-        )
-    return table
 
 
 def _add(table: Table, *cells: str) -> None:

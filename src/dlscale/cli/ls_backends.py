@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from dlscale.cli.tables import cell, markup
+from dlscale.cli.listing import one_in_full, one_row_each
 from dlscale.contract.frameworks import framework_module
 from dlscale.contract.registry import load_object
 from dlscale.contract.text import visible
@@ -26,28 +26,22 @@ def backends(name: str | None, width: int) -> list[Table | object]:
 
     if name is not None:
         return [_one(BACKENDS.get(BACKENDS.canonical(name)), width)]
-    table = Table(title="backends (dlscale ls backends NAME: one in full, with its options)")
-    listed = BACKENDS.listed()
-    widest = {  # every column but the description keeps its width: only that one is cut
-        "name": max(len(name) for name, _ in listed),
-        "framework": max(len("framework"), *(len(spec.framework) for _, spec in listed)),
-        "here": len("here"),
-        "workers": len("workers"),
-        "devices": len("cpu,cuda"),
-    }
-    for column, least in widest.items():
-        table.add_column(column, no_wrap=True, min_width=least)
-    rest = width - sum(widest.values()) - 3 * (len(widest) + 1) - 1  # borders and padding
-    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=max(rest, 10))
     missing: dict[str, list[str]] = {}
-    for backend, spec in listed:
+    rows = []
+    for backend, spec in BACKENDS.listed():
         found, install = installed(spec)
         if not found:
             missing.setdefault(install or "not installed", []).append(backend)
         workers = str(spec.max_workers or "any")
         here = "yes" if found else "no"
-        cells = (backend, spec.framework, here, workers, ",".join(spec.devices), spec.description)
-        table.add_row(*map(cell, cells))
+        rows.append((backend, spec.framework, here, workers, ",".join(spec.devices),
+                     spec.description))  # fmt: skip
+    table = one_row_each(
+        "backends (dlscale ls backends NAME: one in full, with its options)",
+        ("name", "framework", "here", "workers", "devices", "description"),
+        rows,
+        width,
+    )
 
     def notes(out: Console) -> None:
         for install, names in missing.items():
@@ -60,7 +54,6 @@ def backends(name: str | None, width: int) -> list[Table | object]:
 def _one(spec: BackendSpec, width: int) -> Table:
     found, install = installed(spec)
     here = (install if install.startswith("yes") else "yes") if found else f"no: {install}"
-    table = Table(title=markup(f"backend {spec.name}"), show_header=False)
     rows = [
         ("description", spec.description),
         ("framework", spec.framework),
@@ -69,12 +62,7 @@ def _one(spec: BackendSpec, width: int) -> Table:
         ("devices", ", ".join(spec.devices)),
     ]
     rows += [(f"--set {o.name}", o.describe()) for o in spec.options]
-    field_width = max(len(field) for field, _ in rows)
-    table.add_column("", no_wrap=True, style="bold")
-    table.add_column("", max_width=max(width - field_width - 7, 20))  # wrapped at words
-    for field, value in rows:
-        table.add_row(cell(field), cell(value))
-    return table
+    return one_in_full(f"backend {spec.name}", rows, width)
 
 
 def installed(spec: BackendSpec) -> tuple[bool, str]:

@@ -26,8 +26,10 @@ from rich.text import Text
 
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.text import shell_command, visible
+from dlscale.report.cells import notes
 from dlscale.report.columns import LEGEND, Column
 from dlscale.report.layout import human_layout, legend
+from dlscale.report.series import series_label, varying_keys
 
 __all__ = [
     "DEFAULT_WIDTH",
@@ -48,6 +50,10 @@ __all__ = [
 
 DEFAULT_WIDTH = 100
 """The width a runs table fits when the terminal's is not known (output to a file or a pipe)."""
+
+FEW_NOTES = 3
+"""Points whose notes are said under a table that left its notes column out; past this many,
+their names only."""
 
 
 def console(stderr: bool = False) -> Console:
@@ -108,7 +114,7 @@ def points_table(
     """One row per run or point, settings the same in every row in the caption, fitted to
     ``width`` (`fitted_columns`), which the caption names."""
     columns, caption, hidden = fitted_columns(rows, run_ids=run_ids, width=width, wide=wide)
-    return _table(rows, columns, title, [*caption, *_left_out(hidden, width)])
+    return _table(rows, columns, title, [*caption, *_left_out(rows, hidden, width)])
 
 
 def fitted_columns(
@@ -130,10 +136,25 @@ def fitted_columns(
     return columns, caption, hidden
 
 
-def _left_out(hidden: list[str], width: int) -> list[str]:
+def _left_out(rows: list[dict[str, Any]], hidden: list[str], width: int) -> list[str]:
+    """What the table left out to fit, and the points whose notes it hid: the notes say how
+    the figures must be read (a loaded machine, runs left out), so who has one is said."""
     if not hidden:
         return []
-    return [f"left out to fit {width} columns: {', '.join(hidden)} (--wide shows them)"]
+    out = [f"left out to fit {width} columns: {', '.join(hidden)} (--wide shows them)"]
+    if "notes" in hidden:
+        varying = [k for k in varying_keys(rows) if k not in ("workers", "threads_per_worker")]
+        noted = [
+            (f"{series_label(row, varying)} x{row['config'].get('workers')}", notes(row))
+            for row in rows
+            if notes(row)
+        ]
+        if 0 < len(noted) <= FEW_NOTES:
+            out.append("notes: " + "; ".join(f"{name}: {text}" for name, text in noted))
+        elif noted:
+            names = ", ".join(name for name, _ in noted)
+            out.append(f"{len(noted)} points have notes (--wide shows them): {names}")
+    return out
 
 
 def _width(table: Table) -> int:
@@ -191,7 +212,7 @@ def show_table(
         out.print(table)
     finally:
         out.width = console_width
-    for paragraph in (", ".join(caption), *_left_out(hidden, width)):
+    for paragraph in (", ".join(caption), *_left_out(rows, hidden, width)):
         if paragraph:
             out.print(literal(paragraph, "table.caption"), width=width)
     out.print(Text(legend(columns, per_run=run_ids), style="dim"), width=width)

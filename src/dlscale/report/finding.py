@@ -21,6 +21,10 @@ Row = dict[str, Any]
 MOST = 6
 """Sentences about single points before the rest is left to the table."""
 
+FEW = 3
+"""Scaled points said in full; past this many each gets its headline only (speedup, baseline,
+efficiency), the rest of what it measured being in the table's columns."""
+
 _NOT_IN_A_NAME = {"threads_per_worker"}
 """Settings a point's name leaves out: the reference point's threads are said where it is used."""
 
@@ -35,11 +39,14 @@ def findings(rows: list[Row]) -> list[str]:
     out: list[str] = []
     scaled = sorted(
         (r for r in done if r["config"]["workers"] > 1 and _finite(r.get("speedup"))),
-        key=lambda r: -r["config"]["workers"],
+        key=lambda r: (-r["config"]["workers"], -r["speedup"]),
     )
-    out += [_scaled(r, rows, varying) for r in scaled[:MOST]]
+    full = len(scaled) <= FEW
+    out += [_scaled(r, rows, varying, full=full) for r in scaled[:MOST]]
     if len(scaled) > MOST:
         out.append(f"{len(scaled) - MOST} more scaled point(s): see the table")
+    if not full:
+        out.append("each point's communication, accuracy and notes: the table")
     out += _side_by_side(done, varying)
     if not scaled and done:
         out += [_single(r, varying) for r in done[:MOST]]
@@ -74,9 +81,9 @@ def _interval(low_high: Any, spec: str = ".2f", unit: str = "") -> str:
     return f" [{low:{spec}}{unit}, {high:{spec}}{unit}]"
 
 
-def _scaled(row: Row, rows: list[Row], varying: list[str]) -> str:
+def _scaled(row: Row, rows: list[Row], varying: list[str], *, full: bool = True) -> str:
     """``torch-ddp at 2 workers: 1.93x [1.50, 2.37] over torch-single at 1 worker (96%
-    efficient); ...``"""
+    efficient); ...``: the headline, and unless not ``full`` what else the point measured."""
     base = _by_runs(rows, row.get("baseline_run_ids"))
     over = _name(base, varying, workers=True) if base else row.get("baseline") or "its baseline"
     text = f"{_name(row, varying, workers=True)}: {row['speedup']:.2f}x"
@@ -87,6 +94,8 @@ def _scaled(row: Row, rows: list[Row], varying: list[str]) -> str:
     else:
         text += " (no interval: too few samples)"
     text += f" over {over} ({row['efficiency']:.0%} efficient)"
+    if not full:
+        return text + ("; see its notes" if cells.notes(row) else "")
     parts = [text]
     comm = _comm(row)
     if comm:

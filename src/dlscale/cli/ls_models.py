@@ -1,0 +1,106 @@
+"""``dlscale ls models [NAME]``: one row per registered model that fits the terminal (the name
+one types never cut; its size, cost, input and classes; the description cut to what is left),
+then the libraries ``--model LIBRARY:NAME`` takes; ``NAME``: one model in full (its twins, the
+framework that counted it, BatchNorm, dropout)."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
+from dlscale.cli.listing import one_in_full, one_row_each
+from dlscale.cli.tables import cell, markup
+from dlscale.contract.errors import UserError
+from dlscale.contract.registry import load_object
+
+if TYPE_CHECKING:
+    from dlscale.contract.models import ModelSpec
+
+
+def models(name: str | None, width: int) -> list[Table]:
+    """The list at ``width`` columns, or model ``name`` in full."""
+    from dlscale.contract.models import MODELS
+
+    if name is not None:
+        canonical = MODELS.canonical(name)
+        return [_one(canonical, MODELS.get(canonical), width)]
+    counted = {model: _counted(model, spec) for model, spec in MODELS}
+    if not any(counted.values()):
+        from dlscale.contract.frameworks import missing_profiler
+
+        raise UserError(f"{missing_profiler()}, and none is installed")
+    rows = []
+    for model, spec in MODELS:
+        sizes = counted[model] or {}
+        rows.append((
+            model,
+            sizes.get("params", "-"),
+            sizes.get("gflops", "-"),
+            sizes.get("input", f"{spec.input_size}x{spec.input_size}"),
+            sizes.get("classes", str(spec.default_classes)),
+            spec.description,
+        ))  # fmt: skip
+    frameworks = sorted({f for _, spec in MODELS for f in spec.builders})
+    title = (
+        "models (dlscale ls models NAME: one in full; parameters and forward FLOPs per image at "
+        f"the native size; twins in {', '.join(frameworks)})"
+    )
+    headers = ("name", "params (M)", "GFLOPs/image", "input", "classes", "description")
+    return [one_row_each(title, headers, rows, width), _libraries()]
+
+
+def _counted(model: str, spec: ModelSpec) -> dict[str, str] | None:
+    """The model's size counted on the first of its twins whose framework is installed and
+    counts (``None`` where none is)."""
+    from dlscale.contract.frameworks import profiler_for
+
+    counter = profiler_for(spec.builders)
+    if counter is None or counter.profile is None:
+        return None
+    profile: Any = load_object(counter.profile)(model)
+    return {
+        "params": f"{profile.params / 1e6:.2f}",
+        "gflops": f"{profile.forward_flops_per_sample / 1e9:.3f}",
+        "input": "x".join(map(str, profile.input_shape)),
+        "classes": str(profile.num_classes),
+        "counted on": counter.name,
+    }
+
+
+def _one(model: str, spec: ModelSpec, width: int) -> Table:
+    sizes = _counted(model, spec) or {}
+    fields = [
+        ("description", spec.description),
+        ("twins", ", ".join(spec.builders)),
+        ("parameters", f"{sizes['params']} M" if sizes else "not counted: no framework here"),
+        ("forward FLOPs", f"{sizes['gflops']} G per image" if sizes else "-"),
+        ("input", sizes.get("input", f"{spec.input_size}x{spec.input_size}")),
+        ("classes", sizes.get("classes", str(spec.default_classes))),
+        ("counted on", sizes.get("counted on", "-")),
+        ("BatchNorm", "yes" if spec.has_batchnorm else "no"),
+        ("dropout", "none" if spec.dropout is None else f"{spec.dropout} (--set dropout=P)"),
+    ]
+    return one_in_full(f"model {model}", fields, width)
+
+
+def _libraries() -> Table:
+    """The libraries a model may come from (``LIBRARY:NAME``), and whether this interpreter
+    has what they need."""
+    from dlscale.contract.model_libraries import MODEL_LIBRARIES
+
+    table = Table(title="model libraries (--model LIBRARY:NAME, untrained, at 224x224 unless "
+                  "image_size says otherwise)")  # fmt: skip
+    for column in ("library", "framework", "installed", "example"):
+        table.add_column(column)
+    fixes = set()
+    for name, library in MODEL_LIBRARIES:
+        missing = [m for m in library.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            fixes.add(library.install)
+        installed = f"no: needs {', '.join(missing)}" if missing else "yes"
+        table.add_row(*map(cell, (name, library.framework, installed, f"--model {name}:resnet18")))
+    if fixes:
+        table.caption = markup("to install: " + "; ".join(sorted(fixes)))
+    return table
