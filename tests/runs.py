@@ -58,3 +58,13 @@ def shared_store(tmp_path_factory: pytest.TempPathFactory) -> RunStore:
     """The session's store of shared runs (see the module's docstring); ``dlscale run
     --results`` its root (``shared_store.root``) shares them the same way."""
     return RunStore(session_root(tmp_path_factory) / "shared-runs")
+
+
+def made_here(document: dict) -> dict:
+    """A result document copied from a fixture, stamped as made by this checkout's engine code
+    (`dlscale.contract.engine_code`): a resume keeps it instead of running it again."""
+    from dlscale.contract.engine_code import engine_code
+
+    environment = {**document.get("environment", {})}
+    environment["engine_code"] = engine_code(document["config"]["backend"])
+    return {**document, "environment": environment}

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
+from dlscale.contract.engine_code import other_code
 from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.events import events_path, read_records
 from dlscale.contract.files import read_json
@@ -77,6 +78,7 @@ def run_point(
     on_warning: Callable[[str], None] = lambda message: None,
     on_wait: Callable[[str], None] = lambda message: None,
     wait_s: float | None = None,
+    keep_stale: bool = False,
 ) -> PointOutcome:
     """Run one point unless it is stored as completed (or ``force``), holding its lock.
 
@@ -85,7 +87,9 @@ def run_point(
     (``elsewhere``); ``busy`` only if the lock is still held then. Whether the point is done is
     asked again once the lock is ours, so a point finished by another process in the meantime
     is neither run again nor cleared. A damaged result of the point is run again (with a
-    warning); a result of a newer dlscale is kept (with a warning) unless ``force``.
+    warning); a result of a newer dlscale is kept (with a warning) unless ``force``. A
+    completed result made by other engine code (`stale`) is run again unless ``keep_stale``,
+    the old ``result.json`` set aside beside it (``result.stale-CODE.json``).
     """
     run_id = config.run_id()
     store.check_run_dir(run_id)  # a link planted there: one line, before anything is read
@@ -94,7 +98,7 @@ def run_point(
         return PointOutcome(config=config, run_id=run_id, state="submitted", result=None,
                             detail=f"{live.words}, started earlier; not run again while it "
                             f"is {live.state} ({live.stop_hint})")  # fmt: skip
-    if not force and (kept := _kept(config, store, seen)) is not None:
+    if not force and (kept := _kept(config, store, seen, keep_stale)) is not None:
         return kept
     deadline: float | None = None
     while not store.reserve(run_id):
@@ -119,8 +123,10 @@ def run_point(
             return PointOutcome(
                 config=config, run_id=run_id, state=state, result=current.result, elsewhere=True
             )
-        if not force and (kept := _kept(config, store, current)) is not None:
+        if not force and (kept := _kept(config, store, current, keep_stale)) is not None:
             return kept
+        if not force and current.completed:  # made by other code: kept beside, not lost
+            store.set_aside(run_id, f"result.stale-{_code(current)}.json")
         store.clear(run_id)
         launched = _launch(
             config, store, run_id, command=command, study=study, on_warning=on_warning
@@ -135,11 +141,28 @@ def run_point(
     return PointOutcome(config=config, run_id=run_id, state=launched.status, result=launched)
 
 
-def _kept(config: RunConfig, store: RunStore, stored: Stored) -> PointOutcome | None:
-    """The outcome of a point whose stored result stays (completed, or a newer dlscale's);
-    None if it is to be run (none, failed, or damaged: said once, through the store)."""
+def stale(config: RunConfig, stored: Stored) -> str | None:
+    """Why a completed stored run was made by other code than this dlscale's (None: it was
+    not, or it did not complete)."""
+    if stored.result is None or not stored.completed:
+        return None
+    return other_code(stored.result.environment, config.backend)
+
+
+def _code(stored: Stored) -> str:
+    assert stored.result is not None
+    code = stored.result.environment.get("engine_code")
+    return code if isinstance(code, str) and code.isalnum() else "unknown"
+
+
+def _kept(
+    config: RunConfig, store: RunStore, stored: Stored, keep_stale: bool
+) -> PointOutcome | None:
+    """The outcome of a point whose stored result stays (completed by this code, or by other
+    code under ``keep_stale``, or a newer dlscale's); None if it is to be run (none, failed,
+    damaged: said once, through the store; made by other code)."""
     run_id = config.run_id()
-    if stored.completed:
+    if stored.completed and (keep_stale or stale(config, stored) is None):
         return PointOutcome(config=config, run_id=run_id, state="skipped", result=stored.result)
     if stored.newer:
         store.warn_once(
@@ -182,6 +205,7 @@ def result_of(
 ) -> Result:
     """The point's result from its spec, its ranks' events and how its launch ended: here
     after a watched run, or in the point's own finishing step (:mod:`dlscale.finish`)."""
+    from dlscale.contract.engine_code import engine_code
     from dlscale.contract.shapes import ENVIRONMENT
     from dlscale.metrics.impossible import impossible_figures
     from dlscale.store.validate import without_problems
@@ -205,6 +229,7 @@ def result_of(
         environment["packages"] = worker.packages
         environment.update(worker.framework)  # e.g. torch_version, gpu_names (flat columns)
         environment.update(worker.scheduler)  # slurm_job_id, slurm_step_id
+    environment["engine_code"] = engine_code(config.backend)
     environment = without_problems(environment, ENVIRONMENT)
     return Result(
         run_id=spec["run_id"],

@@ -8,10 +8,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from dlscale.cli.stale import say_stale
 from dlscale.config import RunConfig
+from dlscale.contract.engine_code import engine_code
 from dlscale.contract.events import read_events
 from dlscale.contract.layout import ProcessLayout, Role
 from dlscale.launchers.watch import hung_rank
@@ -62,6 +65,31 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     # resume: a completed point is not run again
     again = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
     assert again.state == "skipped"
+    # unless other code made it: said once, run again, the old result kept beside it
+    assert result.environment["engine_code"] == engine_code("torch-ddp")
+    stored = json.loads((run_dir / "result.json").read_text())
+    stored["environment"]["engine_code"] = "0123456789abcdef"
+    (run_dir / "result.json").write_text(json.dumps(stored))
+    said: list[str] = []
+    study = SimpleNamespace(points=(cfg,), repeats=SimpleNamespace(repeats=1))  # its one point
+    say_stale(RunStore(tmp_path), study, False, said.append)
+    assert said == [
+        "1 stored run(s) of this study were made by other code (made by dlscale "
+        f"{result.environment['dlscale_version']} with torch-ddp's engine code "
+        f"0123456789abcdef, which is {engine_code('torch-ddp')} now): running them again "
+        "(--keep-stale keeps them; each old result stays in its run directory as "
+        "result.stale-CODE.json)"
+    ]
+    kept = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="t",
+                     keep_stale=True)  # fmt: skip
+    assert kept.state == "skipped" and kept.result.environment["engine_code"] == "0123456789abcdef"
+    rerun = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="t")
+    assert (
+        rerun.state == "completed" and rerun.result.environment["engine_code"] != "0123456789abcdef"
+    )
+    aside = json.loads((run_dir / "result.stale-0123456789abcdef.json").read_text())
+    assert aside["metrics"] == stored["metrics"]  # the old figures, not lost
+    assert [r.run_id for r in RunStore(tmp_path).results()] == [outcome.run_id]  # read once
 
 
 def test_a_killed_worker_fails_the_run_and_stops_its_sibling(tmp_path: Path):

@@ -143,6 +143,12 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     assert (
         "speedup" in table.stdout and "img/s" in table.stdout and "docs/metrics.md" in table.stdout
     )
+    # what it printed is kept whole: the points file, at full precision
+    (points,) = results.glob("points-*.json")
+    kept = json.loads(points.read_text())["points"]
+    (ddp2,) = [p for p in kept if p["config"]["workers"] == 2]
+    (shown,) = [r for r in records if r["kind"] == "point" and r["workers"] == 2]
+    assert ddp2["speedup"] == shown["speedup"] and f"{ddp2['speedup']:.2f}x" in table.stdout
 
 
 def test_dry_run_prints_commands_and_launches_nothing(tmp_path: Path, cli):
@@ -189,6 +195,13 @@ def test_a_presets_dry_run_opens_with_a_summary_naming_each_variant(tmp_path: Pa
     assert "# 25 points x 1 run(s) = 25 runs" in shown
     assert max(len(line) for line in shown.splitlines() if line.startswith("#")) <= 100
     assert ": torch-ps x2 ps_mode=async resnet44 digits (" in first.stdout  # its plan's header
+    # each command continued at its words, a word longer than a line (a path) kept whole
+    commands = [line for line in shown.splitlines() if not line.startswith("#")]
+    assert any(line.endswith(" \\") for line in commands)
+    for line in commands:
+        assert len(line) <= 100 or " " not in line.strip().removesuffix(" \\"), line
+    pasted = [c for c in first.stdout.splitlines() if not c.startswith("#")]
+    assert " ".join(shown.replace(" \\\n    ", " ").splitlines()).count(pasted[0]) == 1
 
 
 @pytest.mark.parametrize(
@@ -293,6 +306,33 @@ def test_ls_backends_is_one_row_each_at_100_columns_and_one_in_full_by_name(cli)
     assert "--set fusion_mb" in one.stdout and "installed here" in one.stdout
     typo = cli("ls", "backends", "torch-dpp")
     assert typo.returncode == 2 and "did you mean torch-ddp" in typo.stderr
+
+
+def test_ls_models_is_one_row_each_at_100_columns_and_one_in_full_by_name(cli):
+    """Every model's name whole, one line each, its size and cost; its twins, BatchNorm and
+    dropout in ``ls models NAME`` (any case); a NAME where none is taken is refused."""
+    from dlscale.contract.models import MODELS
+
+    listed = cli("ls", "models", env={"COLUMNS": "100"})
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert max(map(len, lines)) <= 100
+    rows = [line.split("│")[1:-1] for line in lines if line.startswith("│ ")]
+    names = [row[0].strip() for row in rows if len(row) == 6]
+    assert names == MODELS.names()
+    (resnet44,) = [row for row in rows if row[0].strip() == "resnet44"]
+    assert [cell.strip() for cell in resnet44[1:5]] == ["0.66", "0.194", "3x32x32", "10"]
+    one = cli("ls", "models", "ResNet44", env={"COLUMNS": "100"})
+    assert one.returncode == 0 and max(map(len, one.stdout.splitlines())) <= 100
+    for field in ("twins", "tensorflow, torch, mxnet", "BatchNorm", "dropout", "0.66 M"):
+        assert field in one.stdout
+    for args, said in (
+        (("models", "resnet4"), "did you mean resnet44"),
+        (("datasets", "digits"), "ls datasets takes no NAME ('digits')"),
+    ):
+        refused = cli("ls", *args)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
 
 
 @pytest.mark.dist

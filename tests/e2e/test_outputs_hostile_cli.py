@@ -22,6 +22,7 @@ from dlscale.cli.run import settings_from
 from dlscale.config.study import expand
 from dlscale.contract.text import visible
 from dlscale.store import read_json, write_json_atomic
+from tests.runs import made_here
 from tests.unit.test_outputs_hostile import RAW, SHELL_PATH, _pasted
 
 pytestmark = pytest.mark.e2e
@@ -76,7 +77,7 @@ def test_run_on_a_terminal_shows_a_hostile_study_name_escaped(tmp_path: Path):
         DATA / "results" / "tiny-torch-single-digits-w1-749c9ebe62" / "result.json", "result"
     )
     for config in expand(settings, name=name, description=description).points:
-        document = {**template, "run_id": config.run_id(), "config": config.to_dict()}
+        document = made_here({**template, "run_id": config.run_id(), "config": config.to_dict()})
         (results / config.run_id()).mkdir(parents=True)
         write_json_atomic(results / config.run_id() / "result.json", "result", document)
     argv = [sys.executable, "-m", "dlscale", "run", str(study), "--results", str(results)]

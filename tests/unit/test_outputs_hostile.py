@@ -29,6 +29,7 @@ from dlscale.contract.text import shell_command, visible
 from dlscale.report.html import build_html
 from dlscale.store import read_json, write_json_atomic
 from tests.filesystem import fill, small_tmpfs, snapshot
+from tests.runs import made_here
 from tests.unit.test_report_hostile import _rows, _text, hostile_results
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -227,7 +228,7 @@ def _completed_study(results: Path, name: str):
         document = read_json(template, "result")
         document.update(run_id=config.run_id(), config=config.to_dict(), study=name)
         (results / config.run_id()).mkdir(parents=True)
-        write_json_atomic(results / config.run_id() / "result.json", "result", document)
+        write_json_atomic(results / config.run_id() / "result.json", "result", made_here(document))
     return study
 
 

@@ -67,7 +67,9 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
     shown, caption = human_layout(rows)
     labels = [c.label for c in shown]
     assert labels[:2] == ["backend", "workers"]  # equal settings went to the caption
-    assert caption == ["model tiny", "data digits", "scaling weak", "device cpu", "runs 1"]
+    assert caption == [
+        "model tiny", "data digits", "scaling weak", "device cpu", "runs 1", "code 0.1.0"
+    ]  # fmt: skip
     people = [[c.text(r) for c in shown] for r in rows]
 
     terminal = points_table(rows, title="t", wide=True)
@@ -136,7 +138,10 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "baseline threads differ: no 1-worker point had the same threads per worker; "
         "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
         "seconds that cost; loader only: the input pipeline timed alone (loader_only), img/s "
-        "is what the loaders deliver. Definitions: docs/metrics.md."
+        "is what the loaders deliver; "
+        "code: the dlscale version and the first 7 hex digits of the fingerprint of the "
+        "engine's code that made the runs (mixed (N): N different ones; docs/reliability.md). "
+        "Definitions: docs/metrics.md."
     )
     assert all(c.definition for c in COLUMNS if c.label in ("img/s", "speedup", "TTA s"))
 
@@ -170,6 +175,7 @@ def test_runs_tables_tolerate_missing_settings_and_escape_user_text():
         "runs -",
         "thr/w -",
         "baseline -",
+        "code -",
     ]
     text = _terminal(points_table(rows))
     assert f"model {odd}" in text and "FAILED" in text

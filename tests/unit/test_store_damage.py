@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import dlscale
+from dlscale.contract.engine_code import engine_code
 from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
 from dlscale.runner import run_point
@@ -36,7 +37,7 @@ def good_result(workers: int = 1, seed: int = 0) -> tuple[str, Result]:
         batch_size_per_worker=config.batch_per_worker,
         global_batch_size=config.global_batch,
         metrics={"throughput_img_s": 100.0 * workers, "throughput_windows_img_s": [100.0]},
-        environment={"hostname": "h"},
+        environment={"hostname": "h", "engine_code": engine_code("torch-ddp")},  # made here
         finished_at=time.time(),
     )
 

@@ -44,7 +44,7 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     """One worker's step of the model, from a short stored run (run now if not stored)."""
     from dlscale.contract.run_config import RunConfig
     from dlscale.preflight import check_points
-    from dlscale.runner import run_point
+    from dlscale.runner import run_point, stale
     from dlscale.store.results import RunStore
 
     config = RunConfig.make(
@@ -52,7 +52,8 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
         workers=1, batch_size=batch, steps=5, windows=1, warmup_steps=2,
     )  # fmt: skip
     store = RunStore(args.results)
-    if store.completed(config.run_id()) is None:
+    stored = store.read(config.run_id())
+    if not stored.completed or stale(config, stored) is not None:  # measured (again) here
         _check_can_store(Path(args.results), args.model)
         check_points((config,), Path(args.results))
         say(console(stderr=True), f"dlscale: measuring {args.model}'s step at batch {batch}")

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlscale.cli.claims import print_claims
 from dlscale.cli.eta import StudyClock, TimeLeftColumn
+from dlscale.cli.stale import say_stale
 from dlscale.cli.tables import (
     console,
     literal,
@@ -31,6 +32,7 @@ from dlscale.config.repeats import Repeats
 from dlscale.config.study import Study
 from dlscale.contract.text import visible, without_traceback_frames
 from dlscale.metrics.claims import check_claims
+from dlscale.metrics.points_file import write_points
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
 from dlscale.store.claims import write_claims
@@ -108,9 +110,12 @@ def run_study(
     as_json: bool,
     command: list[str],
     wide_table: bool = False,
+    keep_stale: bool = False,
 ) -> int:
     """Every point ``repeats`` times in interleaved rounds, then, under ``target_ci``, more
-    rounds of the points whose interval is still wider, until the rule's budget runs out."""
+    rounds of the points whose interval is still wider, until the rule's budget runs out.
+    Stored runs made by other code are said in one line first, and run again unless
+    ``keep_stale``."""
     err = console(stderr=True)
     tally = _Tally()
     plan = study.repeats
@@ -126,6 +131,8 @@ def run_study(
 
     store = RunStore(results, on_warning=warn)
     write_claims(store, study.name, study.claims)  # for `dlscale report` to check later
+    if not force:
+        say_stale(store, study, keep_stale, warn)
     progress = study_progress(err, disable=as_json)
     run_ids: dict[int, list[str]] = {i: [] for i in range(len(study.points))}
     clock = StudyClock([p.workers for p in study.points], plan.repeats)
@@ -140,7 +147,10 @@ def run_study(
             progress.update(task, description=point_description(config, number))
             run_ids[i].append(config.run_id())
             began = time.monotonic()
-            state = _run_one(config, store, force, command, study.name, as_json, line, warn, tally)
+            state = _run_one(
+                config, store, (force, keep_stale), command, study.name, as_json, line, warn,
+                tally,
+            )  # fmt: skip
             if state not in _NOT_RUN_HERE:
                 clock.record(i, time.monotonic() - began)
             else:  # kept from before, or handed to a scheduler: says nothing of its time
@@ -168,6 +178,7 @@ def run_study(
             run_round(number, wide)
             number += 1
     points = _study_points(store, tally.finished)
+    write_points(store, study.name, points)  # every figure printed below, at full precision
     if as_json:
         for point in points:
             print(json.dumps(json_record(point, kind="point")), flush=True)
@@ -287,7 +298,7 @@ def _stop_reason(wide: list[int], number: int, plan: Repeats, started: float) ->
 def _run_one(
     config: Any,
     store: RunStore,
-    force: bool,
+    modes: tuple[bool, bool],
     command: list[str],
     study: str,
     as_json: bool,
@@ -295,11 +306,14 @@ def _run_one(
     warn: Callable[[str], None],
     tally: _Tally,
 ) -> str:
-    """Runs one point and says how it went; returns its outcome's state."""
+    """Runs one point and says how it went (``modes``: force, keep_stale); returns its
+    outcome's state."""
+    force, keep_stale = modes
     outcome = run_point(
         config,
         store,
         force=force,
+        keep_stale=keep_stale,
         command=command,
         study=study,
         on_warning=warn,

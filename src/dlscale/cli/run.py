@@ -120,6 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--force", action="store_true", help="rerun points that already completed")
     parser.add_argument(
+        "--keep-stale",
+        action="store_true",
+        help="keep stored points made by other code (another dlscale version or engine code) "
+        "instead of running them again",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print what the study would do (a summary, then each point's commands); launch "
@@ -303,6 +309,7 @@ def main(args: argparse.Namespace) -> int:
         as_json=args.json,
         command=command,
         wide_table=args.wide,
+        keep_stale=args.keep_stale,
     )
 
 

@@ -14,12 +14,15 @@ from typing import Any
 from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.numbers import whole_number
 
-SCHEMAS = {"spec": 3, "result": 3, "checkpoint": 1, "microbench": 1, "claims": 1}
+SCHEMAS = {
+    "spec": 3, "result": 3, "checkpoint": 1, "microbench": 1, "claims": 1, "points": 1
+}  # fmt: skip
 """Current version of each persisted document kind; bump on an incompatible change.
 2: plug-in options grouped under ``config.options``, process layout, worker environment.
 ``checkpoint``: the pointer to a restartable run's latest saved state
 (:mod:`dlscale.runtime.checkpoint`); ``claims``: a study's published claims
-(:mod:`dlscale.store.claims`)."""
+(:mod:`dlscale.store.claims`); ``points``: a study's points as it printed them
+(:mod:`dlscale.metrics.points_file`)."""
 
 
 class UnreadableFile(SchemaError):

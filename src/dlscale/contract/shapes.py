@@ -159,7 +159,8 @@ COMPLETED = {
 
 ENVIRONMENT: dict[str, Shape] = {
     **dict.fromkeys(
-        ("hostname", "cpu_model", "os", "python", "dlscale_version", "git_commit"), TEXT
+        ("hostname", "cpu_model", "os", "python", "dlscale_version", "git_commit", "engine_code"),
+        TEXT,
     ),
     **dict.fromkeys(("torch_version", "cuda_version", "device"), TEXT),
     **dict.fromkeys(("cpu_cores_logical", "cpu_cores_usable", "torch_threads"), count("cores")),

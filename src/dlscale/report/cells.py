@@ -119,3 +119,18 @@ def bound(key: str, index: int) -> Callable[[Row], Any]:
 
 def status(value: Any, row: Row) -> str:
     return "ok" if value == "completed" else str(value).upper()
+
+
+def code(row: Row) -> str | None:
+    """The dlscale version and engine code (`dlscale.contract.engine_code`, its first 7 hex
+    digits) that made the row's runs; ``mixed (N)`` where its runs were made by N codes."""
+    made = set()
+    for run in row.get("run_rows") or [row]:
+        environment = run.get("environment") or {}
+        version, engine = environment.get("dlscale_version"), environment.get("engine_code")
+        made.add(" ".join(str(v)[:7] if k else str(v) for k, v in ((0, version), (1, engine))
+                          if v is not None))  # fmt: skip
+    made.discard("")
+    if len(made) > 1:
+        return f"mixed ({len(made)})"
+    return next(iter(made), None)

@@ -301,6 +301,16 @@ COLUMNS: tuple[Column, ...] = (
         short="ok, or FAILED and the like (dlscale report lists the causes)",
     ),
     Column(
+        "code",
+        "code",
+        cells.code,
+        show="varying",
+        definition="the dlscale version and the first 7 hex digits of the fingerprint of the "
+        "engine's code that made the runs (mixed (N): N different ones; docs/reliability.md)",
+        short="dlscale version and engine code that made the runs",
+        keep=4,
+    ),
+    Column(
         "run_id",
         "run_id",
         cells.field("run_id"),

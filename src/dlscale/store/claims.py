@@ -26,11 +26,17 @@ _LIMIT = 1 << 20
 
 
 def claims_path(root: Path, study: str) -> Path:
-    """Where a study's claims are kept: its name made safe for a file name (no dot, slash or
-    control character) and a digest of the whole name, so two studies never share a file."""
+    """Where a study's claims are kept (`study_file`)."""
+    return study_file(root, PREFIX, study)
+
+
+def study_file(root: Path, prefix: str, study: str) -> Path:
+    """A file of a study's kept beside its runs: ``prefix``, its name made safe for a file
+    name (no dot, slash or control character) and a digest of the whole name, so two studies
+    never share a file."""
     safe = re.sub(r"[^A-Za-z0-9_-]", "_", study)[:40]
     digest = hashlib.sha256(study.encode("utf-8", "surrogatepass")).hexdigest()[:10]
-    return root / f"{PREFIX}{safe}-{digest}.json"
+    return root / f"{prefix}{safe}-{digest}.json"
 
 
 def write_claims(store: RunStore, study: str, claims: tuple[Claim, ...]) -> None:

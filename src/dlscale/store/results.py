@@ -253,6 +253,13 @@ class RunStore:
         newer one unless --force)."""
         rundir.clear(self.run_dir(run_id), self._held.get(run_id))
 
+    def set_aside(self, run_id: str, name: str) -> None:
+        """Keep the run's ``result.json`` under ``name`` beside it (a file `clear` leaves and
+        no reader takes for a result), before the run is made again; nothing if there is
+        none. ``name`` is this store's own, never a user's."""
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.result_path(run_id), self.run_dir(run_id) / name)
+
     def write_result(self, run_id: str, result: Result) -> None:
         """Write ``result.json`` atomically: on a failure (a full disk) the earlier one is as it
         was. The run directory is made if needed, unless this store reserved it: then it must
