@@ -127,6 +127,12 @@ class Window(Record):
     """CPU seconds used by the run's own processes during the window (first training rank)."""
     machine_cores: int | None = None
     """CPUs the machine counters sum over."""
+    run_delay_s: float | None = None
+    """Seconds this process's threads waited, runnable, for a CPU during the window, summed
+    over its threads (the kernel's run delay, ``/proc/self/task/*/schedstat``); ``None``: not
+    read (no /proc, records written before it existed)."""
+    involuntary_switches: int | None = None
+    """Times this process's threads were preempted during the window."""
     load_span_s: float | None = None
     """Wall seconds the machine counters above span where that is not ``duration_s``: the
     probe's two windows (``probe``, ``nosync``) carry the same counters, read around the whole

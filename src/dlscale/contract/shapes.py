@@ -117,6 +117,8 @@ METRICS: dict[str, Shape] = {
     "windows_left_out": count("windows"),
     "noise_guard_shift": number(low=-1.0),
     "noisy": FLAG,
+    "run_delay_max": number(),
+    "waited": FLAG,
     "epoch_time_s": SECONDS,
     "final_train_loss": LOSS,
     "loss_diverged": FLAG,

@@ -25,7 +25,14 @@ from dlscale.contract.records import (
 from dlscale.contract.shapes import METRICS
 from dlscale.metrics.noise import OUTSIDE_LOAD_LIMIT as OUTSIDE_LOAD_LIMIT
 from dlscale.metrics.noise import STEAL_LIMIT as STEAL_LIMIT
-from dlscale.metrics.noise import guard_effect, loaded_windows, probe_load, window_load
+from dlscale.metrics.noise import (
+    guard_effect,
+    loaded_windows,
+    probe_load,
+    run_delay,
+    window_load,
+    window_wait,
+)
 from dlscale.metrics.stats import mean_ci95, percentile
 
 Events = list[Record]
@@ -57,6 +64,7 @@ def aggregate(
     out["windows_recorded"] = len(every)
     rates = {id(w): _per_second(w["samples"], w["duration_s"]) for w in every}
     out.update(guard_effect([rates[id(w)] for w in measure], list(rates.values())))
+    out.update(run_delay(measure))
     if measure:  # every figure below is over these windows, the ones the guard kept
         per_window = [rates[id(w)] for w in measure]
         with np.errstate(all="ignore"):  # an impossible window is named by the result's check
@@ -189,6 +197,7 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
                 if all(p.minor_faults is not None for p in parts)
                 else None,
                 **window_load(parts),
+                "wait_share": window_wait(parts),
             }
         )
     return merged

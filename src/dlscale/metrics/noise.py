@@ -23,6 +23,33 @@ STEAL_LIMIT = 0.05
 """... or when the hypervisor stole more than this share of it."""
 
 
+WAIT_LIMIT = 0.10
+"""A run's processes *waited* when, in some window the run's figures use, one training
+process's threads waited for a CPU more than this share of the window's seconds (the kernel's
+run delay: docs/metrics.md, "Noise guard")."""
+
+
+def window_wait(parts: list[Window]) -> float | None:
+    """The largest share of a merged window's seconds that one rank's threads waited for a
+    CPU: each rank's run delay over its own window time (``None``: no rank read it)."""
+    shares = [
+        p.run_delay_s / p.duration_s
+        for p in parts
+        if p.run_delay_s is not None and p.duration_s > 0
+    ]
+    return max(shares) if shares else None
+
+
+def run_delay(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How long the run's processes waited for a CPU in its kept windows: the largest share
+    (``run_delay_max``) and whether it is over :data:`WAIT_LIMIT` (``waited``); nothing where
+    no window read it."""
+    read = [w["wait_share"] for w in windows if w.get("wait_share") is not None]
+    if not read:
+        return {}
+    return {"run_delay_max": max(read), "waited": max(read) > WAIT_LIMIT}
+
+
 def window_load(parts: list[Window]) -> dict[str, Any]:
     """The outside load and steal of a merged window, from the rank that read the machine.
 

@@ -126,7 +126,7 @@ def _point(every_run: list[Row]) -> Row:
         present = [r["metrics"][key] for r in runs if r["metrics"].get(key) is not None]
         metrics[key] = float(np.mean(present)) if present else None
     metrics.update(_exposed(runs))
-    metrics.update(_noise(every_run))
+    metrics.update(_noise(runs, every_run))
     metrics.update(_guard(runs, every_run, mean))
     metrics["restarts"] = sum(r["metrics"].get("restarts") or 0 for r in runs)
     metrics["restart_lost_s"] = sum(r["metrics"].get("restart_lost_s") or 0.0 for r in runs)
@@ -194,16 +194,22 @@ def _probe_load(runs: list[Row]) -> dict[str, Any]:
     }
 
 
-def _noise(runs: list[Row]) -> dict[str, Any]:
+def _noise(runs: list[Row], every_run: list[Row]) -> dict[str, Any]:
+    """The load the point's figures were measured under: over the runs it uses (a run left
+    out is counted in ``runs_loaded`` and named in ``runs_left_out``, not described here)."""
     loads = [r["metrics"].get("outside_load_max") for r in runs]
     steals = [r["metrics"].get("steal_max") for r in runs]
+    delays = [r["metrics"].get("run_delay_max") for r in runs]
+    read = [v for v in delays if v is not None]
     return {
         "outside_load_max": max((v for v in loads if v is not None), default=None),
         "steal_max": max((v for v in steals if v is not None), default=None),
         "windows_loaded": sum(r["metrics"].get("windows_loaded") or 0 for r in runs),
         "noisy": any(r["metrics"].get("noisy") for r in runs),
         "runs_noisy": sum(1 for r in runs if r["metrics"].get("noisy")),
-        "runs_loaded": sum(1 for r in runs if loaded_throughout(r)),
+        "runs_loaded": sum(1 for r in every_run if loaded_throughout(r)),
+        "run_delay_max": max(read) if read else None,
+        "waited": any(r["metrics"].get("waited") for r in runs) if read else None,
     }
 
 

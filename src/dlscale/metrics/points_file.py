@@ -42,6 +42,8 @@ POINT_FIGURES = (
     "noisy",
     "runs_noisy",
     "runs_loaded",
+    "run_delay_max",
+    "waited",
     "windows_left_out",
     "noise_guard_shift",
     "restarts",

@@ -84,6 +84,8 @@ def notes(row: Row) -> str | None:
         over = [f"loaded {load * 100:.0f}%"] if load > OUTSIDE_LOAD_LIMIT else []
         over += [f"steal {steal * 100:.0f}%"] if steal > STEAL_LIMIT else []
         notes.extend(over or [f"loaded {load * 100:.0f}%"])
+    if metrics.get("waited"):  # its own processes waited for a CPU: contention the load misses
+        notes.append(f"waited {metrics['run_delay_max'] * 100:.0f}%")
     if metrics.get("windows_left_out"):  # and how far leaving them out moved img/s
         shift = metrics.get("noise_guard_shift")
         moved = f" ({shift:+.1%})" if shift is not None else ""

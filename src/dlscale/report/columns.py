@@ -279,7 +279,9 @@ COLUMNS: tuple[Column, ...] = (
         show="present",
         definition="loaded: other processes used that share of the machine in a window, "
         "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
-        "guard); loaded windows left out: windows the noise guard dropped, and how much that moved "
+        "guard); waited: a training process's threads waited that share of a window for a CPU "
+        "(the kernel's run delay: contention on its own cores, which the machine's load misses); "
+        "loaded windows left out: windows the noise guard dropped, and how much that moved "
         "img/s (noise_guard_shift); loaded runs left out: runs loaded in every window, not in "
         "the point's figures; comm probe loaded: other processes or the hypervisor took more "
         "than the limits while exposed communication was measured; "

@@ -14,6 +14,7 @@ from typing import Any
 
 from dlscale.metrics.scaling import describe, throughput_ratio
 from dlscale.report import cells
+from dlscale.report.doubts import doubts
 from dlscale.report.series import series_label, varying_keys
 
 Row = dict[str, Any]
@@ -24,6 +25,9 @@ MOST = 6
 FEW = 3
 """Scaled points said in full; past this many each gets its headline only (speedup, baseline,
 efficiency), the rest of what it measured being in the table's columns."""
+
+UNRELIABLE = "not measured reliably"
+"""What the finding says, first, of a comparison `dlscale.report.doubts` doubts."""
 
 _NOT_IN_A_NAME = {"threads_per_worker"}
 """Settings a point's name leaves out: the reference point's threads are said where it is used."""
@@ -42,7 +46,8 @@ def findings(rows: list[Row]) -> list[str]:
         key=lambda r: (-r["config"]["workers"], -r["speedup"]),
     )
     full = len(scaled) <= FEW
-    out += [_scaled(r, rows, varying, full=full) for r in scaled[:MOST]]
+    said = [_scaled(r, rows, varying, full=full) for r in scaled[:MOST]]
+    out += sorted(said, key=lambda text: UNRELIABLE not in text)  # what cannot be trusted first
     if len(scaled) > MOST:
         out.append(f"{len(scaled) - MOST} more scaled point(s): see the table")
     if not full:
@@ -86,6 +91,13 @@ def _scaled(row: Row, rows: list[Row], varying: list[str], *, full: bool = True)
     efficient); ...``: the headline, and unless not ``full`` what else the point measured."""
     base = _by_runs(rows, row.get("baseline_run_ids"))
     over = _name(base, varying, workers=True) if base else row.get("baseline") or "its baseline"
+    why = doubts(row, base, rows, lambda point: _name(point, varying, workers=True))
+    if why:  # no ratio stated as found: what is wrong with it, and what to do
+        return (
+            f"{_name(row, varying, workers=True)} over {over}: {UNRELIABLE} "
+            f"({'; '.join(why)}); rerun with --repeats 5 on a quiet machine (the table has "
+            "its figures)"
+        )
     text = f"{_name(row, varying, workers=True)}: {row['speedup']:.2f}x"
     if row.get("speedup_ci95"):
         text += _interval(row["speedup_ci95"])

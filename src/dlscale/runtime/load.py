@@ -9,7 +9,10 @@ the machine's busy time is *outside load*. Definitions and the threshold: docs/m
 ("Noise guard"). Page faults are the process's own (``getrusage``), read by every rank.
 
 Without /proc (not Linux) or without the parent's pid (a worker not started by dlscale),
-the machine figures are ``None``; the page faults are still counted.
+the machine figures are ``None``; the page faults are still counted. Every rank also reads
+how long its own threads waited, runnable, for a CPU (the kernel's run delay) and how often
+they were preempted: contention on the process's own cores or cgroup, which the machine's
+load does not show (a worker pinned to a core another process keeps busy).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.contract.numbers import whole_number
-from dlscale.runtime.procfs import HAS_PROC, stat_fields
+from dlscale.runtime.procfs import HAS_PROC, stat_fields, thread_waits
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
@@ -37,6 +40,9 @@ class LoadSample:
     """CPU seconds the hypervisor ran something else on this machine's virtual CPUs."""
     run_s: float | None = None
     """CPU seconds used by the run: the dlscale parent and every process below it."""
+    waits: dict[int, tuple[int, int]] | None = None
+    """This process's threads: nanoseconds each waited for a CPU, its involuntary switches
+    (`dlscale.runtime.procfs.thread_waits`); None without /proc."""
 
 
 def machine_cpu() -> tuple[float, float] | None:
@@ -86,13 +92,16 @@ def sample(root: int | None) -> LoadSample:
     """The counters now: own page faults always; the machine's and the run's CPU time when
     ``root`` (the dlscale parent's pid) is given and /proc exists."""
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    waits = thread_waits() or None if HAS_PROC else None
     if root is None or not HAS_PROC:
-        return LoadSample(minor_faults=faults)
+        return LoadSample(minor_faults=faults, waits=waits)
     machine = machine_cpu()
     run = tree_cpu(root)
     if machine is None or run is None:
-        return LoadSample(minor_faults=faults)
-    return LoadSample(minor_faults=faults, busy_s=machine[0], steal_s=machine[1], run_s=run)
+        return LoadSample(minor_faults=faults, waits=waits)
+    return LoadSample(
+        minor_faults=faults, busy_s=machine[0], steal_s=machine[1], run_s=run, waits=waits
+    )
 
 
 def machine_cores() -> int:
@@ -104,6 +113,13 @@ def load_fields(before: LoadSample, after: LoadSample) -> dict[str, Any]:
     """A window's load counters from the samples around it (``None`` where not read): the
     fields of :class:`~dlscale.contract.records.Window` they fill."""
     fields: dict[str, Any] = {"minor_faults": after.minor_faults - before.minor_faults}
+    if before.waits is not None and after.waits is not None:  # a thread new since: all of it
+        deltas = [
+            (ns - before.waits.get(tid, (0, 0))[0], n - before.waits.get(tid, (0, 0))[1])
+            for tid, (ns, n) in after.waits.items()
+        ]
+        fields["run_delay_s"] = max(0, sum(d for d, _ in deltas)) / 1e9
+        fields["involuntary_switches"] = max(0, sum(n for _, n in deltas))
     if (
         before.busy_s is not None
         and after.busy_s is not None
@@ -122,7 +138,8 @@ def probe_load_fields(before: LoadSample, after: LoadSample, span_s: float) -> d
     (``span_s`` wall seconds, its warm-up pair included): both of its windows carry them, since
     their steps interleave. No page faults: those are the measured windows' figure."""
     fields = load_fields(before, after)
-    del fields["minor_faults"]
+    for own in ("minor_faults", "run_delay_s", "involuntary_switches"):  # the windows' figures
+        fields.pop(own, None)
     if fields:
         fields["load_span_s"] = span_s
     return fields

@@ -66,3 +66,30 @@ def is_alive(pid: int, start: int | None) -> bool:
     if fields[0] in ("Z", "X", "x"):  # exited, not yet reaped
         return False
     return start is None or (len(fields) > 19 and fields[19] == str(start))
+
+
+def thread_waits() -> dict[int, tuple[int, int]]:
+    """This process's threads: thread id -> (nanoseconds it waited, runnable, on a run queue
+    for a CPU: ``/proc/self/task/<tid>/schedstat``'s second field; its involuntary context
+    switches: ``nonvoluntary_ctxt_switches`` of its ``status``). A thread whose files cannot be
+    read (it ended meanwhile; a kernel without schedstats) is left out; empty without /proc."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    out = {}
+    for name in tids:
+        task = f"/proc/self/task/{name}"
+        try:
+            with open(f"{task}/schedstat", encoding="ascii") as handle:
+                waited_ns = int(handle.read().split()[1])
+            with open(f"{task}/status", encoding="utf-8", errors="replace") as handle:
+                switches = next(
+                    int(line.split()[1])
+                    for line in handle
+                    if line.startswith("nonvoluntary_ctxt_switches:")
+                )
+            out[int(name)] = (waited_ns, switches)
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+    return out
