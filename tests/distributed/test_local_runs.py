@@ -60,8 +60,14 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     assert result.environment["dlscale_version"]
     assert result.global_batch_size == 128 and result.batch_size_per_worker == 64
     for rank in (0, 1):
-        kinds = [e["event"] for e in read_events(run_dir / f"events.rank{rank}.jsonl")]
+        events = read_events(run_dir / f"events.rank{rank}.jsonl")
+        kinds = [e["event"] for e in events]
         assert kinds[0] == "start" and kinds[-1] == "end"
+        # the probe's ABBA order, rebuilt from its steps' starts: pair 1 reversed, pair 2 not
+        probe = {e["kind"]: e for e in events if e.get("kind") in ("probe", "nosync")}
+        ran = sorted([(t, "S") for t in probe["probe"]["step_starts_s"]]
+                     + [(t, "N") for t in probe["nosync"]["step_starts_s"]])  # fmt: skip
+        assert "".join(kind for _, kind in ran) == "NSSN"
     # resume: a completed point is not run again
     again = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
     assert again.state == "skipped"

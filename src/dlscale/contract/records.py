@@ -127,6 +127,10 @@ class Window(Record):
     """CPU seconds used by the run's own processes during the window (first training rank)."""
     machine_cores: int | None = None
     """CPUs the machine counters sum over."""
+    step_starts_s: list[float] | None = None
+    """The probe's windows (``probe``, ``nosync``): each timed step's start, seconds after the
+    probe began, so that the two windows' steps merged by start show the ABBA order they ran in
+    (``None``: a measured window, or records written before it existed)."""
     run_delay_s: float | None = None
     """Seconds this process's threads waited, runnable, for a CPU during the window, summed
     over its threads (the kernel's run delay, ``/proc/self/task/*/schedstat``); ``None``: not

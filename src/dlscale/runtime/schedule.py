@@ -185,6 +185,7 @@ class _WindowTimer:
         replicas may drift apart here, which no longer matters: training is over."""
         engine, clock = self.engine, time.perf_counter
         times: dict[bool, list[float]] = {True: [], False: []}
+        starts: dict[bool, list[float]] = {True: [], False: []}  # to check the order by
         losses: dict[bool, list[Any]] = {True: [], False: []}
         order = [True, False]  # synchronized first
         # the machine's counters around the whole probe: read before the warm-up pair, whose
@@ -202,6 +203,7 @@ class _WindowTimer:
                     engine.sync()
                 if pair:  # pair 0 warms both kinds up
                     times[synced].append((clock() - start) * 1e3)
+                    starts[synced].append(start - probe_start)
                     losses[synced].append(loss)
         load = probe_load_fields(before, sample(self.root), clock() - probe_start)
         for synced, kind in ((True, "probe"), (False, "nosync")):
@@ -213,6 +215,7 @@ class _WindowTimer:
                     samples=pairs * self.batch,
                     duration_s=sum(times[synced]) / 1e3,
                     step_ms=times[synced],
+                    step_starts_s=starts[synced],
                     loss_sum=None,
                     loss_count=0,
                     **load,
