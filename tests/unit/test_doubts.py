@@ -6,6 +6,7 @@ and the run delay behind "waited", computed from the ranks' records."""
 from dlscale.contract.records import Window
 from dlscale.metrics.aggregate import aggregate
 from dlscale.metrics.noise import WAIT_LIMIT
+from dlscale.report.figures import efficiency, throughput
 from dlscale.report.finding import findings
 
 
@@ -17,7 +18,7 @@ def _point(backend, workers, img_s, *, half=None, **fields):
         "run_ids": [f"{backend}-{workers}"],
         "status": "completed",
         "framework": "torch",
-        "config": {"backend": backend, "workers": workers, "model": "m"},
+        "config": {"backend": backend, "workers": workers, "model": "m", "scaling": "weak"},
         "config_options": {},
         "threads_per_worker": 1,
         "metrics": metrics,
@@ -78,3 +79,22 @@ def test_the_run_delay_is_each_ranks_share_of_its_own_window_the_largest_kept():
     unread = {0: [_window(0, 0, 1.0, None)]}
     unread_metrics = aggregate(unread, target_accuracy=None)
     assert unread_metrics["run_delay_max"] is None and unread_metrics["waited"] is None
+
+
+def test_the_plots_cut_no_img_s_below_zero_and_mark_what_the_finding_doubts():
+    base = _point("torch-single", 1, 940.6, half=1864.5, speedup=1.0)
+    ddp = _point("torch-ddp", 2, 364.0, half=20.0, speedup=3.64, speedup_ci95=[2.55, 5.62],
+                 efficiency=1.82, efficiency_ci95=[1.28, 2.81],
+                 baseline_run_ids=["torch-single-1"])  # fmt: skip
+    series = {s.group: s for s in throughput([base, ddp]).series if not s.dashed}
+    single = series["torch-single"]
+    assert single.low == [0.0] and single.high == [940.6 + 1864.5]
+    assert single.name == "torch-single (interval wider than the mean, cut at 0 at 1 worker)"
+    assert series["torch-ddp"].name == (
+        "torch-ddp (not measured reliably, see the finding at 2 workers)"
+    )
+    (line,) = efficiency([base, ddp]).series
+    assert line.name.endswith("(not measured reliably, see the finding at 2 workers)")
+    calm = _point("torch-single", 1, 182.0, half=5.0, speedup=1.0)
+    (line,) = efficiency([calm, dict(ddp, speedup_ci95=[1.9, 2.1], speedup=2.0)]).series
+    assert line.name == "torch-ddp"  # nothing doubted, nothing marked

@@ -32,7 +32,11 @@ def throughput(rows: list[Row]) -> Figure | None:
         ci = [_m(r, "throughput_ci95_img_s") for r in group]
         low = [None if c is None or v is None else v - c for v, c in zip(y, ci, strict=True)]
         high = [None if c is None or v is None else v + c for v, c in zip(y, ci, strict=True)]
-        series.append(Series(name=name, x=x, y=y, low=low, high=high, group=name))
+        cut = [w for w, b in zip(x, low, strict=True) if b is not None and b < 0]
+        low = [None if b is None else max(b, 0.0) for b in low]  # no img/s is below 0
+        label = name + _marked(cut, "interval wider than the mean, cut at 0")
+        label += _doubted(group, rows)
+        series.append(Series(name=label, x=x, y=y, low=low, high=high, group=name))
         base = next((r for r in group if r.get("speedup") is not None), None)
         if base is not None and base.get("speedup") and len(x) > 1:
             one = _m(base, "throughput_img_s") / base["speedup"]  # the baseline's throughput
@@ -58,6 +62,28 @@ def throughput(rows: list[Row]) -> Figure | None:
     )
 
 
+def _marked(workers: list[int], words: str) -> str:
+    """What a series' name says of its points at ``workers`` (nothing when none)."""
+    if not workers:
+        return ""
+    return f" ({words} at {', '.join(map(str, workers))} worker{'s' if workers != [1] else ''})"
+
+
+def _doubted(group: list[Row], rows: list[Row]) -> str:
+    """The mark of a series' points whose comparison the finding does not state
+    (`dlscale.report.doubts`): its band, however wide, is then no measurement to read."""
+    from dlscale.report.doubts import doubts
+
+    marked = []
+    for row in group:
+        if row.get("speedup") is None or row["config"]["workers"] < 2:
+            continue
+        base = next((r for r in rows if r.get("run_ids") == row.get("baseline_run_ids")), None)
+        if doubts(row, base, rows, lambda point: point["config"]["backend"]):
+            marked.append(row["config"]["workers"])
+    return _marked(marked, "not measured reliably, see the finding")
+
+
 def _lines(rows: list[Row], value: Any, interval: str | None = None) -> list[Series]:
     """One line per series of ``value(row)`` against workers, where the value exists, with
     the band ``row[interval]`` (low, high) where the row has one."""
@@ -68,7 +94,7 @@ def _lines(rows: list[Row], value: Any, interval: str | None = None) -> list[Ser
             bands = [r.get(interval) if interval else None for r in pts]
             series.append(
                 Series(
-                    name=name,
+                    name=name + _doubted(pts, rows),
                     x=[r["config"]["workers"] for r in pts],
                     y=[value(r) for r in pts],
                     low=[b[0] if b else None for b in bands] if interval else None,
