@@ -37,14 +37,16 @@ def percent(digits: int) -> Callable[[Any, Row], str]:
 
 
 def interval(key: str, spec: str, scale: float = 1.0, unit: str = "") -> Callable[[Any, Row], str]:
-    """A value with its interval from ``row[key]`` (low, high) in brackets, when it has one."""
+    """A ratio with its interval from ``row[key]`` (low, high) in brackets, when it has one;
+    a low end below 0 (runs that disagree: Fieller's set reaches where no ratio of img/s can
+    be) is shown as 0, the interval's feasible part."""
 
     def text(value: Any, row: Row) -> str:
         bounds = row.get(key)
         shown = format(value * scale, spec) + unit
         if not bounds:
             return shown
-        low, high = (format(v * scale, spec) for v in bounds)
+        low, high = (format(v * scale, spec) for v in (max(bounds[0], 0.0), bounds[1]))
         return f"{shown} [{low}, {high}]"
 
     return text
