@@ -33,25 +33,26 @@ baseline is doubted."""
 
 
 def doubts(row: Row, base: Row | None, rows: list[Row], name: Any) -> list[str]:
-    """Why ``row``'s ratio over ``base`` is not to be stated (empty: nothing known against it);
-    ``name(row)`` names a point."""
+    """Why ``row``'s ratio over ``base`` is not to be stated (empty: nothing known against it),
+    each reason a few words about "its" (the point's) or "the baseline's" figures;
+    ``name(row)`` names a sibling."""
     out = []
-    for point in (base, row) if base is not None else (row,):
+    for point, whose in ((base, "the baseline's"), (row, "its")):
+        if point is None:
+            continue
         metrics = point.get("metrics") or {}
         if metrics.get("runs_loaded") and not point.get("runs_left_out"):
             load = metrics.get("outside_load_max") or 0.0
-            out.append(f"{name(point)} ran loaded in every window ({load:.0%} outside load)")
+            out.append(f"{whose} runs loaded in every window ({load:.0%} outside load)")
         if metrics.get("waited") and len(point.get("layout") or [None]) == 1:
-            out.append(
-                f"the process of {name(point)} waited for a CPU {metrics['run_delay_max']:.0%} "
-                "of a window"
-            )
+            waited = metrics["run_delay_max"]
+            out.append(f"{whose} process waited for a CPU {waited:.0%} of a window")
         mean, half = metrics.get("throughput_img_s"), metrics.get("throughput_ci95_img_s")
         if mean and half is not None and half >= mean:
-            out.append(f"the runs of {name(point)} disagree (±{half:.1f} img/s around {mean:.1f})")
+            out.append(f"{whose} runs disagree (±{half:.1f} img/s around {mean:.1f})")
     interval, workers = row.get("speedup_ci95"), row["config"]["workers"]
-    if interval and interval[0] < 0:
-        out.append(f"the speedup's interval reaches below 0 ({interval[0]:.2f})")
+    if interval and interval[0] < 0 and not any("disagree" in reason for reason in out):
+        out.append(f"its speedup's interval reaches below 0 ({interval[0]:.2f})")
     if interval and interval[0] > workers:
         out.append(
             f"{row['speedup']:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}] is above {workers} "

@@ -46,13 +46,14 @@ def findings(rows: list[Row]) -> list[str]:
         key=lambda r: (-r["config"]["workers"], -r["speedup"]),
     )
     full = len(scaled) <= FEW
-    said = [_scaled(r, rows, varying, full=full) for r in scaled[:MOST]]
-    out += sorted(said, key=lambda text: UNRELIABLE not in text)  # what cannot be trusted first
+    said = [_scaled(r, rows, varying, full=full) for r in scaled]
+    said.sort(key=lambda text: UNRELIABLE not in text)  # what cannot be trusted first, kept
+    out += said[:MOST]
     if len(scaled) > MOST:
         out.append(f"{len(scaled) - MOST} more scaled point(s): see the table")
     if not full:
         out.append("each point's communication, accuracy and notes: the table")
-    out += _side_by_side(done, varying)
+    out += _side_by_side(done, varying, intervals=full)
     if not scaled and done:
         out += [_single(r, varying) for r in done[:MOST]]
     failed = [r for r in rows if r["status"] != "completed"]
@@ -95,14 +96,14 @@ def _scaled(row: Row, rows: list[Row], varying: list[str], *, full: bool = True)
     if why:  # no ratio stated as found: what is wrong with it, and what to do
         return (
             f"{_name(row, varying, workers=True)} over {over}: {UNRELIABLE} "
-            f"({'; '.join(why)}); rerun with --repeats 5 on a quiet machine (the table has "
-            "its figures)"
+            f"({'; '.join(why)}); rerun with --repeats 5 on a quiet machine"
         )
     text = f"{_name(row, varying, workers=True)}: {row['speedup']:.2f}x"
     if row.get("speedup_ci95"):
         text += _interval(row["speedup_ci95"])
         if row.get("interval") == "windows":
-            text += " (over one run's windows, which are not independent)"
+            text += (" (over one run's windows, which are not independent)" if full
+                     else " (one run's windows)")  # fmt: skip
     else:
         text += " (no interval: too few samples)"
     text += f" over {over} ({row['efficiency']:.0%} efficient)"
@@ -181,9 +182,10 @@ def _single(row: Row, varying: list[str]) -> str:
     return "; ".join(parts + _accuracy(row))
 
 
-def _side_by_side(done: list[Row], varying: list[str]) -> list[str]:
+def _side_by_side(done: list[Row], varying: list[str], *, intervals: bool) -> list[str]:
     """At each worker count above 1 where several points ran: the fastest, and each other
-    point's throughput as a share of it with its interval."""
+    point's throughput as a share of it, with its interval unless not ``intervals`` (a study
+    of many points: the line would run to hundreds of characters)."""
     by_workers: dict[int, list[Row]] = defaultdict(list)
     for row in done:  # a loader-only point times the loaders, not training: not a rival
         if row["config"]["workers"] > 1 and not row["config"].get("loader_only"):
@@ -197,7 +199,8 @@ def _side_by_side(done: list[Row], varying: list[str]) -> list[str]:
         compared = []
         for row in others[:MOST]:
             ratio, ci = throughput_ratio(row, best)
-            compared.append(f"{_name(row, varying)} {ratio:.2f}x{_interval(ci)}")
+            shown = _interval(ci) if intervals else ""
+            compared.append(f"{_name(row, varying)} {ratio:.2f}x{shown}")
         more = f", and {len(others) - MOST} more" if len(others) > MOST else ""
         out.append(
             f"at {workers} workers the fastest was {_name(best, varying)} "
