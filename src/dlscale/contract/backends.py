@@ -84,6 +84,9 @@ class BackendSpec:
     collectives: str | None = None
     """``module:function(ctx, settings)`` running ``dlscale microbench``'s collectives on this
     engine's communication library (:mod:`dlscale.microbench`); ``None``: none to measure."""
+    precisions: tuple[str, ...] = ("float32",)
+    """The ``precision`` values its engine trains in (``float64``: model, inputs, gradients
+    and collectives all in it); a point asking another is skipped, or refused alone."""
     loader_only: bool = True
     """Its engine takes each step's batch itself, so ``loader_only`` can time the input
     pipeline alone; ``False``: the framework reads its own batches (Keras ``fit``, the

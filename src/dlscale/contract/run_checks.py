@@ -21,12 +21,16 @@ ALLOCATORS = ("system", "glibc-tuned", "jemalloc", "tcmalloc")
 """Values of the ``allocator`` key (what each sets: :mod:`dlscale.runtime.allocator`)."""
 
 
+PRECISIONS = ("float32", "float64")
+
+
 def check_core_values(config: RunConfig) -> None:
     """Each core key's type and range (the choices, counts, and finite numbers)."""
     check_choice("scaling", config.scaling, ("weak", "strong"))
     check_choice("device", config.device, ("cpu", "cuda"))
     check_choice("lr_scaling", config.lr_scaling, ("none", "linear"))
     check_choice("allocator", config.allocator, ALLOCATORS)
+    check_choice("precision", config.precision, PRECISIONS)
     for name in ("workers", "batch_size", "steps", "windows"):
         check_min(name, getattr(config, name), 1)
     for name in ("warmup_steps", "comm_probe_steps", "seed", "repeat_id"):
@@ -68,6 +72,13 @@ def check_engine_fits(config: RunConfig, backend: BackendSpec, model: ModelSpec)
         )
     if config.device not in backend.devices:
         raise UnsupportedPoint(f"backend {config.backend} does not run on {config.device}")
+    if config.precision not in backend.precisions:
+        able = [name for name, b in BACKENDS.listed() if config.precision in b.precisions]
+        raise UnsupportedPoint(
+            f"backend {config.backend} trains in {', '.join(backend.precisions)} only, not "
+            f"precision = {config.precision} (which {', '.join(able) or 'no backend'} "
+            "can train in)"
+        )
     if config.loader_only and not backend.loader_only:
         raise UnsupportedPoint(
             f"backend {config.backend} reads its own batches inside the framework, so "

@@ -117,6 +117,14 @@ class RunConfig:
             "the model's own); 0 turns it off, so every framework takes the same steps"
         ),
     )
+    precision: str = field(
+        default="float32",
+        metadata=_doc(
+            "floating-point type of the model, its inputs, gradients and collectives: float32, "
+            "or float64 to prove two engines take the same steps where float32's rounding "
+            "cannot tell (the PyTorch engines torch-single, torch-ddp, torch-ring, torch-fsdp)"
+        ),
+    )
     save_params: bool = field(
         default=False,
         metadata=_doc("rank 0 saves the trained parameters (final_params.*)", kind=OPERATIONAL),
@@ -287,7 +295,7 @@ class RunConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
-_LATER_KEYS: dict[str, Any] = {"loader_only": False, "dropout": None}
+_LATER_KEYS: dict[str, Any] = {"loader_only": False, "dropout": None, "precision": "float32"}
 """Core keys added after results were stored, with the value every earlier run had."""
 
 

@@ -152,8 +152,10 @@ class FSDPStrategy(TorchStrategy):
             dist.broadcast(full[name], src=0)
         with torch.random.fork_rng(devices=[]):  # building seeds torch: keep training's stream
             plain = build_model(self.ctx.config)
+        dtype = torch.float64 if self.ctx.config.precision == "float64" else torch.float32
+        plain = plain.to(self.device, dtype)  # before the load, which keeps the copy's dtype
         plain.load_state_dict(full)
-        return plain.to(self.device)
+        return plain
 
     def saved_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
         return None  # gathered on every rank at finish (save_params runs on one rank only)

@@ -250,7 +250,12 @@ class TorchEngine(Engine):
         self.memory_format = (
             torch.channels_last if options.channels_last else torch.contiguous_format
         )
-        model = (built if built is not None else build_model(cfg)).to(device)
+        # precision = float64: the same initial weights (built in float32 from the seed), then
+        # the model, each batch's images, and so its gradients and collectives in float64
+        self.dtype = torch.float64 if cfg.precision == "float64" else torch.float32
+        if self.dtype == torch.float64 and options.amp != "none":
+            raise UserError("precision = float64 and amp = bf16 cannot go together: choose one")
+        model = (built if built is not None else build_model(cfg)).to(device, self.dtype)
         # Module.to accepts memory_format at run time; its type stubs do not list it.
         model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]
         self.model = strategy.wrap(model, device)
@@ -280,6 +285,7 @@ class TorchEngine(Engine):
 
     def step(self, batch: Any) -> torch.Tensor:
         x, y = batch
+        x = x.to(self.dtype)  # the same tensor when it is float32 already
         for param in self.params:
             param.grad = None
         loss = self.strategy.backward(self._loss, x, y)
@@ -305,7 +311,7 @@ class TorchEngine(Engine):
         loss_sum = 0.0
         for x, y in self.data.eval_batches():
             with self.autocast:
-                logits = model(x)
+                logits = model(x.to(self.dtype))
             loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
             correct += int((logits.argmax(1) == y).sum())
             total += int(y.numel())

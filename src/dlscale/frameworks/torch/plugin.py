@@ -36,10 +36,15 @@ FRAMEWORKS.register(
         initial_state="dlscale.frameworks.torch.weights:initial_state",
     ),
 )
+FLOAT64_TOO = ("float32", "float64")
+"""The engines whose model, inputs, gradients and collectives can all be float64 (torch-ps's
+messages carry float32 frames; a script trains as it is written)."""
+
 BACKENDS.register(
     "torch-single",
     BackendSpec(
         name="torch-single",
+        precisions=FLOAT64_TOO,
         resumable=True,
         description="plain PyTorch model, one process, no wrapper (the 1-worker baseline)",
         framework="torch",
@@ -57,6 +62,7 @@ BACKENDS.register(
     "torch-ddp",
     BackendSpec(
         name="torch-ddp",
+        precisions=FLOAT64_TOO,
         resumable=True,
         description="PyTorch DistributedDataParallel (gloo on CPU, NCCL on CUDA)",
         framework="torch",
@@ -75,6 +81,7 @@ BACKENDS.register(
     "torch-fsdp",
     BackendSpec(
         name="torch-fsdp",
+        precisions=FLOAT64_TOO,
         description="PyTorch FSDP2 (fully_shard): parameters, gradients and optimizer state "
         "sharded over the workers",
         framework="torch",
@@ -90,6 +97,7 @@ BACKENDS.register(
     "torch-ring",
     BackendSpec(
         name="torch-ring",
+        precisions=FLOAT64_TOO,
         resumable=True,
         description="explicit ring all-reduce on send/recv, tensor fusion (Horovod's algorithm)",
         framework="torch",
