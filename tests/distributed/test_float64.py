@@ -39,7 +39,7 @@ def _ddp(store: RunStore, model: str) -> dict[int, list[float]]:
 
 
 @pytest.mark.parametrize("model", sorted(POINTS))
-@pytest.mark.parametrize("backend", ["torch-ring", "torch-fsdp"])
+@pytest.mark.parametrize("backend", ["torch-ring", "torch-fsdp", "horovod-torch"])
 def test_each_engine_takes_torch_ddps_float64_steps_rank_by_rank(
     tmp_path: Path, shared_store: RunStore, backend, model
 ):
@@ -56,12 +56,36 @@ def test_each_engine_takes_torch_ddps_float64_steps_rank_by_rank(
 
 def test_an_engine_without_float64_is_refused_in_one_line():
     with pytest.raises(UnsupportedPoint) as refused:
-        RunConfig.make(backend="tf-mwms", model="tiny", workers=2, precision="float64")
+        RunConfig.make(backend="keras-fit", model="tiny", workers=2, precision="float64")
     assert str(refused.value) == (
-        "backend tf-mwms trains in float32 only, not precision = float64 (which torch-ddp, "
-        "torch-fsdp, torch-ring, torch-single can train in)"
+        "backend keras-fit trains in float32 only, not precision = float64 (which "
+        "horovod-tf, horovod-torch, tf-mirrored, tf-mwms, tf-single, torch-ddp, torch-fsdp, "
+        "torch-ring, torch-single can train in)"
     )
     assert (
         RunConfig.make(backend="torch-ddp", model="tiny").run_id()
         == RunConfig.make(backend="torch-ddp", model="tiny", precision="float32").run_id()
     )  # stored runs keep their ids
+
+
+@pytest.mark.parametrize("model", sorted(POINTS))
+def test_tensorflows_strategies_take_torch_ddps_float64_steps(
+    tmp_path: Path, shared_store: RunStore, model
+):
+    """TensorFlow's MultiWorkerMirroredStrategy and Horovod's tape (a process a worker: rank
+    by rank) and MirroredStrategy (both replicas in one process: the mean over them) on the
+    Keras twin, its inputs made in float64 as PyTorch's are, PyTorch's SGD rule in TensorFlow:
+    the same steps as torch-ddp to 1e-9, where float32 leaves 5e-3 between them at step 3."""
+    ddp = _ddp(shared_store, model)
+    for backend in ("tf-mwms", "horovod-tf"):
+        _, run_dir = run_completed(
+            RunConfig.make(backend=backend, **POINTS[model]), RunStore(tmp_path / backend)
+        )
+        losses = _per_rank_losses(run_dir)
+        for rank in (0, 1):
+            assert losses[rank] == pytest.approx(ddp[rank], abs=1e-9, rel=0), (backend, rank)
+    mirrored, _ = run_completed(
+        RunConfig.make(backend="tf-mirrored", **POINTS[model]), RunStore(tmp_path / "mirrored")
+    )
+    means = [(a + b) / 2 for a, b in zip(ddp[0], ddp[1], strict=True)]
+    assert mirrored.metrics["train_loss_by_step"] == pytest.approx(means, abs=1e-9, rel=0)

@@ -162,7 +162,7 @@ def test_keras_twin_matches_its_pytorch_model(name: str) -> None:
     _tf().load(keras64, {key: value.astype(np.float64) for key, value in state.items()})
     batches64 = [(x.astype(np.float64), y) for x, y in batches]
     np.testing.assert_allclose(
-        _keras_losses(keras64, batches64), _torch_losses(torch_model.double(), batches64), rtol=1e-6
+        _keras_losses(keras64, batches64), _torch_losses(torch_model.double(), batches64), rtol=1e-9
     )
 
 

@@ -35,6 +35,7 @@ BACKENDS.register(
     "horovod-torch",
     BackendSpec(
         name="horovod-torch",
+        precisions=torch_plugin.FLOAT64_TOO,
         description="Horovod DistributedOptimizer on PyTorch (Gloo, or MPI under mpirun)",
         framework="torch",
         worker="dlscale.frameworks.horovod.torch_strategy:run",
@@ -75,6 +76,7 @@ _ON_TENSORFLOW: dict[str, Any] = {
 for _spec in (
     BackendSpec(
         name="horovod-tf",
+        precisions=tensorflow_plugin.FLOAT64_TOO,
         description="Horovod DistributedGradientTape on TensorFlow, custom loop",
         worker="dlscale.frameworks.horovod.tensorflow_strategy:run",
         measures_exposed_comm=True,

@@ -83,10 +83,12 @@ def checked_batches(data: TFDataset, pipeline: Any, epoch: int) -> Iterator[Any]
         yield batch
 
 
-def to_tf(data: NumpyDataset) -> TFDataset:
-    """``data`` as tf.data pipelines."""
+def to_tf(data: NumpyDataset, dtype: str = "float32") -> TFDataset:
+    """``data`` as tf.data pipelines; stored images scaled, normalized and resized in
+    ``dtype`` (float64: as the PyTorch pipeline does them then; other sources give float32
+    images, which the model's first layer casts)."""
     if isinstance(data, ArrayDataset):
-        return TFArrays(data)
+        return TFArrays(data, dtype)
     if isinstance(data, SyntheticArrays):
         return TFSynthetic(data)
     if isinstance(data, ImageFiles):
@@ -101,7 +103,7 @@ class TFArrays(TFDataset):
     the crop when training augments; else transformed once here (float32, the stored channels;
     the repeat to the input channels stays per batch)."""
 
-    def __init__(self, data: ArrayDataset) -> None:
+    def __init__(self, data: ArrayDataset, dtype: str = "float32") -> None:
         self.data = data
         self.num_classes = data.num_classes
         self.input_shape = data.input_shape
@@ -109,15 +111,17 @@ class TFArrays(TFDataset):
         transform = data.transform
         channels, height, width = data.x_train.shape[1:]
         mean, std = transform.channel_stats(channels)
-        self._mean = tf.constant(mean.reshape(1, channels, 1, 1))
-        self._std = tf.constant(std.reshape(1, channels, 1, 1))
-        self._scale = np.float32(transform.scale)
+        self._dtype = dtype
+        self._mean = tf.constant(mean.reshape(1, channels, 1, 1).astype(dtype))
+        self._std = tf.constant(std.reshape(1, channels, 1, 1).astype(dtype))
+        self._scale = np.dtype(dtype).type(transform.scale)
         self._pad, self._channels = transform.pad, transform.channels
         self._rows = self._cols = None
         if (height, width) != (transform.size, transform.size):
             antialias = transform.size < min(height, width)
-            self._rows = tf.constant(interpolation_matrix(height, transform.size, antialias))
-            self._cols = tf.constant(interpolation_matrix(width, transform.size, antialias))
+            rows = interpolation_matrix(height, transform.size, antialias).astype(dtype)
+            cols = interpolation_matrix(width, transform.size, antialias).astype(dtype)
+            self._rows, self._cols = tf.constant(rows), tf.constant(cols)
         self._prepared = not transform.augments
         x_train, x_test = data.x_train, data.x_test
         if self._prepared:
@@ -186,7 +190,7 @@ class TFArrays(TFDataset):
     def _prepare(self, images: Any) -> Any:
         """Steps 2-4 of the :class:`~dlscale.datasets.arrays.Transform`: uint8 NCHW to
         float32 NCHW at the input size, the stored channels."""
-        x = (tf.cast(images, tf.float32) * self._scale - self._mean) / self._std
+        x = (tf.cast(images, self._dtype) * self._scale - self._mean) / self._std
         if self._rows is not None:
             # einsum, not tf.matmul of the (S, H) matrix by (B, 1, H, W): that broadcast
             # segfaulted inside tf.data's graph on TensorFlow 2.21's CPU build (seen here).

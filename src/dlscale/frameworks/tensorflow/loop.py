@@ -86,11 +86,22 @@ def build_keras_model(cfg: RunConfig, *, transfer: bool = True) -> Any:
         return build_own(cfg)  # the user's: no PyTorch twin to start from
     classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
     tf.keras.utils.set_random_seed(cfg.seed)
-    model = load_object(spec.builders["tensorflow"])(
-        classes, input_size=cfg.image_size or spec.input_size, **spec.dropout_kwargs(cfg.dropout)
-    )
+    # precision = float64: every layer's variables and computation (Keras casts each layer's
+    # floating inputs, the float32 images included, to the layer's dtype), so its gradients
+    # and the strategy's all-reduce too; the same initial weights, cast
+    floatx, previous = cfg.precision, tf.keras.backend.floatx()
+    tf.keras.backend.set_floatx(floatx)
+    try:
+        model = load_object(spec.builders["tensorflow"])(
+            classes,
+            input_size=cfg.image_size or spec.input_size,
+            **spec.dropout_kwargs(cfg.dropout),
+        )
+    finally:
+        tf.keras.backend.set_floatx(previous)
     if transfer and cfg.typed(TFLoopOptions).weights == "torch":
-        load_torch_weights(model, FRAMEWORKS.get("torch").initial_weights(cfg))
+        state = FRAMEWORKS.get("torch").initial_weights(cfg)
+        load_torch_weights(model, {key: value.astype(floatx) for key, value in state.items()})
     return model
 
 
@@ -108,7 +119,8 @@ def load_tf_data(ctx: WorkerContext, *, replicas: int | None = None) -> tuple[TF
         input_size=cfg.image_size or spec.input_size,
         num_classes=data_classes(cfg),
     )
-    return to_tf(data), dataset.has_eval and data.has_eval  # e.g. a folder without val/
+    tf_data = to_tf(data, cfg.precision)
+    return tf_data, dataset.has_eval and data.has_eval  # e.g. a folder without val/
 
 
 def trainable_bytes(model: Any) -> int:

@@ -12,6 +12,12 @@ from dlscale.contract.models import BUILT_IN, register_builder
 from dlscale.frameworks.tensorflow import declare as tfd
 from dlscale.runtime.script_run import SCRIPT_OPTIONS
 
+FLOAT64_TOO = ("float32", "float64")
+"""The engines whose model, inputs, gradients and all-reduce can all be float64: the custom
+loops (not Keras fit, whose reported losses are float32 metrics, so its steps cannot be held
+to 1e-9 from them; not tf-ps, whose parameter-server variables and TF1 graph are not float64
+yet)."""
+
 FRAMEWORKS.register(
     "tensorflow",
     FrameworkSpec(
@@ -43,6 +49,7 @@ for _spec in (
     ),
     BackendSpec(
         name="tf-single",
+        precisions=FLOAT64_TOO,
         description="TensorFlow custom training loop, one process (the TensorFlow baseline)",
         worker="dlscale.frameworks.tensorflow.strategies:run_single",
         max_workers=1,
@@ -52,6 +59,7 @@ for _spec in (
     ),
     BackendSpec(
         name="tf-mirrored",
+        precisions=FLOAT64_TOO,
         description="TensorFlow MirroredStrategy: every replica in one process (logical CPU "
         "devices on a CPU)",
         worker="dlscale.frameworks.tensorflow.strategies:run_mirrored",
@@ -62,6 +70,7 @@ for _spec in (
     ),
     BackendSpec(
         name="tf-mwms",
+        precisions=FLOAT64_TOO,
         description="TensorFlow MultiWorkerMirroredStrategy: collective all-reduce, custom loop",
         worker="dlscale.frameworks.tensorflow.strategies:run_mwms",
         collectives="dlscale.frameworks.tensorflow.collectives:run",

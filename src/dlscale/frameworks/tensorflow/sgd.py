@@ -33,6 +33,9 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
         kwargs.setdefault("jit_compile", False)  # the same kernels as the rest of the step
         super().__init__(name=name, **kwargs)
         self._learning_rate = self._build_learning_rate(learning_rate)
+        self._lr_value = learning_rate
+        """The rate as given: Keras keeps it in a float32 variable, whose 0.01 is 2e-8 off
+        relatively, which a float64 run (``precision``) must not take for the rate."""
         self.momentum = momentum
         self.l2 = l2
 
@@ -47,13 +50,19 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
         self._built = True
 
     def update_step(self, gradient: Any, variable: Any) -> None:
-        lr = tf.cast(self.learning_rate, variable.dtype)
+        # Python numbers become tensors of the variable's dtype directly: tf.cast would make a
+        # float32 tensor first (0.01 -> 0.0099999998), 2e-8 off each float64 update
+        exact = variable.dtype == tf.float64 and isinstance(self._lr_value, float)
+        if exact:
+            lr = tf.constant(self._lr_value, variable.dtype)
+        else:
+            lr = tf.cast(self.learning_rate, variable.dtype)
         g = tf.convert_to_tensor(gradient)
         if self.l2:
-            g = g + tf.cast(self.l2, variable.dtype) * variable
+            g = g + tf.constant(self.l2, variable.dtype) * variable
         if self.momentum:
             v = self.velocities[self._index_dict[self._var_key(variable)]]
-            v.assign(tf.cast(self.momentum, variable.dtype) * v + g)
+            v.assign(tf.constant(self.momentum, variable.dtype) * v + g)
             g = v
         variable.assign_sub(lr * g)
 

@@ -88,11 +88,16 @@ def loader_death_pending(wait_s: float = LOADER_EXIT_WAIT_S) -> WorkerFault | No
         return loader_died(error)
 
 
-def to_torch(data: NumpyDataset, device: torch.device | str) -> TorchDataset:
-    """``data`` on ``device``: its arrays uploaded once, its transform done there per batch."""
+def to_torch(
+    data: NumpyDataset, device: torch.device | str, dtype: torch.dtype = torch.float32
+) -> TorchDataset:
+    """``data`` on ``device``: its arrays uploaded once, its transform done there per batch,
+    stored images scaled, normalized and resized in ``dtype`` (float64: as TensorFlow's
+    pipeline does them in float64, so two frameworks' inputs agree beyond float32's rounding;
+    other sources give float32 images, which the engine casts)."""
     device = torch.device(device)
     if isinstance(data, ArrayDataset):
-        return TorchArrays(data, device)
+        return TorchArrays(data, device, dtype)
     if isinstance(data, SyntheticArrays):
         return TorchSynthetic(data, device)
     if isinstance(data, ImageFiles):
@@ -110,12 +115,14 @@ class TorchArrays(TorchDataset):
     4 bytes instead of 1 per stored pixel at the input size.
     """
 
-    def __init__(self, data: ArrayDataset, device: torch.device) -> None:
+    def __init__(
+        self, data: ArrayDataset, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> None:
         self.data = data
         self.device = device
         self.num_classes = data.num_classes
         self.input_shape = data.input_shape
-        self.transform = DeviceTransform(data.transform, data.x_train.shape[1], device)
+        self.transform = DeviceTransform(data.transform, data.x_train.shape[1], device, dtype)
         arrays = (data.x_train, data.y_train, data.x_test, data.y_test)
         x_train, self.y_train, x_test, self.y_test = (
             torch.from_numpy(a).to(device) for a in arrays
@@ -187,10 +194,17 @@ class DeviceTransform:
     CHUNK = PREPARE_CHUNK
     """Images per batch of :meth:`prepare_all` (bounds its temporary memory)."""
 
-    def __init__(self, transform: Transform, channels: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        transform: Transform,
+        channels: int,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         mean, std = transform.channel_stats(channels)
-        self.mean = torch.from_numpy(mean).to(device).view(1, channels, 1, 1)
-        self.std = torch.from_numpy(std).to(device).view(1, channels, 1, 1)
+        self.dtype = dtype
+        self.mean = torch.from_numpy(mean).to(device, dtype).view(1, channels, 1, 1)
+        self.std = torch.from_numpy(std).to(device, dtype).view(1, channels, 1, 1)
         self.scale = transform.scale
         self.size = transform.size
         self.channels = transform.channels
@@ -199,8 +213,9 @@ class DeviceTransform:
         return self.finish(self.prepare(images))
 
     def prepare(self, images: torch.Tensor) -> torch.Tensor:
-        """Steps 2-4: scale, normalize, resize (float32, the stored channels)."""
-        x = images.float().mul_(self.scale).sub_(self.mean).div_(self.std)
+        """Steps 2-4: scale, normalize, resize (float32 or the run's float64, the stored
+        channels)."""
+        x = images.to(self.dtype).mul_(self.scale).sub_(self.mean).div_(self.std)
         return resize(x, self.size)
 
     def prepare_all(self, images: torch.Tensor) -> torch.Tensor:

@@ -243,7 +243,8 @@ class TorchEngine(Engine):
             input_size=cfg.image_size or model_spec.input_size,
             num_classes=model_spec.default_classes if built is None else output_classes(cfg, built),
         )
-        self.data: TorchDataset = to_torch(loaded, device)
+        self.dtype = torch.float64 if cfg.precision == "float64" else torch.float32
+        self.data: TorchDataset = to_torch(loaded, device, self.dtype)
         self.steps_per_epoch = self.data.steps_per_epoch
         self.has_eval = dataset.has_eval and loaded.has_eval  # e.g. a folder without val/
         options = cfg.typed(TorchLoopOptions)
@@ -252,7 +253,6 @@ class TorchEngine(Engine):
         )
         # precision = float64: the same initial weights (built in float32 from the seed), then
         # the model, each batch's images, and so its gradients and collectives in float64
-        self.dtype = torch.float64 if cfg.precision == "float64" else torch.float32
         if self.dtype == torch.float64 and options.amp != "none":
             raise UserError("precision = float64 and amp = bf16 cannot go together: choose one")
         model = (built if built is not None else build_model(cfg)).to(device, self.dtype)
