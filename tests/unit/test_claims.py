@@ -263,3 +263,20 @@ def test_the_presets_claims_name_engines_their_full_scale_runs():
         for each in settings["claims"]:
             assert each.of["backend"] in backends and each.source and each.assumed
             assert each.over is None or each.over["backend"] in backends
+
+
+def test_a_claims_source_is_wrapped_at_words_to_the_terminal():
+    """mahon2020's source and assumption ran to 207 columns on one line in a 100-column
+    terminal, which broke it mid-word."""
+    import io
+
+    from rich.console import Console
+
+    from dlscale.cli.claims import print_claims
+
+    long = claim(1.9, {"backend": "torch-ddp"}, source="a paper " * 30)
+    out = Console(width=100, file=io.StringIO(), record=True, force_terminal=True)
+    print_claims(out, "s", (long,), add_scaling(RUNS))
+    lines = out.export_text().splitlines()
+    assert max(map(len, lines)) <= 100
+    assert "a paper a paper" in " ".join(line.strip() for line in lines[-4:])

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dlscale.cli.tables import literal, markup, say
+from dlscale.cli.tables import literal, markup
 from dlscale.config.claims import Claim
 from dlscale.metrics.claims import ClaimCheck, ClaimVerdict, check_claims
 
@@ -50,7 +50,7 @@ def print_claims(
     out.print(claims_table(check_claims(claims, points), f"study {study}: the paper's claims"))
     for claim in claims:
         assumed = f"; assumed: {claim.assumed}" if claim.assumed else ""
-        say(out, f"  {claim.id}: {claim.source}{assumed}", style="dim")
+        out.print(literal(f"  {claim.id}: {claim.source}{assumed}", "dim"))  # prose: at words
 
 
 def by_study(rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
