@@ -39,7 +39,7 @@ def _ddp(store: RunStore, model: str) -> dict[int, list[float]]:
 
 
 @pytest.mark.parametrize("model", sorted(POINTS))
-@pytest.mark.parametrize("backend", ["torch-ring", "torch-fsdp", "horovod-torch"])
+@pytest.mark.parametrize("backend", ["torch-ring", "torch-fsdp", "horovod-torch", "horovod-mxnet"])
 def test_each_engine_takes_torch_ddps_float64_steps_rank_by_rank(
     tmp_path: Path, shared_store: RunStore, backend, model
 ):
@@ -59,8 +59,8 @@ def test_an_engine_without_float64_is_refused_in_one_line():
         RunConfig.make(backend="keras-fit", model="tiny", workers=2, precision="float64")
     assert str(refused.value) == (
         "backend keras-fit trains in float32 only, not precision = float64 (which "
-        "horovod-tf, horovod-torch, tf-mirrored, tf-mwms, tf-single, torch-ddp, torch-fsdp, "
-        "torch-ring, torch-single can train in)"
+        "horovod-mxnet, horovod-tf, horovod-torch, mxnet-single, tf-mirrored, tf-mwms, "
+        "tf-single, torch-ddp, torch-fsdp, torch-ring, torch-single can train in)"
     )
     assert (
         RunConfig.make(backend="torch-ddp", model="tiny").run_id()

@@ -147,7 +147,7 @@ def test_toy_launcher_starts_every_rank_from_one_command(tmp_path: Path):
     ).stdout
     record = json.loads(out.splitlines()[-1])
     assert record["status"] == "completed"
-    (run_dir,) = results.iterdir()
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]  # beside it: the points file
     result = json.loads((run_dir / "result.json").read_text())
     m = result["metrics"]
     # An engine that times whole windows: a median step, no per-step percentiles or input time.

@@ -67,6 +67,7 @@ class Cfg:
     batch_per_worker: int = 20
     seed: int = 0
     data_dir: str | None = None
+    precision: str = "float32"
     options: dict[str, Any] = field(default_factory=lambda: {"samples_per_epoch": 50000})
 
     def typed(self, options: type[T]) -> T:
@@ -754,7 +755,7 @@ import hashlib, sys
 from dlscale.datasets import arrays, cifar10, digits, synthetic
 
 class Cfg:
-    batch_per_worker, seed, data_dir = 16, 1, sys.argv[1]
+    batch_per_worker, seed, data_dir, precision = 16, 1, sys.argv[1], "float32"
     def typed(self, options):
         return options(samples_per_epoch=100)
 
@@ -820,7 +821,7 @@ import numpy as np
 from dlscale.contract.datasets import DATASETS
 
 class Cfg:
-    batch_per_worker, seed, data_dir = 64, 0, sys.argv[2]
+    batch_per_worker, seed, data_dir, precision = 64, 0, sys.argv[2], "float32"
     def typed(self, options):
         return options(samples_per_epoch=640)
 

@@ -150,6 +150,10 @@ class ArrayDataset(NumpyDataset):
     shard: int
     shards: int
     replicas: int = 1
+    dtype: str = "float32"
+    """The float type the numpy reference makes its model inputs in: the run's ``precision``
+    (float64: so that a float64 run's inputs agree with the other frameworks' beyond float32's
+    rounding)."""
     steps_per_epoch: int = field(init=False)
     input_shape: tuple[int, int, int] = field(init=False)
     has_eval: bool = field(init=False)
@@ -202,7 +206,7 @@ class ArrayDataset(NumpyDataset):
                 images = crop_flip(
                     images, plan.top[step], plan.left[step], plan.flip[step], self.transform.pad
                 )
-            yield transform_images(images, self.transform), self.y_train[indices]
+            yield transform_images(images, self.transform, self.dtype), self.y_train[indices]
 
     def eval_range(self) -> tuple[int, int]:
         """``[start, stop)`` of this process's contiguous part of the held-out set (its
@@ -217,7 +221,8 @@ class ArrayDataset(NumpyDataset):
         start, stop = self.eval_range()
         for first in range(start, stop, self.batch * self.replicas):
             last = min(first + self.batch * self.replicas, stop)
-            yield transform_images(self.x_test[first:last], self.transform), self.y_test[first:last]
+            images = transform_images(self.x_test[first:last], self.transform, self.dtype)
+            yield images, self.y_test[first:last]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -324,10 +329,13 @@ def crop_flip(
     ]
 
 
-def transform_images(images: np.ndarray, transform: Transform) -> np.ndarray:
-    """Steps 2-5 of :class:`Transform` (no crop or flip): uint8 -> float32 model inputs."""
-    mean, std = transform.channel_stats(images.shape[1])
-    x = images.astype(np.float32) * np.float32(transform.scale)
+def transform_images(
+    images: np.ndarray, transform: Transform, dtype: str = "float32"
+) -> np.ndarray:
+    """Steps 2-5 of :class:`Transform` (no crop or flip): uint8 -> float32 (or ``dtype``)
+    model inputs."""
+    mean, std = (a.astype(dtype) for a in transform.channel_stats(images.shape[1]))
+    x = images.astype(dtype) * np.dtype(dtype).type(transform.scale)
     x = (x - mean[:, None, None]) / std[:, None, None]
     x = resize(x, transform.size)
     if x.shape[1] != transform.channels:
@@ -348,8 +356,8 @@ def resize(images: np.ndarray, size: int) -> np.ndarray:
     if height == width == size:
         return images
     antialias = size < min(height, width)
-    rows = interpolation_matrix(height, size, antialias)
-    cols = interpolation_matrix(width, size, antialias)
+    rows = interpolation_matrix(height, size, antialias).astype(images.dtype)
+    cols = interpolation_matrix(width, size, antialias).astype(images.dtype)
     return (rows @ images) @ cols.T
 
 

@@ -51,6 +51,7 @@ def load(
         shard=shard,
         shards=shards,
         replicas=replicas,
+        dtype=cfg.precision,
     )
 
 

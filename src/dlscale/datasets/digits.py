@@ -67,6 +67,7 @@ def load(
         shard=shard,
         shards=shards,
         replicas=replicas,
+        dtype=cfg.precision,
     )
 
 

@@ -93,6 +93,7 @@ for _spec in (
     ),
     BackendSpec(
         name="horovod-mxnet",
+        precisions=mxnet_plugin.FLOAT64_TOO,
         description="Horovod DistributedTrainer on MXNet Gluon (MKLDNN off)",
         worker="dlscale.frameworks.horovod.mxnet_strategy:run",
         measures_exposed_comm=True,

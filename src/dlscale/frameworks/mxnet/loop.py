@@ -92,6 +92,8 @@ def build_gluon_model(cfg: Any, mx: Any, initial: dict[str, np.ndarray] | None) 
     net.initialize(mx.init.Xavier(), ctx=mx.cpu())
     if initial is not None:
         load_torch_weights(net, initial)
+    if cfg.precision == "float64":  # the same initial weights, then every parameter float64
+        net.cast("float64")
     net.hybridize(static_alloc=True, static_shape=True)
     return net
 
@@ -169,8 +171,9 @@ class MXEngine(ModelledSyncEngine):
 
     def batches(self, epoch: int) -> Iterator[Any]:
         nd, cpu = self.mx.nd, self.mx.cpu()
+        kind = self.ctx.config.precision  # the net's float type: inputs and labels in it
         for x, y in self.data.train_batches(epoch):
-            yield nd.array(x, ctx=cpu), nd.array(y, ctx=cpu, dtype="float32")
+            yield nd.array(x, ctx=cpu, dtype=kind), nd.array(y, ctx=cpu, dtype=kind)
 
     def step(self, batch: Any) -> Any:
         x, y = batch
@@ -198,8 +201,9 @@ class MXEngine(ModelledSyncEngine):
         correct, loss_sum = nd.zeros((1,), dtype="int64"), nd.zeros((1,), dtype="float64")
         total = 0
         for x, y in self.data.eval_batches():
-            logits = self.net(nd.array(x, ctx=cpu))
-            labels = nd.array(y, ctx=cpu, dtype="float32")
+            kind = self.ctx.config.precision
+            logits = self.net(nd.array(x, ctx=cpu, dtype=kind))
+            labels = nd.array(y, ctx=cpu, dtype=kind)
             loss_sum += self.loss(logits, labels).astype("float64").sum()
             correct += (logits.argmax(axis=1) == labels).astype("int64").sum()
             total += len(y)

@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 import mxnet as mx
+import numpy as np
 
 STALENESS: Counter[int] = Counter()
 """Staleness -> pushes, in this (server) process."""
@@ -45,10 +46,34 @@ class CountingSGD(mx.optimizer.SGD):
         return super().create_state_multi_precision(index, weight)
 
     def update(self, index: Any, weight: Any, grad: Any, state: Any) -> None:
-        self._split(super().update, index, weight, grad, state)
+        self._split(self._rule(weight, super().update), index, weight, grad, state)
+
+    def _update64(self, index: Any, weight: Any, grad: Any, state: Any) -> None:
+        """``sgd_mom_update``'s rule written out in NDArray arithmetic, whose scalars are
+        doubles: the fused op takes its lr, momentum and weight decay as float32 (0.01 ->
+        0.0099999998), 2e-8 off every float64 update."""
+        many = isinstance(index, (list, tuple))
+        indices, weights, grads, states = (
+            (index, weight, grad, state) if many else ([index], [weight], [grad], [state])
+        )
+        self._update_count(list(indices))
+        for key, w, g, mom in zip(indices, weights, grads, states, strict=True):
+            lr, wd = self._get_lr(key), self._get_wd(key)
+            step = g * self.rescale_grad + wd * w
+            if mom is None:
+                w[:] -= lr * step
+            else:
+                mom[:] = self.momentum * mom - lr * step
+                w[:] += mom
 
     def update_multi_precision(self, index: Any, weight: Any, grad: Any, state: Any) -> None:
-        self._split(super().update_multi_precision, index, weight, grad, state)
+        fused = super().update_multi_precision  # what Gluon's updater calls, whatever the dtype
+        self._split(self._rule(weight, fused), index, weight, grad, state)
+
+    def _rule(self, weight: Any, fused: Any) -> Any:
+        """The fused op, or for float64 weights (precision = float64) :meth:`_update64`."""
+        first = weight[0] if isinstance(weight, (list, tuple)) else weight
+        return self._update64 if first.dtype == np.float64 else fused
 
     def _split(self, update: Any, index: Any, weight: Any, grad: Any, state: Any) -> None:
         """The counter's entries counted here, the rest updated by SGD (MXNet's updater hands
