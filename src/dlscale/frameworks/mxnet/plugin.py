@@ -15,9 +15,9 @@ from dlscale.frameworks.mxnet import declare as mxd
 FLOAT64_TOO = ("float32", "float64")
 """Gluon engines that train every parameter, input, gradient and all-reduce in float64
 (``net.cast``; the numpy pipeline makes the inputs in the run's dtype; the SGD rule in double:
-``sgd.CountingSGD``): mxnet-single, and horovod-mxnet (Horovod's). Not mxnet-kv: through the
-ps-lite servers (dist_sync, even at 1 worker) step 2 is 3e-8 off torch's, with the local
-kvstore it is equal, and the cause is not found yet."""
+``sgd.CountingSGD``): mxnet-single, and horovod-mxnet (Horovod's). Not mxnet-kv: MXNet's
+ps-lite kvstore keeps parameters in float32 (one dist_sync step leaves each 3e-8 to 1e-7 off
+the local kvstore's; docs/equivalence.md)."""
 
 FRAMEWORKS.register(
     "mxnet",
