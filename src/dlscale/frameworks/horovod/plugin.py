@@ -85,6 +85,7 @@ for _spec in (
     ),
     BackendSpec(
         name="horovod-keras",
+        precisions=tensorflow_plugin.FLOAT64_TOO,
         description="Horovod DistributedOptimizer with Keras model.fit (legacy Keras 2)",
         worker="dlscale.frameworks.horovod.keras_fit:run",
         options=tfd.TF_LOOP_OPTIONS + HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,

@@ -14,9 +14,8 @@ from dlscale.runtime.script_run import SCRIPT_OPTIONS
 
 FLOAT64_TOO = ("float32", "float64")
 """The engines whose model, inputs, gradients and all-reduce can all be float64: the custom
-loops (not Keras fit, whose reported losses are float32 metrics, so its steps cannot be held
-to 1e-9 from them; not tf-ps, whose parameter-server variables and TF1 graph are not float64
-yet)."""
+loops and Keras fit (its float32 metric losses aside: held to torch-ddp by its parameters);
+not tf-ps yet (float64 from step 1 is 5e-8 off: its parameter-server variables or TF1 graph)."""
 
 FRAMEWORKS.register(
     "tensorflow",
@@ -94,6 +93,7 @@ for _spec in (
     ),
     BackendSpec(
         name="keras-fit",
+        precisions=FLOAT64_TOO,
         description="Keras model.fit under MultiWorkerMirroredStrategy (legacy Keras 2)",
         worker="dlscale.frameworks.tensorflow.keras_fit:run_mwms",
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS + tfd.FIT_OPTIONS,

@@ -68,8 +68,11 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
 
     def get_config(self) -> dict[str, Any]:
         config: dict[str, Any] = super().get_config()
+        exact = isinstance(self._lr_value, float)  # a copy (Horovod's) gets the rate as given
         config.update(
-            learning_rate=self._serialize_hyperparameter(self._learning_rate),
+            learning_rate=self._lr_value
+            if exact
+            else self._serialize_hyperparameter(self._learning_rate),
             momentum=self.momentum,
             l2=self.l2,
         )
