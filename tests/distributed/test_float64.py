@@ -19,7 +19,7 @@ from tests.runs import final_params, run_completed
 pytestmark = pytest.mark.dist
 
 POINTS = {
-    model: dict(PAPER_MODELS[model], workers=2, precision="float64", save_params=False)
+    model: dict(PAPER_MODELS[model], workers=2, precision="float64", save_params=True)
     for model in ("resnet20", "alexnet")  # AlexNet at 64x64, dropout 0, synthetic data
 }
 
@@ -100,7 +100,7 @@ def test_keras_fit_takes_torch_ddps_float64_steps_by_its_parameters(
     steps are held to torch-ddp's by the trained parameters instead: every one to 1e-9 after
     3 float64 steps of ResNet-20 (measured 8e-16; 7e-10 before Horovod's copy of the optimizer
     got the rate as given rather than its float32 variable's)."""
-    point = dict(POINTS["resnet20"], save_params=True)
+    point = POINTS["resnet20"]  # saves its parameters (not in the run id: every test's do)
     _, ddp_dir = run_completed(RunConfig.make(backend="torch-ddp", **point), shared_store)
     ddp = final_params(ddp_dir)
     for backend in ("keras-fit", "horovod-keras"):
