@@ -46,10 +46,15 @@ def interval(key: str, spec: str, scale: float = 1.0, unit: str = "") -> Callabl
         shown = format(value * scale, spec) + unit
         if not bounds:
             return shown
-        low, high = (format(v * scale, spec) for v in (max(bounds[0], 0.0), bounds[1]))
+        low, high = (format(v * scale, spec) for v in feasible(bounds))
         return f"{shown} [{low}, {high}]"
 
     return text
+
+
+def feasible(bounds: Any) -> tuple[float, float]:
+    """A ratio of img/s's interval from 0 up: the part of Fieller's set a ratio can be in."""
+    return max(bounds[0], 0.0), bounds[1]
 
 
 def speedup(value: Any, row: Row) -> str:

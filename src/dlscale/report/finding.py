@@ -83,7 +83,7 @@ def _name(row: Row, varying: list[str], *, workers: bool = False) -> str:
 def _interval(low_high: Any, spec: str = ".2f", unit: str = "") -> str:
     if not low_high:
         return ""
-    low, high = max(low_high[0], 0.0), low_high[1]  # a ratio of img/s is not below 0
+    low, high = cells.feasible(low_high)
     return f" [{low:{spec}}{unit}, {high:{spec}}{unit}]"
 
 
