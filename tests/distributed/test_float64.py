@@ -1,6 +1,6 @@
 """precision = float64 (issue 45): where float32's rounding cannot tell engines apart on a
 paper's model (each rank's step-3 loss moved by 5e-3 between frameworks), float64 can. Every
-PyTorch engine that trains in float64 takes torch-ddp's steps, rank by rank and step by step,
+engine that trains in float64 takes torch-ddp's steps, rank by rank and step by step,
 to 1e-9 on ResNet-20 (BatchNorm, momentum, weight decay) at 2 workers; an engine that cannot
 is refused in one line."""
 
@@ -24,10 +24,10 @@ POINTS = {
 }
 
 
-def _per_rank_losses(run_dir: Path) -> dict[int, list[float]]:
+def _per_rank_losses(run_dir: Path, ranks: tuple[int, ...] = (0, 1)) -> dict[int, list[float]]:
     """Each rank's own loss at each measured step, from its raw events."""
     out = {}
-    for rank in (0, 1):
+    for rank in ranks:
         events = [json.loads(line) for line in (run_dir / f"events.rank{rank}.jsonl").open()]
         measured = [e for e in events if e["event"] == "window" and e.get("kind") == "measure"]
         out[rank] = [loss for window in measured for loss in window["step_losses"]]
@@ -40,12 +40,14 @@ def _ddp(store: RunStore, model: str) -> dict[int, list[float]]:
 
 
 @pytest.mark.parametrize("model", sorted(POINTS))
-@pytest.mark.parametrize("backend", ["torch-ring", "torch-fsdp", "horovod-torch", "horovod-mxnet"])
+@pytest.mark.parametrize(
+    "backend", ["torch-ring", "torch-fsdp", "torch-ps", "horovod-torch", "horovod-mxnet"]
+)
 def test_each_engine_takes_torch_ddps_float64_steps_rank_by_rank(
     tmp_path: Path, shared_store: RunStore, backend, model
 ):
     ddp = _ddp(shared_store, model)  # once a session: the store's resume hands it on
-    config = RunConfig.make(backend=backend, **POINTS[model])
+    config = RunConfig.make(backend=backend, **POINTS[model])  # torch-ps: sync, its servers
     result, run_dir = run_completed(config, RunStore(tmp_path))
     assert result.config["precision"] == "float64"
     losses = _per_rank_losses(run_dir)
@@ -55,14 +57,16 @@ def test_each_engine_takes_torch_ddps_float64_steps_rank_by_rank(
         assert losses[rank] == pytest.approx(ddp[rank], abs=1e-9, rel=0), (backend, model)
 
 
-def test_an_engine_without_float64_is_refused_in_one_line():
+def test_an_engine_without_float64_is_refused_in_one_line_naming_the_library():
     with pytest.raises(UnsupportedPoint) as refused:
-        RunConfig.make(backend="tf-ps", model="tiny", workers=2, precision="float64")
+        RunConfig.make(backend="mxnet-kv", model="tiny", workers=2, precision="float64")
     assert str(refused.value) == (
-        "backend tf-ps trains in float32 only, not precision = float64 (which "
-        "horovod-keras, horovod-mxnet, horovod-tf, horovod-torch, keras-fit, mxnet-single, "
-        "tf-mirrored, tf-mwms, tf-single, torch-ddp, torch-fsdp, torch-ring, torch-single can "
-        "train in)"
+        "backend mxnet-kv trains in float32 only, not precision = float64: MXNet's ps-lite "
+        "kvstore servers hold float32 (a float64 dist_sync step leaves every parameter 3e-8 "
+        "to 1e-7 off); mxnet-single and horovod-mxnet train MXNet in float64; horovod-keras, "
+        "horovod-mxnet, horovod-tf, horovod-torch, keras-fit, mxnet-single, tf-mirrored, "
+        "tf-mwms, tf-ps, tf-single, torch-ddp, torch-fsdp, torch-ps, torch-ring, torch-single "
+        "can train in float64"
     )
     assert (
         RunConfig.make(backend="torch-ddp", model="tiny").run_id()
@@ -74,15 +78,15 @@ def test_an_engine_without_float64_is_refused_in_one_line():
 def test_tensorflows_strategies_take_torch_ddps_float64_steps(
     tmp_path: Path, shared_store: RunStore, model
 ):
-    """TensorFlow's MultiWorkerMirroredStrategy and Horovod's tape (a process a worker: rank
-    by rank) and MirroredStrategy (both replicas in one process: the mean over them) on the
-    Keras twin, its inputs made in float64 as PyTorch's are, PyTorch's SGD rule in TensorFlow:
-    the same steps as torch-ddp to 1e-9, where float32 leaves 5e-3 between them at step 3."""
+    """TensorFlow's MultiWorkerMirroredStrategy, Horovod's tape and TF1's synchronous parameter
+    server (a process a worker: rank by rank) and MirroredStrategy (both replicas in one
+    process: the mean over them) on the Keras twin, its inputs made in float64 as PyTorch's
+    are, PyTorch's SGD rule in TensorFlow: the same steps as torch-ddp to 1e-9, where float32
+    leaves 5e-3 between them at step 3."""
     ddp = _ddp(shared_store, model)
-    for backend in ("tf-mwms", "horovod-tf"):
-        _, run_dir = run_completed(
-            RunConfig.make(backend=backend, **POINTS[model]), RunStore(tmp_path / backend)
-        )
+    for backend, options in (("tf-mwms", {}), ("horovod-tf", {}), ("tf-ps", {"ps_mode": "sync"})):
+        config = RunConfig.make(backend=backend, **POINTS[model], **options)
+        _, run_dir = run_completed(config, RunStore(tmp_path / backend))
         losses = _per_rank_losses(run_dir)
         for rank in (0, 1):
             assert losses[rank] == pytest.approx(ddp[rank], abs=1e-9, rel=0), (backend, rank)
@@ -112,3 +116,30 @@ def test_keras_fit_takes_torch_ddps_float64_steps_by_its_parameters(
         for name, value in ddp.items():
             assert params[name].dtype == value.dtype == np.float64, name
             assert np.abs(params[name] - value).max() <= 1e-9, (backend, name)
+
+
+def test_the_asynchronous_parameter_servers_take_one_workers_float64_steps(
+    tmp_path: Path, shared_store: RunStore
+):
+    """An asynchronous parameter server cannot be held to torch-ddp at 2 workers (the order
+    in which updates arrive is the algorithm), but at 1 worker each gradient is applied as it
+    comes: torch-single's steps. torch-ps's servers (its per-step losses) and TF2's
+    ParameterServerStrategy (its trained parameters: the coordinator records window means)
+    take them in float64 to 1e-9."""
+    point = dict(POINTS["resnet20"], workers=1)
+    single_config = RunConfig.make(backend="torch-single", **point)
+    _, single_dir = run_completed(single_config, shared_store)
+    single_losses = _per_rank_losses(single_dir, ranks=(0,))[0]
+    single = final_params(single_dir)
+    _, ps_dir = run_completed(
+        RunConfig.make(backend="torch-ps", ps_mode="async", **point), RunStore(tmp_path / "t")
+    )
+    assert _per_rank_losses(ps_dir, ranks=(0,))[0] == pytest.approx(single_losses, abs=1e-9)
+    _, tf_dir = run_completed(
+        RunConfig.make(backend="tf-ps", ps_mode="async", **point), RunStore(tmp_path / "tf")
+    )
+    params = final_params(tf_dir)
+    assert set(params) == set(single) and len(single_losses) == 3
+    for name, value in single.items():
+        assert params[name].dtype == value.dtype == np.float64, name
+        assert np.abs(params[name] - value).max() <= 1e-9, name

@@ -74,6 +74,31 @@ def test_runs_that_disagree_and_a_baseline_its_siblings_contradict_are_doubted()
     assert first.startswith("torch-ddp at 2 workers: 1.50x [1.20, 1.80] over torch-single")
 
 
+def test_the_same_machine_as_one_worker_is_not_compared_with_a_reference_that_cannot_be_trusted():
+    """The issue's second sentence: "faster than the same machine as one 2-thread worker
+    (10.65x [6.89, 18.90])" over a reference whose runs disagreed; the point's own
+    comparison with its baseline stands."""
+    base = _point("torch-single", 1, 100.0, half=5.0, speedup=1.0)
+    whole = _point("torch-single", 1, 940.6, half=1864.5, speedup=9.4, threads_per_worker=2)
+    point = _scaled(1.5, [1.2, 1.8], machine_speedup=10.65, machine_speedup_ci95=[6.89, 18.90],
+                    machine_baseline="torch-single x1, 2 thr")  # fmt: skip
+    (first, *_) = findings([base, whole, point])
+    assert first.startswith("torch-ddp at 2 workers: 1.50x [1.20, 1.80] over torch-single")
+    assert "10.65x" not in first and "faster than the same machine" not in first
+    assert (
+        "the same machine as one 2-thread worker: not measured reliably (its runs disagree "
+        "(±1864.5 img/s around 940.6))"
+    ) in first
+    whole["metrics"]["throughput_ci95_img_s"] = 20.0  # a reference whose runs agree
+    (first, *_) = findings([base, whole, dict(point, machine_speedup_ci95=[-0.2, 3.0])])
+    assert (
+        "the same machine as one 2-thread worker: not measured reliably (the ratio's "
+        "interval reaches below 0 (-0.20))"
+    ) in first
+    (first, *_) = findings([base, whole, point])
+    assert "faster than the same machine as one 2-thread worker (10.65x [6.89, 18.90])" in first
+
+
 def _window(rank, index, duration, delay):
     return Window(rank=rank, time=0.0, index=index, kind="measure", steps=2, samples=8,
                   duration_s=duration, run_delay_s=delay, involuntary_switches=3)  # fmt: skip

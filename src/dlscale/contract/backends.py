@@ -87,6 +87,8 @@ class BackendSpec:
     precisions: tuple[str, ...] = ("float32",)
     """The ``precision`` values its engine trains in (``float64``: model, inputs, gradients
     and collectives all in it); a point asking another is skipped, or refused alone."""
+    precision_note: str = ""
+    """Why it cannot train in the others, where a library stops it (said in the refusal)."""
     loader_only: bool = True
     """Its engine takes each step's batch itself, so ``loader_only`` can time the input
     pipeline alone; ``False``: the framework reads its own batches (Keras ``fit``, the

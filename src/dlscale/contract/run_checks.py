@@ -74,10 +74,11 @@ def check_engine_fits(config: RunConfig, backend: BackendSpec, model: ModelSpec)
         raise UnsupportedPoint(f"backend {config.backend} does not run on {config.device}")
     if config.precision not in backend.precisions:
         able = [name for name, b in BACKENDS.listed() if config.precision in b.precisions]
+        why = f": {backend.precision_note}" if backend.precision_note else ""
         raise UnsupportedPoint(
             f"backend {config.backend} trains in {', '.join(backend.precisions)} only, not "
-            f"precision = {config.precision} (which {', '.join(able) or 'no backend'} "
-            "can train in)"
+            f"precision = {config.precision}{why}; {', '.join(able) or 'no backend'} "
+            f"can train in {config.precision}"
         )
     if config.loader_only and not backend.loader_only:
         raise UnsupportedPoint(

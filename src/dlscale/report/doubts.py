@@ -17,6 +17,9 @@ A comparison is doubted, and the finding says so first instead of stating the ra
   another 1-worker point of the same framework, work and threads (an engine's one process does
   the plain loop's work and more, so a faster one says the baseline was measured slow; a slower
   one is that engine's overhead, seen in mahon2020's horovod-keras at 0.42x).
+
+The comparison with the same machine as one worker (every core to one process) is doubted by
+the same rules about its reference point (:func:`reference_doubts`), and then not stated.
 """
 
 from __future__ import annotations
@@ -36,22 +39,13 @@ def doubts(row: Row, base: Row | None, rows: list[Row], name: Any) -> list[str]:
     """Why ``row``'s ratio over ``base`` is not to be stated (empty: nothing known against it),
     each reason a few words about "its" (the point's) or "the baseline's" figures;
     ``name(row)`` names a sibling."""
-    out = []
+    out: list[str] = []
     disagree = False
     for point, whose in ((base, "the baseline's"), (row, "its")):
-        if point is None:
-            continue
-        metrics = point.get("metrics") or {}
-        if metrics.get("runs_loaded") and not point.get("runs_left_out"):
-            load = metrics.get("outside_load_max") or 0.0
-            out.append(f"{whose} runs loaded in every window ({load:.0%} outside load)")
-        if metrics.get("waited") and len(point.get("layout") or [None]) == 1:
-            waited = metrics["run_delay_max"]
-            out.append(f"{whose} process waited for a CPU {waited:.0%} of a window")
-        mean, half = metrics.get("throughput_img_s"), metrics.get("throughput_ci95_img_s")
-        if mean and half is not None and half >= mean:
-            disagree = True
-            out.append(f"{whose} runs disagree (±{half:.1f} img/s around {mean:.1f})")
+        if point is not None:
+            said, disagrees = _against(point, whose)
+            out += said
+            disagree = disagree or disagrees
     interval, workers = row.get("speedup_ci95"), row["config"]["workers"]
     if interval and interval[0] < 0 and not disagree:  # said already by the disagreement
         out.append(f"its speedup's interval reaches below 0 ({interval[0]:.2f})")
@@ -63,6 +57,33 @@ def doubts(row: Row, base: Row | None, rows: list[Row], name: Any) -> list[str]:
     if base is not None:
         out += _siblings(base, rows, name)
     return out
+
+
+def reference_doubts(reference: Row, interval: Any) -> list[str]:
+    """Why the comparison with the same machine as one worker (``reference``, the ratio's
+    ``interval``) is not to be stated: the reference's own figures, as a baseline's are
+    judged, or a ratio whose interval reaches below 0."""
+    out, disagree = _against(reference, "its")
+    if interval and interval[0] < 0 and not disagree:
+        out.append(f"the ratio's interval reaches below 0 ({interval[0]:.2f})")
+    return out
+
+
+def _against(point: Row, whose: str) -> tuple[list[str], bool]:
+    """What is known against one point's figures, and whether its runs disagree."""
+    out = []
+    metrics = point.get("metrics") or {}
+    if metrics.get("runs_loaded") and not point.get("runs_left_out"):
+        load = metrics.get("outside_load_max") or 0.0
+        out.append(f"{whose} runs loaded in every window ({load:.0%} outside load)")
+    if metrics.get("waited") and len(point.get("layout") or [None]) == 1:
+        waited = metrics["run_delay_max"]
+        out.append(f"{whose} process waited for a CPU {waited:.0%} of a window")
+    mean, half = metrics.get("throughput_img_s"), metrics.get("throughput_ci95_img_s")
+    disagree = bool(mean and half is not None and half >= mean)
+    if disagree:
+        out.append(f"{whose} runs disagree (±{half:.1f} img/s around {mean:.1f})")
+    return out, disagree
 
 
 def _siblings(base: Row, rows: list[Row], name: Any) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from dlscale.metrics.scaling import describe, throughput_ratio
 from dlscale.report import cells
-from dlscale.report.doubts import doubts
+from dlscale.report.doubts import doubts, reference_doubts
 from dlscale.report.series import series_label, varying_keys
 
 Row = dict[str, Any]
@@ -147,6 +147,9 @@ def _machine(row: Row, rows: list[Row]) -> str:
     threads = reference.get("threads_per_worker") if reference else None
     who = f"one {threads}-thread worker" if threads else "one worker with every core"
     ci = row.get("machine_speedup_ci95")
+    why = reference_doubts(reference, ci) if reference else []
+    if why:
+        return f"the same machine as {who}: {UNRELIABLE} ({'; '.join(why)})"
     shown = f"{ratio:.2f}x{_interval(ci)}"
     if not ci:
         return f"{shown} the speed of the same machine as {who} (no interval: too few samples)"

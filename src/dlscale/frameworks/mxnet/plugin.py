@@ -46,6 +46,9 @@ for _spec in (
         description="MXNet Gluon Trainer on a kvstore: local, or ps-lite's parameter server "
         "(dist_sync, dist_async, dist_device_sync)",
         worker="dlscale.frameworks.mxnet.kv:run",
+        precision_note="MXNet's ps-lite kvstore servers hold float32 (a float64 dist_sync "
+        "step leaves every parameter 3e-8 to 1e-7 off); mxnet-single and horovod-mxnet train "
+        "MXNet in float64",
         collectives="dlscale.frameworks.mxnet.collectives:run",
         measures_exposed_comm=True,
         options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,

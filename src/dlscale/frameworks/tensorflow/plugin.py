@@ -13,9 +13,9 @@ from dlscale.frameworks.tensorflow import declare as tfd
 from dlscale.runtime.script_run import SCRIPT_OPTIONS
 
 FLOAT64_TOO = ("float32", "float64")
-"""The engines whose model, inputs, gradients and all-reduce can all be float64: the custom
-loops and Keras fit (its float32 metric losses aside: held to torch-ddp by its parameters);
-not tf-ps yet (float64 from step 1 is 5e-8 off: its parameter-server variables or TF1 graph)."""
+"""The engines whose model, inputs, gradients and all-reduce or parameter servers can all be
+float64: the custom loops, both parameter servers, and Keras fit (its float32 metric losses
+aside: held to torch-ddp by its parameters)."""
 
 FRAMEWORKS.register(
     "tensorflow",
@@ -81,6 +81,7 @@ for _spec in (
     ),
     BackendSpec(
         name="tf-ps",
+        precisions=FLOAT64_TOO,
         description="TensorFlow parameter server, num_ps ps tasks: TF2's asynchronous "
         "ParameterServerStrategy, or TF1's SyncReplicasOptimizer (ps_mode = sync)",
         worker="dlscale.frameworks.tensorflow.ps:run",

@@ -142,7 +142,8 @@ class SyncPSEngine(ModelledSyncEngine):
         with v1.device(place):
             self.model = build_keras_model(cfg, transfer=False)
             size = self.data.input_shape
-            self._x = v1.placeholder(tf.float32, (None, size[1], size[2], size[0]), name="x")
+            floatx = tf.as_dtype(cfg.precision)  # the images as the pipeline made them
+            self._x = v1.placeholder(floatx, (None, size[1], size[2], size[0]), name="x")
             self._y = v1.placeholder(tf.int64, (None,), name="y")
             built = {id(op) for op in self.model.updates}  # on the model's own Input
             self._loss = mean_loss(self._y, self.model(self._x, training=True))
@@ -152,10 +153,13 @@ class SyncPSEngine(ModelledSyncEngine):
             grads = v1.gradients(self._loss, variables)
             if cfg.weight_decay:  # torch.optim.SGD's L2 term, added before the mean
                 grads = [g + cfg.weight_decay * v for g, v in zip(grads, variables, strict=True)]
+            # the rate and momentum as tensors of the variables' dtype: TF1's optimizers would
+            # make float32 tensors of Python numbers and cast them (0.01 -> 0.0099999998)
+            lr = tf.constant(cfg.effective_lr, floatx)
             base = (
-                v1.train.MomentumOptimizer(cfg.effective_lr, cfg.momentum)
+                v1.train.MomentumOptimizer(lr, tf.constant(cfg.momentum, floatx))
                 if cfg.momentum
-                else v1.train.GradientDescentOptimizer(cfg.effective_lr)
+                else v1.train.GradientDescentOptimizer(lr)
             )
             self.optimizer = v1.train.SyncReplicasOptimizer(
                 base, replicas_to_aggregate=cfg.workers, total_num_replicas=cfg.workers

@@ -37,8 +37,8 @@ FRAMEWORKS.register(
     ),
 )
 FLOAT64_TOO = ("float32", "float64")
-"""The engines whose model, inputs, gradients and collectives can all be float64 (torch-ps's
-messages carry float32 frames; a script trains as it is written)."""
+"""The engines whose model, inputs, gradients and collectives (torch-ps: its servers and
+messages) can all be float64; a script trains as it is written."""
 
 BACKENDS.register(
     "torch-single",
@@ -115,6 +115,7 @@ BACKENDS.register(
     "torch-ps",
     BackendSpec(
         name="torch-ps",
+        precisions=FLOAT64_TOO,
         description="parameter server: num_servers server ranks, sync or async (ps_mode)",
         framework="torch",
         worker="dlscale.frameworks.torch.ps:run",

@@ -4,7 +4,8 @@ The design is Li et al., "Scaling Distributed Machine Learning with the Paramete
 (OSDI 2014): workers compute gradients, servers hold the parameters and apply the updates. The
 launcher starts ``workers + num_servers`` processes; ranks ``0..N-1`` are workers and ranks
 ``N..N+k-1`` servers. Parameters are sharded over the servers by bytes
-(:mod:`dlscale.frameworks.torch.ps_shards`); each server keeps its shard in one flat fp32 buffer and
+(:mod:`dlscale.frameworks.torch.ps_shards`); each server keeps its shard in one flat buffer (fp32,
+or fp64 under ``precision = float64``: the messages too) and
 owns the optimizer for it, :func:`dlscale.frameworks.torch.loop.sgd` over the shard's tensors, so
 momentum, weight decay and the learning rate act exactly as a worker-side optimizer's would.
 
@@ -27,7 +28,7 @@ Modes follow MXNet's KVStore:
   so each holds the final trained parameters before they are saved (a worker's last pull may
   miss the others' last updates).
 
-Every message is a shard's flat buffer plus one trailing fp32 element carrying the version (see
+Every message is a shard's flat buffer plus one trailing element carrying the version (see
 :mod:`~dlscale.frameworks.torch.ps_shards`); a worker that has finished sends a ``done`` marker to
 every server, and a server leaves its loop once all N workers are done, then records the staleness
 histogram and its counters (``staleness`` and ``server`` events). The histogram counts gradients: N
@@ -91,6 +92,16 @@ def _wait_all(works: Sequence[dist.Work]) -> None:
         work.wait()
 
 
+def run_dtype(cfg: RunConfig) -> torch.dtype:
+    """The parameters', gradients' and messages' dtype: the run's ``precision``."""
+    return torch.float64 if cfg.precision == "float64" else torch.float32
+
+
+def plan(cfg: RunConfig, numels: Sequence[int], servers: int) -> list[Shard]:
+    """The run's shards, their elements of its precision's size."""
+    return ps_shards.plan(numels, servers, run_dtype(cfg).itemsize)
+
+
 def trainable(model: torch.nn.Module) -> list[torch.Tensor]:
     """The parameters the servers hold: ``named_parameters`` order, those that need gradients."""
     return [p for _, p in model.named_parameters() if p.requires_grad]
@@ -124,12 +135,13 @@ class PSStrategy(TorchStrategy):
         """Lay out the shards and pull the servers' initial parameters (version 0)."""
         assert self.cfg is not None
         self.params = trainable(model)
-        if any(p.dtype != torch.float32 for p in self.params):
-            raise TypeError("torch-ps holds fp32 parameters only")
+        dtype = run_dtype(self.cfg)
+        if any(p.dtype != dtype for p in self.params):
+            raise TypeError(f"torch-ps holds {dtype} parameters only: a model of another dtype")
         servers = self.cfg.typed(PSOptions).num_servers
-        self.shards = ps_shards.plan([p.numel() for p in self.params], servers)
-        self._push = [torch.zeros(s.numel + FRAME) for s in self.shards]
-        self._pull = [torch.zeros(s.numel + FRAME) for s in self.shards]
+        self.shards = plan(self.cfg, [p.numel() for p in self.params], servers)
+        self._push = [torch.zeros(s.numel + FRAME, dtype=dtype) for s in self.shards]
+        self._pull = [torch.zeros(s.numel + FRAME, dtype=dtype) for s in self.shards]
         self.versions = [0] * len(self.shards)
         self._pull_all([])
         return model
@@ -241,8 +253,8 @@ class PSStrategy(TorchStrategy):
         cfg = ctx.config
         options = cfg.typed(PSOptions)
         index = ctx.process.index
-        params = trainable(build_model(cfg))
-        shard = ps_shards.plan([p.numel() for p in params], options.num_servers)[index]
+        params = trainable(build_model(cfg).to(run_dtype(cfg)))
+        shard = plan(cfg, [p.numel() for p in params], options.num_servers)[index]
         server = ShardServer(shard, [params[i] for i in shard.params], cfg)
         started = time.perf_counter()
         if options.ps_mode == "sync":
@@ -280,9 +292,9 @@ class ShardServer:
     def __init__(self, shard: Shard, params: Sequence[torch.Tensor], cfg: RunConfig) -> None:
         self.shard, self.workers = shard, cfg.workers
         self.async_scale = async_gradient_scale(cfg.typed(PSOptions).async_update, cfg.workers)
-        numel = shard.numel
-        self.flat = torch.zeros(numel + FRAME)  # parameters, then the version
-        self.grad = torch.zeros(numel)
+        numel, self.dtype = shard.numel, run_dtype(cfg)
+        self.flat = torch.zeros(numel + FRAME, dtype=self.dtype)  # parameters, then the version
+        self.grad = torch.zeros(numel, dtype=self.dtype)
         self.tensors: list[torch.Tensor] = []
         for param, offset, size in zip(params, shard.offsets, shard.numels, strict=True):
             view = self.flat[offset : offset + size].view(param.shape)
@@ -321,7 +333,7 @@ class ShardServer:
     def run_sync(self) -> None:
         """dist_sync: one update per round, from the mean of all N workers' gradients."""
         numel = self.shard.numel
-        buffers = [torch.zeros(numel + FRAME) for _ in range(self.workers)]
+        buffers = [torch.zeros(numel + FRAME, dtype=self.dtype) for _ in range(self.workers)]
         self._send_all()  # initial parameters, version 0
         while True:
             _wait_all([_irecv(b, src=w) for w, b in enumerate(buffers)])
@@ -349,7 +361,7 @@ class ShardServer:
         ``async_update``); reply to its sender. A worker that has trained waits for its reply
         until every worker has: then all of them get the final trained parameters."""
         numel = self.shard.numel
-        buffer = torch.zeros(numel + FRAME)
+        buffer = torch.zeros(numel + FRAME, dtype=self.dtype)
         self._send_all()
         done: set[int] = set()
         trained: list[int] = []

@@ -4,7 +4,8 @@ The model's parameters, in ``named_parameters`` order, are split over ``k`` serv
 bytes, as the key ranges of Li et al. (OSDI 2014) are split over server nodes: greedy, the
 largest parameter first onto the least-loaded server, ties broken by the lower index, so every
 rank computes the same assignment. Within a shard, parameters keep their model order and are laid
-out back to back in one flat fp32 buffer.
+out back to back in one flat buffer of the run's precision (float32, or float64 under
+``precision = float64``).
 
 Every message (a push of a gradient shard, a pull of a parameter shard, a worker's ``done``) is
 that flat buffer plus :data:`FRAME` trailing element(s) carrying a version: the number of updates
@@ -25,9 +26,10 @@ TRAINED = -2.0
 """Version value of the marker an asynchronous worker sends once it has trained; each server
 replies with its parameters once every worker has (``PSStrategy.settle``)."""
 MAX_VERSION = 2**24
-"""Versions travel as one fp32 element: integers are exact below 2**24 (16.7 M updates)."""
-WIRE_ITEMSIZE = 4
-"""Bytes per element on the wire (fp32)."""
+"""Versions travel as one element of the message: integers are exact below 2**24 (16.7 M
+updates) in float32, the narrower of the two precisions."""
+FLOAT32_ITEMSIZE = 4
+"""Bytes per element on the wire in float32 (float64: 8)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class Shard:
     server: int
     params: tuple[int, ...]
     numels: tuple[int, ...]
+    itemsize: int = FLOAT32_ITEMSIZE
+    """Bytes of one element: 4 (float32) or 8 (float64)."""
 
     @property
     def numel(self) -> int:
@@ -54,12 +58,12 @@ class Shard:
     @property
     def nbytes(self) -> int:
         """Bytes of the shard's parameters (without the framing)."""
-        return self.numel * WIRE_ITEMSIZE
+        return self.numel * self.itemsize
 
     @property
     def message_bytes(self) -> int:
         """Bytes of one push or pull of this shard, framing included."""
-        return (self.numel + FRAME) * WIRE_ITEMSIZE
+        return (self.numel + FRAME) * self.itemsize
 
 
 def assign(sizes: Sequence[int], servers: int) -> list[list[int]]:
@@ -81,11 +85,17 @@ def assign(sizes: Sequence[int], servers: int) -> list[list[int]]:
     return [sorted(indices) for indices in owned]
 
 
-def plan(numels: Sequence[int], servers: int) -> list[Shard]:
-    """The shards of parameters with ``numels`` elements each (fp32) over ``servers`` servers."""
-    owned = assign([n * WIRE_ITEMSIZE for n in numels], servers)
+def plan(numels: Sequence[int], servers: int, itemsize: int = FLOAT32_ITEMSIZE) -> list[Shard]:
+    """The shards of parameters with ``numels`` elements each, of ``itemsize`` bytes, over
+    ``servers`` servers (the assignment is the same in either precision)."""
+    owned = assign([n * itemsize for n in numels], servers)
     return [
-        Shard(server=s, params=tuple(indices), numels=tuple(numels[i] for i in indices))
+        Shard(
+            server=s,
+            params=tuple(indices),
+            numels=tuple(numels[i] for i in indices),
+            itemsize=itemsize,
+        )
         for s, indices in enumerate(owned)
     ]
 
