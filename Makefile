@@ -54,7 +54,7 @@ coverage:
 
 # The test tools and TensorFlow in .venv, in one resolution.
 $(VENV)/.installed-test-env: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP_INSTALL) -e '.[test,tensorflow]'
+	$(PIP_INSTALL) -e '.[test,tensorflow,jax]'
 	touch $@ $(VENV)/.installed-test $(VENV)/.installed-tensorflow $(VENV)/.installed-run
 
 # Everything the tests use: both environments, Debian's packages, Horovod built for both (the

@@ -7,25 +7,20 @@ rank's time, measured between barriers).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from bare_args import bare_parser
 from torch.nn.parallel import DistributedDataParallel
 
 from dlscale.contract.models import MODELS
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="resnet44")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=24)
+    parser = bare_parser(1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")

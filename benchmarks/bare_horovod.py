@@ -9,24 +9,19 @@ JSON line with the global throughput (images of all ranks over the slowest rank'
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
+from bare_args import bare_parser
 
 from dlscale.contract.models import MODELS
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="resnet44")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=24)
+    parser = bare_parser(1)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--fp16", action="store_true", help="fp16 all-reduce compression")
     args = parser.parse_args()

@@ -12,23 +12,18 @@ with the same seed then computes exactly the same steps, which the equal loss su
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
 import torch.nn.functional as F
+from bare_args import bare_parser
 
 from dlscale.contract.models import MODELS
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="resnet44")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=24)
+    parser = bare_parser()
     parser.add_argument(
         "--dlscale-data",
         action="store_true",

@@ -8,11 +8,11 @@ SGD with momentum), a constant batch; the same thread settings as a dlscale Tens
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import numpy as np
+from bare_args import bare_parser
 
 from dlscale.contract.models import MODELS
 from dlscale.contract.registry import load_object
@@ -20,12 +20,7 @@ from dlscale.frameworks.tensorflow.env import import_tensorflow
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", default="resnet44")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=24)
+    parser = bare_parser()
     args = parser.parse_args()
     tf = import_tensorflow()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)

@@ -15,6 +15,9 @@ round, and the ratio of the two is taken within each round (the machine's drift 
   tf1      1-worker dlscale (tf-single)    / bare TensorFlow loop       target >= 0.97
            (benchmarks/bare_tf.py; `make tensorflow` first)
   tf-torch 1-worker tf-single              / 1-worker torch-single      recorded
+  jax1     1-worker dlscale (jax-single)   / bare JAX loop              target >= 0.97
+           (benchmarks/bare_jax.py: Flax twin, jit step, optax SGD)
+  jax-torch 1-worker jax-single            / 1-worker torch-single      recorded
 
 Usage: python benchmarks/run_all.py [--rounds 3] [--model resnet44] [--only harness,ddp]
 Prints each round's throughputs and the median ratio; exits 1 if a median misses its target.
@@ -46,6 +49,8 @@ TARGETS: dict[str, float | None] = {
     "hvd-ring": None,
     "tf1": 0.97,
     "tf-torch": None,
+    "jax1": 0.97,
+    "jax-torch": None,
 }
 """None: no target; the ratio is recorded and explained in docs/benchmarks.md."""
 CIFAR10_PAIR_ALLOCATOR = "glibc-tuned"
@@ -115,6 +120,10 @@ def bare_tf(model: str, threads: int) -> float:
     return bare([sys.executable], "bare_tf.py", model, threads)
 
 
+def bare_jax(model: str, threads: int) -> float:
+    return bare([sys.executable], "bare_jax.py", model, threads)
+
+
 def bare_ddp(model: str, workers: int, threads: int) -> float:
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     return bare([*torchrun, f"--nproc-per-node={workers}"], "bare_ddp.py", model, threads)
@@ -143,34 +152,28 @@ def main() -> int:
             *("--model", args.model, "--workers", str(workers)),
         )
 
+    def point(backend: str, workers: int) -> Callable[[], float]:
+        """A dlscale run of ``backend`` on the benchmark's model."""
+        return lambda: dlscale(
+            results, "--backend", backend, "--model", args.model, "--workers", str(workers)
+        )
+
     pairs: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
         "harness": (
-            lambda: dlscale(
-                results, "--backend", "torch-single", "--model", args.model, "--workers", "1"
-            ),
+            point("torch-single", 1),
             lambda: bare_loop(args.model, cores),
         ),
         "ddp": (
-            lambda: dlscale(
-                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
-            ),
+            point("torch-ddp", 2),
             lambda: bare_ddp(args.model, 2, max(1, cores // 2)),
         ),
         "ring": (
-            lambda: dlscale(
-                results, "--backend", "torch-ring", "--model", args.model, "--workers", "2"
-            ),
-            lambda: dlscale(
-                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
-            ),
+            point("torch-ring", 2),
+            point("torch-ddp", 2),
         ),
         "ps": (
-            lambda: dlscale(
-                results, "--backend", "torch-ps", "--model", args.model, "--workers", "2"
-            ),
-            lambda: dlscale(
-                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
-            ),
+            point("torch-ps", 2),
+            point("torch-ddp", 2),
         ),
         **{
             f"hvd{n}": (
@@ -181,29 +184,27 @@ def main() -> int:
         },
         "hvd-ddp": (
             lambda: dlscale(results, *horovod(2)),
-            lambda: dlscale(
-                results, "--backend", "torch-ddp", "--model", args.model, "--workers", "2"
-            ),
+            point("torch-ddp", 2),
         ),
         "hvd-ring": (
             lambda: dlscale(results, *horovod(2)),
-            lambda: dlscale(
-                results, "--backend", "torch-ring", "--model", args.model, "--workers", "2"
-            ),
+            point("torch-ring", 2),
         ),
         "tf1": (
-            lambda: dlscale(
-                results, "--backend", "tf-single", "--model", args.model, "--workers", "1"
-            ),
+            point("tf-single", 1),
             lambda: bare_tf(args.model, cores),
         ),
         "tf-torch": (
-            lambda: dlscale(
-                results, "--backend", "tf-single", "--model", args.model, "--workers", "1"
-            ),
-            lambda: dlscale(
-                results, "--backend", "torch-single", "--model", args.model, "--workers", "1"
-            ),
+            point("tf-single", 1),
+            point("torch-single", 1),
+        ),
+        "jax1": (
+            point("jax-single", 1),
+            lambda: bare_jax(args.model, cores),
+        ),
+        "jax-torch": (
+            point("jax-single", 1),
+            point("torch-single", 1),
         ),
         "cifar10": (
             lambda: dlscale(

@@ -122,6 +122,7 @@ CASES = {  # (backend, launcher, hosts)
     "horovod-mxnet-horovodrun": ("horovod-mxnet", "horovodrun", TWO),
     "tf-ps-mpirun": ("tf-ps", "mpirun", APART),
     "mxnet-kv-mpirun": ("mxnet-kv", "mpirun", APART),
+    "jax-dp-mpirun": ("jax-dp", "mpirun", TWO),
 }
 """The engines Slurm does not place (test_slurm_hosts.py), and the parameter servers again."""
 PROVES = ("horovod-tf-horovodrun", "horovod-mxnet-horovodrun")

@@ -263,6 +263,7 @@ CASES = {
     "tf-ps": ("tf-ps", ("--set", "ps_mode=sync")),
     "keras-fit": ("keras-fit", ()),
     "mxnet-kv": ("mxnet-kv", ("--set", "kvstore=dist_sync")),
+    "jax-dp": ("jax-dp", ()),
 }
 ONE_THREAD = ("--set", "threads_per_worker=1")
 """The runs here: one thread a rank, as this 2-core machine can give (the nodes advertise 16)."""

@@ -64,7 +64,8 @@ def test_an_engine_without_float64_is_refused_in_one_line_naming_the_library():
         "backend mxnet-kv trains in float32 only, not precision = float64: MXNet's ps-lite "
         "kvstore servers hold float32 (a float64 dist_sync step leaves every parameter 3e-8 "
         "to 1e-7 off); mxnet-single and horovod-mxnet train MXNet in float64; horovod-keras, "
-        "horovod-mxnet, horovod-tf, horovod-torch, keras-fit, mxnet-single, tf-mirrored, "
+        "horovod-mxnet, horovod-tf, horovod-torch, jax-dp, jax-single, keras-fit, "
+        "mxnet-single, tf-mirrored, "
         "tf-mwms, tf-ps, tf-single, torch-ddp, torch-fsdp, torch-ps, torch-ring, torch-single "
         "can train in float64"
     )

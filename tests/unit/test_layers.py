@@ -133,7 +133,7 @@ def test_a_new_framework_folder_must_be_placed_and_is_then_held_to_independence(
     unplaced = lint(tmp_path, "frameworks-independent")
     assert unplaced.returncode != 0 and "dlscale.frameworks.newcomer" in unplaced.stdout
     placed = config.replace(
-        '"torch | tensorflow | mxnet"', '"torch | tensorflow | mxnet | newcomer"'
+        '"torch | tensorflow | mxnet | jax"', '"torch | tensorflow | mxnet | jax | newcomer"'
     )
     assert placed != config
     (tmp_path / "pyproject.toml").write_text(placed)

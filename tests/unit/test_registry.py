@@ -65,7 +65,7 @@ def test_the_built_ins_come_through_the_plugin_door():
     assert ours == {
         **{
             name: f"dlscale.frameworks.{name}.plugin"
-            for name in ("torch", "horovod", "tensorflow", "mxnet")
+            for name in ("torch", "horovod", "tensorflow", "mxnet", "jax")
         },
         "launchers": "dlscale.launchers.plugin",
         "datasets": "dlscale.datasets.plugin",
@@ -82,13 +82,15 @@ def test_the_built_ins_come_through_the_plugin_door():
         "own",
         "synthetic",
     ]
-    assert FRAMEWORKS.names() == ["horovod", "mxnet", "tensorflow", "torch"]
+    assert FRAMEWORKS.names() == ["horovod", "jax", "mxnet", "tensorflow", "torch"]
     frameworks = {spec.framework for _, spec in BACKENDS}
-    assert frameworks == {"torch", "tensorflow", "mxnet"}  # every backend's is registered
+    assert frameworks == {"torch", "tensorflow", "mxnet", "jax"}  # each one's is registered
     from dlscale.contract.models import BUILT_IN, MODELS
+    from dlscale.frameworks.jax.plugin import TWINS
 
-    for model in BUILT_IN:  # every built-in framework builds every built-in model
-        assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "mxnet"}
+    for model in BUILT_IN:  # every built-in framework builds every built-in model; JAX its twins
+        jax = {"jax"} if model in TWINS else set()
+        assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "mxnet", *jax}
     assert set(recorded_packages()) >= {
         "numpy",
         "torch",
@@ -98,6 +100,9 @@ def test_the_built_ins_come_through_the_plugin_door():
         "tf-keras",
         "keras",
         "mxnet",
+        "jax",
+        "jaxlib",
+        "flax",
     }
 
 

@@ -30,8 +30,10 @@ class FrameworkSpec:
     """Top-level modules besides :attr:`module` whose import says a user's model is this
     framework's (TensorFlow: ``keras``, ``tf_keras``): :func:`frameworks_imported`."""
     builds_models: bool = True
-    """Whether models are built for it (``ModelSpec.builders``); Horovod's is ``False``: its
-    backends train the model of the framework they run on."""
+    """Whether a user's own model is built for it (``ModelSpec.builders`` of a
+    ``--model mymodels:build``); Horovod's is ``False``: its backends train the model of the
+    framework they run on; JAX's too: its engines train the Flax twins only (which its
+    plug-in registers with ``register_builder`` either way)."""
     facts: str | None = None
     """``module:function() -> dict`` of this interpreter's facts for ``dlscale env`` (imports
     the framework); ``None``: only the versions are shown."""

@@ -1,0 +1,306 @@
+"""The JAX engine of the measurement kernel: jax-single (one process) and jax-dp (data parallel
+across processes), one training step for both.
+
+The step is PyTorch's: the Flax twin (:mod:`dlscale.frameworks.jax.models`) from the PyTorch
+twin's initial weights, the batch's mean cross-entropy, its gradient, and
+:func:`torch_sgd` (PyTorch's SGD rule: weight decay added to the gradient, ``buf = m * buf + g``,
+``p -= lr * buf``), all in one ``jax.jit``.
+
+jax-dp: every process is one CPU device of a global mesh (``jax.distributed.initialize`` with
+the coordinator at rank 0's host and the run's first port). The step is a ``jax.shard_map``
+over the mesh's ``dp`` axis: each device computes its own batch's loss and gradient, with its
+own BatchNorm statistics as DDP's replicas do (a ``jit`` of the global batch would normalize
+over every worker's images: synchronized BatchNorm, another algorithm), then ``lax.pmean``
+averages the gradients, which XLA runs as an all-reduce over gloo, and every device applies the
+same update. Parameters and momentum are replicated; BatchNorm's running statistics carry a
+leading axis of one row per device. The exposed-communication probe runs the same step with the
+``pmean`` left out (each device then applies its own gradient, as DDP's ``no_sync`` step does).
+
+Data: the numpy reference batches of the neutral data set, as MXNet's engine takes them (same
+shards, order, crops and flips as every engine). Compilation: both steps are compiled before
+the first window (``lower().compile()``) and their compile times stored in the run's strategy
+facts (``compile_s``), so no window and no warm-up step times the compiler.
+
+Bytes: XLA's gloo traffic is not visible; the bytes are the ring all-reduce's model,
+``2 (N - 1) / N`` times the gradient's bytes per synchronized step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from dlscale.contract.datasets import DATASETS
+from dlscale.contract.engine import SyncStrategy
+from dlscale.contract.frameworks import FRAMEWORKS
+from dlscale.contract.models import MODELS, PARAMS_FILE
+from dlscale.contract.registry import load_object
+from dlscale.datasets.arrays import NumpyDataset
+from dlscale.frameworks.jax.env import import_jax, jax_environment, start_distributed
+from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.engine import ModelledSyncEngine
+from dlscale.runtime.schedule import run_schedule
+
+AXIS = "dp"
+
+
+def torch_sgd(params: Any, momentum: Any, grads: Any, cfg: Any) -> tuple[Any, Any]:
+    """PyTorch's SGD (``torch.optim.SGD`` with momentum and weight decay, no dampening or
+    Nesterov) over parameter trees: the new parameters and momentum buffers."""
+    import jax
+
+    lr, m, wd = cfg.effective_lr, cfg.momentum, cfg.weight_decay
+
+    def one(p: Any, buf: Any, g: Any) -> tuple[Any, Any]:
+        if wd:
+            g = g + wd * p
+        if m:
+            buf = m * buf + g
+            g = buf
+        return p - lr * g, buf
+
+    pairs = jax.tree.map(one, params, momentum, grads)
+    is_pair = lambda node: isinstance(node, tuple)  # noqa: E731
+    return (
+        jax.tree.map(lambda pair: pair[0], pairs, is_leaf=is_pair),
+        jax.tree.map(lambda pair: pair[1], pairs, is_leaf=is_pair),
+    )
+
+
+class JaxEngine(ModelledSyncEngine):
+    """One JAX training process (jax-single, or one device of jax-dp)."""
+
+    def __init__(self, ctx: WorkerContext, *, distributed: bool) -> None:
+        cfg = ctx.config
+        self.ctx, self.distributed = ctx, distributed
+        self.strategy = SyncStrategy()  # counts nothing: the bytes are the model's
+        self.jax = jax = import_jax(threads=ctx.threads, precision=cfg.precision)
+        if distributed:
+            start_distributed(jax, ctx)
+        self.synchronizes = distributed and cfg.workers > 1
+        spec = MODELS.get(cfg.model)
+        self.classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
+        self.data: NumpyDataset = DATASETS.get(cfg.dataset).load(
+            cfg,
+            shard=ctx.layout.first_replica(ctx.rank),
+            shards=cfg.workers,
+            replicas=1,
+            input_size=cfg.image_size or spec.input_size,
+            num_classes=spec.default_classes,
+        )
+        self.steps_per_epoch, self.has_eval = self.data.steps_per_epoch, self.data.has_eval
+        self.dtype = cfg.precision
+        self.model = load_object(spec.builders["jax"])(self.classes)
+        params, stats = self._initial_variables(
+            spec.input_size if not cfg.image_size else cfg.image_size
+        )
+        momentum = jax.tree.map(np.zeros_like, params)
+        self._place(params, stats, momentum)
+        gradient = sum(int(leaf.size) * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
+        workers = cfg.workers
+        facts: dict[str, Any] = {
+            "algorithm": (
+                "all-reduce of the gradients (lax.pmean in a shard_map; XLA's CPU "
+                "collectives over gloo), BatchNorm per replica"
+                if self.synchronizes
+                else "none (one replica)"
+            ),
+            "weights": "torch",
+            "flax_api": "linen",
+        }
+        facts["compile_s"] = self._compile()
+        payload = 2 * (workers - 1) / workers * gradient if self.synchronizes else None
+        self.declare_payload(ctx, gradient, payload, facts)
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def _initial_variables(self, size: int) -> tuple[Any, Any]:
+        """The PyTorch twin's initial weights (the run's seed) in the Flax twin's trees."""
+        from dlscale.frameworks.jax.transfer import load_torch_state
+
+        jax = self.jax
+        shape = (1, 3, size, size)
+        variables = jax.eval_shape(
+            lambda: self.model.init(jax.random.PRNGKey(0), np.zeros(shape, self.dtype), train=False)
+        )
+        state = FRAMEWORKS.get("torch").initial_weights(self.ctx.config)
+        loaded = load_torch_state(variables, state, self.dtype)
+        return loaded["params"], loaded.get("batch_stats", {})
+
+    def _place(self, params: Any, stats: Any, momentum: Any) -> None:
+        jax = self.jax
+        if not self.distributed:
+            self.params, self.stats, self.momentum = jax.device_put((params, stats, momentum))
+            return
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        self.mesh = Mesh(np.array(jax.devices()), (AXIS,))
+        self.replicated = NamedSharding(self.mesh, P())
+        self.split = NamedSharding(self.mesh, P(AXIS))
+
+        def put(sharding: Any, tree: Any) -> Any:
+            return jax.tree.map(
+                lambda leaf: jax.make_array_from_process_local_data(sharding, leaf), tree
+            )
+
+        self.params = put(self.replicated, params)
+        self.momentum = put(self.replicated, momentum)
+        self.stats = put(self.split, jax.tree.map(lambda leaf: leaf[None], stats))
+
+    def _step_fn(self, sync: bool) -> Any:
+        jax, model, cfg = self.jax, self.model, self.ctx.config
+        jnp = jax.numpy
+        distributed = self.distributed
+
+        def step(params: Any, stats: Any, momentum: Any, x: Any, y: Any) -> Any:
+            if distributed:
+                stats = jax.tree.map(lambda s: s[0], stats)
+
+            def loss_fn(p: Any) -> Any:
+                variables = {"params": p, "batch_stats": stats} if stats else {"params": p}
+                logits, updates = model.apply(variables, x, train=True, mutable=["batch_stats"])
+                logp = jax.nn.log_softmax(logits)
+                loss = -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+                return loss, updates.get("batch_stats", {})
+
+            # each device's own gradient: differentiated where the parameters are replicated,
+            # shard_map would sum the gradients itself (the transpose of their broadcast)
+            own = jax.lax.pcast(params, AXIS, to="varying") if distributed and sync else params
+            (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(own)
+            if distributed and sync:
+                grads = jax.lax.pmean(grads, AXIS)  # the all-reduce: the mean over devices
+            params, momentum = torch_sgd(params, momentum, grads, cfg)
+            if distributed:
+                return params, jax.tree.map(lambda s: s[None], new_stats), momentum, loss[None]
+            return params, new_stats, momentum, loss
+
+        if not distributed:
+            return jax.jit(step)
+        from jax.sharding import PartitionSpec as P
+
+        one, split = P(), P(AXIS)
+        mapped = jax.shard_map(
+            step,
+            mesh=self.mesh,
+            in_specs=(one, split, one, split, split),
+            out_specs=(one, split, one, split),
+            check_vma=sync,  # unsynchronized, each device's update differs: nothing to check
+        )
+        return jax.jit(mapped)
+
+    def _compile(self) -> dict[str, float]:
+        """Both steps compiled ahead of the first window; seconds each took."""
+        jax, cfg = self.jax, self.ctx.config
+        batch = cfg.batch_per_worker * (cfg.workers if self.distributed else 1)
+        first, _ = next(iter(self.data.train_batches(0)))
+        shape_x = (batch, *first.shape[1:])
+        kwargs = {"sharding": self.split} if self.distributed else {}
+        x = jax.ShapeDtypeStruct(shape_x, np.dtype(self.dtype), **kwargs)
+        y = jax.ShapeDtypeStruct((batch,), np.dtype(self._label_dtype()), **kwargs)
+        self._steps: dict[bool, Any] = {}
+        seconds = {}
+        for sync in (True, False) if self.synchronizes else (True,):
+            started = time.perf_counter()
+            lowered = self._step_fn(sync).lower(self.params, self.stats, self.momentum, x, y)
+            self._steps[sync] = lowered.compile()
+            seconds["step" if sync else "step_without_sync"] = time.perf_counter() - started
+        return seconds
+
+    def _label_dtype(self) -> str:
+        return "int64" if self.dtype == "float64" else "int32"
+
+    # -- the kernel's words -------------------------------------------------------------
+
+    def _global(self, array: np.ndarray) -> Any:
+        if not self.distributed:
+            return self.jax.device_put(array)
+        return self.jax.make_array_from_process_local_data(self.split, array)
+
+    def batches(self, epoch: int) -> Iterator[Any]:
+        labels = self._label_dtype()
+        for x, y in self.data.train_batches(epoch):
+            yield self._global(np.asarray(x, self.dtype)), self._global(np.asarray(y, labels))
+
+    def step(self, batch: Any) -> Any:
+        x, y = batch
+        compiled = self._steps[self._sync or not self.synchronizes]
+        self.params, self.stats, self.momentum, loss = compiled(
+            self.params, self.stats, self.momentum, x, y
+        )
+        if self._sync and self.synchronizes:
+            self.count_synced_step()
+        return loss
+
+    def sync(self) -> None:
+        self.jax.block_until_ready((self.params, self.stats, self.momentum))
+
+    def loss_values(self, losses: list[Any]) -> list[float]:
+        """This process's own loss of each step (its shard of the global array)."""
+        if not self.distributed:
+            return [float(loss) for loss in losses]
+        return [float(np.asarray(loss.addressable_shards[0].data)[0]) for loss in losses]
+
+    def _local(self, tree: Any, *, stacked: bool = False) -> Any:
+        """This process's copy of a global tree (its row of a stacked one)."""
+        if not self.distributed:
+            return tree
+        return self.jax.tree.map(
+            lambda a: a.addressable_shards[0].data[0] if stacked else a.addressable_shards[0].data,
+            tree,
+        )
+
+    def evaluate(self) -> tuple[int, int, float]:
+        jax = self.jax
+        jnp = jax.numpy
+        params, stats = self._local(self.params), self._local(self.stats, stacked=True)
+        variables = {"params": params, "batch_stats": stats} if stats else {"params": params}
+
+        @jax.jit
+        def sums(x: Any, y: Any) -> Any:
+            logits = self.model.apply(variables, x, train=False)
+            logp = jax.nn.log_softmax(logits)
+            loss = -jnp.sum(jnp.take_along_axis(logp, y[:, None], axis=1).astype(jnp.float32))
+            return jnp.sum(jnp.argmax(logits, axis=1) == y), loss
+
+        correct, total, loss_sum = 0, 0, 0.0
+        for x, y in self.data.eval_batches():
+            hits, loss = sums(np.asarray(x, self.dtype), np.asarray(y, self._label_dtype()))
+            correct, total, loss_sum = correct + int(hits), total + len(y), loss_sum + float(loss)
+        return correct, total, loss_sum
+
+    def save_params(self) -> None:
+        """The trained parameters under PyTorch's keys (BatchNorm's statistics left out)."""
+        from dlscale.frameworks.jax.transfer import torch_state
+
+        state = torch_state(self.jax.device_get(self._local(self.params)))
+        np.savez(self.ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
+
+    def framework_facts(self) -> dict[str, Any]:
+        return jax_environment(self.jax)
+
+    def close(self) -> None:
+        if self.distributed:
+            self.jax.distributed.shutdown()
+
+
+def _run(ctx: WorkerContext, *, distributed: bool) -> None:
+    engine = JaxEngine(ctx, distributed=distributed)
+    completed = False
+    try:
+        run_schedule(ctx, engine)
+        completed = True
+    finally:
+        if completed:
+            engine.close()
+
+
+def run_single(ctx: WorkerContext) -> None:
+    _run(ctx, distributed=False)
+
+
+def run_dp(ctx: WorkerContext) -> None:
+    _run(ctx, distributed=True)

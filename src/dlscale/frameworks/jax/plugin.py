@@ -1,0 +1,54 @@
+"""JAX's entry in dlscale (the ``dlscale.plugins`` entry point ``jax``): jax-single, jax-dp and
+the Flax twins of the models that have one. Importing it imports no framework."""
+
+from __future__ import annotations
+
+from dlscale.contract.backends import BACKENDS, BackendSpec
+from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
+from dlscale.contract.models import register_builder
+
+INSTALL = "pip install 'dlscale[jax]' -c constraints.txt"
+TWINS = ("tiny", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
+"""The models with a Flax twin (:mod:`dlscale.frameworks.jax.models`)."""
+FLOAT64_TOO = ("float32", "float64")
+
+FRAMEWORKS.register(
+    "jax",
+    FrameworkSpec(
+        name="jax",
+        module="jax",
+        packages=("jax", "jaxlib", "flax"),
+        install=INSTALL,
+        builds_models=False,  # no user's own model yet: a point of one is refused before launch
+    ),
+)
+for _spec in (
+    BackendSpec(
+        name="jax-single",
+        description="JAX training loop (jax.jit, Flax Linen twin), one process (the JAX baseline)",
+        framework="jax",
+        worker="dlscale.frameworks.jax.loop:run_single",
+        max_workers=1,
+        reference=True,
+        devices=("cpu",),
+        install=INSTALL,
+        precisions=FLOAT64_TOO,
+    ),
+    BackendSpec(
+        name="jax-dp",
+        description="JAX data parallel: shard_map over one CPU device per process, gradients "
+        "averaged by lax.pmean (an all-reduce over gloo)",
+        framework="jax",
+        worker="dlscale.frameworks.jax.loop:run_dp",
+        collectives="dlscale.frameworks.jax.collectives:run",
+        measures_exposed_comm=True,
+        devices=("cpu",),
+        install=INSTALL,
+        ports=1,
+        precisions=FLOAT64_TOO,
+    ),
+):
+    BACKENDS.register(_spec.name, _spec)
+
+for _model in TWINS:
+    register_builder(_model, "jax", f"dlscale.frameworks.jax.models:{_model}")

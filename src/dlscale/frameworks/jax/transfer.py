@@ -1,0 +1,80 @@
+"""Copy a PyTorch model's state into its Flax twin (:mod:`dlscale.frameworks.jax.models`), and
+back.
+
+A twin's variables are two trees, ``params`` (weights and biases, BatchNorm's ``weight`` and
+``bias``) and ``batch_stats`` (``running_mean``, ``running_var``), whose paths are PyTorch's keys
+with ``_`` for ``.`` before an index. Every PyTorch tensor must find its variable and every
+variable its tensor (``num_batches_tracked`` aside), with the same shape, else the copy
+refuses: a twin that drifted from its model is a bug to see, not to train on. The state is numpy
+arrays (:func:`dlscale.frameworks.torch.weights.torch_state`, or the weights cache).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+_INDEX = re.compile(r"_(\d+)(?=\.|$)")
+COLLECTIONS = ("params", "batch_stats")
+SKIPPED = ("num_batches_tracked",)
+"""PyTorch buffers no twin has (BatchNorm's step counter: its momentum is fixed)."""
+
+
+def torch_key(path: tuple[str, ...]) -> str:
+    """``("layer1_0", "conv1", "weight")`` -> ``"layer1.0.conv1.weight"``."""
+    return _INDEX.sub(r".\1", ".".join(path))
+
+
+def flatten(tree: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A nested dict's leaves by PyTorch key."""
+    out: dict[str, Any] = {}
+    for name, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, (*path, name)))
+        else:
+            out[torch_key((*path, name))] = value
+    return out
+
+
+def _rebuild(tree: dict[str, Any], values: dict[str, Any], path: tuple[str, ...] = ()) -> Any:
+    return {
+        name: _rebuild(value, values, (*path, name))
+        if isinstance(value, dict)
+        else values[torch_key((*path, name))]
+        for name, value in tree.items()
+    }
+
+
+def load_torch_state(
+    variables: dict[str, Any], state: dict[str, np.ndarray], dtype: str
+) -> dict[str, Any]:
+    """The twin's ``variables`` (as ``init`` made them: the tree to fill) set from ``state``
+    (PyTorch's keys), as numpy arrays of ``dtype``."""
+    ours = {collection: flatten(dict(variables.get(collection, {}))) for collection in COLLECTIONS}
+    keys = {key for leaves in ours.values() for key in leaves}
+    theirs = {key: value for key, value in state.items() if key.rpartition(".")[2] not in SKIPPED}
+    missing = sorted(keys - set(theirs))
+    if missing:
+        raise ValueError(f"Flax variables with no PyTorch tensor: {', '.join(missing[:5])}")
+    left = sorted(set(theirs) - keys)
+    if left:
+        raise ValueError(f"PyTorch tensors with no Flax variable: {', '.join(left[:5])}")
+    out: dict[str, Any] = {}
+    for collection, leaves in ours.items():
+        for key, leaf in leaves.items():
+            if tuple(leaf.shape) != theirs[key].shape:
+                raise ValueError(
+                    f"{key}: PyTorch shape {theirs[key].shape} does not fit Flax {leaf.shape}"
+                )
+        values = {key: np.asarray(theirs[key], dtype=dtype) for key in leaves}
+        if leaves:
+            out[collection] = _rebuild(dict(variables[collection]), values)
+    return out
+
+
+def torch_state(params: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The twin's parameters as numpy arrays under PyTorch's keys (what ``save_params``
+    writes: BatchNorm's statistics left out, as PyTorch's ``named_parameters``)."""
+    return {key: np.asarray(value) for key, value in flatten(dict(params)).items()}
