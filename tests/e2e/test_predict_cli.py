@@ -145,7 +145,7 @@ def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp
     bad = cli(*flags, "--framework", "caffe")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "--framework 'caffe' has no reference backend" in bad.stderr
-    assert "frameworks that do: mxnet, tensorflow, torch" in bad.stderr
+    assert "frameworks that do: jax, mxnet, tensorflow, torch" in bad.stderr
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,7 @@ import torch
 
 from dlscale.contract.models import MODELS
 from dlscale.frameworks.torch.weights import torch_state
+from tests.unit.torch_steps import torch_losses
 
 pytestmark = pytest.mark.twins  # minutes of TensorFlow or MXNet: make test runs them
 
@@ -102,19 +103,6 @@ def _batches(size: int, batch: int, count: int) -> list[tuple[np.ndarray, np.nda
     ]
 
 
-def _torch_losses(model: torch.nn.Module, batches) -> list[float]:
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-    losses = []
-    model.train()
-    for x, y in batches:
-        loss = torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
-
-
 def _keras_losses(model, batches) -> list[float]:
     """The TensorFlow engines' step: mean loss, gradient, PyTorch's SGD rule as a Keras optimizer
     (dlscale.frameworks.tensorflow.sgd.TorchSGD: g + wd w, v = m v + g, w -= lr v)."""
@@ -161,9 +149,8 @@ def test_keras_twin_matches_its_pytorch_model(name: str) -> None:
         tf.keras.backend.set_floatx("float32")
     _tf().load(keras64, {key: value.astype(np.float64) for key, value in state.items()})
     batches64 = [(x.astype(np.float64), y) for x, y in batches]
-    np.testing.assert_allclose(
-        _keras_losses(keras64, batches64), _torch_losses(torch_model.double(), batches64), rtol=1e-9
-    )
+    theirs = torch_losses(torch_model.double(), batches64, LR, MOMENTUM, WEIGHT_DECAY)
+    np.testing.assert_allclose(_keras_losses(keras64, batches64), theirs, rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", MODELS.names())

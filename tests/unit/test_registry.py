@@ -86,11 +86,9 @@ def test_the_built_ins_come_through_the_plugin_door():
     frameworks = {spec.framework for _, spec in BACKENDS}
     assert frameworks == {"torch", "tensorflow", "mxnet", "jax"}  # each one's is registered
     from dlscale.contract.models import BUILT_IN, MODELS
-    from dlscale.frameworks.jax.plugin import TWINS
 
-    for model in BUILT_IN:  # every built-in framework builds every built-in model; JAX its twins
-        jax = {"jax"} if model in TWINS else set()
-        assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "mxnet", *jax}
+    for model in BUILT_IN:  # every built-in framework builds every built-in model
+        assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "mxnet", "jax"}
     assert set(recorded_packages()) >= {
         "numpy",
         "torch",

@@ -1,10 +1,12 @@
 """The JAX engine of the measurement kernel: jax-single (one process) and jax-dp (data parallel
 across processes), one training step for both.
 
-The step is PyTorch's: the Flax twin (:mod:`dlscale.frameworks.jax.models`) from the PyTorch
-twin's initial weights, the batch's mean cross-entropy, its gradient, and
-:func:`torch_sgd` (PyTorch's SGD rule: weight decay added to the gradient, ``buf = m * buf + g``,
-``p -= lr * buf``), all in one ``jax.jit``.
+The step is PyTorch's: the Flax twin (:mod:`dlscale.frameworks.jax.models`,
+:mod:`~dlscale.frameworks.jax.imagenet_models`) from the PyTorch twin's initial weights, the
+batch's mean cross-entropy, its gradient, and :func:`torch_sgd` (PyTorch's SGD rule: weight
+decay added to the gradient, ``buf = m * buf + g``, ``p -= lr * buf``), all in one ``jax.jit``.
+A model with dropout draws its masks from the step's key: the run's seed folded with the step's
+index, and under jax-dp with the replica's (each worker its own masks, as under DDP).
 
 jax-dp: every process is one CPU device of a global mesh (``jax.distributed.initialize`` with
 the coordinator at rank 0's host and the run's first port). The step is a ``jax.shard_map``
@@ -93,12 +95,17 @@ class JaxEngine(ModelledSyncEngine):
         )
         self.steps_per_epoch, self.has_eval = self.data.steps_per_epoch, self.data.has_eval
         self.dtype = cfg.precision
-        self.model = load_object(spec.builders["jax"])(self.classes)
-        params, stats = self._initial_variables(
-            spec.input_size if not cfg.image_size else cfg.image_size
+        self.model = load_object(spec.builders["jax"])(
+            self.classes, **spec.dropout_kwargs(cfg.dropout)
         )
+        rate = spec.dropout if cfg.dropout is None else cfg.dropout
+        self.drops = bool(rate)  # a dropout layer that draws masks: a new key every step
+        self._taken = 0
+        self._base_key = jax.random.PRNGKey(cfg.seed)
+        params, stats = self._initial_variables(cfg.image_size or spec.input_size)
         momentum = jax.tree.map(np.zeros_like, params)
         self._place(params, stats, momentum)
+        self._still = self._placed_key(self._base_key)
         gradient = sum(int(leaf.size) * leaf.dtype.itemsize for leaf in jax.tree.leaves(params))
         workers = cfg.workers
         facts: dict[str, Any] = {
@@ -156,13 +163,16 @@ class JaxEngine(ModelledSyncEngine):
         jnp = jax.numpy
         distributed = self.distributed
 
-        def step(params: Any, stats: Any, momentum: Any, x: Any, y: Any) -> Any:
+        def step(params: Any, stats: Any, momentum: Any, x: Any, y: Any, key: Any) -> Any:
             if distributed:
                 stats = jax.tree.map(lambda s: s[0], stats)
+                key = jax.random.fold_in(key, jax.lax.axis_index(AXIS))  # each replica its masks
 
             def loss_fn(p: Any) -> Any:
                 variables = {"params": p, "batch_stats": stats} if stats else {"params": p}
-                logits, updates = model.apply(variables, x, train=True, mutable=["batch_stats"])
+                logits, updates = model.apply(
+                    variables, x, train=True, mutable=["batch_stats"], rngs={"dropout": key}
+                )
                 logp = jax.nn.log_softmax(logits)
                 loss = -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
                 return loss, updates.get("batch_stats", {})
@@ -186,7 +196,7 @@ class JaxEngine(ModelledSyncEngine):
         mapped = jax.shard_map(
             step,
             mesh=self.mesh,
-            in_specs=(one, split, one, split, split),
+            in_specs=(one, split, one, split, split, one),
             out_specs=(one, split, one, split),
             check_vma=sync,  # unsynchronized, each device's update differs: nothing to check
         )
@@ -205,10 +215,25 @@ class JaxEngine(ModelledSyncEngine):
         seconds = {}
         for sync in (True, False) if self.synchronizes else (True,):
             started = time.perf_counter()
-            lowered = self._step_fn(sync).lower(self.params, self.stats, self.momentum, x, y)
+            lowered = self._step_fn(sync).lower(
+                self.params, self.stats, self.momentum, x, y, self._still
+            )
             self._steps[sync] = lowered.compile()
             seconds["step" if sync else "step_without_sync"] = time.perf_counter() - started
         return seconds
+
+    def _key(self) -> Any:
+        """The step's dropout key: the seed's folded with the step's index where the model
+        draws masks, else the same array every step (no work on the host)."""
+        if not self.drops:
+            return self._still
+        self._taken += 1
+        return self._placed_key(self.jax.random.fold_in(self._base_key, self._taken))
+
+    def _placed_key(self, key: Any) -> Any:
+        if not self.distributed:
+            return key
+        return self.jax.make_array_from_process_local_data(self.replicated, np.asarray(key))
 
     def _label_dtype(self) -> str:
         return "int64" if self.dtype == "float64" else "int32"
@@ -229,7 +254,7 @@ class JaxEngine(ModelledSyncEngine):
         x, y = batch
         compiled = self._steps[self._sync or not self.synchronizes]
         self.params, self.stats, self.momentum, loss = compiled(
-            self.params, self.stats, self.momentum, x, y
+            self.params, self.stats, self.momentum, x, y, self._key()
         )
         if self._sync and self.synchronizes:
             self.count_synced_step()
@@ -260,15 +285,16 @@ class JaxEngine(ModelledSyncEngine):
         variables = {"params": params, "batch_stats": stats} if stats else {"params": params}
 
         @jax.jit
-        def sums(x: Any, y: Any) -> Any:
+        def sums(variables: Any, x: Any, y: Any) -> Any:  # the weights as arguments, not constants
             logits = self.model.apply(variables, x, train=False)
             logp = jax.nn.log_softmax(logits)
-            loss = -jnp.sum(jnp.take_along_axis(logp, y[:, None], axis=1).astype(jnp.float32))
+            loss = -jnp.sum(jnp.take_along_axis(logp, y[:, None], axis=1))
             return jnp.sum(jnp.argmax(logits, axis=1) == y), loss
 
         correct, total, loss_sum = 0, 0, 0.0
         for x, y in self.data.eval_batches():
-            hits, loss = sums(np.asarray(x, self.dtype), np.asarray(y, self._label_dtype()))
+            x, y = np.asarray(x, self.dtype), np.asarray(y, self._label_dtype())
+            hits, loss = sums(variables, x, y)
             correct, total, loss_sum = correct + int(hits), total + len(y), loss_sum + float(loss)
         return correct, total, loss_sum
 

@@ -8,8 +8,11 @@ from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
 from dlscale.contract.models import register_builder
 
 INSTALL = "pip install 'dlscale[jax]' -c constraints.txt"
-TWINS = ("tiny", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
-"""The models with a Flax twin (:mod:`dlscale.frameworks.jax.models`)."""
+SMALL = ("tiny", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
+"""Twins in :mod:`dlscale.frameworks.jax.models`."""
+IMAGENET = ("resnet50", "alexnet", "googlenet")
+"""Twins in :mod:`dlscale.frameworks.jax.imagenet_models`."""
+TWINS = SMALL + IMAGENET
 FLOAT64_TOO = ("float32", "float64")
 
 FRAMEWORKS.register(
@@ -50,5 +53,7 @@ for _spec in (
 ):
     BACKENDS.register(_spec.name, _spec)
 
-for _model in TWINS:
+for _model in SMALL:
     register_builder(_model, "jax", f"dlscale.frameworks.jax.models:{_model}")
+for _model in IMAGENET:
+    register_builder(_model, "jax", f"dlscale.frameworks.jax.imagenet_models:{_model}")
