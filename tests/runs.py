@@ -9,6 +9,7 @@ runs the same point twice.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -68,3 +69,13 @@ def made_here(document: dict) -> dict:
     environment = {**document.get("environment", {})}
     environment["engine_code"] = engine_code(document["config"]["backend"])
     return {**document, "environment": environment}
+
+
+def per_rank_losses(run_dir: Path, ranks: tuple[int, ...] = (0, 1)) -> dict[int, list[float]]:
+    """Each rank's own loss at each measured step, from its raw events."""
+    out = {}
+    for rank in ranks:
+        events = [json.loads(line) for line in (run_dir / f"events.rank{rank}.jsonl").open()]
+        measured = [e for e in events if e["event"] == "window" and e.get("kind") == "measure"]
+        out[rank] = [loss for window in measured for loss in window["step_losses"]]
+    return out

@@ -4,7 +4,6 @@ engine that trains in float64 takes torch-ddp's steps, rank by rank and step by 
 to 1e-9 on ResNet-20 (BatchNorm, momentum, weight decay) at 2 workers; an engine that cannot
 is refused in one line."""
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from dlscale.config import RunConfig
 from dlscale.contract.errors import UnsupportedPoint
 from dlscale.store import RunStore
 from tests.distributed.references import PAPER_MODELS
-from tests.runs import final_params, run_completed
+from tests.runs import final_params, per_rank_losses, run_completed
 
 pytestmark = pytest.mark.dist
 
@@ -24,19 +23,9 @@ POINTS = {
 }
 
 
-def _per_rank_losses(run_dir: Path, ranks: tuple[int, ...] = (0, 1)) -> dict[int, list[float]]:
-    """Each rank's own loss at each measured step, from its raw events."""
-    out = {}
-    for rank in ranks:
-        events = [json.loads(line) for line in (run_dir / f"events.rank{rank}.jsonl").open()]
-        measured = [e for e in events if e["event"] == "window" and e.get("kind") == "measure"]
-        out[rank] = [loss for window in measured for loss in window["step_losses"]]
-    return out
-
-
 def _ddp(store: RunStore, model: str) -> dict[int, list[float]]:
     _, run_dir = run_completed(RunConfig.make(backend="torch-ddp", **POINTS[model]), store)
-    return _per_rank_losses(run_dir)
+    return per_rank_losses(run_dir)
 
 
 ENGINES = [
@@ -58,7 +47,7 @@ def test_each_engine_takes_torch_ddps_float64_steps_rank_by_rank(
     config = RunConfig.make(backend=backend, **POINTS[model])  # torch-ps: sync, its servers
     result, run_dir = run_completed(config, RunStore(tmp_path))
     assert result.config["precision"] == "float64"
-    losses = _per_rank_losses(run_dir)
+    losses = per_rank_losses(run_dir)
     assert len(losses[0]) == len(losses[1]) == 3
     assert losses[0] != losses[1]  # each rank its own batch: a per-rank proof
     for rank in (0, 1):
@@ -71,7 +60,7 @@ def test_an_engine_without_float64_is_refused_in_one_line_naming_the_library():
     assert str(refused.value) == (
         "backend mxnet-kv trains in float32 only, not precision = float64: MXNet's ps-lite "
         "kvstore servers hold float32 (a float64 dist_sync step leaves every parameter 3e-8 "
-        "to 1e-7 off); mxnet-single and horovod-mxnet train MXNet in float64; horovod-keras, "
+        "to 1e-7 off); horovod-keras, "
         "horovod-mxnet, horovod-tf, horovod-torch, jax-dp, jax-single, keras-fit, mxnet-single, "
         "tf-mirrored, tf-mwms, tf-ps, tf-single, torch-ddp, torch-fsdp, torch-ps, torch-ring, "
         "torch-single can train in float64"
@@ -98,7 +87,7 @@ def test_tensorflows_strategies_take_torch_ddps_float64_steps(
     for backend, options in engines:
         config = RunConfig.make(backend=backend, **POINTS[model], **options)
         _, run_dir = run_completed(config, RunStore(tmp_path / backend))
-        losses = _per_rank_losses(run_dir)
+        losses = per_rank_losses(run_dir)
         for rank in (0, 1):
             assert losses[rank] == pytest.approx(ddp[rank], abs=1e-9, rel=0), (backend, rank)
     if model != "resnet20":
@@ -142,12 +131,12 @@ def test_the_asynchronous_parameter_servers_take_one_workers_float64_steps(
     point = dict(POINTS["resnet20"], workers=1)
     single_config = RunConfig.make(backend="torch-single", **point)
     _, single_dir = run_completed(single_config, shared_store)
-    single_losses = _per_rank_losses(single_dir, ranks=(0,))[0]
+    single_losses = per_rank_losses(single_dir, ranks=(0,))[0]
     single = final_params(single_dir)
     _, ps_dir = run_completed(
         RunConfig.make(backend="torch-ps", ps_mode="async", **point), RunStore(tmp_path / "t")
     )
-    assert _per_rank_losses(ps_dir, ranks=(0,))[0] == pytest.approx(single_losses, abs=1e-9)
+    assert per_rank_losses(ps_dir, ranks=(0,))[0] == pytest.approx(single_losses, abs=1e-9)
     _, tf_dir = run_completed(
         RunConfig.make(backend="tf-ps", ps_mode="async", **point), RunStore(tmp_path / "tf")
     )

@@ -30,7 +30,7 @@ from tests.distributed.references import (
     run_and_compare,
     step_losses,
 )
-from tests.runs import run_completed
+from tests.runs import per_rank_losses, run_completed
 
 pytestmark = pytest.mark.dist
 
@@ -62,20 +62,11 @@ def test_jax_dp_takes_torch_ddps_steps_on_resnet20(tmp_path: Path, shared_store:
     follows_torch_ddp(tmp_path, shared_store, "jax-dp", "resnet20")
 
 
-def _per_rank_losses(run_dir: Path) -> dict[int, list[float]]:
-    out = {}
-    for rank in (0, 1):
-        events = [json.loads(line) for line in (run_dir / f"events.rank{rank}.jsonl").open()]
-        measured = [e for e in events if e["event"] == "window" and e.get("kind") == "measure"]
-        out[rank] = [loss for window in measured for loss in window["step_losses"]]
-    return out
-
-
 def test_jax_dp_takes_torch_ddps_float64_steps_rank_by_rank(tmp_path: Path, shared_store: RunStore):
     point = dict(PAPER_MODELS["resnet20"], workers=2, precision="float64", save_params=True)
     _, ddp_dir = run_completed(RunConfig.make(backend="torch-ddp", **point), shared_store)
     _, jax_dir = run_completed(RunConfig.make(backend="jax-dp", **point), RunStore(tmp_path))
-    ddp, ours = _per_rank_losses(ddp_dir), _per_rank_losses(jax_dir)
+    ddp, ours = per_rank_losses(ddp_dir), per_rank_losses(jax_dir)
     assert ours[0] != ours[1] and len(ours[0]) == 3  # each rank its own batch
     for rank in (0, 1):
         assert ours[rank] == pytest.approx(ddp[rank], abs=1e-9, rel=0), rank

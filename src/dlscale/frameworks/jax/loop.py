@@ -55,21 +55,12 @@ def torch_sgd(params: Any, momentum: Any, grads: Any, cfg: Any) -> tuple[Any, An
     import jax
 
     lr, m, wd = cfg.effective_lr, cfg.momentum, cfg.weight_decay
-
-    def one(p: Any, buf: Any, g: Any) -> tuple[Any, Any]:
-        if wd:
-            g = g + wd * p
-        if m:
-            buf = m * buf + g
-            g = buf
-        return p - lr * g, buf
-
-    pairs = jax.tree.map(one, params, momentum, grads)
-    is_pair = lambda node: isinstance(node, tuple)  # noqa: E731
-    return (
-        jax.tree.map(lambda pair: pair[0], pairs, is_leaf=is_pair),
-        jax.tree.map(lambda pair: pair[1], pairs, is_leaf=is_pair),
-    )
+    if wd:
+        grads = jax.tree.map(lambda g, p: g + wd * p, grads, params)
+    if m:
+        momentum = jax.tree.map(lambda buf, g: m * buf + g, momentum, grads)
+        grads = momentum
+    return jax.tree.map(lambda p, g: p - lr * g, params, grads), momentum
 
 
 class JaxEngine(ModelledSyncEngine):
@@ -101,8 +92,10 @@ class JaxEngine(ModelledSyncEngine):
         rate = spec.dropout if cfg.dropout is None else cfg.dropout
         self.drops = bool(rate)  # a dropout layer that draws masks: a new key every step
         self._taken = 0
+        self._eval: Any = None
         self._base_key = jax.random.PRNGKey(cfg.seed)
-        params, stats = self._initial_variables(cfg.image_size or spec.input_size)
+        self.size = cfg.image_size or spec.input_size  # what the data set was made at
+        params, stats = self._initial_variables()
         momentum = jax.tree.map(np.zeros_like, params)
         self._place(params, stats, momentum)
         self._still = self._placed_key(self._base_key)
@@ -124,12 +117,16 @@ class JaxEngine(ModelledSyncEngine):
 
     # -- set-up -------------------------------------------------------------------------
 
-    def _initial_variables(self, size: int) -> tuple[Any, Any]:
+    def _images(self, batch: int) -> tuple[int, ...]:
+        """The shape of ``batch`` of the run's images (NCHW, as every data set makes them)."""
+        return (batch, 3, self.size, self.size)
+
+    def _initial_variables(self) -> tuple[Any, Any]:
         """The PyTorch twin's initial weights (the run's seed) in the Flax twin's trees."""
         from dlscale.frameworks.jax.transfer import load_torch_state
 
         jax = self.jax
-        shape = (1, 3, size, size)
+        shape = self._images(1)
         variables = jax.eval_shape(
             lambda: self.model.init(jax.random.PRNGKey(0), np.zeros(shape, self.dtype), train=False)
         )
@@ -206,10 +203,8 @@ class JaxEngine(ModelledSyncEngine):
         """Both steps compiled ahead of the first window; seconds each took."""
         jax, cfg = self.jax, self.ctx.config
         batch = cfg.batch_per_worker * (cfg.workers if self.distributed else 1)
-        first, _ = next(iter(self.data.train_batches(0)))
-        shape_x = (batch, *first.shape[1:])
         kwargs = {"sharding": self.split} if self.distributed else {}
-        x = jax.ShapeDtypeStruct(shape_x, np.dtype(self.dtype), **kwargs)
+        x = jax.ShapeDtypeStruct(self._images(batch), np.dtype(self.dtype), **kwargs)
         y = jax.ShapeDtypeStruct((batch,), np.dtype(self._label_dtype()), **kwargs)
         self._steps: dict[bool, Any] = {}
         seconds = {}
@@ -279,24 +274,29 @@ class JaxEngine(ModelledSyncEngine):
         )
 
     def evaluate(self) -> tuple[int, int, float]:
+        """This process's share of the held-out set in eval mode (its own BatchNorm
+        statistics); the sums stay on the device and are read once, after the last batch."""
         jax = self.jax
-        jnp = jax.numpy
         params, stats = self._local(self.params), self._local(self.stats, stacked=True)
         variables = {"params": params, "batch_stats": stats} if stats else {"params": params}
-
-        @jax.jit
-        def sums(variables: Any, x: Any, y: Any) -> Any:  # the weights as arguments, not constants
-            logits = self.model.apply(variables, x, train=False)
-            logp = jax.nn.log_softmax(logits)
-            loss = -jnp.sum(jnp.take_along_axis(logp, y[:, None], axis=1))
-            return jnp.sum(jnp.argmax(logits, axis=1) == y), loss
-
-        correct, total, loss_sum = 0, 0, 0.0
+        if self._eval is None:  # compiled once a run (and once more for a shorter last batch)
+            self._eval = jax.jit(self._eval_sums)
+        hits, losses, total = 0, 0.0, 0
         for x, y in self.data.eval_batches():
             x, y = np.asarray(x, self.dtype), np.asarray(y, self._label_dtype())
-            hits, loss = sums(variables, x, y)
-            correct, total, loss_sum = correct + int(hits), total + len(y), loss_sum + float(loss)
-        return correct, total, loss_sum
+            batch_hits, batch_loss = self._eval(variables, x, y)
+            hits, losses, total = hits + batch_hits, losses + batch_loss, total + len(y)
+        return int(hits), total, float(losses)
+
+    def _eval_sums(self, variables: Any, x: Any, y: Any) -> Any:
+        """The batch's correct predictions and summed loss (the weights are arguments, not
+        constants of the compiled function)."""
+        jax = self.jax
+        jnp = jax.numpy
+        logits = self.model.apply(variables, x, train=False)
+        logp = jax.nn.log_softmax(logits)
+        loss = -jnp.sum(jnp.take_along_axis(logp, y[:, None], axis=1))
+        return jnp.sum(jnp.argmax(logits, axis=1) == y), loss
 
     def save_params(self) -> None:
         """The trained parameters under PyTorch's keys (BatchNorm's statistics left out)."""

@@ -47,8 +47,7 @@ for _spec in (
         "(dist_sync, dist_async, dist_device_sync)",
         worker="dlscale.frameworks.mxnet.kv:run",
         precision_note="MXNet's ps-lite kvstore servers hold float32 (a float64 dist_sync "
-        "step leaves every parameter 3e-8 to 1e-7 off); mxnet-single and horovod-mxnet train "
-        "MXNet in float64",
+        "step leaves every parameter 3e-8 to 1e-7 off)",
         collectives="dlscale.frameworks.mxnet.collectives:run",
         measures_exposed_comm=True,
         options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,

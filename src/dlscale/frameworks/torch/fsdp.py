@@ -41,6 +41,7 @@ from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,
     init_process_group,
+    run_dtype,
     run_training,
 )
 from dlscale.frameworks.torch.options import FSDPOptions
@@ -152,8 +153,7 @@ class FSDPStrategy(TorchStrategy):
             dist.broadcast(full[name], src=0)
         with torch.random.fork_rng(devices=[]):  # building seeds torch: keep training's stream
             plain = build_model(self.ctx.config)
-        dtype = torch.float64 if self.ctx.config.precision == "float64" else torch.float32
-        plain = plain.to(self.device, dtype)  # before the load, which keeps the copy's dtype
+        plain = plain.to(self.device, run_dtype(self.ctx.config))  # the load keeps its dtype
         plain.load_state_dict(full)
         return plain
 

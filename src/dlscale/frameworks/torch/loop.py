@@ -92,6 +92,12 @@ class TorchStrategy(SyncStrategy):
         """After the worker's last step (e.g. tell the servers it is done)."""
 
 
+def run_dtype(cfg: RunConfig) -> torch.dtype:
+    """The run's ``precision`` as torch's dtype: the model's, its inputs', gradients' and
+    messages' (float32 unless float64 is asked)."""
+    return torch.float64 if cfg.precision == "float64" else torch.float32
+
+
 def sgd(params: Any, cfg: RunConfig) -> torch.optim.Optimizer:
     """The optimizer of every backend: SGD with momentum and weight decay, one definition."""
     return torch.optim.SGD(
@@ -243,7 +249,7 @@ class TorchEngine(Engine):
             input_size=cfg.image_size or model_spec.input_size,
             num_classes=model_spec.default_classes if built is None else output_classes(cfg, built),
         )
-        self.dtype = torch.float64 if cfg.precision == "float64" else torch.float32
+        self.dtype = run_dtype(cfg)
         self.data: TorchDataset = to_torch(loaded, device, self.dtype)
         self.steps_per_epoch = self.data.steps_per_epoch
         self.has_eval = dataset.has_eval and loaded.has_eval  # e.g. a folder without val/

@@ -65,6 +65,7 @@ from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     build_model,
     init_process_group,
+    run_dtype,
     run_training,
     sgd,
 )
@@ -90,11 +91,6 @@ def _irecv(tensor: torch.Tensor, src: int) -> dist.Work:
 def _wait_all(works: Sequence[dist.Work]) -> None:
     for work in works:
         work.wait()
-
-
-def run_dtype(cfg: RunConfig) -> torch.dtype:
-    """The parameters', gradients' and messages' dtype: the run's ``precision``."""
-    return torch.float64 if cfg.precision == "float64" else torch.float32
 
 
 def plan(cfg: RunConfig, numels: Sequence[int], servers: int) -> list[Shard]:
