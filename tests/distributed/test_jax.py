@@ -17,6 +17,7 @@ import pytest
 from dlscale.config import RunConfig
 from dlscale.contract.events import events_path, read_events
 from dlscale.store import RunStore
+from tests.distributed.elastic import RESTARTABLE, elastic_run
 from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
 from tests.distributed.processes import (
     kill_rank_and_check_the_run_fails,
@@ -77,6 +78,27 @@ def test_a_killed_jax_worker_fails_the_run_and_leaves_nothing_running(tmp_path: 
     kill_rank_and_check_the_run_fails(
         tmp_path, "jax-dp", rank=1, reason="rank 1 was killed by SIGKILL"
     )
+
+
+def test_a_killed_jax_worker_restarted_by_torchrun_resumes_to_the_same_steps(tmp_path: Path, cli):
+    """torchrun restarts both ranks after a kill -9 of rank 1; they join a new coordinator on
+    the same port, restore the parameters and momentum rank 0 saved after its last window, skip
+    the data those windows took, and end with the uninterrupted run's losses to the bit."""
+    flags = ("--backend", "jax-dp")
+    code, err, stored, victims = elastic_run(tmp_path / "elastic", 1, flags, "max_restarts=1")
+    assert code == 0 and stored.status == "completed", (err, stored.error)
+    assert stored.metrics["restarts"] == 1 and stored.metrics["windows_recorded"] == 4
+    run_dir = tmp_path / "elastic" / stored.run_id
+    (resume,) = [e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "resume"]
+    assert resume["restart"] == 1 and 0 <= resume["windows_done"] <= 3
+    assert not (run_dir / "checkpoint").exists()
+    run = cli("run", *RESTARTABLE, *flags, "--results", str(tmp_path / "whole"))
+    assert run.returncode == 0, run.stderr
+    (uninterrupted,) = RunStore(tmp_path / "whole").results()
+    whole = uninterrupted.metrics
+    assert stored.metrics["train_loss_by_window"] == whole["train_loss_by_window"]
+    assert stored.metrics["final_train_loss"] == whole["final_train_loss"]
+    assert not wait_gone(victims, 5.0) and not processes_naming(tmp_path)
 
 
 def test_jaxs_collectives_are_exact_and_the_others_are_said_not_measured(cli, tmp_path):

@@ -3,19 +3,14 @@ rendezvous, two nodes' agents side by side, the same numbers as the local launch
 engines under it, and a killed rank."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from dlscale.contract.events import read_events
-from dlscale.contract.result import Result
 from dlscale.store import RunStore
-from tests.distributed.processes import kill_all, kill_rank_and_check_the_run_fails
+from tests.distributed.elastic import RESTARTABLE, elastic_run
+from tests.distributed.processes import kill_rank_and_check_the_run_fails
 
 pytestmark = pytest.mark.dist
 
@@ -78,43 +73,7 @@ def test_a_killed_rank_fails_the_run_named_by_torchrun(tmp_path: Path):
     )
 
 
-ELASTIC = ("--model", "tiny", "--dataset", "digits", "--steps", "40", "--windows", "4")
-ELASTIC += ("--warmup-steps", "2", "--repeats", "1", "--set", "machine_reference=false")
-ELASTIC += ("--backend", "torch-ddp", "--workers", "2", "--launcher", "torchrun", "--json")
-
-
-def _kill_rank1_after_a_window(proc: subprocess.Popen, results: Path, kills: int) -> list[int]:
-    """kill -9 rank 1's process ``kills`` times, each after that process recorded a window."""
-    victims: list[int] = []
-    deadline = time.monotonic() + 240
-    while len(victims) < kills and time.monotonic() < deadline and proc.poll() is None:
-        events = [e for p in results.glob("*/events.rank1.jsonl") for e in read_events(p)]
-        starts = [i for i, e in enumerate(events) if e["event"] == "start"]
-        if starts and len(starts) > len(victims):  # the latest process, once it did a window
-            latest = events[starts[-1] :]
-            if any(e["event"] == "window" for e in latest):
-                victims.append(latest[0]["pid"])
-                os.kill(victims[-1], signal.SIGKILL)
-        time.sleep(0.05)
-    assert len(victims) == kills, f"rank 1 recorded no window in attempt {len(victims) + 1}"
-    return victims
-
-
-def _elastic_run(results: Path, kills: int, *settings: str) -> tuple[int, str, Result, list[int]]:
-    """A restartable run whose rank 1 is killed ``kills`` times: (dlscale's exit code, its
-    stderr, the stored result, the killed pids)."""
-    cmd = [sys.executable, "-m", "dlscale", "run", *ELASTIC, "--results", str(results)]
-    for setting in settings:
-        cmd += ["--set", setting]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victims: list[int] = []
-    try:
-        victims = _kill_rank1_after_a_window(proc, results, kills)
-        _, err = proc.communicate(timeout=300)
-    finally:
-        kill_all(victims, proc)
-    (stored,) = RunStore(results).results()
-    return proc.returncode, err, stored, victims
+ELASTIC = ("--backend", "torch-ddp")
 
 
 @pytest.mark.parametrize("nnodes", [1, 2])
@@ -126,7 +85,9 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(
     with the uninterrupted run's losses to the bit (the data skipped, the model and momentum
     restored); the result counts the restart and the seconds it cost."""
     results = tmp_path / "elastic"
-    code, err, stored, victims = _elastic_run(results, 1, "max_restarts=1", f"nnodes={nnodes}")
+    code, err, stored, victims = elastic_run(
+        results, 1, ELASTIC, "max_restarts=1", f"nnodes={nnodes}"
+    )
     assert code == 0, err
     assert stored.status == "completed", stored.error
     metrics = stored.metrics
@@ -147,7 +108,7 @@ def test_a_killed_rank_is_restarted_and_the_run_resumes_from_its_checkpoint(
     assert resume["restart"] == 1 and 0 <= resume["windows_done"] <= 3
     assert not (run_dir / "checkpoint").exists()  # removed once the run completed
     # the uninterrupted run, made once for both (the shared store)
-    run = cli("run", *ELASTIC, "--results", str(shared_store.root))
+    run = cli("run", *RESTARTABLE, *ELASTIC, "--results", str(shared_store.root))
     assert run.returncode == 0, run.stderr
     (uninterrupted,) = [json.loads(r) for r in run.stdout.splitlines() if '"kind": "point"' in r]
     (whole,) = [
@@ -162,7 +123,7 @@ def test_a_rank_killed_more_often_than_max_restarts_fails_the_run_named(tmp_path
     """max_restarts = 1 and rank 1 killed in both attempts: torchrun gives up, the run is
     recorded as failed naming rank 1, and nothing of the run is left running."""
     results = tmp_path / "elastic"
-    code, err, stored, victims = _elastic_run(results, 2, "max_restarts=1")
+    code, err, stored, victims = elastic_run(results, 2, ELASTIC, "max_restarts=1")
     assert code == 1, err
     assert stored.status == "failed"
     assert stored.error.startswith("rank 1 (command of ranks [0, 1])"), stored.error

@@ -27,7 +27,7 @@ import pytest
 
 import dlscale
 from dlscale.contract.models import MODELS
-from dlscale.frameworks.jax.transfer import load_torch_state
+from dlscale.frameworks.jax.transfer import load_torch_state, state_arrays, state_trees
 from dlscale.frameworks.torch.weights import torch_state
 
 pytestmark = pytest.mark.twins
@@ -88,3 +88,26 @@ def test_transfer_refuses_a_twin_that_drifted() -> None:
     with pytest.raises(ValueError, match="does not fit"):
         seven = torch_state(MODELS.get("tiny").build(7))
         load_torch_state(tree, {k: v for k, v in seven.items() if k.startswith("fc.")}, "float32")
+
+
+def test_a_checkpoints_arrays_come_back_as_the_same_trees_or_are_refused() -> None:
+    """What jax-dp's checkpoint writes and a restarted run reads: the trees' leaves under
+    ``<tree>/<PyTorch key>``, back in the model's structure; a state of another shape refuses."""
+    params = {
+        "layer1_0": {"conv1": {"weight": np.arange(6.0).reshape(2, 3)}},
+        "fc": {"bias": np.ones(2)},
+    }
+    trees = {"params": params, "momentum": params, "batch_stats": {}}
+    arrays = state_arrays(trees)
+    assert sorted(arrays) == [
+        "momentum/fc.bias", "momentum/layer1.0.conv1.weight", "params/fc.bias",
+        "params/layer1.0.conv1.weight",
+    ]  # fmt: skip
+    back = state_trees(arrays, trees)
+    assert back["batch_stats"] == {}
+    np.testing.assert_array_equal(
+        back["momentum"]["layer1_0"]["conv1"]["weight"], np.arange(6.0).reshape(2, 3)
+    )
+    arrays["params/fc.bias"] = np.ones(3)
+    with pytest.raises(ValueError, match="the saved params do not fit"):
+        state_trees(arrays, trees)

@@ -29,8 +29,10 @@ Bytes: XLA's gloo traffic is not visible; the bytes are the ring all-reduce's mo
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ from dlscale.contract.models import MODELS, PARAMS_FILE
 from dlscale.contract.registry import load_object
 from dlscale.datasets.arrays import NumpyDataset
 from dlscale.frameworks.jax.env import import_jax, jax_environment, start_distributed
+from dlscale.frameworks.jax.transfer import state_arrays, state_trees
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
@@ -65,6 +68,8 @@ def torch_sgd(params: Any, momentum: Any, grads: Any, cfg: Any) -> tuple[Any, An
 
 class JaxEngine(ModelledSyncEngine):
     """One JAX training process (jax-single, or one device of jax-dp)."""
+
+    resumable = True  # every replica holds the same parameters and momentum
 
     def __init__(self, ctx: WorkerContext, *, distributed: bool) -> None:
         cfg = ctx.config
@@ -95,6 +100,13 @@ class JaxEngine(ModelledSyncEngine):
         self._eval: Any = None
         self._base_key = jax.random.PRNGKey(cfg.seed)
         self.size = cfg.image_size or spec.input_size  # what the data set was made at
+        if distributed:
+            from jax.sharding import Mesh, NamedSharding
+            from jax.sharding import PartitionSpec as P
+
+            self.mesh = Mesh(np.array(jax.devices()), (AXIS,))
+            self.replicated = NamedSharding(self.mesh, P())
+            self.split = NamedSharding(self.mesh, P(AXIS))
         params, stats = self._initial_variables()
         momentum = jax.tree.map(np.zeros_like, params)
         self._place(params, stats, momentum)
@@ -139,12 +151,6 @@ class JaxEngine(ModelledSyncEngine):
         if not self.distributed:
             self.params, self.stats, self.momentum = jax.device_put((params, stats, momentum))
             return
-        from jax.sharding import Mesh, NamedSharding
-        from jax.sharding import PartitionSpec as P
-
-        self.mesh = Mesh(np.array(jax.devices()), (AXIS,))
-        self.replicated = NamedSharding(self.mesh, P())
-        self.split = NamedSharding(self.mesh, P(AXIS))
 
         def put(sharding: Any, tree: Any) -> Any:
             return jax.tree.map(
@@ -304,6 +310,40 @@ class JaxEngine(ModelledSyncEngine):
 
         state = torch_state(self.jax.device_get(self._local(self.params)))
         np.savez(self.ctx.run_dir / PARAMS_FILE, **state)  # type: ignore[arg-type]
+
+    def _replica(self) -> dict[str, Any]:
+        """This replica's training state: its parameters, momentum and BatchNorm statistics."""
+        return {
+            "params": self._local(self.params),
+            "momentum": self._local(self.momentum),
+            "batch_stats": self._local(self.stats, stacked=True),
+        }
+
+    def checkpoint(self, path: Path) -> None:
+        """The parameters, momentum, this replica's BatchNorm statistics and the dropout
+        key's step count, as numpy arrays under PyTorch's keys in one ``.npz`` (replaced whole).
+        Every replica restores them: the training steps are the uninterrupted run's (training
+        normalizes by the batch's statistics); under jax-dp the other replicas' running
+        statistics become this replica's (what DDP's buffer broadcast does every step)."""
+        arrays = state_arrays(self.jax.device_get(self._replica()))
+        arrays["steps_taken"] = np.asarray(self._taken)
+        temporary = path.with_name(f".{path.name}.tmp")
+        with temporary.open("wb") as out:
+            np.savez(out, **arrays)  # type: ignore[arg-type]
+        os.replace(temporary, path)
+
+    def restore(self, path: Path) -> None:
+        with np.load(path) as saved:
+            arrays = {key: saved[key] for key in saved.files}
+        self._taken = int(arrays.pop("steps_taken"))
+        trees = state_trees(arrays, self._replica())
+        self._place(trees["params"], trees["batch_stats"], trees["momentum"])
+
+    def barrier(self) -> None:
+        if self.distributed:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("dlscale checkpoint")
 
     def framework_facts(self) -> dict[str, Any]:
         return jax_environment(self.jax)

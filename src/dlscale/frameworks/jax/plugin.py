@@ -36,6 +36,7 @@ for _spec in (
         devices=("cpu",),
         install=INSTALL,
         precisions=FLOAT64_TOO,
+        resumable=True,
     ),
     BackendSpec(
         name="jax-dp",
@@ -49,6 +50,7 @@ for _spec in (
         install=INSTALL,
         ports=1,
         precisions=FLOAT64_TOO,
+        resumable=True,
     ),
 ):
     BACKENDS.register(_spec.name, _spec)

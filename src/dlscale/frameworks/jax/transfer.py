@@ -78,3 +78,30 @@ def torch_state(params: dict[str, Any]) -> dict[str, np.ndarray]:
     """The twin's parameters as numpy arrays under PyTorch's keys (what ``save_params``
     writes: BatchNorm's statistics left out, as PyTorch's ``named_parameters``)."""
     return {key: np.asarray(value) for key, value in flatten(dict(params)).items()}
+
+
+def state_arrays(trees: dict[str, dict[str, Any]]) -> dict[str, np.ndarray]:
+    """Named trees of arrays (a checkpoint's ``params``, ``momentum``, ...) as one flat dict of
+    numpy arrays, ``"<tree>/<PyTorch key>"``."""
+    return {
+        f"{name}/{key}": np.asarray(value)
+        for name, tree in trees.items()
+        for key, value in flatten(dict(tree)).items()
+    }
+
+
+def state_trees(
+    arrays: dict[str, np.ndarray], like: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """:func:`state_arrays` undone: each tree of ``like`` (its structure) filled from
+    ``arrays``; a missing array or one of another shape refuses (a state of another model)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, tree in like.items():
+        prefix = f"{name}/"
+        values = {k.removeprefix(prefix): v for k, v in arrays.items() if k.startswith(prefix)}
+        expected = {key: np.shape(leaf) for key, leaf in flatten(dict(tree)).items()}
+        found = {key: value.shape for key, value in values.items()}
+        if expected != found:
+            raise ValueError(f"the saved {name} do not fit this model's")
+        out[name] = _rebuild(dict(tree), values)
+    return out
