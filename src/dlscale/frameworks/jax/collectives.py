@@ -34,7 +34,7 @@ AXIS = "dp"
 
 
 def run(ctx: WorkerContext, settings: Settings) -> None:
-    jax = import_jax(threads=ctx.threads, precision="float32")
+    jax = import_jax(threads=ctx.threads, local_rank=ctx.local_rank, precision="float32")
     start_distributed(jax, ctx)
     from jax.experimental import multihost_utils
     from jax.sharding import Mesh

@@ -1,9 +1,12 @@
 """JAX in a dlscale process: configured before its first computation, its facts after.
 
-* ``XLA_FLAGS``: with one thread per worker, XLA's CPU client runs each computation on the
-  calling thread (``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``), as
-  ``torch.set_num_threads(1)``; with more, XLA sizes its own pool from the cores the process
-  may use (the launcher's affinity), which no flag of jaxlib 0.10 sets to a count.
+* threads: XLA's CPU client sizes its thread pool from the CPUs the process may use (its
+  affinity mask) and no flag of jaxlib 0.10 sets a count: the ``XLA_FLAGS`` of the old answers
+  (``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``) left a jitted matmul
+  on both cores of this machine (7.3 s of CPU in 3.8 s), and a "1-thread" jax-dp worker beside
+  another waited for a CPU most of its time. So a process given fewer threads than the CPUs it
+  may use is pinned to that many of them (:func:`confine`: its local rank's share, as mpirun's
+  ``--bind-to core`` would), the way JAX's maintainers advise (jax-ml/jax#1539);
 * one CPU device per process (``jax_num_cpu_devices = 1``): several host devices per process
   with MPI collectives crash (openxla/xla#16430), and a process a worker is every other
   engine's layout;
@@ -22,15 +25,25 @@ from typing import Any
 from dlscale.contract.errors import UserError
 
 INSTALL = "pip install 'dlscale[jax]'"
-SINGLE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def import_jax(*, threads: int, precision: str) -> Any:
+def confine(threads: int, local_rank: int = 0) -> list[int] | None:
+    """Pin this process to ``threads`` of the CPUs it may use, the ``local_rank``-th share of
+    them (wrapping around), where it may use more; the CPUs chosen, or ``None`` (left as the
+    launcher set it)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) <= threads:
+        return None
+    start = local_rank * threads % len(allowed)
+    chosen = [allowed[(start + k) % len(allowed)] for k in range(threads)]
+    os.sched_setaffinity(0, chosen)
+    return chosen
+
+
+def import_jax(*, threads: int, precision: str, local_rank: int = 0) -> Any:
     """``jax``, configured (see the module's docstring); a clear error where it or Flax is
     missing."""
-    if threads == 1:
-        flags = os.environ.get("XLA_FLAGS", "")
-        os.environ["XLA_FLAGS"] = f"{flags} {SINGLE_THREAD}".strip()
+    confine(threads, local_rank)
     try:
         import flax  # noqa: F401  (the twins' library: missing, it is the same one line)
         import jax
@@ -76,4 +89,5 @@ def jax_environment(jax: Any) -> dict[str, Any]:
         "collectives": jax.config.jax_cpu_collectives_implementation,
         "x64": bool(jax.config.jax_enable_x64),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "cpus": sorted(os.sched_getaffinity(0)),
     }

@@ -75,7 +75,9 @@ class JaxEngine(ModelledSyncEngine):
         cfg = ctx.config
         self.ctx, self.distributed = ctx, distributed
         self.strategy = SyncStrategy()  # counts nothing: the bytes are the model's
-        self.jax = jax = import_jax(threads=ctx.threads, precision=cfg.precision)
+        self.jax = jax = import_jax(
+            threads=ctx.threads, local_rank=ctx.local_rank, precision=cfg.precision
+        )
         if distributed:
             start_distributed(jax, ctx)
         self.synchronizes = distributed and cfg.workers > 1
