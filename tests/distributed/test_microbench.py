@@ -111,17 +111,20 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     assert row["measured_img_s"] == metrics["throughput_img_s"]
     assert row["compute_ms"] == metrics["step_time_nosync_p50_ms"]
     # the all-reduce of the gradient's bytes, interpolated between the microbench's 2-rank rows
-    assert row["allreduce_from"] == "measured" and row["allreduce_ms"] > 0
-    compute, comm = row["compute_ms"] / 1e3, row["allreduce_ms"] / 1e3
+    assert row["algorithm"] == "ring" and row["compute_from"] == "no-sync probe"
+    assert row["comm_from"] == "measured" and row["comm_ms"] > 0
+    compute, comm = row["compute_ms"] / 1e3, row["comm_ms"] / 1e3
     images = 2 * point["batch_size_per_worker"]  # a step of both workers
     backward = compute * 2 / 3  # the model's backward share
     ring, overlap = images / (compute + comm), images / (compute - backward + max(backward, comm))
-    assert row["ring_img_s"] == pytest.approx(ring, rel=1e-12)
-    assert row["ring-overlap_img_s"] == pytest.approx(overlap, rel=1e-12)
-    assert row["ring_error"] == pytest.approx(ring / row["measured_img_s"] - 1, rel=1e-12)
-    assert row["ring-overlap_img_s"] >= row["ring_img_s"] > 0
+    assert row["predicted_img_s"] == pytest.approx(ring, rel=1e-12)
+    assert row["overlap_img_s"] == pytest.approx(overlap, rel=1e-12)
+    assert row["error"] == pytest.approx(ring / row["measured_img_s"] - 1, rel=1e-12)
+    assert row["overlap_img_s"] >= row["predicted_img_s"] > 0
     (median,) = [r for r in records if r["kind"] == "median_abs_error"]
-    assert median["ring"] == abs(row["ring_error"])
+    assert median["error"] == abs(row["error"])
+    (engine,) = [r for r in records if r["kind"] == "engine_median_abs_error"]
+    assert engine["backend"] == "torch-ddp" and engine["error"] == median["error"]
     table = cli("predict", "--validate", str(tmp_path))
     assert "network (torch-ddp on local): fitted by microbench-torch-ddp-w2-local-" in table.stdout
     # the report draws the same comparison and the microbench's own figures
@@ -131,6 +134,7 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     assert "1 microbench runs" in report.stdout
     text = page.read_text()
     assert 'data-figure="predicted"' in text and 'data-figure="allreduce_time"' in text
-    assert f"ring predicts {row['ring_img_s']:,.1f} ({row['ring_error']:+.1%})" in text
+    assert f"ring predicts {row['predicted_img_s']:,.1f} ({row['error']:+.1%})" in text
     basis = "1 point, every one flagged noisy" if row["noisy"] else "1 point"  # load here
-    assert f"median absolute error over {basis}: ring {median['ring']:.1%}" in text
+    every = f"{median['error']:.1%} (ideal overlap {median['overlap_error']:.1%}) over {basis}"
+    assert f"every engine: median absolute error {every}" in text

@@ -167,34 +167,94 @@ def test_a_profile_refuses_impossible_values():
             Profile(**{"compute_s": 0.1, "batch": 32, "gradient_bytes": 1e6, **bad})
 
 
-def _point(workers=2, nosync=20.0, gradient=1e6, measured=3000.0, status="completed"):
+def _point(workers=2, nosync=20.0, gradient=1e6, measured=3000.0, status="completed", **more):
     return {
         "status": status,
-        "config": {"backend": "torch-ddp", "model": "tiny", "workers": workers,
-                   "launcher": "local", "options": {}},
+        "run_id": more.pop("run_id", "r"),
+        "config": {"backend": more.pop("backend", "torch-ddp"), "model": "tiny",
+                   "workers": workers, "launcher": "local", "options": {}},
         "batch_size_per_worker": 32,
         "metrics": {"step_time_nosync_p50_ms": nosync, "gradient_bytes": gradient,
-                    "throughput_img_s": measured, "step_time_p50_ms": 21.0},
+                    "throughput_img_s": measured, "step_time_p50_ms": 21.0,
+                    "sync_pattern": more.pop("pattern", "ring"), **more},
     }  # fmt: skip
 
 
 def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
-    from dlscale.perfmodel.validate import Link, compare, median_errors
+    from dlscale.perfmodel.validate import Link, compare, median_errors, per_engine
 
     net = Network.from_link(8e9, 0.0)  # 1 ns a byte: the ring moves 1 MB in 1 ms at 2 workers
     points = [_point(), _point(workers=1), _point(status="failed"), _point(gradient=None), _point()]
+    points.append(_point(pattern=None))  # an engine that names no pattern: not predicted
     rows = compare(points, lambda point: Link(net))
     assert compare(points, lambda point: None) == []  # no network known: nothing predicted
     assert len(rows) == 2  # 1 worker, failed and incomplete points are not predicted
     row = rows[0]
+    assert row["algorithm"] == "ring" and row["compute_from"] == "no-sync probe"
+    assert row["comm_from"] == "ring fit" and row["comm_ms"] == pytest.approx(1.0)
     # no overlap: 20 ms + 1 ms; 2 * 32 / 0.021 = 3047.6 img/s against 3000 measured
-    assert row["ring_img_s"] == pytest.approx(64 / 0.021)
-    assert row["ring_error"] == pytest.approx(64 / 0.021 / 3000 - 1)
+    assert row["predicted_img_s"] == pytest.approx(64 / 0.021)
+    assert row["error"] == pytest.approx(64 / 0.021 / 3000 - 1)
     # overlap: 1 ms hides behind 13.3 ms of backward: 64 / 0.020
-    assert row["ring-overlap_img_s"] == pytest.approx(64 / 0.020)
+    assert row["overlap_img_s"] == pytest.approx(64 / 0.020)
     medians = median_errors(rows)
-    assert medians["ring"] == pytest.approx(abs(64 / 0.021 / 3000 - 1))
-    assert median_errors([]) == {"ring": None, "ring-overlap": None}
+    assert medians["error"] == pytest.approx(abs(64 / 0.021 / 3000 - 1))
+    assert median_errors([]) == {"error": None, "overlap_error": None}
+    assert list(per_engine(rows)) == ["torch-ddp"]
+
+
+def test_each_engine_is_predicted_on_its_own_algorithm_by_hand():
+    """FSDP: all-gathers and a reduce-scatter; parameter servers: push and pull through their
+    servers, sync or async; a ring of a compressed gradient: its payload as sent. Each from
+    the microbench's own collectives where it measured them at the point's workers."""
+    from dlscale.perfmodel.validate import Link, compare
+
+    net = Network.from_link(8e9, 0.0)  # 1 ns a byte
+    two = lambda t: ((1e5, t / 10), (1e7, t * 10))  # noqa: E731  t at 1e6 B on log-log axes
+    link = Link(net, {"all_gather": two(2e-3), "reduce_scatter": two(3e-3),
+                      "ps_pushpull/2": two(5e-3)}, processes=2)  # fmt: skip
+    fsdp, no_reshard, sync, other_servers, hvd, async_ = compare(
+        [_point(backend="torch-fsdp", pattern="fsdp"),
+         _point(backend="torch-fsdp", pattern="fsdp-no-reshard"),
+         _point(backend="mxnet-kv", pattern="ps-sync", sync_servers=2),
+         _point(backend="torch-ps", pattern="ps-sync", sync_servers=1),
+         _point(backend="horovod-torch", bytes_sent_per_step_model=5e5),  # fp16: half on the wire
+         _point(backend="tf-ps", pattern="ps-async", sync_servers=1, workers=4)],
+        lambda point: link,
+    )  # fmt: skip
+    assert fsdp["comm_ms"] == pytest.approx(2 * 2 + 3) and fsdp["comm_from"] == "measured"
+    assert fsdp["predicted_img_s"] == pytest.approx(64 / 0.027)
+    assert fsdp["overlap_img_s"] == pytest.approx(64 / (0.020 / 3 + 0.040 / 3))  # 7 ms hidden
+    assert no_reshard["comm_ms"] == pytest.approx(2 + 3)
+    assert sync["comm_ms"] == pytest.approx(5.0) and sync["overlap_img_s"] is None
+    assert sync["algorithm"] == "ps-sync" and sync["servers"] == 2
+    # 1 server was never measured: the fit, 2 alpha + 2 max(n, p n / k) beta = 4 ms
+    assert (
+        other_servers["comm_ms"] == pytest.approx(4.0) and other_servers["comm_from"] == "ring fit"
+    )
+    assert hvd["comm_ms"] == pytest.approx(0.5)  # a 0.5 MB payload around the ring: 0.5 ms
+    # asynchronous, 4 workers, 1 server: the server's link carries 4 MB a round (4 ms); a
+    # worker's own step is 20 ms + push and pull (2 ms): 22 ms
+    assert async_["comm_ms"] == pytest.approx(2.0)
+    assert async_["predicted_img_s"] == pytest.approx(4 * 32 / 0.022)
+
+
+def test_an_engine_without_a_probe_takes_its_baselines_step():
+    """tf-ps and keras-fit skip no synchronization: their compute is the 1-worker baseline's
+    median step (the point names it as add_scaling does); a baseline on other threads, or
+    none, leaves the point out."""
+    from dlscale.perfmodel.validate import Link, compare
+
+    net = Network.from_link(8e9, 0.0)
+    point = _point(backend="tf-ps", pattern="ps-sync", nosync=None, sync_servers=1)
+    point.update(baseline="tf-single x1, 1 thr", baseline_run_ids=["base"])
+    base = _point(backend="tf-single", workers=1, run_id="base", pattern=None)
+    base["metrics"]["step_time_p50_ms"] = 25.0
+    (row,) = compare([point, base], lambda p: Link(net))
+    assert row["compute_ms"] == 25.0 and row["compute_from"] == "tf-single x1, 1 thr step"
+    assert row["predicted_img_s"] == pytest.approx(64 / 0.029)  # 25 ms + 4 ms of push and pull
+    assert compare([{**point, "baseline_threads_differ": True}, base], lambda p: Link(net)) == []
+    assert compare([point], lambda p: Link(net)) == []
 
 
 def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad_one(tmp_path):
@@ -225,8 +285,13 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad
     assert ddp.network.beta_s_per_byte == 1e-9 and ddp.network.alpha_s == 2e-5
     assert "microbench-b" in ddp.said and "8 Gbit/s" in ddp.said and "4.0%" in ddp.said
     assert fitted_for(found, config(backend="torch-ring")).run_id == "microbench-g"
-    # an engine never measured there: the newest of any engine's on the same network
+    # an engine never measured there: the newest of its framework's engines on the same
+    # network (keras-fit on tf-mwms' collectives, though torch-ddp's are newer), else any's
+    store("microbench-t", 1.8, fit, backend="tf-mwms")
+    found = fitted_networks(tmp_path)
+    assert fitted_for(found, config(backend="keras-fit")).run_id == "microbench-t"
     assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
+    assert fitted_for(found, config(backend="mxnet-kv")).run_id == "microbench-b"
     (tmp_path / "microbench-k").mkdir()  # newer, but a parameter server's fit: no ring
     write_json_atomic(tmp_path / "microbench-k" / "microbench.json", "microbench",
                       {"started_at": 8.0, "fit": None, "error": None,
@@ -262,7 +327,7 @@ def test_a_microbench_with_only_a_parameter_server_fit_is_a_network_for_every_st
     assert found.for_strategy("ps-sync") == (Network(3e-4, 1e-9), "ps")
     assert found.for_strategy("ring") == (Network(3e-4, 1e-9), "ps")  # the only fit there is
     assert "microbench-mx (ps fit): alpha 300.0 us, 8 Gbit/s effective" in found.said
-    assert found.link.allreduce == ()  # no measured all-reduce to validate a ring with
+    assert found.link.measured == {}  # no measured all-reduce to validate a ring with
 
 
 def test_the_published_horovod_anchor_as_docs_perfmodel_states_it():
@@ -282,7 +347,7 @@ def test_validation_uses_the_measured_all_reduce_where_the_microbench_measured_i
     from dlscale.perfmodel.validate import Link, compare
 
     net = Network.from_link(1e9, 0.0)
-    link = Link(net, allreduce=((100_000.0, 1e-1), (1_000.0, 1e-3)), processes=2)
+    link = Link(net, {"all_reduce": ((100_000.0, 1e-1), (1_000.0, 1e-3))}, processes=2)
     assert link.allreduce_s(10_000, 2) == pytest.approx(1e-2)  # straight on log-log axes
     assert link.allreduce_s(1_000, 2) == pytest.approx(1e-3)
     assert link.allreduce_s(999, 2) is None and link.allreduce_s(200_000, 2) is None
@@ -291,11 +356,11 @@ def test_validation_uses_the_measured_all_reduce_where_the_microbench_measured_i
     point = {"status": "completed", "run_id": "a", "batch_size_per_worker": 32,
              "config": {"workers": 2, "launcher": "local"},
              "metrics": {"step_time_nosync_p50_ms": 20.0, "gradient_bytes": 10_000,
-                         "throughput_img_s": 2000.0}}  # fmt: skip
+                         "throughput_img_s": 2000.0, "sync_pattern": "ring"}}  # fmt: skip
     (row,) = compare([point], lambda p: link)
-    assert row["allreduce_from"] == "measured" and row["allreduce_ms"] == pytest.approx(10.0)
-    assert row["ring_img_s"] == pytest.approx(64 / 0.030)
+    assert row["comm_from"] == "measured" and row["comm_ms"] == pytest.approx(10.0)
+    assert row["predicted_img_s"] == pytest.approx(64 / 0.030)
     four = {**point, "config": {"workers": 4, "launcher": "local"}}
     (row,) = compare([four], lambda p: link)  # no measurement at 4: the fitted ring
     ring = 2 * 3 / 4 * 10_000 * 8 / 1e9
-    assert row["allreduce_from"] == "fit" and row["allreduce_ms"] == pytest.approx(ring * 1e3)
+    assert row["comm_from"] == "ring fit" and row["comm_ms"] == pytest.approx(ring * 1e3)

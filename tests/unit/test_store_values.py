@@ -208,6 +208,7 @@ def test_compare_gate_names_a_candidate_run_it_cannot_read(tmp_path: Path, kind:
 @pytest.mark.parametrize("kind", ["huge-int-throughput", "finished-far", "eval-history"])
 def test_predict_validate_skips_the_bad_run(tmp_path: Path, kind: str, capsys):
     predictable = {"step_time_nosync_p50_ms": 10.0, "gradient_bytes": 4_000_000}
+    predictable["sync_pattern"] = "ring"
     path = results_with_damage(tmp_path / "res", kind, **predictable)
     code, out, err = cli(
         capsys, "predict", "--validate", tmp_path / "res", "--bandwidth", "1gbit", "--json"
@@ -215,7 +216,7 @@ def test_predict_validate_skips_the_bad_run(tmp_path: Path, kind: str, capsys):
     assert code == 0
     one_warning(err, path, DAMAGE[kind][1])
     kinds = [json.loads(line)["kind"] for line in out.splitlines()]
-    assert kinds == ["validation", "median_abs_error"]
+    assert kinds == ["validation", "engine_median_abs_error", "median_abs_error"]
     absent(DAMAGE[kind][2], out)
 
 

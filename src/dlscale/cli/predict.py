@@ -206,9 +206,9 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     newest microbench (in ``--network-from``, else ``results``) run with the same launcher,
     emulated network and nodes."""
     from dlscale.metrics.scaling import add_scaling
+    from dlscale.perfmodel import validate
     from dlscale.perfmodel.networks import link_lookup
-    from dlscale.perfmodel.validate import STRATEGIES as CHECKED
-    from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors
+    from dlscale.perfmodel.validate import Link, errors_in_words, median_basis
     from dlscale.store.results import RunStore
 
     as_json = args.json
@@ -220,44 +220,60 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
         link_of, sources = link_lookup(fitted_networks(Path(args.network_from or results)))
 
     points = add_scaling(RunStore(results).results())
-    rows = compare(points, link_of)
+    rows = validate.compare(points, link_of)
     if not rows:
         raise UserError(
             f"no point in {results} to check: it needs completed points of 2 workers or more "
-            "whose backend records its compute without synchronization and its gradient's "
-            "bytes (torch-ddp, torch-ring), and a microbench run on the same network "
-            "(dlscale microbench with the same --launcher and --set network/nnodes), or "
-            "--bandwidth"
+            "whose engine names its synchronization (sync_pattern: every multi-worker engine "
+            "but tf-mirrored and PowerSGD) with its compute without synchronization (its no-sync "
+            "probe, or its 1-worker baseline at the same threads in the same store), and a "
+            "microbench run on the same network (dlscale microbench with the same --launcher "
+            "and --set network/nnodes), or --bandwidth"
         )
-    medians = median_errors(rows)
+    medians, engines = validate.median_errors(rows), validate.per_engine(rows)
     if as_json:
         for row in rows:
             print(json.dumps({"kind": "validation", **row}))
+        for engine, errors in engines.items():
+            print(json.dumps({"kind": "engine_median_abs_error", "backend": engine, **errors}))
         print(json.dumps({"kind": "median_abs_error", **medians}))
         return 0
-    table = Table()
-    for column in ("backend", "model", "workers", "network", "measured img/s", "compute ms",
-                   "all-reduce ms"):  # fmt: skip
-        table.add_column(column, justify="right" if "/s" in column or "ms" in column else "left")
-    for strategy in CHECKED:
-        table.add_column(f"{strategy} img/s (error)", justify="right")
-    for row in rows:
-        cells = [cell(row["backend"]), cell(row["model"]) + (" (noisy)" if row["noisy"] else ""),
-                 str(row["workers"]),
-                 cell(row["network"] or row["launcher"]), f"{row['measured_img_s']:,.1f}",
-                 f"{row['compute_ms']:.1f}",
-                 f"{row['allreduce_ms']:.2f} ({row['allreduce_from']})"]  # fmt: skip
-        for strategy in CHECKED:
-            cells.append(f"{row[f'{strategy}_img_s']:,.1f} ({row[f'{strategy}_error']:+.1%})")
-        table.add_row(*cells)
     out = console()
     say(out, f"predicted against measured: {len(rows)} points of {results}", style="bold")
-    out.print(table)
+    out.print(_validation_table(rows))
     for where, said in sources.items():
         say(out, f"network ({where}): {said}", style="dim")
-    for strategy, value in medians.items():
-        say(out, f"median absolute error over {median_basis(rows)}, {strategy}: {value:.1%}")
+    for engine, errors in engines.items():
+        basis = median_basis([r for r in rows if r["backend"] == engine])
+        say(out, f"{engine}: median absolute error {errors_in_words(errors)} over {basis}")
+    every = errors_in_words(medians)
+    say(out, f"every engine: median absolute error {every} over {median_basis(rows)}")
     return 0
+
+
+def _validation_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table()
+    for column in ("backend", "model", "workers", "network", "algorithm", "measured img/s",
+                   "compute ms (from)", "sync ms (from)", "predicted img/s (error)",
+                   "ideal overlap"):  # fmt: skip
+        right = "img/s" in column or "ms" in column or column == "ideal overlap"
+        table.add_column(column, justify="right" if right else "left")
+    for row in rows:
+        algorithm = row["algorithm"] + (f", {row['servers']} srv" if row["servers"] else "")
+        overlap = (
+            f"{row['overlap_img_s']:,.1f} ({row['overlap_error']:+.1%})"
+            if row["overlap_img_s"] is not None
+            else "-"
+        )
+        table.add_row(
+            cell(row["backend"]), cell(row["model"]) + (" (noisy)" if row["noisy"] else ""),
+            str(row["workers"]), cell(row["network"] or row["launcher"]), cell(algorithm),
+            f"{row['measured_img_s']:,.1f}",
+            f"{row['compute_ms']:.1f} ({cell(row['compute_from'])})",
+            f"{row['comm_ms']:.2f} ({row['comm_from']})",
+            f"{row['predicted_img_s']:,.1f} ({row['error']:+.1%})", overlap,
+        )  # fmt: skip
+    return table
 
 
 def fitted_networks(results: Path) -> dict[tuple[Any, ...], Fitted]:

@@ -43,3 +43,22 @@ def async_gradient_scale(rule: str, workers: int) -> float:
             f"async_update must be one of {', '.join(ASYNC_UPDATES)}; got {excerpt(rule)}"
         )
     return 1.0 / workers if rule == "mean" else 1.0
+
+
+SYNC_PATTERNS = {
+    "ring": "an all-reduce of the gradients, as a ring: each worker sends 2(N-1)/N x the "
+    "payload (DDP, Horovod, TensorFlow's collectives, JAX's pmean)",
+    "fsdp": "FSDP with the parameters resharded after forward: two all-gathers of the "
+    "parameters (forward, backward) and a reduce-scatter of the gradients a step",
+    "fsdp-no-reshard": "FSDP keeping the gathered parameters from forward to backward: one "
+    "all-gather of the parameters and a reduce-scatter of the gradients a step",
+    "ps-sync": "synchronous parameter servers: every worker pushes its gradient and pulls the "
+    "parameters through the servers, each round waiting for every worker",
+    "ps-async": "asynchronous parameter servers: each worker pushes and pulls on its own, the "
+    "servers' links shared by every worker",
+}
+"""How an engine synchronizes, as the performance model predicts it
+(:mod:`dlscale.perfmodel.engines`): an engine names its pattern in its strategy facts under
+:data:`PATTERN_FACT` (and a parameter server its servers under ``servers``); the run's
+``sync_pattern`` and ``sync_servers`` metrics say it (docs/metrics.md)."""
+PATTERN_FACT = "pattern"

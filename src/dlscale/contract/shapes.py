@@ -140,6 +140,8 @@ METRICS: dict[str, Shape] = {
     "bytes_sent_per_step_model": BYTES,
     "bytes_sent_per_step_counted": BYTES,
     "gradient_bytes": count("bytes"),
+    "sync_pattern": TEXT,
+    "sync_servers": count("servers"),
     "staleness_mean": number("updates"),
     "staleness_p50": number("updates"),
     "staleness_max": count("updates"),

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.contract.algorithms import PATTERN_FACT, SYNC_PATTERNS
 from dlscale.contract.records import (
     Environment,
     Eval,
@@ -323,12 +324,24 @@ def _bytes(per_rank: dict[int, Events], measure: list[dict[str, Any]]) -> dict[s
         out["bytes_sent_per_step_model"] = strategy.bytes_sent_per_step_model
         out["gradient_bytes"] = strategy.gradient_bytes
         out["traces"] = list(strategy.traces)
+        out.update(_pattern(strategy.facts))
     counted = [w for w in measure if w["bytes_sent"] is not None]
     if counted and per_rank:
         total = sum(w["bytes_sent"] for w in counted)
         steps = sum(w["steps"] for w in counted)
         out["bytes_sent_per_step_counted"] = total / (steps * len(per_rank))
     return out
+
+
+def _pattern(facts: dict[str, Any]) -> dict[str, Any]:
+    """The synchronization pattern the engine named (``sync_pattern``; one the performance
+    model knows, else none) and a parameter server's servers (``sync_servers``)."""
+    pattern = facts.get(PATTERN_FACT)
+    if pattern not in SYNC_PATTERNS:
+        return {}
+    servers = facts.get("servers")
+    ps = pattern.startswith("ps-") and isinstance(servers, int) and servers >= 1
+    return {"sync_pattern": pattern, "sync_servers": servers if ps else None}
 
 
 def _staleness(others: dict[int, Events]) -> dict[str, Any]:

@@ -8,6 +8,9 @@ as in the emulated networks of :mod:`dlscale.launchers.network`.
 
 - **ring all-reduce** (reduce-scatter, then all-gather, around a ring; Patarasuk and Yuan 2009:
   bandwidth-optimal): ``2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma``.
+- **all-gather** and **reduce-scatter** (each one half of the ring): ``(p-1) alpha +
+  (p-1)/p n beta`` (the reduce-scatter adds ``(p-1)/p n gamma``); ``n`` the gathered output or
+  the scattered input, as the microbench counts them.
 - **tree all-reduce** (a binomial tree's reduce, then its broadcast, whole messages, no
   pipelining): ``2 ceil(log2 p) (alpha + n beta) + ceil(log2 p) n gamma``. Latency grows with
   log p, not p, but every level carries the whole gradient: it beats the ring only while
@@ -55,6 +58,17 @@ def ring_allreduce_s(n: float, p: int, net: Network) -> float:
         + 2 * share * n * net.beta_s_per_byte
         + share * n * net.gamma_s_per_byte
     )
+
+
+def ring_half_s(n: float, p: int, net: Network, *, reduces: bool) -> float:
+    """One half of a ring all-reduce on its own: an all-gather of an ``n``-byte output, or a
+    reduce-scatter of an ``n``-byte input (``reduces``): ``(p-1) alpha + (p-1)/p n beta``
+    (``+ (p-1)/p n gamma`` for the reduce-scatter). FSDP's collectives."""
+    if p <= 1:
+        return 0.0
+    share = (p - 1) / p
+    reduced = share * n * net.gamma_s_per_byte if reduces else 0.0
+    return (p - 1) * net.alpha_s + share * n * net.beta_s_per_byte + reduced
 
 
 def tree_allreduce_s(n: float, p: int, net: Network) -> float:

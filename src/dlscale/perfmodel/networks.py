@@ -35,12 +35,7 @@ class Fitted:
     def for_strategy(self, strategy: str) -> tuple[Network, str]:
         """The network that predicts ``strategy`` (the first of its patterns' fits that the run
         has, else ``network``: the ring's where it has one) and which fit it is."""
-        from dlscale.perfmodel.fit import USED_BY
-
-        for pattern in USED_BY.get(strategy, ("ring",)):
-            if pattern in self.patterns:
-                return self.patterns[pattern], pattern
-        return self.network, self.pattern
+        return self.link.fit_for(strategy)
 
 
 def microbench_runs(
@@ -125,20 +120,34 @@ def fitted_networks(
             f"{network.bandwidth_bit_s / 1e9:.3g} Gbit/s effective, fit's median error "
             f"{error_words}"
         )
-        measured = tuple(
-            (float(row["bytes"]), float(row["time_s"]))
-            for row in run.get("rows") or []
-            if isinstance(row, dict) and row.get("collective") == "all_reduce"
-            and finite_number(row.get("bytes")) and finite_number(row.get("time_s"))
-            and row["bytes"] > 0 and row["time_s"] > 0
-        )  # fmt: skip
         processes = int(run["processes"]) if finite_number(run.get("processes")) else 0
-        link = Link(network, measured, processes)
         patterns = {name: net for name, fit in fits.items() if (net := stored_fit(fit)) is not None}
+        link = Link(network, measured_rows(run), processes, patterns, pattern)
         found[key] = Fitted(
             network, said, float(run["started_at"]), run["run_id"], link, patterns, pattern
         )
     return found
+
+
+def measured_rows(run: dict[str, Any]) -> dict[str, tuple[tuple[float, float], ...]]:
+    """A microbench run's usable (bytes, seconds) rows by collective; a parameter server's
+    push and pull as ``ps_pushpull/<servers>`` (its time depends on how many served)."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for row in run.get("rows") or []:
+        if not (
+            isinstance(row, dict) and isinstance(row.get("collective"), str)
+            and finite_number(row.get("bytes")) and finite_number(row.get("time_s"))
+            and row["bytes"] > 0 and row["time_s"] > 0
+        ):  # fmt: skip
+            continue
+        name = row["collective"]
+        if name == "ps_pushpull":
+            servers = row.get("servers")
+            if not (isinstance(servers, int) and servers >= 1):
+                continue
+            name = f"ps_pushpull/{servers}"
+        found.setdefault(name, []).append((float(row["bytes"]), float(row["time_s"])))
+    return {name: tuple(rows) for name, rows in found.items()}
 
 
 def stored_fits(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -182,15 +191,28 @@ def stored_fit(fit: Any) -> Network | None:
 
 def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) -> Fitted | None:
     """The fit for a run of ``config``: its own engine's on its network (launcher, emulated
-    network, nodes) if a microbench measured it, else the newest ring fit of any engine's
-    there."""
+    network, nodes) if a microbench measured it, else the newest ring fit of an engine of its
+    framework there (keras-fit on tf-mwms' collectives), else of any engine's there."""
     key = network_key(config)
-    own = fitted.get((plain_key(config.get("backend")), *key))
+    backend = plain_key(config.get("backend"))
+    own = fitted.get((backend, *key))
     if own is not None:
         return own
     # another engine's all-reduce stands in for it, never another pattern (a kvstore's ps)
     others = [found for k, found in fitted.items() if k[1:] == key and found.pattern == "ring"]
-    return max(others, key=lambda found: found.started_at, default=None)
+    kin = [f for k, f in fitted.items() if f in others and _framework(k[0]) == _framework(backend)]
+    return max(kin or others, key=lambda found: found.started_at, default=None)
+
+
+def _framework(backend: Any) -> str | None:
+    """The framework of a registered backend (``None``: unknown here)."""
+    from dlscale.contract.backends import BACKENDS
+
+    return (
+        BACKENDS.get(backend).framework
+        if isinstance(backend, str) and backend in BACKENDS
+        else None
+    )
 
 
 def link_lookup(

@@ -1,30 +1,42 @@
-"""The model's predictions beside measured points: how far off it is.
+"""The model's predictions beside measured points: how far off it is, engine by engine.
 
-For every completed point with 2 workers or more that records the two things the model needs
-from it, its compute without synchronization (``step_time_nosync_p50_ms``, the no-sync probe's
-median step at the same scale, so the contention of the ranks on the machine is in it) and its
-gradient's bytes, the point's throughput is predicted on the given network for a ring
-all-reduce without and with the ideal overlap (:mod:`.predict`), and compared with the
-measured one: error = predicted / measured - 1. The all-reduce's time is the one a microbench
-measured on that network at the point's worker count, interpolated on log-log axes between the
-two sizes around the gradient's, where there is one; else the fitted ring cost. The two
-strategies bound what bucketed overlap gives, so the measured point should lie between them;
-the median of the absolute errors over the points says how well the model holds here.
+Every completed point of 2 workers or more whose engine named how it synchronizes
+(``sync_pattern``: ring, fsdp, fsdp-no-reshard, ps-sync, ps-async; docs/metrics.md) is
+predicted on that algorithm (:mod:`.engines`) and compared with its measured throughput:
+error = predicted / measured - 1. What the prediction takes:
+
+- **compute**: the point's own no-sync probe (``step_time_nosync_p50_ms``: its median step
+  without synchronization at the same scale, so the ranks' contention is in it) where its
+  engine can skip synchronization; else the median step of its baseline (its framework's
+  1-worker reference point with the same settings and threads per worker, from the same
+  store: :mod:`dlscale.metrics.scaling`). Each row says which (``compute_from``).
+- **the payload**: the gradient's bytes; for a ring, the bytes the engine's model says one
+  worker sends, undone to the payload (a compressed gradient's fp16 copy).
+- **the network**: the collectives a microbench measured there at the point's worker count,
+  interpolated on log-log axes between the two sizes around the payload (``comm_from``:
+  ``measured``), else the fitted cost of the pattern (``fit``).
+
+A ring or FSDP point is also predicted with the ideal overlap of its collectives with backward
+(``overlap_error``): the two bound what bucketed overlap gives. The median of the absolute
+errors over the points, per engine and over all, says how well the model holds here.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.predict import Profile, comm_s, step_s
+from dlscale.perfmodel.engines import OVERLAPS, Comm, pattern_comm, pattern_step
+from dlscale.perfmodel.predict import Profile
 
-STRATEGIES = ("ring", "ring-overlap")
+MEASURES = ("error", "overlap_error")
+"""The errors each row has (``overlap_error``: ``None`` where the pattern does not overlap)."""
+Rows = tuple[tuple[float, float], ...]
 
 
 def network_key(config: dict[str, Any]) -> tuple[Any, ...]:
@@ -48,80 +60,164 @@ def plain_key(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Link:
-    """A network as validation sees it: its fitted costs and, where a microbench measured the
-    all-reduce with ``processes`` ranks, its (bytes, seconds) rows."""
+    """A network as validation sees it: its fitted costs (``network``, the ring's where a
+    microbench fitted one; ``patterns``: every pattern's fit) and, where a microbench measured
+    collectives with ``processes`` ranks, their (bytes, seconds) rows by collective
+    (``ps_pushpull/<servers>`` for a parameter server's push and pull)."""
 
     network: Network
-    allreduce: tuple[tuple[float, float], ...] = ()
+    measured: Mapping[str, Rows] = field(default_factory=dict)
     processes: int = 0
+    patterns: Mapping[str, Network] = field(default_factory=dict)
+    pattern: str = "ring"
+    """The pattern whose fit ``network`` is."""
 
-    def allreduce_s(self, n: float, p: int) -> float | None:
-        """The measured all-reduce of ``n`` bytes on ``p`` ranks, interpolated between the two
-        nearest sizes on log-log axes; ``None`` outside what was measured."""
-        if p != self.processes or len(self.allreduce) < 2:
+    def measured_s(self, collective: str, n: float, p: int) -> float | None:
+        """The measured ``collective`` of ``n`` bytes on ``p`` ranks, interpolated between the
+        two nearest sizes on log-log axes; ``None`` outside what was measured."""
+        rows = self.measured.get(collective, ())
+        if p != self.processes or len(rows) < 2:
             return None
-        sizes, times = zip(*sorted(self.allreduce), strict=True)
+        sizes, times = zip(*sorted(rows), strict=True)
         if not sizes[0] <= n <= sizes[-1]:
             return None
         return float(np.exp(np.interp(np.log(n), np.log(sizes), np.log(times))))
+
+    def allreduce_s(self, n: float, p: int) -> float | None:
+        return self.measured_s("all_reduce", n, p)
+
+    def fit_for(self, strategy: str) -> tuple[Network, str]:
+        """The network that predicts ``strategy`` (the first of its patterns' fits that the
+        microbench has, else ``network``) and which fit it is."""
+        from dlscale.perfmodel.fit import USED_BY
+
+        for pattern in USED_BY.get(strategy, ("ring",)):
+            if pattern in self.patterns:
+                return self.patterns[pattern], pattern
+        return self.network, self.pattern
+
+
+def _compute(point: dict[str, Any], by_run: dict[str, dict[str, Any]]) -> tuple[float, str] | None:
+    """The point's step without synchronization (ms) and where it comes from."""
+    metrics = point.get("metrics") or {}
+    if metrics.get("step_time_nosync_p50_ms"):
+        return float(metrics["step_time_nosync_p50_ms"]), "no-sync probe"
+    base_ids = point.get("baseline_run_ids") or []
+    base = next((by_run[r] for r in base_ids if r in by_run), None)
+    if base is None or point.get("baseline_threads_differ"):
+        return None
+    step = (base.get("metrics") or {}).get("step_time_p50_ms")
+    if not step:
+        return None
+    return float(step), f"{point.get('baseline') or base['config'].get('backend')} step"
+
+
+def _payload(metrics: dict[str, Any], pattern: str, p: int) -> float:
+    """The bytes one collective carries: the gradient's; a ring's from the bytes its engine
+    says one worker sends (``2(p-1)/p`` x the payload), so a compressed copy counts as sent."""
+    sent = metrics.get("bytes_sent_per_step_model")
+    if pattern == "ring" and sent:
+        return float(sent) * p / (2 * (p - 1))
+    return float(metrics["gradient_bytes"])
 
 
 def compare(
     points: list[dict[str, Any]], link_of: Callable[[dict[str, Any]], Link | None]
 ) -> list[dict[str, Any]]:
     """The rows of every point the model can predict; ``link_of(point)``: the network it ran
-    on (``None``: unknown, the point is left out)."""
+    on (``None``: unknown, the point is left out). ``points`` as :func:`add_scaling` gives
+    them (each point names its baseline's runs, looked up among the same points)."""
+    by_run = {run_id: p for p in points for run_id in (p.get("run_ids") or [p.get("run_id")])}
     rows = []
     for point in points:
         metrics, config = point.get("metrics") or {}, point.get("config") or {}
         workers = int(config.get("workers") or 0)
-        nosync = metrics.get("step_time_nosync_p50_ms")
-        gradient = metrics.get("gradient_bytes")
-        measured = metrics.get("throughput_img_s")
+        pattern, measured = metrics.get("sync_pattern"), metrics.get("throughput_img_s")
         batch = point.get("batch_size_per_worker")
-        if point.get("status") != "completed" or workers < 2:
+        if point.get("status") != "completed" or workers < 2 or pattern is None:
             continue
-        if not (nosync and gradient and measured and batch):
+        compute = _compute(point, by_run)
+        if not (compute and metrics.get("gradient_bytes") and measured and batch):
             continue
         link = link_of(point)
         if link is None:
             continue
-        profile = Profile(compute_s=nosync / 1e3, batch=int(batch), gradient_bytes=gradient)
-        measured_comm = link.allreduce_s(gradient, workers)
-        comm = measured_comm if measured_comm is not None else comm_s(profile, "ring", workers,
-                                                                     link.network)  # fmt: skip
-        row: dict[str, Any] = {
-            "run_id": point.get("run_id"),
-            "backend": config.get("backend"),
-            "model": config.get("model"),
-            "workers": workers,
-            "launcher": config.get("launcher"),
-            "network": network_key(config)[1],
-            "measured_img_s": measured,
-            "measured_step_ms": metrics.get("step_time_p50_ms"),
-            "compute_ms": nosync,
-            "noisy": bool(metrics.get("noisy")),
-            "allreduce_ms": comm * 1e3,
-            "allreduce_from": "measured" if measured_comm is not None else "fit",
-        }
-        for strategy in STRATEGIES:
-            step = step_s(profile, strategy, workers, link.network, comm=comm)
-            predicted = workers * profile.batch / step
-            row[f"{strategy}_img_s"] = predicted
-            row[f"{strategy}_error"] = predicted / measured - 1
-        rows.append(row)
+        payload = _payload(metrics, pattern, workers)
+        profile = Profile(compute_s=compute[0] / 1e3, batch=int(batch), gradient_bytes=payload)
+        servers = int(metrics.get("sync_servers") or 1)
+        comm = pattern_comm(pattern, payload, workers, servers, link)
+        rows.append(
+            _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
+        )
     return rows
 
 
-def median_errors(rows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Each strategy's median absolute error over the rows the noise guard did not flag
-    (other processes used the machine during their windows: docs/metrics.md, "Noise guard"),
-    or over all rows when every one is flagged; ``None`` without rows."""
-    quiet = [r for r in rows if not r.get("noisy")] or rows
-    return {
-        s: statistics.median(abs(r[f"{s}_error"]) for r in quiet) if quiet else None
-        for s in STRATEGIES
+def _row(
+    point: dict[str, Any],
+    pattern: str,
+    compute: tuple[float, str],
+    comm: Comm,
+    profile: Profile,
+    workers: int,
+    servers: int,
+    link: Link,
+    measured: float,
+) -> dict[str, Any]:
+    config, metrics = point["config"], point.get("metrics") or {}
+    row: dict[str, Any] = {
+        "run_id": point.get("run_id"),
+        "backend": config.get("backend"),
+        "model": config.get("model"),
+        "workers": workers,
+        "launcher": config.get("launcher"),
+        "network": network_key(config)[1],
+        "algorithm": pattern,
+        "servers": servers if pattern.startswith("ps-") else None,
+        "measured_img_s": measured,
+        "measured_step_ms": metrics.get("step_time_p50_ms"),
+        "compute_ms": compute[0],
+        "compute_from": compute[1],
+        "noisy": bool(metrics.get("noisy")),
+        "comm_ms": comm.seconds * 1e3,
+        "comm_from": comm.source,
     }
+    for name, overlap in (("", False), ("overlap_", True)):
+        if overlap and pattern not in OVERLAPS:
+            row[f"{name}img_s"] = row[f"{name}error"] = None
+            continue
+        step = pattern_step(pattern, profile, comm.seconds, workers, servers, link, overlap)
+        predicted = workers * profile.batch / step
+        row["predicted_img_s" if not overlap else "overlap_img_s"] = predicted
+        row[f"{name}error"] = predicted / measured - 1
+    return row
+
+
+def median_errors(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The median absolute error (``error``) and with ideal overlap (``overlap_error``) over
+    the rows the noise guard did not flag (other processes used the machine during their
+    windows: docs/metrics.md, "Noise guard"), or over all rows when every one is flagged;
+    ``None`` without rows that have it."""
+    quiet = [r for r in rows if not r.get("noisy")] or rows
+    out: dict[str, float | None] = {}
+    for measure in MEASURES:
+        values = [abs(r[measure]) for r in quiet if r.get(measure) is not None]
+        out[measure] = statistics.median(values) if values else None
+    return out
+
+
+def per_engine(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """:func:`median_errors` of each engine's rows (by backend), in the rows' order."""
+    engines = dict.fromkeys(str(r["backend"]) for r in rows)
+    return {e: median_errors([r for r in rows if str(r["backend"]) == e]) for e in engines}
+
+
+def errors_in_words(medians: dict[str, float | None]) -> str:
+    """``4.3% (ideal overlap 2.1%)``: the median without overlap and, where there is one, with
+    the ideal overlap."""
+    said = f"{medians['error']:.1%}" if medians["error"] is not None else "none"
+    if medians["overlap_error"] is not None:
+        said += f" (ideal overlap {medians['overlap_error']:.1%})"
+    return said
 
 
 def median_basis(rows: list[dict[str, Any]]) -> str:

@@ -9,7 +9,14 @@ from typing import Any
 
 from dlscale.perfmodel.costs import ring_allreduce_s
 from dlscale.perfmodel.networks import finite_number, stored_fit
-from dlscale.perfmodel.validate import Link, compare, median_basis, median_errors
+from dlscale.perfmodel.validate import (
+    Link,
+    compare,
+    errors_in_words,
+    median_basis,
+    median_errors,
+    per_engine,
+)
 from dlscale.report.series import Figure, Row, Series, by_series
 
 LinkOf = Callable[[Row], Link | None]
@@ -18,25 +25,26 @@ _DRAWN = ("bytes", "time_s", "busbw_bytes_s")
 
 def predictable(rows: list[Row]) -> list[Row]:
     """Completed points the model could predict, given the network they ran on: 2 workers or
-    more, with their compute without synchronization and their gradient's bytes."""
+    more whose engine named its synchronization (``sync_pattern``) and recorded its
+    gradient's bytes (their compute: their no-sync probe or their baseline's step)."""
     return [
         r
         for r in rows
         if r["status"] == "completed"
         and r["config"]["workers"] >= 2
-        and (r.get("metrics") or {}).get("step_time_nosync_p50_ms")
+        and (r.get("metrics") or {}).get("sync_pattern")
         and (r.get("metrics") or {}).get("gradient_bytes")
     ]
 
 
 def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Figure | None:
-    """Each predictable point's measured throughput beside the model's ring all-reduce
-    predicted from the point's own compute on its network (its error bar reaching up to the
-    ideal overlap), one pair of bars per point. ``sources``: each network's words."""
-    compared = {row["run_id"]: row for row in compare(predictable(rows), link_of)}
+    """Each predictable point's error on its own engine's algorithm, predicted from its own
+    compute on its network (where the algorithm overlaps, a second bar with the ideal
+    overlap), one group of bars per point. ``sources``: each network's words."""
+    compared = {row["run_id"]: row for row in compare(rows, link_of)}
     if not compared:
         return None
-    labels, ring, overlap, flags = [], [], [], []
+    labels, plain, overlap, flags = [], [], [], []
     for name, group in by_series(rows).items():
         for row in group:
             c = compared.get(row["run_id"])
@@ -44,17 +52,25 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
                 continue
             label = f"{name} x{row['config']['workers']}" + (" (noisy)" if c["noisy"] else "")
             labels.append(label)
-            ring.append(c["ring_error"])
-            overlap.append(c["ring-overlap_error"])
-            flags.append(
-                f"{label}: measured {c['measured_img_s']:,.1f} img/s; ring predicts "
-                f"{c['ring_img_s']:,.1f} ({c['ring_error']:+.1%}), with ideal overlap "
-                f"{c['ring-overlap_img_s']:,.1f} ({c['ring-overlap_error']:+.1%})"
+            plain.append(c["error"])
+            overlap.append(c["overlap_error"])
+            with_overlap = (
+                f", with ideal overlap {c['overlap_img_s']:,.1f} ({c['overlap_error']:+.1%})"
+                if c["overlap_img_s"] is not None
+                else ""
             )
-    medians = median_errors(list(compared.values()))
+            flags.append(
+                f"{label}: measured {c['measured_img_s']:,.1f} img/s; {c['algorithm']} "
+                f"predicts {c['predicted_img_s']:,.1f} ({c['error']:+.1%}){with_overlap}; "
+                f"compute from its {c['compute_from']}, synchronization {c['comm_from']}"
+            )
+    chosen = list(compared.values())
+    for engine, errors in per_engine(chosen).items():
+        basis = median_basis([c for c in chosen if c["backend"] == engine])
+        flags.append(f"{engine}: median absolute error {errors_in_words(errors)} over {basis}")
     flags.append(
-        f"median absolute error over {median_basis(list(compared.values()))}: ring "
-        f"{medians['ring']:.1%}, ideal overlap {medians['ring-overlap']:.1%}"
+        f"every engine: median absolute error {errors_in_words(median_errors(chosen))} over "
+        f"{median_basis(chosen)}"
     )
     networks = "; ".join(f"{where}: {said}" for where, said in sources.items())
     return Figure(
@@ -63,16 +79,19 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
         x_label="",
         y_label="predicted / measured throughput - 1",
         series=[
-            Series(name="ring all-reduce, no overlap", x=labels, y=ring, kind="bar"),
-            Series(name="ring, ideal overlap with backward", x=labels, y=overlap, kind="bar"),
+            Series(name="its own algorithm, no overlap", x=labels, y=plain, kind="bar"),
+            Series(name="ideal overlap with backward", x=labels, y=overlap, kind="bar"),
         ],
         x_categorical=True,
         y_percent=True,
         flags=flags,
-        note="Each point's throughput predicted by dlscale's model (docs/perfmodel.md) from its "
-        "own compute without synchronization (its no-sync probe) and its gradient's bytes, on "
+        note="Each point's throughput predicted by dlscale's model (docs/perfmodel.md) on its "
+        "engine's own algorithm (ring all-reduce, FSDP's all-gathers and reduce-scatter, "
+        "parameter servers sync or async) from its own compute without synchronization (its "
+        "no-sync probe, else its 1-worker baseline's step) and its gradient's bytes, on "
         f"the network a microbench measured there ({networks}). 0 is exact; above 0 the model "
-        "is too optimistic. The measured point should lie between the two bounds.",
+        "is too optimistic. Where the algorithm overlaps, the measured point should lie "
+        "between the two bars.",
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.errors import UserError
 from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV, HorovodCommon
 from dlscale.runtime.context import WorkerContext
@@ -78,6 +79,7 @@ class HorovodSession:
             },
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
             "cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
+            PATTERN_FACT: "ring",
             "traces": [TIMELINE] if cfg.typed(HorovodCommon).horovod_timeline else [],
         }
 

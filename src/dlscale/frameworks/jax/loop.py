@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.engine import SyncStrategy
 from dlscale.contract.frameworks import FRAMEWORKS
@@ -125,6 +126,8 @@ class JaxEngine(ModelledSyncEngine):
             "weights": "torch",
             "flax_api": "linen",
         }
+        if self.synchronizes:
+            facts[PATTERN_FACT] = "ring"
         facts["compile_s"] = self._compile()
         payload = 2 * (workers - 1) / workers * gradient if self.synchronizes else None
         self.declare_payload(ctx, gradient, payload, facts)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from dlscale.contract.algorithms import async_gradient_scale
+from dlscale.contract.algorithms import PATTERN_FACT, async_gradient_scale
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import Server, Staleness
 from dlscale.frameworks.mxnet.declare import KVOptions, MXLoopOptions
@@ -93,6 +93,7 @@ class KVStrategy(MXStrategy):
                 algorithm="parameter server (ps-lite): push every gradient, pull every parameter",
                 servers=cfg.typed(KVOptions).num_servers,
                 mode="async" if self.asynchronous else "sync",
+                **{PATTERN_FACT: "ps-async" if self.asynchronous else "ps-sync"},
                 update_on_kvstore=True,
             )
             if self.asynchronous:

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from dlscale.contract.algorithms import async_gradient_scale
+from dlscale.contract.algorithms import PATTERN_FACT, async_gradient_scale
 from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
 from dlscale.frameworks.tensorflow.declare import TFPSOptions
@@ -119,6 +119,8 @@ class PSEngine(Engine):
                     "strategy": "ParameterServerStrategy",
                     "algorithm": "asynchronous parameter server (TF2 ClusterCoordinator)",
                     "ps_tasks": cfg.typed(TFPSOptions).num_ps,
+                    PATTERN_FACT: "ps-async",
+                    "servers": cfg.typed(TFPSOptions).num_ps,
                     "async_update": cfg.typed(TFPSOptions).async_update,
                     "variables_per_ps": self._variables_per_ps(),
                     "weights": initial_weights(cfg),

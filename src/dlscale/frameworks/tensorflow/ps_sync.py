@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.engine import SyncStrategy
 from dlscale.contract.errors import UserError
 from dlscale.contract.frameworks import FRAMEWORKS
@@ -129,6 +130,8 @@ class SyncPSEngine(ModelledSyncEngine):
                 "algorithm": "synchronous parameter server (TF1 SyncReplicasOptimizer): each "
                 "update the mean of one gradient from every worker, checked by step tokens",
                 "ps_tasks": options.num_ps,
+                PATTERN_FACT: "ps-sync",
+                "servers": options.num_ps,
                 "replicas_to_aggregate": cfg.workers,
                 "weights": initial_weights(cfg),
             },

@@ -21,6 +21,7 @@ import json
 import os
 from typing import Any
 
+from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.comm_bytes import ring_bytes_mean
 from dlscale.contract.errors import UserError
 from dlscale.frameworks.tensorflow.declare import MWMSOptions
@@ -89,6 +90,7 @@ class MultiWorker(TFStrategy):
             "algorithm": f"TensorFlow collective all-reduce ({self.collective}), modelled as a "
             "ring: 2(N-1)/N x payload",
             "collective": self.collective,
+            PATTERN_FACT: "ring",
         }
 
 

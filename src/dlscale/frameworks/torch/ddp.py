@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
+from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.comm_bytes import ring_bytes_mean
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
@@ -104,12 +105,13 @@ class DDPStrategy(TorchStrategy):
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
         options = ctx.config.typed(DDPOptions)
-        if options.compression == "powersgd":
+        if options.compression == "powersgd":  # low-rank factors: no pattern of the model
             return {"compression": "powersgd", "powersgd_rank": options.powersgd_rank}
         payload = gradient_bytes(model) * _CAST_HOOKS[options.compression][1]
         return {
             "bytes_sent_per_step_model": round(ring_bytes_mean(round(payload), self.world)),
             "algorithm": "library all-reduce, modelled as a ring: 2(N-1)/N x payload",
+            PATTERN_FACT: "ring",
         }
 
     def finish(self) -> None:

@@ -37,6 +37,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
     DefaultReduceScatter,
 )
 
+from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,
@@ -138,6 +139,7 @@ class FSDPStrategy(TorchStrategy):
             "algorithm": f"FSDP2: {gathers} all-gather(s) of the parameters and a "
             "reduce-scatter of the gradients a step, modelled as rings: (N-1)/N x each payload",
             "reshard_after_forward": reshard,
+            PATTERN_FACT: "fsdp" if reshard else "fsdp-no-reshard",
             "units": sum(isinstance(m, FSDPModule) for m in model.modules()),
         }
 

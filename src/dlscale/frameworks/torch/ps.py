@@ -57,7 +57,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dlscale.contract.algorithms import async_gradient_scale
+from dlscale.contract.algorithms import PATTERN_FACT, async_gradient_scale
 from dlscale.contract.records import Server, Staleness
 from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch import ps_shards
@@ -204,6 +204,7 @@ class PSStrategy(TorchStrategy):
             "algorithm": "parameter server: push gradient + pull parameters of every shard",
             "servers": len(self.shards),
             "mode": options.ps_mode,
+            PATTERN_FACT: f"ps-{options.ps_mode}",
             "shard_bytes": [shard.nbytes for shard in self.shards],
         }
         if options.ps_mode == "async":

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.torch.loop import TorchStrategy, init_process_group, run_training
 from dlscale.frameworks.torch.options import RingOptions
@@ -92,6 +93,7 @@ class RingStrategy(TorchStrategy):
             "buckets": len(self.fusion.buckets),
             "compression": ctx.config.typed(RingOptions).compression,
             "algorithm": "ring reduce-scatter + all-gather, 2(N-1) steps",
+            PATTERN_FACT: "ring",
         }
 
     def teardown(self, completed: bool = True) -> None:

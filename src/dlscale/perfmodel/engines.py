@@ -1,0 +1,88 @@
+"""A step of an engine predicted on its own algorithm (its ``sync_pattern``,
+:data:`dlscale.contract.algorithms.SYNC_PATTERNS`) on a network as validation sees it (a
+:class:`~.validate.Link`: the collectives a microbench measured there, else their fitted
+costs), with ``n`` payload bytes, ``p`` workers and ``k`` servers:
+
+- ``ring``: the all-reduce of ``n`` (measured ``all_reduce``, else the ring's cost);
+- ``fsdp``: two all-gathers and a reduce-scatter of ``n`` (measured, else each half a ring);
+  ``fsdp-no-reshard``: one all-gather and a reduce-scatter;
+- ``ps-sync``: push and pull through ``k`` servers (measured ``ps_pushpull`` with ``k``
+  servers, else :func:`~.costs.ps_sync_s`);
+- ``ps-async``: a worker's own push and pull, unless the servers' links carry more
+  (:func:`~.costs.ps_async_step_s`).
+
+A step is compute + synchronization; with ``overlap`` (the patterns of :data:`OVERLAPS`, whose
+collectives run while backward computes: DDP's and Horovod's buckets, FSDP's prefetch) it is
+``forward + max(backward, synchronization)``, the ideal overlap (:func:`~.predict.step_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dlscale.perfmodel import costs
+from dlscale.perfmodel.predict import Profile, step_s
+
+if TYPE_CHECKING:
+    from dlscale.perfmodel.validate import Link
+
+OVERLAPS = ("ring", "fsdp", "fsdp-no-reshard")
+"""The patterns whose collectives can run while backward computes."""
+_GATHERS = {"fsdp": 2, "fsdp-no-reshard": 1}
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One step's synchronization: its seconds and where they come from (``measured``: a
+    microbench's rows; else the fit that priced it, e.g. ``ring fit``)."""
+
+    seconds: float
+    source: str
+
+
+def pattern_comm(pattern: str, n: float, p: int, servers: int, link: Link) -> Comm:
+    """The synchronization of one step of ``pattern`` (see the module's table)."""
+    if pattern == "ring":
+        measured = link.measured_s("all_reduce", n, p)
+        if measured is not None:
+            return Comm(measured, "measured")
+        net, fit = link.fit_for("ring")
+        return Comm(costs.ring_allreduce_s(n, p, net), f"{fit} fit")
+    if pattern in _GATHERS:
+        gathers = _GATHERS[pattern]
+        gather = link.measured_s("all_gather", n, p)
+        scatter = link.measured_s("reduce_scatter", n, p)
+        if gather is not None and scatter is not None:
+            return Comm(gathers * gather + scatter, "measured")
+        net, fit = link.fit_for("ring")
+        halves = gathers * costs.ring_half_s(n, p, net, reduces=False)
+        return Comm(halves + costs.ring_half_s(n, p, net, reduces=True), f"{fit} fit")
+    if pattern == "ps-sync":
+        measured = link.measured_s(f"ps_pushpull/{servers}", n, p)
+        if measured is not None:
+            return Comm(measured, "measured")
+        net, fit = link.fit_for("ps-sync")
+        return Comm(costs.ps_sync_s(n, p, servers, net), f"{fit} fit")
+    if pattern == "ps-async":
+        net, fit = link.fit_for("ps-async")
+        return Comm(2 * net.alpha_s + 2 * n * net.beta_s_per_byte, f"{fit} fit")
+    raise ValueError(f"no prediction for the pattern {pattern!r}")
+
+
+def pattern_step(
+    pattern: str,
+    profile: Profile,
+    comm: float,
+    p: int,
+    servers: int,
+    link: Link,
+    overlap: bool = False,
+) -> float:
+    """One step's seconds: compute and ``comm`` (:func:`pattern_comm`) as ``pattern`` joins
+    them; ``overlap`` for the ideal overlap of :data:`OVERLAPS`' collectives with backward."""
+    if pattern == "ps-async":
+        net, _ = link.fit_for("ps-async")
+        return costs.ps_async_step_s(profile.compute_s, profile.gradient_bytes, p, servers, net)
+    joined = "ring-overlap" if overlap and pattern in OVERLAPS else "ring"
+    return step_s(profile, joined, p, link.network, comm=comm)
