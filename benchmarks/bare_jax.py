@@ -1,8 +1,8 @@
 """A bare JAX training loop: the reference jax-single's harness overhead is measured against.
 
 What a JAX user writes: the Flax model, a ``jax.jit`` step (``value_and_grad``, optax's SGD with
-momentum), a constant batch, configured as a dlscale JAX process is (one CPU device; with one
-thread, XLA's CPU client on the calling thread). No loss is read inside the timed loop (dlscale
+momentum), a constant batch, configured as a dlscale JAX process is (one CPU device; with fewer
+threads than CPUs, pinned to that many). No loss is read inside the timed loop (dlscale
 reads a window's losses after its clock stops), so the reference is as fast as JAX's
 asynchronous dispatch lets it be. Prints one JSON line: {"throughput_img_s": ...}.
 """
