@@ -186,6 +186,7 @@ def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
     net = Network.from_link(8e9, 0.0)  # 1 ns a byte: the ring moves 1 MB in 1 ms at 2 workers
     points = [_point(), _point(workers=1), _point(status="failed"), _point(gradient=None), _point()]
     points.append(_point(pattern=None))  # an engine that names no pattern: not predicted
+    points.append(_point(pattern="<b>ring</b>"))  # nor one the model does not know
     rows = compare(points, lambda point: Link(net))
     assert compare(points, lambda point: None) == []  # no network known: nothing predicted
     assert len(rows) == 2  # 1 worker, failed and incomplete points are not predicted
@@ -255,6 +256,17 @@ def test_an_engine_without_a_probe_takes_its_baselines_step():
     assert row["predicted_img_s"] == pytest.approx(64 / 0.029)  # 25 ms + 4 ms of push and pull
     assert compare([{**point, "baseline_threads_differ": True}, base], lambda p: Link(net)) == []
     assert compare([point], lambda p: Link(net)) == []
+    # a ring synchronizes nothing at 1 worker: keras-fit's own 1-worker step is its compute
+    # (its fit loop, which tf-single's step does not time), where that point exists
+    fit = _point(backend="keras-fit", nosync=None)
+    fit.update(baseline="tf-single x1, 1 thr", baseline_run_ids=["base"])
+    alone = _point(backend="keras-fit", nosync=None, workers=1, run_id="alone")
+    alone["metrics"]["step_time_p50_ms"] = 35.0
+    slower = {**alone, "config": {**alone["config"], "model": "other"}}  # another setting
+    (row,) = compare([fit, base, slower, alone], lambda p: Link(net))
+    assert row["compute_ms"] == 35.0 and row["compute_from"] == "keras-fit x1 step"
+    (row,) = compare([fit, base, slower], lambda p: Link(net))
+    assert row["compute_ms"] == 25.0 and row["compute_from"] == "tf-single x1, 1 thr step"
 
 
 def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad_one(tmp_path):

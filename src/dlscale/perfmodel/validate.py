@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from dlscale.contract.algorithms import SYNC_PATTERNS
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.engines import OVERLAPS, Comm, pattern_comm, pattern_step
 from dlscale.perfmodel.predict import Profile
@@ -97,19 +98,46 @@ class Link:
         return self.network, self.pattern
 
 
-def _compute(point: dict[str, Any], by_run: dict[str, dict[str, Any]]) -> tuple[float, str] | None:
-    """The point's step without synchronization (ms) and where it comes from."""
+def _compute(
+    point: dict[str, Any], by_run: dict[str, dict[str, Any]], points: list[dict[str, Any]]
+) -> tuple[float, str] | None:
+    """The point's step without synchronization (ms) and where it comes from: its no-sync
+    probe; else, for a pattern that synchronizes nothing at 1 worker (a ring, FSDP), the same
+    engine's 1-worker point with the same settings and threads (keras-fit's own loop, which
+    tf-single's does not time); else its baseline's step."""
     metrics = point.get("metrics") or {}
     if metrics.get("step_time_nosync_p50_ms"):
         return float(metrics["step_time_nosync_p50_ms"]), "no-sync probe"
+    if metrics.get("sync_pattern") in OVERLAPS:
+        own = next((p for p in points if _one_worker_of(p, point)), None)
+        if own is not None:
+            return _step(own), f"{point['config'].get('backend')} x1 step"
     base_ids = point.get("baseline_run_ids") or []
     base = next((by_run[r] for r in base_ids if r in by_run), None)
-    if base is None or point.get("baseline_threads_differ"):
+    if base is None or point.get("baseline_threads_differ") or not _step(base):
         return None
-    step = (base.get("metrics") or {}).get("step_time_p50_ms")
-    if not step:
-        return None
-    return float(step), f"{point.get('baseline') or base['config'].get('backend')} step"
+    return _step(base), f"{point.get('baseline') or base['config'].get('backend')} step"
+
+
+def _one_worker_of(candidate: dict[str, Any], point: dict[str, Any]) -> bool:
+    """``candidate`` is ``point``'s run at 1 worker: completed, with its step measured, every
+    setting the same but the workers, and the same threads a process."""
+    config, theirs = point["config"], candidate.get("config") or {}
+    same = {k: v for k, v in config.items() if k != "workers"} == {
+        k: v for k, v in theirs.items() if k != "workers"
+    }
+    return (
+        same
+        and theirs.get("workers") == 1
+        and candidate.get("status") == "completed"
+        and candidate.get("threads_per_worker") == point.get("threads_per_worker")
+        and bool(_step(candidate))
+    )
+
+
+def _step(point: dict[str, Any]) -> float:
+    """A point's median step (ms; 0 where it has none)."""
+    return float((point.get("metrics") or {}).get("step_time_p50_ms") or 0.0)
 
 
 def _payload(metrics: dict[str, Any], pattern: str, p: int) -> float:
@@ -134,9 +162,9 @@ def compare(
         workers = int(config.get("workers") or 0)
         pattern, measured = metrics.get("sync_pattern"), metrics.get("throughput_img_s")
         batch = point.get("batch_size_per_worker")
-        if point.get("status") != "completed" or workers < 2 or pattern is None:
-            continue
-        compute = _compute(point, by_run)
+        if point.get("status") != "completed" or workers < 2 or pattern not in SYNC_PATTERNS:
+            continue  # a pattern the model does not know (a damaged file's) is not predicted
+        compute = _compute(point, by_run, points)
         if not (compute and metrics.get("gradient_bytes") and measured and batch):
             continue
         link = link_of(point)
