@@ -160,7 +160,9 @@ def test_the_models_and_the_microbenchs_plots_draw_too(tmp_path: Path, cli, brow
     shutil.copytree(DATA / "results", results)
     for path in results.glob("*-w2-*/result.json"):  # give the DDP points what the model needs
         stored = json.loads(path.read_text())
-        stored["metrics"].update(step_time_nosync_p50_ms=9.0, gradient_bytes=15848)
+        stored["metrics"].update(
+            step_time_nosync_p50_ms=9.0, gradient_bytes=15848, sync_pattern="ring"
+        )
         write_json_atomic(path, "result", stored)
     rows = [
         {"collective": name, "bytes": size, "time_s": 1e-4 + size * 1e-9,
