@@ -199,9 +199,9 @@ def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) ->
     if own is not None:
         return own
     # another engine's all-reduce stands in for it, never another pattern (a kvstore's ps)
-    others = [found for k, found in fitted.items() if k[1:] == key and found.pattern == "ring"]
-    kin = [f for k, f in fitted.items() if f in others and _framework(k[0]) == _framework(backend)]
-    return max(kin or others, key=lambda found: found.started_at, default=None)
+    others = {k[0]: f for k, f in fitted.items() if k[1:] == key and f.pattern == "ring"}
+    kin = [f for engine, f in others.items() if _framework(engine) == _framework(backend)]
+    return max(kin or others.values(), key=lambda found: found.started_at, default=None)
 
 
 def _framework(backend: Any) -> str | None:

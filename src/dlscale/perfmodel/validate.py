@@ -209,14 +209,16 @@ def _row(
         "comm_ms": comm.seconds * 1e3,
         "comm_from": comm.source,
     }
-    for name, overlap in (("", False), ("overlap_", True)):
-        if overlap and pattern not in OVERLAPS:
-            row[f"{name}img_s"] = row[f"{name}error"] = None
-            continue
+
+    def predicted(overlap: bool) -> float:
         step = pattern_step(pattern, profile, comm.seconds, workers, servers, link, overlap)
-        predicted = workers * profile.batch / step
-        row["predicted_img_s" if not overlap else "overlap_img_s"] = predicted
-        row[f"{name}error"] = predicted / measured - 1
+        return workers * profile.batch / step
+
+    row["predicted_img_s"] = predicted(False)
+    row["error"] = row["predicted_img_s"] / measured - 1
+    overlaps = pattern in OVERLAPS
+    row["overlap_img_s"] = predicted(True) if overlaps else None
+    row["overlap_error"] = row["overlap_img_s"] / measured - 1 if overlaps else None
     return row
 
 
