@@ -81,38 +81,24 @@ def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference: Re
         assert strategy["facts"]["strategy"] == "SyncReplicasOptimizer"
 
 
-@pytest.mark.parametrize(
-    "backend, model, options",
-    [("tf-mirrored", "resnet20", {}), ("tf-mwms", "resnet20", {"collective": "ring"}),
-     ("horovod-tf", "resnet20", {}), ("keras-fit", "resnet20", {}),
-     ("horovod-keras", "resnet20", {}), ("tf-mwms", "alexnet", {})],
-)  # fmt: skip
-def test_tensorflow_engines_take_torch_ddps_steps_on_the_papers_models(
-    tmp_path: Path, shared_store, backend, model, options
+def test_tf_mwms_with_its_collective_chosen_takes_torch_ddps_steps_on_resnet20(
+    tmp_path: Path, shared_store
 ):
-    """The papers' models (BatchNorm, weight decay, momentum), from the PyTorch twin's
-    weights: each step's loss within 1e-3 of torch-ddp's (keras-fit and horovod-keras read
-    back from the running mean `fit` hands its callbacks). tf-mwms on ResNet-20 with its
-    collective chosen (ring), on the tiny model and AlexNet with TensorFlow's choice (auto)."""
-    store = follows_torch_ddp(tmp_path, shared_store, backend, model, **options)
-    if options:
-        (result,) = store.results()
-        strategy = next(
-            e
-            for e in read_events(store.run_dir(result.run_id) / "events.rank0.jsonl")
-            if e["event"] == "strategy"
-        )
-        assert strategy["facts"]["collective"] == options["collective"]
-
-
-@pytest.mark.parametrize("model", ["resnet20", "alexnet"])
-def test_the_synchronous_parameter_server_takes_torch_ddps_steps(
-    tmp_path: Path, shared_store, model
-):
-    """tf-ps ps_mode = sync (TF1's SyncReplicasOptimizer): each update the mean of one
-    gradient from every worker (each worker checks its step tokens, or the run fails), so the
-    ranks' losses follow torch-ddp's on BatchNorm, weight decay and momentum."""
-    follows_torch_ddp(tmp_path, shared_store, "tf-ps", model, ps_mode="sync")
+    """A paper's model (BatchNorm, weight decay, momentum) from the PyTorch twin's weights,
+    in float32 with tf-mwms' collective chosen (ring; TensorFlow's choice, auto, elsewhere):
+    each step's loss within 1e-3 of torch-ddp's. The other TensorFlow engines, and tf-mwms
+    with auto, take torch-ddp's steps on ResNet-20 and AlexNet to 1e-9 in float64
+    (test_float64.py), a stronger proof of the same algorithm on the same models, where
+    float32's rounding leaves 1e-4 between frameworks; their float32 runs are held to
+    PyTorch's on the tiny model above (CASES)."""
+    store = follows_torch_ddp(tmp_path, shared_store, "tf-mwms", "resnet20", collective="ring")
+    (result,) = store.results()
+    strategy = next(
+        e
+        for e in read_events(store.run_dir(result.run_id) / "events.rank0.jsonl")
+        if e["event"] == "strategy"
+    )
+    assert strategy["facts"]["collective"] == "ring"
 
 
 @pytest.mark.parametrize("backend", ["horovod-tf", "horovod-keras"])
