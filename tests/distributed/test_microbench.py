@@ -127,6 +127,23 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     assert engine["backend"] == "torch-ddp" and engine["error"] == median["error"]
     table = cli("predict", "--validate", str(tmp_path))
     assert "network (torch-ddp on local): fitted by microbench-torch-ddp-w2-local-" in table.stdout
+    # a forward prediction on that network says how far each strategy was validated there
+    ahead = cli("predict", "--network-from", str(tmp_path), "--compute-ms", "100",
+                "--gradient-bytes", "1e6", "--workers", "2,64", "--strategy",
+                "ring,ring-overlap,ps-sync", "--json")  # fmt: skip
+    assert ahead.returncode == 0, ahead.stderr
+    trusted = {r["strategy"]: r["validated"] for r in map(json.loads, ahead.stdout.splitlines())}
+    assert trusted["ring"] == [
+        {"backend": "torch-ddp", "network": "local launcher", "points": 1,  # noisy or not
+         "median_abs_error": median["error"], "models": ["tiny"]}
+    ]  # fmt: skip
+    assert trusted["ring-overlap"][0]["median_abs_error"] == median["overlap_error"]
+    assert trusted["ps-sync"] == []  # never validated
+    words = cli("predict", "--network-from", str(tmp_path), "--compute-ms", "100",
+                "--gradient-bytes", "1e6", "--workers", "2,64",
+                "--strategy", "ring,ps-sync").stdout  # fmt: skip
+    assert f"ring: torch-ddp {median['error']:.1%} over 1 point of tiny" in words
+    assert "ps-sync: never validated on this network" in words
     # the report draws the same comparison and the microbench's own figures
     page = tmp_path / "report.html"
     report = cli("report", "--results", str(tmp_path), "--out", str(page))

@@ -310,7 +310,7 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad
                        "fits": {"ps": {**fit, "pattern": "ps"}},
                        "config": config(backend="mxnet-kv")})  # fmt: skip
     found = fitted_networks(tmp_path)
-    assert fitted_for(found, config(backend="mxnet-kv")).pattern == "ps"
+    assert fitted_for(found, config(backend="mxnet-kv")).link.pattern == "ps"
     assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
     assert fitted_for(found, config("100mbit")).network.beta_s_per_byte == 8e-8
     assert fitted_for(found, config("1gbit")) is None
@@ -335,7 +335,7 @@ def test_a_microbench_with_only_a_parameter_server_fit_is_a_network_for_every_st
          "fits": {"ps": ps}, "config": {"backend": "mxnet-kv", "launcher": "local"}},
     )  # fmt: skip
     (found,) = fitted_networks(tmp_path).values()
-    assert found.pattern == "ps" and found.network == Network(3e-4, 1e-9)
+    assert found.link.pattern == "ps" and found.network == Network(3e-4, 1e-9)
     assert found.for_strategy("ps-sync") == (Network(3e-4, 1e-9), "ps")
     assert found.for_strategy("ring") == (Network(3e-4, 1e-9), "ps")  # the only fit there is
     assert "microbench-mx (ps fit): alpha 300.0 us, 8 Gbit/s effective" in found.said

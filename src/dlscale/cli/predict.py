@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.table import Table
 
+from dlscale.cli.predict_trust import Trust, stored_rows, validation_rows
 from dlscale.cli.profile import compute_profile
 from dlscale.cli.tables import cell, console, say
 from dlscale.contract.errors import UserError
@@ -110,21 +111,26 @@ def main(args: argparse.Namespace) -> int:
         return _validate(Path(args.validate), args)
     if (args.bandwidth is None) == (args.network_from is None):
         raise UserError("give the network: --bandwidth RATE (and --latency), or --network-from DIR")
+    kind: tuple[Any, ...] | None = None
     if args.network_from is not None:
         fitted = fitted_networks(Path(args.network_from))
-        newest = max(fitted.values(), key=lambda item: item.started_at)
+        key, newest = max(fitted.items(), key=lambda item: item[1].started_at)
+        kind = key[1:]  # its launcher, emulated network and nodes
         nets = {s: newest.for_strategy(s)[0] for s in strategies}
         used = sorted({newest.for_strategy(s)[1] for s in strategies})
         network_source = f"{newest.said}; patterns used: {', '.join(used)}"
     else:
         given, _, network_source = _given_network(args)
         nets = dict.fromkeys(strategies, given)
+    validated_in = Path(args.network_from or args.results)
+    rows = stored_rows(validated_in, warn=args.network_from is None)  # read above if so
+    trust = Trust(validated_in, rows, kind)
     batches = parse_batches(args.batch)
     if len(batches) > 1 and args.compute_ms is not None:
         raise UserError("--compute-ms is one batch's step: give one --batch with it")
     profiles = [compute_profile(args, batch) for batch in batches]
     for profile, source in profiles:
-        _show(args, profile, source, workers, strategies, nets, network_source)
+        _show(args, profile, source, workers, strategies, nets, network_source, trust)
     if len(profiles) > 1 and not args.json:
         curve = ", ".join(
             f"{p.batch}: {p.compute_s * 1e3:.1f} ms ({p.batch / p.compute_s:,.1f} img/s)"
@@ -152,9 +158,10 @@ def _show(
     strategies: list[str],
     nets: dict[str, Network],
     network_source: str,
+    trust: Trust,
 ) -> None:
     """One batch's predictions: a table (or JSON records) and the bandwidth each strategy
-    needs for the target efficiency."""
+    needs for the target efficiency, then how far each strategy was validated."""
     target = args.target_efficiency
     rows = {s: predict(profile, s, workers, nets[s], args.servers) for s in strategies}
     needed = {}
@@ -164,9 +171,11 @@ def _show(
             for s in strategies
         }
     if args.json:
-        for predicted in rows.values():
+        for strategy, predicted in rows.items():
+            validated = trust.record(strategy, args.servers)  # [] where never validated
             for row in predicted:
-                print(json.dumps({"kind": "prediction", "batch": profile.batch, **row.__dict__}))
+                record = {"kind": "prediction", "batch": profile.batch, **row.__dict__}
+                print(json.dumps({**record, "validated": validated}))
         for strategy, value in needed.items():
             record = {"kind": "bandwidth_needed", "strategy": strategy, "workers": workers[-1],
                       "batch": profile.batch, "target_efficiency": target,
@@ -192,6 +201,8 @@ def _show(
             f"for {target:.0%} efficiency at {workers[-1]} workers: {at} at "
             f"{nets[strategy].alpha_s * 1e6:g} us",
         )
+    for line in trust.lines(strategies, args.servers):
+        say(out, line)
 
 
 def _given_network(args: argparse.Namespace) -> tuple[Network, float, str]:
@@ -205,11 +216,9 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     """Every measured point of ``results`` predicted on its network: the given one, or the
     newest microbench (in ``--network-from``, else ``results``) run with the same launcher,
     emulated network and nodes."""
-    from dlscale.metrics.scaling import add_scaling
     from dlscale.perfmodel import validate
     from dlscale.perfmodel.networks import link_lookup
     from dlscale.perfmodel.validate import Link, errors_in_words, median_basis
-    from dlscale.store.results import RunStore
 
     as_json = args.json
     if args.bandwidth is not None:
@@ -219,8 +228,7 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
     else:
         link_of, sources = link_lookup(fitted_networks(Path(args.network_from or results)))
 
-    points = add_scaling(RunStore(results).results())
-    rows = validate.compare(points, link_of)
+    rows = validation_rows(results, link_of)
     if not rows:
         raise UserError(
             f"no point in {results} to check: it needs completed points of 2 workers or more "

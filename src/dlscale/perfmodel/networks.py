@@ -5,7 +5,7 @@ and the report."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -19,18 +19,21 @@ from dlscale.perfmodel.validate import Link, network_key, plain_key
 
 @dataclass(frozen=True)
 class Fitted:
-    network: Network
+    """A stored microbench's network, as found: how, when and by which run, and the
+    :class:`~.validate.Link` (its fits by pattern and its measured collectives) that predicts
+    on it."""
+
     said: str
     """How it was found, in one line: which run fitted it, alpha, bandwidth, the fit's error."""
     started_at: float
     run_id: str
     link: Link
-    """The same with the run's measured all-reduce times, for validation at its worker count."""
-    patterns: dict[str, Network] = field(default_factory=dict)
-    """Every pattern's usable fit (``ring``, ``tree``, ``p2p``, ``ps``: :data:`~.fit.PATTERNS`)."""
-    pattern: str = "ring"
-    """The pattern whose fit ``network`` is: the ring's, else (a run without an all-reduce,
-    e.g. MXNet's parameter servers) the first of :data:`~.fit.PATTERNS` the run fitted."""
+
+    @property
+    def network(self) -> Network:
+        """The ring's fit, else (a run without an all-reduce: MXNet's parameter servers) the
+        first pattern's of :data:`~.fit.PATTERNS` the run fitted (``link.pattern`` says which)."""
+        return self.link.network
 
     def for_strategy(self, strategy: str) -> tuple[Network, str]:
         """The network that predicts ``strategy`` (the first of its patterns' fits that the run
@@ -123,9 +126,7 @@ def fitted_networks(
         processes = int(run["processes"]) if finite_number(run.get("processes")) else 0
         patterns = {name: net for name, fit in fits.items() if (net := stored_fit(fit)) is not None}
         link = Link(network, measured_rows(run), processes, patterns, pattern)
-        found[key] = Fitted(
-            network, said, float(run["started_at"]), run["run_id"], link, patterns, pattern
-        )
+        found[key] = Fitted(said, float(run["started_at"]), run["run_id"], link)
     return found
 
 
@@ -199,7 +200,7 @@ def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) ->
     if own is not None:
         return own
     # another engine's all-reduce stands in for it, never another pattern (a kvstore's ps)
-    others = {k[0]: f for k, f in fitted.items() if k[1:] == key and f.pattern == "ring"}
+    others = {k[0]: f for k, f in fitted.items() if k[1:] == key and f.link.pattern == "ring"}
     kin = [f for engine, f in others.items() if _framework(engine) == _framework(backend)]
     return max(kin or others.values(), key=lambda found: found.started_at, default=None)
 

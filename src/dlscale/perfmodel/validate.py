@@ -199,6 +199,7 @@ def _row(
         "workers": workers,
         "launcher": config.get("launcher"),
         "network": network_key(config)[1],
+        "nodes": network_key(config)[2],
         "algorithm": pattern,
         "servers": servers if pattern.startswith("ps-") else None,
         "measured_img_s": measured,

@@ -1,0 +1,116 @@
+"""How far to trust a prediction: what ``dlscale predict --validate`` measured of the model on
+the strategy's algorithm, engine by engine, on one kind of network (docs/perfmodel.md,
+"How far to trust a prediction").
+
+A forward prediction (``dlscale predict``) is of a strategy, not of an engine; the engines that
+run its algorithm were validated one by one (:func:`~.validate.compare`: each measured point
+predicted on its own algorithm). A strategy's trust is those engines' median absolute errors
+on the same network kind (launcher, emulated network, nodes: :func:`~.validate.network_key`):
+``ring`` by the ring points' errors without overlap, ``ring-overlap`` by their errors with the
+ideal overlap, ``ps-sync`` and ``ps-async`` by the parameter servers' points with the same
+number of servers. ``tree``: no engine names a tree all-reduce, so it is never validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dlscale.perfmodel.validate import median_errors
+
+VALIDATED_BY = {
+    "ring": ("ring", "error"),
+    "ring-overlap": ("ring", "overlap_error"),
+    "ps-sync": ("ps-sync", "error"),
+    "ps-async": ("ps-async", "error"),
+}
+"""Each forward strategy's algorithm (a ``sync_pattern``) and the validation error that
+measures it; a strategy not here (``tree``) has no engine to validate it."""
+
+
+@dataclass(frozen=True)
+class Validated:
+    """One engine's validated error on a strategy's algorithm and one network kind."""
+
+    backend: str
+    network: str
+    """The network kind in words (:func:`kind_words`)."""
+    points: int
+    """The points the median is over (the quiet ones, unless every one was flagged noisy)."""
+    median_abs_error: float
+    models: tuple[str, ...] = ()
+    """The models of those points (the error is the model's on them, not on any other)."""
+
+    def words(self, where: bool = False) -> str:
+        """``torch-ddp 0.1% over 4 points of resnet20`` (``where``: and ``on <network
+        kind>``)."""
+        noun = "point" if self.points == 1 else "points"
+        on = f" on {self.network}" if where else ""
+        models = f" of {', '.join(self.models)}" if self.models else ""
+        return f"{self.backend} {self.median_abs_error:.1%} over {self.points} {noun}{models}{on}"
+
+
+def kind_words(kind: tuple[Any, ...]) -> str:
+    """``(launcher, network, nodes)`` in words: ``local launcher``, ``mpirun launcher, emulated
+    1gbit, 2 nodes``."""
+    launcher, network, nodes = kind
+    words = f"{launcher} launcher"
+    if network:
+        words += f", emulated {network}"
+    if nodes not in (1, "1", None):
+        words += f", {nodes} nodes"
+    return words
+
+
+def row_kind(row: dict[str, Any]) -> tuple[Any, ...]:
+    """A validation row's network kind: ``(launcher, network, nodes)``."""
+    return (row.get("launcher"), row.get("network") or "", row.get("nodes") or 1)
+
+
+def validated(
+    rows: list[dict[str, Any]], strategy: str, kind: tuple[Any, ...], servers: int = 1
+) -> list[Validated]:
+    """The engines validated on ``strategy``'s algorithm on the network ``kind`` (a parameter
+    server's at ``servers`` servers), each with its median absolute error, in the rows' order;
+    empty: never validated there."""
+    if strategy not in VALIDATED_BY:
+        return []
+    pattern, measure = VALIDATED_BY[strategy]
+    chosen = [
+        r
+        for r in rows
+        if r["algorithm"] == pattern
+        and row_kind(r) == kind
+        and (not pattern.startswith("ps-") or r.get("servers") == servers)
+        and r.get(measure) is not None
+    ]
+    found = []
+    for backend in dict.fromkeys(str(r["backend"]) for r in chosen):
+        own = [r for r in chosen if str(r["backend"]) == backend]
+        quiet = [r for r in own if not r.get("noisy")] or own
+        median = median_errors(own)[measure]
+        if median is not None:
+            models = tuple(sorted({str(r.get("model")) for r in quiet}))
+            found.append(Validated(backend, kind_words(kind), len(quiet), median, models))
+    return found
+
+
+def kinds(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The network kinds the rows were measured on, in their order."""
+    return list(dict.fromkeys(row_kind(r) for r in rows))
+
+
+def trust_words(
+    strategy: str, found: list[Validated], elsewhere: list[str], where: bool = False
+) -> str:
+    """One strategy's trust in a line: its engines' validated errors (``where``: each with its
+    network kind), or that it was never validated (``elsewhere``: the network kinds where it
+    was)."""
+    if found:
+        return f"{strategy}: " + ", ".join(v.words(where) for v in found)
+    if strategy not in VALIDATED_BY:
+        return f"{strategy}: never validated (no engine names this algorithm)"
+    if where:  # every network kind was looked at
+        return f"{strategy}: never validated"
+    others = f" (validated on: {'; '.join(elsewhere)})" if elsewhere else ""
+    return f"{strategy}: never validated on this network{others}"
