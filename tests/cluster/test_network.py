@@ -52,11 +52,15 @@ def _slower_link_study(cli, tmp_path: Path) -> None:
     results = {r["config"]["options"]["launcher"]["network"]: r for r in stored}
     slow, fast = results["1mbit"]["metrics"], results["1gbit"]["metrics"]
     assert slow["throughput_img_s"] < 0.6 * fast["throughput_img_s"]
-    assert slow["exposed_comm_fraction"] > fast["exposed_comm_fraction"] + 0.2
     # the floor physics sets: each node sends the whole gradient each step (a ring of 2
     # sends 2(N-1)/N of it), which takes bytes * 8 / 1e6 s at 1 Mbit/s
     floor_ms = slow["gradient_bytes"] * 8 / 1e6 * 1e3
     assert slow["step_time_p50_ms"] > 0.9 * floor_ms
+    # the exposed communication's time, not its share of a step: beside other tests' load the
+    # ranks' waits for a CPU count as exposed too, and made 1 Gbit/s's share 66% (1 Mbit/s 86%)
+    exposed = {k: m["exposed_comm_fraction"] * m["step_time_p50_ms"] for k, m in
+               (("slow", slow), ("fast", fast))}  # fmt: skip
+    assert exposed["slow"] > exposed["fast"] + 0.5 * floor_ms
     for name, result in results.items():
         run_dir = tmp_path / result["run_id"]
         spec = json.loads((run_dir / "spec.json").read_text())
@@ -110,7 +114,9 @@ def test_a_killed_dlscale_leaves_no_rank_and_its_namespaces_go_with_the_next_run
         assert len(left) >= 3  # two nodes and the switch
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        deadline = time.monotonic() + 20
+        # each rank's watchdog sees its parent gone within 0.5 s once it runs; beside other
+        # tests' load one rank outlived 20 s (CI of 2026-11-28, ci18): 60 s, then none at all
+        deadline = time.monotonic() + 60
         while processes_naming(tmp_path / "killed") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not processes_naming(tmp_path / "killed")
