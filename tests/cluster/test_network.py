@@ -100,6 +100,14 @@ def test_a_latency_needs_tcs_netem_and_says_so_where_the_kernel_lacks_it(tmp_pat
         assert not (tmp_path / "index.jsonl").exists() or not RunStore(tmp_path).results()
 
 
+def _command_line(pid: int) -> str:
+    """A process's command line, cut to 300 characters ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()[:300].decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_a_killed_dlscale_leaves_no_rank_and_its_namespaces_go_with_the_next_run(
     tmp_path: Path, cli
 ):
@@ -119,7 +127,8 @@ def test_a_killed_dlscale_leaves_no_rank_and_its_namespaces_go_with_the_next_run
         deadline = time.monotonic() + 60
         while processes_naming(tmp_path / "killed") and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not processes_naming(tmp_path / "killed")
+        survivors = processes_naming(tmp_path / "killed")
+        assert not survivors, [_command_line(pid) for pid in survivors]  # which, if any
         assert set(left) <= set(ours())  # nothing removed them yet
         _slower_link_study(cli, tmp_path / "next")
         assert not set(left) & set(ours())

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.perfmodel.validate import median_errors
+from dlscale.perfmodel.validate import counted, median_errors
 
 VALIDATED_BY = {
     "ring": ("ring", "error"),
@@ -87,11 +87,10 @@ def validated(
     found = []
     for backend in dict.fromkeys(str(r["backend"]) for r in chosen):
         own = [r for r in chosen if str(r["backend"]) == backend]
-        quiet = [r for r in own if not r.get("noisy")] or own
-        median = median_errors(own)[measure]
+        median = median_errors(own)[measure]  # over counted(own)
         if median is not None:
-            models = tuple(sorted({str(r.get("model")) for r in quiet}))
-            found.append(Validated(backend, kind_words(kind), len(quiet), median, models))
+            models = tuple(sorted({str(r.get("model")) for r in counted(own)}))
+            found.append(Validated(backend, kind_words(kind), len(counted(own)), median, models))
     return found
 
 

@@ -192,14 +192,15 @@ def _row(
     measured: float,
 ) -> dict[str, Any]:
     config, metrics = point["config"], point.get("metrics") or {}
+    launcher, network, nodes = network_key(config)
     row: dict[str, Any] = {
         "run_id": point.get("run_id"),
         "backend": config.get("backend"),
         "model": config.get("model"),
         "workers": workers,
-        "launcher": config.get("launcher"),
-        "network": network_key(config)[1],
-        "nodes": network_key(config)[2],
+        "launcher": launcher,
+        "network": network,
+        "nodes": nodes,
         "algorithm": pattern,
         "servers": servers if pattern.startswith("ps-") else None,
         "measured_img_s": measured,
@@ -223,12 +224,18 @@ def _row(
     return row
 
 
+def counted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a median is taken over: those the noise guard did not flag, or every row when
+    each one is flagged."""
+    return [r for r in rows if not r.get("noisy")] or rows
+
+
 def median_errors(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """The median absolute error (``error``) and with ideal overlap (``overlap_error``) over
     the rows the noise guard did not flag (other processes used the machine during their
     windows: docs/metrics.md, "Noise guard"), or over all rows when every one is flagged;
     ``None`` without rows that have it."""
-    quiet = [r for r in rows if not r.get("noisy")] or rows
+    quiet = counted(rows)
     out: dict[str, float | None] = {}
     for measure in MEASURES:
         values = [abs(r[measure]) for r in quiet if r.get(measure) is not None]
