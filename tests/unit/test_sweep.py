@@ -57,3 +57,37 @@ def test_the_daemons_of_a_run_are_found_by_its_token_and_killed(tmp_path: Path):
         assert marked(mark) == []
     finally:
         sweep(other)
+
+
+SLEEPER = "import time; time.sleep(600)"
+DIES_SWEEPING = """
+import os, signal
+from dlscale.runtime import sweep
+
+def kill_then_die(pid, sig):  # a sibling's sweep kills this one right after its first signal
+    real(pid, sig)
+    real(os.getpid(), signal.SIGKILL)
+
+real, os.kill = os.kill, kill_then_die
+sweep.sweep(os.environ[sweep.MARK_ENV])
+"""
+
+
+def test_a_sweep_cut_short_leaves_nothing_stopped(tmp_path: Path):
+    """Every rank's watchdog sweeps the run's token once dlscale is gone, at about the same
+    moment, and each kills the others: a sweep that stopped (SIGSTOP) what it found before
+    killing it, cut short between the two, left a rank stopped for ever; two such sweeps could
+    also stop each other (seen: a torchrun rank alive 60 s after kill -9 of dlscale,
+    tests/cluster/test_network.py; 1 pair in 40 stopped each other sweeping at once)."""
+    env = {**os.environ, MARK_ENV: new_mark()}
+    rank = subprocess.Popen([sys.executable, "-c", SLEEPER], env=env)
+    try:
+        sweeper = subprocess.run([sys.executable, "-c", DIES_SWEEPING], env=env, check=False)
+        assert sweeper.returncode == -9  # it died right after signalling the rank
+        deadline = time.monotonic() + 10
+        while rank.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rank.poll() is not None  # killed, not left stopped
+    finally:
+        rank.kill()
+        rank.wait()

@@ -4,11 +4,14 @@ Stopping a command's process group (:mod:`dlscale.launchers.processes`) reaches 
 unless something left the group: a script that forks, calls ``setsid()`` and forks again (a
 daemon) is in a session of its own, with init as its parent. What it cannot leave as easily is
 its environment: every command a run starts carries :data:`MARK_ENV`, a token drawn for that
-run, and every process it forks inherits it. Once the run's commands are stopped, the
-processes of this user on this machine that still carry the token are stopped (SIGSTOP, so
-that one forking in a loop cannot outrun the scan) and then killed. A process that rewrote
-its own environment, or one on another host, is not found this way (Slurm's cgroups or a
-host's own tool answer for those); the docs say so.
+run, and every process it forks inherits it. Once the run's commands are stopped, the processes
+of this user on this machine that still carry the token are killed, in rounds (what one forked
+before it was killed is found by the next scan). They are killed at once, never stopped first
+(SIGSTOP) to be killed later: every rank's watchdog sweeps when dlscale is gone, all at about
+the same moment, and a sweep cut short between the two (a sibling's sweep killed the sweeper),
+or two sweeps that stopped each other, left ranks stopped for ever. A process that rewrote its
+own environment, or one on another host, is not found this way (Slurm's cgroups or a host's own
+tool answer for those); the docs say so.
 """
 
 from __future__ import annotations
@@ -53,17 +56,14 @@ def marked(mark: str) -> list[int]:
 
 
 def sweep(mark: str) -> list[int]:
-    """Stop, then kill, every process that carries ``mark``; the pids found."""
-    stopped: list[int] = []
-    for _ in range(_ROUNDS):  # a process that forked before it was stopped: its child too
-        fresh = [pid for pid in marked(mark) if pid not in stopped]
+    """Kill every process that carries ``mark``; the pids found."""
+    killed: list[int] = []
+    for _ in range(_ROUNDS):  # a process that forked before it was killed: its child too
+        fresh = [pid for pid in marked(mark) if pid not in killed]
         if not fresh:
             break
         for pid in fresh:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGSTOP)
-        stopped += fresh
-    for pid in stopped:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return stopped
+                os.kill(pid, signal.SIGKILL)
+        killed += fresh
+    return killed
