@@ -269,7 +269,9 @@ def test_an_engine_without_a_probe_takes_its_baselines_step():
     assert row["compute_ms"] == 25.0 and row["compute_from"] == "tf-single x1, 1 thr step"
 
 
-def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad_one(tmp_path):
+def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_leaves_a_bad_one_out(
+    tmp_path, capsys
+):
     from dlscale.cli.predict import fitted_networks
     from dlscale.contract.files import write_json_atomic
     from dlscale.perfmodel.networks import fitted_for
@@ -314,8 +316,28 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_refuses_a_bad
     assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
     assert fitted_for(found, config("100mbit")).network.beta_s_per_byte == 8e-8
     assert fitted_for(found, config("1gbit")) is None
+    capsys.readouterr()
+    # the newest of torch-ddp's on loopback has times that did not grow with the size: a
+    # warning naming it and the fix; the other engines' networks are still used, and torch-ddp
+    # is not given its older fit in silence (it takes torch-ring's, as an unmeasured engine)
     store("microbench-e", 4.0, {**fit, "beta_s_per_byte": 0.0})
-    with pytest.raises(UserError, match="cannot be used"):
+    found = fitted_networks(tmp_path)
+    lines = capsys.readouterr().err.splitlines()
+    (warning,) = [line for line in lines if "microbench-e" in line]
+    assert len(lines) == 2 and "microbench-d" in lines[0]  # the damaged file, as before
+    assert warning.startswith("dlscale: warning: ") and "microbench-e" in warning
+    assert "did not grow with the size" in warning and "--sizes 4..4M" in warning
+    assert fitted_for(found, config()).run_id == "microbench-g"
+    assert fitted_for(found, config("100mbit")).run_id == "microbench-f"
+    store("microbench-h", 10.0, {**fit, "beta_s_per_byte": 0.0}, network="100mbit")
+    store("microbench-i", 6.0, {**fit, "beta_s_per_byte": 0.0}, backend="torch-ring")
+    store("microbench-j", 7.0, {**fit, "beta_s_per_byte": 0.0}, backend="tf-mwms")
+    (tmp_path / "microbench-l").mkdir()  # and mxnet-kv's parameter server
+    write_json_atomic(tmp_path / "microbench-l" / "microbench.json", "microbench",
+                      {"started_at": 9.5, "fit": None, "error": None,
+                       "fits": {"ps": {**fit, "pattern": "ps", "beta_s_per_byte": 0.0}},
+                       "config": config(backend="mxnet-kv")})  # fmt: skip
+    with pytest.raises(UserError, match=r"no microbench with a fitted network.*did not grow"):
         fitted_networks(tmp_path)
     with pytest.raises(UserError, match="no microbench with a fitted network"):
         fitted_networks(tmp_path / "microbench-a")

@@ -119,7 +119,7 @@ def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmle
     fitted = fitted_networks(tmp_path, on_problem=problems.append)
     # the hostile one failed, b's fit is no number: only the hand-edited one's ring is usable
     assert [found.run_id for found in fitted.values()] == ["microbench-h"]
-    assert "microbench-b: its fit (alpha x" in problems[-1]
+    assert "microbench-b/microbench.json: its fit (alpha x" in problems[-1]
     figures = collectives(runs[1])
     assert [f.key for f in figures] == ["busbw", "allreduce_time"]
     assert [len(s.x) for s in figures[1].series] == [1]  # one usable row, no fit line

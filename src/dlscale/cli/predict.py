@@ -285,17 +285,16 @@ def _validation_table(rows: list[dict[str, Any]]) -> Table:
 
 
 def fitted_networks(results: Path) -> dict[tuple[Any, ...], Fitted]:
-    """The stored fitted networks of ``results`` (:mod:`dlscale.perfmodel.networks`); one that
-    cannot be used, or none at all, is one line (naming the files left out as damaged). Beside
-    a usable fit, each file left out is one warning line."""
+    """The stored fitted networks of ``results`` (:mod:`dlscale.perfmodel.networks`); none at
+    all is one line (naming the files left out as damaged and the fits that cannot be used).
+    Beside a usable fit, each file left out and each fit that cannot be used (a microbench whose
+    times did not grow with the size: no bandwidth term) is one warning line: its engine's
+    network is then unknown, and the other engines' are still used."""
     from dlscale.perfmodel.networks import fitted_networks as stored
     from dlscale.store.results import print_warning
 
-    def refuse(problem: str) -> None:
-        raise UserError(problem)
-
     skipped: list[str] = []
-    found = stored(results, on_problem=refuse, on_skipped=skipped.append)
+    found = stored(results, on_problem=skipped.append, on_skipped=skipped.append)
     if not found:
         why = f" ({'; '.join(skipped)})" if skipped else ""
         raise UserError(

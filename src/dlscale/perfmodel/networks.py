@@ -107,13 +107,7 @@ def fitted_networks(
         network = stored_fit(fit)
         if network is None:
             if on_problem is not None:
-                alpha, beta = _word(fit.get("alpha_s")), _word(fit.get("beta_s_per_byte"))
-                path = results / run["run_id"] / "microbench.json"
-                on_problem(
-                    f"{run['run_id']}: its fit (alpha {alpha}, beta {beta}) cannot be used "
-                    f"({path}: alpha_s must be a number in [0, {MAX_QUANTITY:g}] s and "
-                    f"beta_s_per_byte one in (0, {MAX_QUANTITY:g}])"
-                )
+                on_problem(_unusable(fit, results / run["run_id"] / "microbench.json"))
             continue
         error = fit.get("median_error")
         error_words = f"{error:.1%}" if finite_number(error) else "unknown"
@@ -170,6 +164,22 @@ def finite_number(value: Any) -> TypeGuard[float]:
     :data:`~dlscale.contract.shapes.MAX_QUANTITY` (not a bool, a string, NaN, nor an integer
     too large for a float)."""
     return is_finite(value) and abs(value) <= MAX_QUANTITY
+
+
+def _unusable(fit: dict[str, Any], path: Path) -> str:
+    """Why a stored fit cannot be used, and what to do."""
+    alpha, beta = fit.get("alpha_s"), fit.get("beta_s_per_byte")
+    if beta == 0 and finite_number(alpha) and 0 <= alpha <= MAX_QUANTITY:
+        return (
+            f"{path}: its times did not grow with the size, so no bandwidth could be fitted "
+            f"(alpha {alpha:.3g} s, beta 0 s/B): measure again with sizes that span your "
+            "gradient's (--sizes 4..4M) and more --iterations"
+        )
+    return (
+        f"{path}: its fit (alpha {_word(alpha)}, beta {_word(beta)}) cannot be used: alpha_s "
+        f"must be a number in [0, {MAX_QUANTITY:g}] s and beta_s_per_byte one in "
+        f"(0, {MAX_QUANTITY:g}] (damaged?)"
+    )
 
 
 def _word(value: Any) -> str:
