@@ -9,6 +9,7 @@ import pytest
 
 from dlscale.contract.events import events_path, read_events
 from tests.distributed.microbench_events import slowest_per_iteration
+from tests.distributed.whole_loop import check_the_whole_loop
 
 pytestmark = pytest.mark.dist
 
@@ -97,32 +98,17 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     bench = cli("microbench", "--workers", "2", "--sizes", "4..4M", "--collectives",
                 "all_reduce", "--iterations", "5", "--results", str(tmp_path))  # fmt: skip
     assert bench.returncode == 0, bench.stderr
-    run = cli("run", "--backend", "torch-ddp", "--workers", "2", "--model", "tiny", "--steps",
-              "6", "--windows", "2", "--repeats", "1", "--set", "machine_reference=false",
-              "--results", str(tmp_path))  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    check = cli("predict", "--validate", str(tmp_path), "--json")
-    assert check.returncode == 0, check.stderr
-    records = [json.loads(line) for line in check.stdout.splitlines()]
-    (row,) = [r for r in records if r["kind"] == "validation"]
-    assert row["backend"] == "torch-ddp" and row["network"] == "" and row["compute_ms"] > 0
+    row = check_the_whole_loop(cli, tmp_path, "torch-ddp", "ring")
+    records = row["records"]
     (point,) = [json.loads(p.read_text()) for p in tmp_path.glob("tiny-*/result.json")]
-    metrics = point["metrics"]
-    assert row["measured_img_s"] == metrics["throughput_img_s"]
-    assert row["compute_ms"] == metrics["step_time_nosync_p50_ms"]
-    # the all-reduce of the gradient's bytes, interpolated between the microbench's 2-rank rows
-    assert row["algorithm"] == "ring" and row["compute_from"] == "no-sync probe"
-    assert row["comm_from"] == "measured" and row["comm_ms"] > 0
+    # and with the ideal overlap of the all-reduce with backward
     compute, comm = row["compute_ms"] / 1e3, row["comm_ms"] / 1e3
     images = 2 * point["batch_size_per_worker"]  # a step of both workers
     backward = compute * 2 / 3  # the model's backward share
-    ring, overlap = images / (compute + comm), images / (compute - backward + max(backward, comm))
-    assert row["predicted_img_s"] == pytest.approx(ring, rel=1e-12)
+    overlap = images / (compute - backward + max(backward, comm))
     assert row["overlap_img_s"] == pytest.approx(overlap, rel=1e-12)
-    assert row["error"] == pytest.approx(ring / row["measured_img_s"] - 1, rel=1e-12)
     assert row["overlap_img_s"] >= row["predicted_img_s"] > 0
     (median,) = [r for r in records if r["kind"] == "median_abs_error"]
-    assert median["error"] == abs(row["error"])
     (engine,) = [r for r in records if r["kind"] == "engine_median_abs_error"]
     assert engine["backend"] == "torch-ddp" and engine["error"] == median["error"]
     table = cli("predict", "--validate", str(tmp_path))
@@ -133,10 +119,7 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
                 "ring,ring-overlap,ps-sync", "--json")  # fmt: skip
     assert ahead.returncode == 0, ahead.stderr
     trusted = {r["strategy"]: r["validated"] for r in map(json.loads, ahead.stdout.splitlines())}
-    assert trusted["ring"] == [
-        {"backend": "torch-ddp", "network": "local launcher", "points": 1,  # noisy or not
-         "median_abs_error": median["error"], "models": ["tiny"]}
-    ]  # fmt: skip
+    assert trusted["ring"][0]["median_abs_error"] == median["error"]
     assert trusted["ring-overlap"][0]["median_abs_error"] == median["overlap_error"]
     assert trusted["ps-sync"] == []  # never validated
     words = cli("predict", "--network-from", str(tmp_path), "--compute-ms", "100",

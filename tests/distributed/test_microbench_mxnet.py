@@ -3,7 +3,8 @@ environment (`make mxnet`): 2 workers, the scheduler and a server; the kvstore's
 through the server (ps_pushpull) and its broadcast exact at every size, the figures recomputed
 from the workers' own records, the ps fit (never a ring or tree fit from messages through the
 servers), the collectives a kvstore has not said to be not measured, and every process gone
-when the command returns."""
+when the command returns; then a prediction's whole loop for mxnet-kv
+(tests/distributed/whole_loop.py)."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 from dlscale.contract.events import events_path, read_events
 from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
 from tests.distributed.processes import alive
+from tests.distributed.whole_loop import check_the_whole_loop
 
 pytestmark = pytest.mark.dist
 
@@ -80,3 +82,5 @@ def test_the_kvstores_push_pull_and_broadcast_are_exact_and_fit_the_ps_pattern(c
     # and the scheduler
     assert not [start["pid"] for start in starts.values() if alive(start["pid"])]
     assert not _running_in(tmp_path)
+    # the whole loop: an mxnet-kv point beside it, predicted as ps-sync from the push and pull
+    check_the_whole_loop(cli, tmp_path, "mxnet-kv", "ps-sync")

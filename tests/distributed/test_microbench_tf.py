@@ -3,7 +3,8 @@ from TF_CONFIG, MultiWorkerMirroredStrategy started as its training backend star
 TensorFlow's collective all-reduce, all-gather and broadcast exact at every size, the figures
 recomputed from the ranks' own records, the ring fit, reduce_scatter and send_recv (none on a
 CPU in TensorFlow's collective ops) said to be not measured without failing the run, and both
-ranks gone when the command returns."""
+ranks gone when the command returns; then a prediction's whole loop for tf-mwms
+(tests/distributed/whole_loop.py)."""
 
 import json
 import statistics
@@ -13,6 +14,7 @@ import pytest
 from dlscale.contract.events import events_path, read_events
 from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
 from tests.distributed.processes import processes_naming, wait_gone
+from tests.distributed.whole_loop import check_the_whole_loop
 
 pytestmark = pytest.mark.dist
 
@@ -63,3 +65,5 @@ def test_tensorflows_collectives_are_exact_and_the_others_are_said_not_measured(
     # both ranks left by themselves: nothing of the run is still running
     pids = [next(e["pid"] for e in events[rank] if e["event"] == "start") for rank in (0, 1)]
     assert not wait_gone(pids, 5.0) and not processes_naming(tmp_path)
+    # the whole loop: a tf-mwms point beside it, predicted on a ring from these rows
+    check_the_whole_loop(cli, tmp_path, "tf-mwms", "ring")

@@ -1,0 +1,78 @@
+"""A prediction's whole loop for one engine, beside the microbench its test just ran in
+``results``: a 2-worker point of that engine, ``predict --validate`` predicting it on the
+engine's own algorithm from the microbench's own rows (recomputed here by hand, with no
+dlscale code), and a forward ``predict`` on that network saying how far the strategy of that
+algorithm was validated: by this engine, over this point."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TRAIN = ("--workers", "2", "--model", "tiny", "--steps", "6", "--windows", "2", "--repeats", "1",
+         "--set", "machine_reference=false")  # fmt: skip
+COLLECTIVE = {"ring": "all_reduce", "ps-sync": "ps_pushpull"}
+"""The collective a microbench measured that carries each algorithm's synchronization."""
+
+
+def interpolated(rows: list[dict[str, Any]], n: float) -> float:
+    """The seconds of ``n`` bytes between the two measured sizes around it, on log-log axes."""
+    points = sorted((r["bytes"], r["time_s"]) for r in rows)
+    for (n0, t0), (n1, t1) in itertools.pairwise(points):
+        if n0 <= n <= n1:
+            slope = (math.log(t1) - math.log(t0)) / (math.log(n1) - math.log(n0))
+            return math.exp(math.log(t0) + (math.log(n) - math.log(n0)) * slope)
+    raise AssertionError(f"{n} bytes is outside the sizes measured: {points}")
+
+
+def check_the_whole_loop(cli, results: Path, backend: str, algorithm: str) -> dict[str, Any]:
+    """Train ``backend`` into ``results``, then check its validation row and the forward
+    prediction's trust; the row, and the validation's records under ``"records"``."""
+    run = cli("run", "--backend", backend, *TRAIN, "--results", str(results))
+    assert run.returncode == 0, run.stderr
+    check = cli("predict", "--validate", str(results), "--json")
+    assert check.returncode == 0, check.stderr
+    records = [json.loads(line) for line in check.stdout.splitlines()]
+    (row,) = [r for r in records if r["kind"] == "validation"]
+    (point,) = [json.loads(p.read_text()) for p in results.glob("tiny-*/result.json")]
+    metrics = point["metrics"]
+    assert row["backend"] == backend and row["algorithm"] == algorithm
+    assert row["network"] == "" and row["launcher"] == "local"
+    assert row["measured_img_s"] == metrics["throughput_img_s"]
+    assert row["compute_from"] == "no-sync probe"
+    assert row["compute_ms"] == metrics["step_time_nosync_p50_ms"] > 0
+    # the synchronization: the microbench's own rows of that collective around the payload
+    (bench,) = [json.loads(p.read_text()) for p in results.glob("microbench-*/microbench.json")]
+    rows = [r for r in bench["rows"] if r["collective"] == COLLECTIVE[algorithm]]
+    if algorithm == "ring":  # the bytes one worker sends, undone to the payload: 2(p-1)/p = 1
+        payload = metrics.get("bytes_sent_per_step_model") or metrics["gradient_bytes"]
+    else:  # one server holds it all
+        payload = metrics["gradient_bytes"]
+        rows = [r for r in rows if r["servers"] == 1]
+        assert row["servers"] == 1
+    assert row["comm_from"] == "measured"
+    assert row["comm_ms"] == pytest.approx(interpolated(rows, payload) * 1e3, rel=1e-9)
+    images = 2 * point["batch_size_per_worker"]  # a step of both workers, neither overlapped
+    step = row["compute_ms"] / 1e3 + row["comm_ms"] / 1e3
+    assert row["predicted_img_s"] == pytest.approx(images / step, rel=1e-12)
+    assert row["error"] == pytest.approx(row["predicted_img_s"] / row["measured_img_s"] - 1)
+    (median,) = [r for r in records if r["kind"] == "median_abs_error"]
+    assert median["error"] == abs(row["error"])
+    # a forward prediction on that network: that strategy validated by this engine, here
+    strategy = {"ring": "ring", "ps-sync": "ps-sync"}[algorithm]
+    ahead = cli("predict", "--network-from", str(results), "--compute-ms", "100",
+                "--gradient-bytes", "1e6", "--workers", "2", "--strategy", strategy,
+                "--json")  # fmt: skip
+    assert ahead.returncode == 0, ahead.stderr
+    (forward,) = [json.loads(line) for line in ahead.stdout.splitlines()]
+    assert forward["strategy"] == strategy
+    assert forward["validated"] == [
+        {"backend": backend, "network": "local launcher", "points": 1,  # noisy or not
+         "median_abs_error": median["error"], "models": ["tiny"]}
+    ]  # fmt: skip
+    return {**row, "records": records}
