@@ -65,6 +65,7 @@ def main(argv: list[str]) -> int:
                 local_rank=local_rank,
                 role=process.role if process else "?",
                 python=sys.executable,
+                cpus=sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
             )
         )
         WorkerContext.check_entry_rank(rank)

@@ -3,6 +3,7 @@ rendezvous, two nodes' agents side by side, the same numbers as the local launch
 engines under it, and a killed rank."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -48,8 +49,20 @@ def test_torchrun_trains_exactly_as_the_local_launcher(tmp_path: Path, cli, shar
     agents = sorted(p.name for p in run_dir.glob("torchrun*.stderr"))
     assert agents == [f"torchrun{n}.stderr" for n in range(nnodes)]
     # torchrun's own store served the rendezvous: the ranks saw its variables
-    starts = [json.loads(line) for line in (run_dir / "events.rank1.jsonl").open()][:1]
-    assert starts[0]["world_size"] == 2 and starts[0]["local_rank"] == (1 if nnodes == 1 else 0)
+    starts = [
+        next(json.loads(line) for line in (run_dir / f"events.rank{rank}.jsonl").open())
+        for rank in (0, 1)
+    ]
+    assert starts[1]["world_size"] == 2 and starts[1]["local_rank"] == (1 if nnodes == 1 else 0)
+    # each node on its own share of this machine's CPUs (a node's ranks times their threads),
+    # as on nodes of their own; one node: the CPUs dlscale may use
+    allowed = sorted(os.sched_getaffinity(0))
+    width = 2 // nnodes * result.threads_per_worker
+    if nnodes == 1 or width >= len(allowed):
+        assert [start["cpus"] for start in starts] == [allowed, allowed]
+    else:
+        second = sorted(allowed[(width + k) % len(allowed)] for k in range(width))  # wraps
+        assert [start["cpus"] for start in starts] == [allowed[:width], second]
 
 
 def test_an_uneven_split_between_nodes_is_one_line(tmp_path: Path, cli):

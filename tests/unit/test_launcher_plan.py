@@ -68,3 +68,15 @@ def test_oversubscription_warns():
             "expect lower and noisier throughput"
         ],
     )
+
+
+def test_each_emulated_node_gets_its_share_of_the_cpus_wrapping_around(monkeypatch):
+    """torchrun's nodes on one machine: node k runs on the k-th share of the CPUs dlscale may
+    use (its ranks times their threads), wrapping around where the nodes need more; no share
+    where one node would need them all."""
+    from dlscale.contract.layout import node_cpus
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: {2, 3, 5, 7, 11, 13})
+    assert [node_cpus(node, 2) for node in range(3)] == [(2, 3), (5, 7), (11, 13)]
+    assert [node_cpus(node, 4) for node in range(2)] == [(2, 3, 5, 7), (11, 13, 2, 3)]
+    assert node_cpus(0, 6) == node_cpus(1, 9) == ()

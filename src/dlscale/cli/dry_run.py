@@ -234,7 +234,8 @@ def planned(config: Any, results: Path, *, verbose: bool, name: str = "") -> lis
             if verbose:
                 lines += [f"#   {line}" for line in text.splitlines()]
         env = _assignments(dict(sorted(entry.env.items()))) if verbose else ""
-        lines.append(f"{env} {shell_command(entry.argv)}".lstrip())
+        pinned = ("taskset", "-c", ",".join(map(str, entry.cpus))) if entry.cpus else ()
+        lines.append(f"{env} {shell_command([*pinned, *entry.argv])}".lstrip())
     return lines
 
 

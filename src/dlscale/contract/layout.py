@@ -19,6 +19,20 @@ MAX_PROCESSES = 65536
 """The most processes one run may have (a bound on the plan, far above any machine's cores)."""
 
 
+def node_cpus(node: int, width: int) -> tuple[int, ...]:
+    """The CPUs of this machine that emulated node ``node`` gets when each node's processes
+    use ``width`` of them (its ranks times their threads): the node's share of the CPUs this
+    process may run on, in order, wrapping around when the nodes need more than there are; empty
+    where the share would be all of them, or affinity cannot be set (not Linux)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return ()
+    allowed = sorted(os.sched_getaffinity(0))
+    if width >= len(allowed):
+        return ()
+    start = node * width % len(allowed)
+    return tuple(allowed[(start + k) % len(allowed)] for k in range(width))
+
+
 def usable_cores() -> int:
     """Cores this process may run on, which a layout on this machine is spread over
     (affinity-aware, so containers and Slurm are right)."""

@@ -47,6 +47,9 @@ class Start(Record):
     local_rank: int = 0
     role: str = "worker"
     python: str = ""
+    cpus: list[int] = field(default_factory=list)
+    """The CPUs the process may run on as it starts (its affinity, before a framework pins
+    it); empty where that cannot be read (not Linux) or the record is older."""
 
 
 @dataclass(frozen=True, kw_only=True)

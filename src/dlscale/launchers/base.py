@@ -47,6 +47,9 @@ class PlanEntry:
     stderr: Path
     files: dict[Path, str] = field(default_factory=dict)
     """Files the launcher writes before starting the command (a batch script), path -> text."""
+    cpus: tuple[int, ...] = ()
+    """The CPUs of this machine the command (and all it starts) may run on: an emulated node's
+    share (:func:`dlscale.contract.layout.node_cpus`); empty: those dlscale may run on."""
 
 
 class Setup(ABC):

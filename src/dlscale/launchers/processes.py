@@ -100,7 +100,7 @@ def _spawn(entry: PlanEntry, parent: dict[str, str], mask: _Mask | None) -> subp
             stderr=err,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_in_child(os.getpid(), mask),
+            preexec_fn=_in_child(os.getpid(), mask, entry.cpus),
         )
 
 
@@ -142,11 +142,13 @@ def _handlers_deferred() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
-def _in_child(parent: int, mask: _Mask | None) -> Callable[[], None] | None:
-    """What the child does between fork and exec: die with its parent (Linux), and take back
-    the signal mask the parent had before holding signals."""
+def _in_child(
+    parent: int, mask: _Mask | None, cpus: tuple[int, ...] = ()
+) -> Callable[[], None] | None:
+    """What the child does between fork and exec: die with its parent (Linux), take back the
+    signal mask the parent had before holding signals, and keep to ``cpus`` where given."""
     prctl = _prctl()
-    if prctl is None and mask is None:
+    if prctl is None and mask is None and not cpus:
         return None
 
     kill = int(signal.SIGKILL)
@@ -158,6 +160,8 @@ def _in_child(parent: int, mask: _Mask | None) -> Callable[[], None] | None:
                 os.kill(os.getpid(), signal.SIGKILL)
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     return setup
 

@@ -9,7 +9,11 @@ text order is node order: 127.0.1.100+k on the loopback, the namespace's address
 emulated network), so agent k starts ranks ``k*P .. k*P+P-1``, as the plan says; a worker
 checks it (``DLSCALE_ENTRY_RANKS``). Across several agents every rendezvous round gives the
 workers a store of their own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``): after a restart the
-agents' shared store would still hold the failed round's addresses.
+agents' shared store would still hold the failed round's addresses. Each node's agent, and so
+its ranks, runs on its own share of this machine's CPUs (its ranks times their threads:
+:func:`~dlscale.contract.layout.node_cpus`), as on nodes of their own: otherwise every node's
+local rank 0 took the same CPU where a framework pins by local rank (JAX: both nodes' ranks on
+CPU 0, each waiting for it most of a window).
 
 torchrun gives every rank RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT and keeps
 the store torch.distributed's ``env://`` joins (``provides = ("torch",)``): the torch backends
@@ -29,7 +33,7 @@ from pathlib import Path
 
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import UserError
-from dlscale.contract.layout import Addresses
+from dlscale.contract.layout import Addresses, node_cpus
 from dlscale.contract.run_config import RunConfig
 from dlscale.launchers.base import (
     SAFE_PATH,
@@ -151,6 +155,7 @@ class TorchrunLauncher(Launcher):
                     env={**env, ENTRY_RANKS_ENV: f"{ranks.start}-{ranks.stop - 1}"},
                     stdout=spec_path.parent / f"torchrun{node}.stdout",
                     stderr=spec_path.parent / f"torchrun{node}.stderr",
+                    cpus=node_cpus(node, per_node * here.threads) if nnodes > 1 else (),
                 )
             )
         plan = here.plan(entries)
