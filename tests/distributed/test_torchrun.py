@@ -65,6 +65,25 @@ def test_torchrun_trains_exactly_as_the_local_launcher(tmp_path: Path, cli, shar
         assert [start["cpus"] for start in starts] == [allowed[:width], second]
 
 
+def test_the_whole_machine_reference_runs_on_one_node_beside_two(tmp_path: Path, cli):
+    """docs/clusters.md's `--set nnodes=2` study: its whole-machine reference (1 worker) runs
+    on one node (nnodes = 2 could not split it: the command failed so) and the 2-node point
+    is measured against it."""
+    flags = [f for f in TINY if f not in ("--set", "machine_reference=false")]
+    run = cli("run", *flags, "--backend", "torch-ddp", "--workers", "2", "--launcher",
+              "torchrun", "--set", "nnodes=2", "--json", "--results", str(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    points = [r for r in map(json.loads, run.stdout.splitlines()) if r["kind"] == "point"]
+    nodes = {
+        r.config["backend"]: r.options["launcher"]["nnodes"] for r in RunStore(tmp_path).results()
+    }
+    assert nodes == {"torch-single": 1, "torch-ddp": 2}
+    (ddp,) = [p for p in points if p["backend"] == "torch-ddp"]
+    # no 1-thread 1-worker point here: the reference (every core) is its baseline, said so
+    assert ddp["baseline"].startswith("torch-single x1") and ddp["baseline_threads_differ"]
+    assert ddp["speedup"] > 0
+
+
 def test_an_uneven_split_between_nodes_is_one_line(tmp_path: Path, cli):
     run = cli(
         "run", *TINY, "--workers", "3", "--backend", "torch-ddp", "--launcher", "torchrun",

@@ -290,3 +290,26 @@ def test_worker_counts_as_a_range_are_the_powers_of_two_in_every_command():
     for text in ("0..4", "a..4", "4..", "8..2", "1..4..8"):
         with pytest.raises(UserError, match=r"give A\.\.B"):
             worker_range(text)
+
+
+def test_a_one_worker_point_runs_on_one_node_and_is_the_baseline_of_every_node_count():
+    """torchrun's nnodes spreads a point's processes over nodes, as workers says how many: the
+    study's 1-worker points (its baseline, the whole-machine reference) run on one node, where
+    nnodes = 2 could not split them (the command of docs/clusters.md failed so), and each is
+    matched to the 2-node points as their baseline."""
+    from dlscale.metrics.scaling import baseline_key, machine_key
+
+    settings = {"backend": "torch-ddp", "workers": [1, 4], "launcher": "torchrun", "nnodes": 2}
+    study = expand({**settings, "machine_reference": True}, cores=8)
+    nodes = {(p.backend, p.workers): p.options["nnodes"] for p in study.points}
+    assert nodes == {("torch-single", 1): 1, ("torch-ddp", 1): 1, ("torch-ddp", 4): 2}
+
+    def row(point: RunConfig) -> dict:
+        flat = {k: v for k, v in point.to_dict().items() if k != "options"} | point.options
+        return {"config": flat, "framework": "torch", "threads_per_worker": 2}
+
+    one, four = (row(p) for p in study.points if p.backend == "torch-ddp")
+    assert baseline_key(one) == baseline_key(four) and machine_key(one) == machine_key(four)
+    other = row(RunConfig.make(backend="torch-ddp", workers=4, launcher="torchrun", nnodes=2,
+                               network="1gbit"))  # fmt: skip
+    assert machine_key(other) != machine_key(four)  # another network is other work

@@ -10,7 +10,7 @@ from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.nodes import NodeFacts
-from dlscale.contract.run_config import RunConfig
+from dlscale.contract.run_config import RunConfig, on_one_machine
 
 
 def node_facts(point: RunConfig, cores: int | None = None) -> NodeFacts:
@@ -38,12 +38,14 @@ def machine_points(points: tuple[RunConfig, ...], facts: list[NodeFacts]) -> lis
             k: v for k, v in point.grouped_options()["dataset"].items()
         } | point.grouped_options()["launcher"]
         try:
-            candidate = dataclasses.replace(
-                point,
-                backend=reference,
-                workers=1,
-                threads_per_worker=node.cpus,
-                options=dataset_options,
+            candidate = on_one_machine(
+                dataclasses.replace(
+                    point,
+                    backend=reference,
+                    workers=1,
+                    threads_per_worker=node.cpus,
+                    options=dataset_options,
+                )
             )
         except (UnsupportedPoint, UserError):
             continue

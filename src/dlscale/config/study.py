@@ -23,7 +23,7 @@ from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.files import read_bounded, unreadable
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.options import parse_value
-from dlscale.contract.run_config import RunConfig, core_keys, declared_options
+from dlscale.contract.run_config import RunConfig, core_keys, declared_options, on_one_machine
 from dlscale.contract.text import did_you_mean, excerpt
 
 _HINTS = typing.get_type_hints(RunConfig)
@@ -263,7 +263,7 @@ def _expand(settings: dict[str, Any]) -> Study:
         # an option axis spans the points whose plug-ins declare it, where some do
         values = _declared_only(values, spanned)
         try:
-            point = RunConfig.make(**values)
+            point = on_one_machine(RunConfig.make(**values))  # 1 worker: 1 node
         except UnsupportedPoint as reason:
             if not is_grid:
                 raise

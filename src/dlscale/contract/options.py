@@ -79,6 +79,11 @@ class Option:
     identity: bool = True
     """``False``: a fact the plan is made from, never part of the run id; what it changes is
     a key of its own (``cpus_per_node`` sets ``threads_per_worker``, which is in the id)."""
+    scale: bool = False
+    """``True``: the option spreads a point's processes over machines, as ``workers`` sets
+    how many there are (torchrun's ``nnodes``): a study's 1-worker points (its baselines, the
+    whole-machine reference) take its default, one machine, and a point is matched to its
+    1-worker baseline, and drawn on one line with it, whatever its value."""
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:
@@ -178,6 +183,7 @@ def setting(
     earlier: tuple[Any, ...] = (),
     whole: bool = False,
     identity: bool = True,
+    scale: bool = False,
 ) -> Any:
     """One field of a plug-in's options dataclass: its default and what its :class:`Option`
     says (the name and type come from the field). A plug-in declares its options once, as a
@@ -193,6 +199,7 @@ def setting(
         "earlier": earlier,
         "whole": whole,
         "identity": identity,
+        "scale": scale,
     }
     return dataclasses.field(default=default, metadata={"option": spec})
 

@@ -331,6 +331,28 @@ def declared_options() -> dict[str, list[tuple[str, Option]]]:
     return out
 
 
+def scale_keys() -> tuple[str, ...]:
+    """The options any registered plug-in declares as spreading processes over machines
+    (:attr:`Option.scale`), which tell no point apart from its 1-worker baseline."""
+    return tuple(
+        name for name, owners in declared_options().items() if any(o.scale for _, o in owners)
+    )
+
+
+def on_one_machine(config: RunConfig) -> RunConfig:
+    """A 1-worker point with its scale options (:func:`scale_keys`) at their defaults: one
+    worker runs on one machine; any other point as it is."""
+    if config.workers != 1:
+        return config
+    defaults = {
+        o.name: o.default for _, declared in config._option_owners().values() for o in declared
+    }
+    reset = {
+        k: defaults[k] for k in scale_keys() if k in defaults and config.options[k] != defaults[k]
+    }
+    return dataclasses.replace(config, options={**config.options, **reset}) if reset else config
+
+
 def _ignorable(key: str, value: Any, config: RunConfig) -> bool:
     """A key the point's plug-ins do not declare, set to every declarer's default: a grid
     such as ``backend = ["torch-single", "torch-ddp"]`` with ``compression = "none"`` means

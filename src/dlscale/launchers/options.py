@@ -33,7 +33,11 @@ def _check_interface(value: Any) -> None:
 @dataclass(frozen=True)
 class TorchrunOptions:
     nnodes: int = setting(
-        1, "torchrun agents (nodes), each starting processes / nnodes ranks", minimum=1
+        1,
+        "torchrun agents (nodes), each starting processes / nnodes ranks; a 1-worker point "
+        "runs on 1",
+        minimum=1,
+        scale=True,
     )
     max_restarts: int = setting(
         0,

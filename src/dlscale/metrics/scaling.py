@@ -36,7 +36,7 @@ from typing import Any
 
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.result import Result
-from dlscale.contract.run_config import NOT_MATCHED_KEYS
+from dlscale.contract.run_config import NOT_MATCHED_KEYS, scale_keys
 from dlscale.metrics.points import combine, samples, window_throughputs
 from dlscale.metrics.stats import ratio_ci95
 
@@ -73,9 +73,9 @@ def baseline_key(row: Row) -> tuple[tuple[str, Any], ...]:
 
 def machine_key(row: Row) -> tuple[tuple[str, Any], ...]:
     """:func:`baseline_key` without the threads: the points of the same work on any share of
-    the machine."""
+    the machine (on any number of nodes: a 1-worker point runs on one)."""
     backend_options = set((row.get("config_options") or {}).get("backend", {}))
-    skip = {*_NOT_IN_BASELINE_KEY, *backend_options}
+    skip = {*_NOT_IN_BASELINE_KEY, *backend_options, *scale_keys()}
     key = sorted((k, v) for k, v in row["config"].items() if k not in skip)
     return (("framework", row.get("framework")), *key)
 

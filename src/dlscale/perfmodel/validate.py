@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from dlscale.contract.algorithms import SYNC_PATTERNS
+from dlscale.contract.run_config import scale_keys
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.engines import OVERLAPS, Comm, pattern_comm, pattern_step
 from dlscale.perfmodel.predict import Profile
@@ -121,10 +122,12 @@ def _compute(
 
 def _one_worker_of(candidate: dict[str, Any], point: dict[str, Any]) -> bool:
     """``candidate`` is ``point``'s run at 1 worker: completed, with its step measured, every
-    setting the same but the workers, and the same threads a process."""
+    setting the same but the workers and the nodes they spread over (a 1-worker point runs on
+    one: :func:`~dlscale.contract.run_config.scale_keys`), and the same threads a process."""
     config, theirs = point["config"], candidate.get("config") or {}
-    same = {k: v for k, v in config.items() if k != "workers"} == {
-        k: v for k, v in theirs.items() if k != "workers"
+    skip = {"workers", *scale_keys()}
+    same = {k: v for k, v in config.items() if k not in skip} == {
+        k: v for k, v in theirs.items() if k not in skip
     }
     return (
         same

@@ -7,7 +7,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlscale.contract.run_config import NOT_MATCHED_KEYS
+from dlscale.contract.run_config import NOT_MATCHED_KEYS, scale_keys
 
 Row = dict[str, Any]
 _NOT_A_SERIES_KEY = {"backend", "workers", *NOT_MATCHED_KEYS}
@@ -64,7 +64,16 @@ def varying_keys(rows: list[Row]) -> list[str]:
     line; an option only some backends have varies only if it differs among those)."""
     done = [r for r in rows if r["status"] == "completed"]
     keys = dict.fromkeys(k for r in done for k in r["config"] if k not in _NOT_A_SERIES_KEY)
-    return [k for k in keys if len({str(r["config"][k]) for r in done if k in r["config"]}) > 1]
+    scale = set(scale_keys())  # a 1-worker point runs on one node whatever its line's count
+
+    def values(key: str) -> set[str]:
+        return {
+            str(r["config"][key])
+            for r in done
+            if key in r["config"] and (key not in scale or r["config"].get("workers") != 1)
+        }
+
+    return [k for k in keys if len(values(k)) > 1]
 
 
 def by_series(rows: list[Row]) -> dict[str, list[Row]]:
