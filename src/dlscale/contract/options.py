@@ -80,10 +80,12 @@ class Option:
     """``False``: a fact the plan is made from, never part of the run id; what it changes is
     a key of its own (``cpus_per_node`` sets ``threads_per_worker``, which is in the id)."""
     scale: bool = False
-    """``True``: the option spreads a point's processes over machines, as ``workers`` sets
-    how many there are (torchrun's ``nnodes``): a study's 1-worker points (its baselines, the
-    whole-machine reference) take its default, one machine, and a point is matched to its
-    1-worker baseline, and drawn on one line with it, whatever its value."""
+    """``True``: the option says how a point's workers are spread over machines and linked
+    between them, as ``workers`` says how many there are (torchrun's ``nnodes`` and
+    ``network``), which a single worker has no use for: a study's 1-worker points (its
+    baselines, the whole-machine reference) take its default (one machine, no emulated link),
+    and a point is matched to its 1-worker baseline, and drawn on one line with it, whatever
+    its value."""
 
     def __post_init__(self) -> None:
         if self.type not in _TYPES:

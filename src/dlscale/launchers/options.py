@@ -48,8 +48,9 @@ class TorchrunOptions:
     network: str = setting(
         "",
         "emulate the nodes' network (root): each node in its own namespace, links shaped by "
-        "tc, e.g. 1gbit:100us, 10gbit, unshaped; empty: the loopback",
+        "tc, e.g. 1gbit:100us, 10gbit, unshaped; empty: the loopback; a 1-worker point has none",
         validate=_check_network,
+        scale=True,
     )
 
 
