@@ -13,7 +13,12 @@ costs), with ``n`` payload bytes, ``p`` workers and ``k`` servers:
 
 A step is compute + synchronization; with ``overlap`` (the patterns of :data:`OVERLAPS`, whose
 collectives run while backward computes: DDP's and Horovod's buckets, FSDP's prefetch) it is
-``forward + max(backward, synchronization)``, the ideal overlap (:func:`~.predict.step_s`).
+``forward + max(backward, synchronization)``, the ideal overlap (:func:`~.predict.step_s`). A
+synchronous parameter server that pushes and pulls each parameter as backward produces it
+(:data:`PIPELINED`: MXNet's kvstore) has its ideal too: pushes (worker to server) and pulls
+(server to worker) of different parameters take the two directions of a full-duplex link at
+once, so its push and pull, measured one after the other, take half as long, and that half
+overlaps backward: ``forward + max(backward, synchronization / 2)``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ if TYPE_CHECKING:
 
 OVERLAPS = ("ring", "fsdp", "fsdp-no-reshard")
 """The patterns whose collectives can run while backward computes."""
+PIPELINED = ("ps-sync",)
+"""The patterns whose pushes and pulls can run while backward computes, each in its own
+direction of the link (their ideal: half the synchronization, overlapped)."""
 _GATHERS = {"fsdp": 2, "fsdp-no-reshard": 1}
 
 
@@ -80,9 +88,12 @@ def pattern_step(
     overlap: bool = False,
 ) -> float:
     """One step's seconds: compute and ``comm`` (:func:`pattern_comm`) as ``pattern`` joins
-    them; ``overlap`` for the ideal overlap of :data:`OVERLAPS`' collectives with backward."""
+    them; ``overlap`` for the ideal overlap of :data:`OVERLAPS`' collectives with backward, or
+    of :data:`PIPELINED`'s pushes and pulls."""
     if pattern == "ps-async":
         net, _ = link.fit_for("ps-async")
         return costs.ps_async_step_s(profile.compute_s, profile.gradient_bytes, p, servers, net)
+    if overlap and pattern in PIPELINED:
+        return step_s(profile, "ring-overlap", p, link.network, comm=comm / 2)
     joined = "ring-overlap" if overlap and pattern in OVERLAPS else "ring"
     return step_s(profile, joined, p, link.network, comm=comm)

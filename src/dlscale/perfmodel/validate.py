@@ -17,8 +17,11 @@ error = predicted / measured - 1. What the prediction takes:
   ``measured``), else the fitted cost of the pattern (``fit``).
 
 A ring or FSDP point is also predicted with the ideal overlap of its collectives with backward
-(``overlap_error``): the two bound what bucketed overlap gives. The median of the absolute
-errors over the points, per engine and over all, says how well the model holds here.
+(``overlap_error``): the two bound what bucketed overlap gives; a synchronous parameter
+server's with its pushes and pulls in the link's two directions at once, overlapped
+(:data:`~.engines.PIPELINED`), which bounds what a per-parameter kvstore gives. The median of
+the absolute errors over the points, per engine and over all, says how well the model holds
+here.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import numpy as np
 from dlscale.contract.algorithms import SYNC_PATTERNS
 from dlscale.contract.run_config import scale_keys
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.engines import OVERLAPS, Comm, pattern_comm, pattern_step
+from dlscale.perfmodel.engines import OVERLAPS, PIPELINED, Comm, pattern_comm, pattern_step
 from dlscale.perfmodel.predict import Profile
 
 MEASURES = ("error", "overlap_error")
@@ -221,7 +224,7 @@ def _row(
 
     row["predicted_img_s"] = predicted(False)
     row["error"] = row["predicted_img_s"] / measured - 1
-    overlaps = pattern in OVERLAPS
+    overlaps = pattern in OVERLAPS or pattern in PIPELINED
     row["overlap_img_s"] = predicted(True) if overlaps else None
     row["overlap_error"] = row["overlap_img_s"] / measured - 1 if overlaps else None
     return row
