@@ -38,6 +38,7 @@ from dlscale.contract.records import End, Error, Start
 from dlscale.contract.registry import load_object
 from dlscale.contract.run_config import RunConfig
 from dlscale.contract.text import clip
+from dlscale.runtime import scratch
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.placement import check_placement
 from dlscale.runtime.watchdog import start_watchdog
@@ -48,6 +49,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m dlscale.worker RUN_DIR/spec.json", file=sys.stderr)
         return 2
     start_watchdog()
+    scratch.enter()  # before any framework: its temporary files go with the run
     _forget_working_directory()
     spec_path = Path(argv[0])
     rank, local_rank, processes = WorkerContext.rank_from_environment()
@@ -159,9 +161,11 @@ def _exit(code: int) -> None:
     machine), which turned a whole run into a failed one; a thread left blocked in native code
     could hold the exit up instead. The backend has already shut its framework down (its
     teardown: destroy_process_group, hvd.shutdown) and the events file is closed, so nothing
-    is lost by skipping that clean-up."""
+    is lost by skipping that clean-up; the temporary files a framework would have removed then
+    go with the worker's own temporary directory."""
     sys.stdout.flush()
     sys.stderr.flush()
+    scratch.leave()  # what a framework left to remove at exit (runtime/scratch.py)
     os._exit(code)
 
 

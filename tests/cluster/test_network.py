@@ -17,7 +17,13 @@ import pytest
 from dlscale.launchers.links import Link
 from dlscale.launchers.network import NETNS_ETC, OWNERS, namespaces, netem_available
 from dlscale.store import RunStore
-from tests.distributed.processes import kill_all, processes_naming, start_long_run, wait_for_pids
+from tests.distributed.processes import (
+    kill_all,
+    left_in,
+    processes_naming,
+    start_long_run,
+    wait_for_pids,
+)
 
 pytestmark = pytest.mark.dist
 
@@ -114,7 +120,14 @@ def test_a_killed_dlscale_leaves_no_rank_and_its_namespaces_go_with_the_next_run
     """The next run is the slower-link study (:func:`_slower_link_study`): it removes what the
     killed dlscale left, and its own namespaces go with its runs."""
     before = ours()
-    proc = start_long_run(tmp_path / "killed", 300, extra=(*NODES[:4], "--set", "network=10mbit"))
+    scratch = tmp_path / "tmp"  # the run's temporary directory: the watchdogs empty it
+    scratch.mkdir()
+    proc = start_long_run(
+        tmp_path / "killed",
+        300,
+        extra=(*NODES[:4], "--set", "network=10mbit"),
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     pids: dict[int, int] = {}
     try:
         pids = wait_for_pids(tmp_path / "killed", proc=proc)
@@ -129,6 +142,7 @@ def test_a_killed_dlscale_leaves_no_rank_and_its_namespaces_go_with_the_next_run
             time.sleep(0.2)
         survivors = processes_naming(tmp_path / "killed")
         assert not survivors, [_command_line(pid) for pid in survivors]  # which, if any
+        assert left_in(scratch) == []  # each rank's own temporary directory
         assert set(left) <= set(ours())  # nothing removed them yet
         _slower_link_study(cli, tmp_path / "next")
         assert not set(left) & set(ours())

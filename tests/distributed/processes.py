@@ -130,6 +130,14 @@ def kill_all(pids: Iterable[int], *procs: subprocess.Popen) -> None:
             proc.wait(timeout=30)
 
 
+def left_in(scratch: Path) -> list[Path]:
+    """What a run's ranks left in ``scratch``, the temporary directory the run was given: a
+    rank's own directory (``dlscale-*``, runtime/scratch.py) or a framework's file written
+    straight there (TensorFlow's autograph). A tool's own (torchrun's ``torchelastic_*``, left
+    when its agent is stopped) is not the ranks'."""
+    return [p for p in scratch.iterdir() if p.name.startswith(("dlscale-", "__autograph"))]
+
+
 def processes_naming(path: Path) -> list[int]:
     """Live processes whose command line names ``path`` (a run's ranks, and the tools that
     started them: horovodrun, mpirun and their helpers)."""
@@ -165,7 +173,11 @@ def kill_rank_and_check_the_run_fails(
 
     from dlscale.store import RunStore
 
-    proc = start_long_run(results, 300, backend, extra=extra)
+    scratch = results.parent / f"{results.name}.tmp"  # its temporary directory: empty after it
+    scratch.mkdir(parents=True, exist_ok=True)
+    proc = start_long_run(
+        results, 300, backend, extra=extra, env={**os.environ, "TMPDIR": str(scratch)}
+    )
     pids: dict[int, int] = {}
     try:
         pids = wait_for_pids(results, ranks=ranks, proc=proc)
@@ -182,5 +194,6 @@ def kill_rank_and_check_the_run_fails(
         assert result.failure["failed_rank"] == rank
         assert not wait_gone(pids.values(), 10.0)
         assert not processes_naming(results)
+        assert left_in(scratch) == []  # the killed rank's own directory went too
     finally:
         kill_all(pids.values(), proc)

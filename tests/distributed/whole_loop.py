@@ -33,8 +33,12 @@ def interpolated(rows: list[dict[str, Any]], n: float) -> float:
 def check_the_whole_loop(cli, results: Path, backend: str, algorithm: str) -> dict[str, Any]:
     """Train ``backend`` into ``results``, then check its validation row and the forward
     prediction's trust; the row, and the validation's records under ``"records"``."""
-    run = cli("run", "--backend", backend, *TRAIN, "--results", str(results))
+    scratch = results.parent / f"{results.name}.tmp"  # its temporary directory: empty after it
+    scratch.mkdir()
+    run = cli("run", "--backend", backend, *TRAIN, "--results", str(results),
+              env={"TMPDIR": str(scratch)})  # fmt: skip
     assert run.returncode == 0, run.stderr
+    assert list(scratch.iterdir()) == []  # (TensorFlow's autograph wrote thousands to /tmp)
     check = cli("predict", "--validate", str(results), "--json")
     assert check.returncode == 0, check.stderr
     records = [json.loads(line) for line in check.stdout.splitlines()]

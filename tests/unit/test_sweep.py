@@ -91,3 +91,47 @@ def test_a_sweep_cut_short_leaves_nothing_stopped(tmp_path: Path):
     finally:
         rank.kill()
         rank.wait()
+
+
+SCRATCH = """
+import os, sys, tempfile
+from dlscale.runtime import scratch
+own = scratch.enter()
+assert os.environ["TMPDIR"] == str(own) == tempfile.gettempdir()
+open(tempfile.mkstemp()[1], "w").write("left by a framework")
+print(own, flush=True)
+if sys.argv[1] == "leave":
+    scratch.leave()
+os._exit(0)
+"""
+
+
+def test_a_workers_own_temporary_directory_goes_with_it_or_with_the_run(tmp_path, monkeypatch):
+    """A worker's temporary files go to a directory of its own (runtime/scratch.py), which it
+    removes as it leaves; what a killed one left, the run's end removes by its token, and
+    nothing of another run."""
+    import tempfile
+
+    from dlscale.runtime.scratch import remove_run_scratch
+
+    mark, other = new_mark(), new_mark()
+
+    def worker(how: str, token: str) -> Path:
+        env = {**os.environ, MARK_ENV: token, "TMPDIR": str(tmp_path)}
+        done = subprocess.run([sys.executable, "-c", SCRATCH, how], env=env, check=True,
+                              capture_output=True, text=True)  # fmt: skip
+        return Path(done.stdout.strip())
+
+    left = worker("leave", mark)
+    assert left.parent == tmp_path and left.name.startswith(f"dlscale-{mark}-")
+    assert not left.exists()
+    killed, theirs = worker("die", mark), worker("die", other)
+    assert killed.exists() and len(list(killed.iterdir())) == 1
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run's parent looks
+    assert remove_run_scratch(mark) == [killed] and not killed.exists()
+    assert theirs.exists() and remove_run_scratch("../x") == []  # no token: nothing touched
+    # without a token (a worker started by hand) nothing changes
+    env = {k: v for k, v in os.environ.items() if k != MARK_ENV}
+    code = "from dlscale.runtime import scratch; print(scratch.enter())"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.stdout.strip() == "None"

@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from dlscale.launchers.base import LaunchPlan, PlanEntry, Running
+from dlscale.runtime.scratch import remove_run_scratch
 from dlscale.runtime.sweep import MARK_ENV, new_mark, sweep
 from dlscale.runtime.watchdog import parent_env
 
@@ -76,6 +77,7 @@ class LocalProcesses(Running):
             proc.wait()
         if entries is None and self.mark:  # the run is over: what left its groups goes too
             sweep(self.mark)
+            remove_run_scratch(self.mark)  # and the ranks' temporary directories
 
 
 def start_processes(plan: LaunchPlan) -> LocalProcesses:

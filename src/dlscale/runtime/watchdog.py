@@ -41,6 +41,7 @@ from collections.abc import Mapping
 
 from dlscale.contract.numbers import whole_number
 from dlscale.runtime.procfs import boot_id, is_alive, process_start
+from dlscale.runtime.scratch import remove_run_scratch
 from dlscale.runtime.sweep import MARK_ENV, sweep
 
 PARENT_PID_ENV = "DLSCALE_PARENT_PID"
@@ -121,6 +122,7 @@ def _watch(pid: int, start: int | None, parent_group: int | None) -> None:
     )
     if mark := os.environ.get(MARK_ENV):  # what the run's commands started outside their groups
         sweep(mark)
+        remove_run_scratch(mark)  # the run's ranks' own temporary directories
     group = os.getpgid(0)
     # The group start_processes made for the command (the session's group), or this process's
     # own; never a group the parent was in (that would be someone else's, e.g. a shell's).

@@ -1,0 +1,72 @@
+"""Each worker's own temporary directory, gone with the run, however it ended.
+
+A framework writes temporary files it removes only at interpreter exit: TensorFlow's autograph
+writes every function it converts to ``__autograph_generated_file*.py`` in the temporary
+directory and removes them in an ``atexit`` handler, which a worker skips (it leaves with
+``os._exit``: :func:`dlscale.worker._exit`); thousands were seen in a machine's ``/tmp``. So a
+worker started by dlscale (its run's token :data:`~dlscale.runtime.sweep.MARK_ENV` set) makes a
+directory of its own in the temporary directory, ``dlscale-<token>-<pid>-*``, and points
+``TMPDIR`` (for what it starts) and :mod:`tempfile` (for itself) at it, before any framework is
+imported. It removes it as it leaves (:func:`leave`); what a killed worker left is removed by
+whoever ends the run on that machine (:func:`remove_run_scratch`): the process that started
+the commands once they are all stopped, or each rank's watchdog once dlscale is gone. On
+another host, a killed worker's directory stays in that host's temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from dlscale.runtime.sweep import MARK_ENV
+
+PREFIX = "dlscale-"
+_own: Path | None = None
+_base: str | None = None
+"""The temporary directory this process had before :func:`enter` (where its run's are)."""
+
+
+def _prefix(mark: str) -> str:
+    return f"{PREFIX}{mark}-"
+
+
+def enter() -> Path | None:
+    """This process's own temporary directory, made and put in use; ``None`` (left as it was)
+    without a run's token, or where none can be made."""
+    global _own, _base
+    mark = os.environ.get(MARK_ENV, "")
+    if not mark.isalnum():  # a token is hex: anything else is not dlscale's (no path in it)
+        return None
+    base = tempfile.gettempdir()
+    try:
+        path = Path(tempfile.mkdtemp(prefix=f"{_prefix(mark)}{os.getpid()}-", dir=base))
+    except OSError:
+        return None
+    _base = base
+    os.environ["TMPDIR"] = str(path)
+    tempfile.tempdir = str(path)
+    _own = path
+    return path
+
+
+def leave() -> None:
+    """Remove this process's own temporary directory (:func:`enter`), with what it holds."""
+    if _own is not None:
+        shutil.rmtree(_own, ignore_errors=True)
+
+
+def remove_run_scratch(mark: str) -> list[Path]:
+    """Remove every worker's directory of the run with token ``mark`` on this machine (in the
+    temporary directory this process had before :func:`enter`); those removed."""
+    if not mark.isalnum():
+        return []
+    gone = []
+    for path in Path(_base or tempfile.gettempdir()).glob(f"{_prefix(mark)}*"):
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+                gone.append(path)
+    return gone
