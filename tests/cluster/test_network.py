@@ -84,11 +84,18 @@ def test_horovod_and_a_parameter_server_run_across_the_namespaces(tmp_path: Path
     of the machine's name: each node's namespace resolves it to the node's own address. tf-ps
     (chief, workers, ps task) takes its rank from torchrun's agents and TF_CONFIG from the
     plan, and its ps task, which never exits, is stopped once training ended (the suite's only
-    test of an engine outside torch under torchrun)."""
-    for backend in ("horovod-torch", "tf-ps"):
+    test of an engine outside torch under torchrun). Synchronous tf-ps on 3 nodes puts its ps
+    task alone on node 2: the other nodes' agents, their ranks ended, then wait in torchrun's
+    exit barrier (300 s) for node 2's stopped agent, and are stopped too (the run hung 5
+    minutes before: the command's 300 s timeout here)."""
+    for backend, *extra in (
+        ("horovod-torch",),
+        ("tf-ps",),
+        ("tf-ps", "--set", "ps_mode=sync", "--set", "nnodes=3"),
+    ):
         (point,) = _points(
-            cli, tmp_path, "--backend", backend, "--set", "network=unshaped",
-            "--set", "resource_guard=false",
+            cli, tmp_path / "-".join((backend, *extra)), "--backend", backend,
+            "--set", "network=unshaped", "--set", "resource_guard=false", *extra,
         )  # fmt: skip
         assert point["throughput_img_s"] > 0 and point["eval_accuracy"] is not None
 

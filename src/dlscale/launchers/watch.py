@@ -149,10 +149,13 @@ def _cause_order(
 
 
 def _never_exiting(plan: LaunchPlan, live: list[int], run_dir: Path, ended: set[int]) -> list[int]:
-    """Live entries that may be stopped: every training process has ended, and each of these
-    holds a role that never exits and no process of an exiting role still at work. ``ended``
-    collects the ranks seen ended, so each events file is read until its rank ends, not on
-    every check."""
+    """Live entries that may be stopped, in a run with a role that never exits (a parameter
+    server's ps task): every training process has ended, and no process of an exiting role in
+    these is still at work. That takes the entries holding the never-exiting roles, and those
+    whose every rank has ended but whose tool waits on (torchrun's agents wait up to 300 s in
+    their exit barrier for the agent of the node whose ps task was stopped). ``ended`` collects
+    the ranks seen ended, so each events file is read until its rank ends, not on every
+    check."""
     processes = plan.layout.processes
 
     def has_ended(rank: int) -> bool:
@@ -162,15 +165,12 @@ def _never_exiting(plan: LaunchPlan, live: list[int], run_dir: Path, ended: set[
             ended.add(rank)
         return rank in ended
 
-    if not any(not processes[r].exits for i in live for r in plan.entries[i].ranks):
+    if all(process.exits for process in processes) or not live:
         return []
     if not all(has_ended(rank) for rank in plan.layout.training_ranks):
         return []
     return [
-        i
-        for i in live
-        if any(not processes[r].exits for r in plan.entries[i].ranks)
-        and all(has_ended(r) for r in plan.entries[i].ranks if processes[r].exits)
+        i for i in live if all(has_ended(r) for r in plan.entries[i].ranks if processes[r].exits)
     ]
 
 
