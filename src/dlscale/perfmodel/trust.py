@@ -89,8 +89,9 @@ def validated(
         own = [r for r in chosen if str(r["backend"]) == backend]
         median = median_errors(own)[measure]  # over counted(own)
         if median is not None:
-            models = tuple(sorted({str(r.get("model")) for r in counted(own)}))
-            found.append(Validated(backend, kind_words(kind), len(counted(own)), median, models))
+            basis = counted(own)
+            models = tuple(sorted({str(r.get("model")) for r in basis}))
+            found.append(Validated(backend, kind_words(kind), len(basis), median, models))
     return found
 
 
