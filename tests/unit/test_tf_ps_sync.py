@@ -1,9 +1,16 @@
 """tf-ps's synchronous mode as data: which processes it starts, what its run id keeps, and the
 check every worker makes of its step tokens (tests/distributed/test_tensorflow.py runs it)."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from dlscale.config import RunConfig
+
+RACE = Path(__file__).with_name("tf_token_race.py")
 
 
 def check_token(previous: int, token: int, worker: int) -> int:
@@ -58,3 +65,29 @@ def test_a_mixed_update_ends_the_run_with_what_happened(previous, token, what):
         check_token(previous, token, worker=1)
     assert f"worker 1 pushed its gradient for global step {previous}" in str(error.value)
     assert f"was handed step {token}" in str(error.value)
+
+
+@pytest.mark.dist
+def test_a_fast_worker_cannot_take_the_token_of_a_worker_that_pushed_but_has_not_taken_it():
+    """TF1's workers share one token queue: the fast worker's second push, made while the slow
+    worker had pushed its first but not yet taken its token, took that token (a CI run ended on
+    it: two gradients of one worker in one update). The barrier holds the second push until the
+    slow worker takes its token. Both cases, side by side (8 s each, TensorFlow's start)."""
+    cases = {
+        case: subprocess.Popen(
+            [sys.executable, str(RACE), *([] if case == "barrier" else ["--no-barrier"])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for case in ("barrier", "none")
+    }
+    seen = {}
+    for case, process in cases.items():
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err[-3000:]
+        seen[case] = json.loads(out.strip().splitlines()[-1])
+    # without the barrier: TF1's optimizer as it is, the steal (so the probe is a real one)
+    assert seen["none"] == {"first": 1, "second": 1, "slow_took": "timed out"}
+    # with it: the fast worker waits, and the slow worker's token is still there for it
+    assert seen["barrier"] == {"first": 1, "second": "timed out", "slow_took": 1}
