@@ -56,6 +56,8 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     # not clipped: noise can take it below 0 (docs/metrics.md); its interval says how much
     assert -1 < m["exposed_comm_fraction"] < 1 and m["exposed_comm_ci95"] is not None
     assert m["step_time_nosync_p50_ms"] > 0
+    # a forward alone is part of the unsynchronized step (no backward, no update)
+    assert 0 < m["forward_time_p50_ms"] < m["step_time_nosync_p50_ms"]
     assert result.environment["torch_version"].startswith("2.")
     assert result.environment["dlscale_version"]
     assert result.global_batch_size == 128 and result.batch_size_per_worker == 64
@@ -63,11 +65,12 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
         events = read_events(run_dir / f"events.rank{rank}.jsonl")
         kinds = [e["event"] for e in events]
         assert kinds[0] == "start" and kinds[-1] == "end"
-        # the probe's ABBA order, rebuilt from its steps' starts: pair 1 reversed, pair 2 not
-        probe = {e["kind"]: e for e in events if e.get("kind") in ("probe", "nosync")}
-        ran = sorted([(t, "S") for t in probe["probe"]["step_starts_s"]]
-                     + [(t, "N") for t in probe["nosync"]["step_starts_s"]])  # fmt: skip
-        assert "".join(kind for _, kind in ran) == "NSSN"
+        # the probe's ABBA order, rebuilt from its steps' starts: pair 1 reversed, pair 2 not;
+        # a forward alone (F) beside each pair
+        letters = {"probe": "S", "nosync": "N", "forward": "F"}
+        probe = {e["kind"]: e for e in events if e.get("kind") in letters}
+        ran = sorted((t, letters[kind]) for kind in probe for t in probe[kind]["step_starts_s"])
+        assert "".join(kind for _, kind in ran) == "FNSSNF"
     # resume: a completed point is not run again
     again = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
     assert again.state == "skipped"

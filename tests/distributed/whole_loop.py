@@ -65,6 +65,21 @@ def check_the_whole_loop(cli, results: Path, backend: str, algorithm: str) -> di
     step = row["compute_ms"] / 1e3 + row["comm_ms"] / 1e3
     assert row["predicted_img_s"] == pytest.approx(images / step, rel=1e-12)
     assert row["error"] == pytest.approx(row["predicted_img_s"] / row["measured_img_s"] - 1)
+    # the ideal overlap: forward, then backward beside the synchronization (a ps-sync's half),
+    # backward's share measured by the probe where the engine times a forward alone
+    forward_ms = metrics.get("forward_time_p50_ms")
+    assert (forward_ms is None) == (backend == "jax-dp")  # every engine here times one but JAX
+    if forward_ms is not None:
+        share = 1 - forward_ms / metrics["step_time_nosync_p50_ms"]
+        assert row["backward_share_from"].startswith("measured")
+    else:
+        share = 2 / 3
+        assert row["backward_share_from"].startswith("assumed")
+    assert row["backward_share"] == pytest.approx(share, rel=1e-12)
+    hidden = row["comm_ms"] / (2 if algorithm == "ps-sync" else 1)
+    backward = row["compute_ms"] * share
+    overlapped = (row["compute_ms"] - backward + max(backward, hidden)) / 1e3
+    assert row["overlap_img_s"] == pytest.approx(images / overlapped, rel=1e-12)
     (median,) = [r for r in records if r["kind"] == "median_abs_error"]
     assert median["error"] == abs(row["error"])
     # a forward prediction on that network: that strategy validated by this engine, here

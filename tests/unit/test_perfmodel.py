@@ -204,6 +204,33 @@ def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
     assert list(per_engine(rows)) == ["torch-ddp"]
 
 
+def test_the_ideal_overlap_hides_behind_the_backward_share_the_probe_measured():
+    """An engine whose probe timed a forward alone: the window after it (here 20 - 15 = 5 ms,
+    a quarter) is what the synchronization can hide in, not the assumed 2/3; a share that
+    cannot be one (a forward longer than the step, NaN) is clipped or left assumed."""
+    from dlscale.perfmodel.validate import Link, compare, share_words
+
+    net = Network.from_link(8e9 / 6, 0.0)  # 6 ms for the ring of 1 MB at 2 workers
+    measured, longer, nan, none = compare(
+        [_point(forward_time_p50_ms=15.0), _point(forward_time_p50_ms=25.0),
+         _point(forward_time_p50_ms=float("nan")), _point()],
+        lambda point: Link(net),
+    )  # fmt: skip
+    assert measured["backward_share"] == pytest.approx(0.25)
+    assert measured["backward_share_from"] == "measured: forward 15.0 ms of 20.0 ms"
+    assert share_words(measured) == "backward 25% measured"
+    # 15 ms forward + max(5 ms backward, 6 ms ring): 1 ms of the ring stays exposed
+    assert measured["overlap_img_s"] == pytest.approx(64 / 0.021)
+    assert longer["backward_share"] == 0.0 and longer["overlap_img_s"] == pytest.approx(64 / 0.026)
+    for assumed in (nan, none):
+        assert assumed["backward_share"] == pytest.approx(2 / 3)
+        assert share_words(assumed) == "backward 67% assumed"
+        assert assumed["overlap_img_s"] == pytest.approx(64 / 0.020)  # 6 ms behind 13.3 ms
+    # the plain prediction takes no share at all
+    for row in (measured, longer, nan, none):
+        assert row["predicted_img_s"] == pytest.approx(64 / 0.026)
+
+
 def test_each_engine_is_predicted_on_its_own_algorithm_by_hand():
     """FSDP: all-gathers and a reduce-scatter; parameter servers: push and pull through their
     servers, sync or async; a ring of a compressed gradient: its payload as sent. Each from

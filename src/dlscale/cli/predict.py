@@ -260,6 +260,8 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
 
 
 def _validation_table(rows: list[dict[str, Any]]) -> Table:
+    from dlscale.perfmodel.validate import share_words
+
     table = Table()
     for column in ("backend", "model", "workers", "network", "algorithm", "measured img/s",
                    "compute ms (from)", "sync ms (from)", "predicted img/s (error)",
@@ -269,7 +271,7 @@ def _validation_table(rows: list[dict[str, Any]]) -> Table:
     for row in rows:
         algorithm = row["algorithm"] + (f", {row['servers']} srv" if row["servers"] else "")
         overlap = (
-            f"{row['overlap_img_s']:,.1f} ({row['overlap_error']:+.1%})"
+            f"{row['overlap_img_s']:,.1f} ({row['overlap_error']:+.1%}; {share_words(row)})"
             if row["overlap_img_s"] is not None
             else "-"
         )

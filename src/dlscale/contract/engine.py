@@ -39,6 +39,9 @@ class Engine:
     resumable = False
     """True: every replica holds the same training state (synchronous data parallelism), which
     :meth:`checkpoint` writes and :meth:`restore` reads (a restarted run resumes)."""
+    times_forward = False
+    """True: :meth:`forward_only` runs a step's forward alone, which the probe times beside the
+    unsynchronized step (the share of a step that backward and the update take)."""
 
     def batches(self, epoch: int) -> Iterator[Any]:
         """The training batches of one epoch (exactly ``steps_per_epoch`` of them)."""
@@ -46,6 +49,11 @@ class Engine:
 
     def step(self, batch: Any) -> Any:
         """One training step; returns its mean loss (a float or a lazy framework scalar)."""
+        raise NotImplementedError
+
+    def forward_only(self, batch: Any) -> None:
+        """A training step's forward and loss of ``batch``, as :meth:`step` computes them
+        (gradients recorded), without backward or update (engines with ``times_forward``)."""
         raise NotImplementedError
 
     def train_window(self, batches: Iterator[Any], steps: int) -> list[Any]:

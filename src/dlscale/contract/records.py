@@ -95,7 +95,8 @@ class Window(Record):
     event = "window"
     kind: str = "measure"
     """``measure``; or the exposed-communication probe, whose steps alternate: ``probe``
-    (synchronized steps) and ``nosync`` (the same steps without gradient synchronization)."""
+    (synchronized steps), ``nosync`` (the same steps without gradient synchronization) and,
+    where the engine can run one alone, ``forward`` (a step's forward and loss only)."""
     index: int = 0
     epoch: int | None = None
     steps: int = 0

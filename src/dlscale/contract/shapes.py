@@ -102,6 +102,7 @@ METRICS: dict[str, Shape] = {
     "input_time_p50_ms": MS,
     "input_wait_fraction": number(),
     "step_time_nosync_p50_ms": MS,
+    "forward_time_p50_ms": MS,
     "exposed_comm_fraction": SIGNED,
     "exposed_comm_ci95": number(),
     "exposed_comm_significant": FLAG,

@@ -225,8 +225,13 @@ def _exposed_comm(per_rank: dict[int, Events], all_ranks: dict[int, Events]) -> 
     if len(sync_ms) != len(nosync_ms) or not len(sync_ms):
         return {}
     fraction, half = exposed_fraction(sync_ms, nosync_ms)
+    forward = _windows(per_rank, "forward")
+    forward_ms = _step_times(forward)[0] if forward else None
     return {
         "step_time_nosync_p50_ms": percentile(nosync_ms, 50),
+        "forward_time_p50_ms": (
+            percentile(forward_ms, 50) if forward_ms is not None and len(forward_ms) else None
+        ),
         "exposed_comm_fraction": fraction,
         "exposed_comm_ci95": half,
         "exposed_comm_significant": half is not None and abs(fraction) > half,

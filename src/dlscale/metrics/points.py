@@ -31,6 +31,7 @@ MEAN_OVER_RUNS = (
     "input_time_p50_ms",
     "input_wait_fraction",
     "step_time_nosync_p50_ms",
+    "forward_time_p50_ms",
     "epoch_time_s",
     "final_train_loss",
     "eval_accuracy",

@@ -17,7 +17,9 @@ error = predicted / measured - 1. What the prediction takes:
   ``measured``), else the fitted cost of the pattern (``fit``).
 
 A ring or FSDP point is also predicted with the ideal overlap of its collectives with backward
-(``overlap_error``): the two bound what bucketed overlap gives; a synchronous parameter
+(``overlap_error``; backward's share of the step measured by the point's probe where its engine
+times a forward alone, else assumed 2/3: ``backward_share_from``): the two bound what bucketed
+overlap gives; a synchronous parameter
 server's with its pushes and pulls in the link's two directions at once, overlapped
 (:data:`~.engines.PIPELINED`), which bounds what a per-parameter kvstore gives. The median of
 the absolute errors over the points, per engine and over all, says how well the model holds
@@ -177,13 +179,41 @@ def compare(
         if link is None:
             continue
         payload = _payload(metrics, pattern, workers)
-        profile = Profile(compute_s=compute[0] / 1e3, batch=int(batch), gradient_bytes=payload)
+        share, _ = backward_share(metrics)
+        profile = Profile(
+            compute_s=compute[0] / 1e3,
+            batch=int(batch),
+            gradient_bytes=payload,
+            backward_share=share,
+        )
         servers = int(metrics.get("sync_servers") or 1)
         comm = pattern_comm(pattern, payload, workers, servers, link)
         rows.append(
             _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
         )
     return rows
+
+
+ASSUMED_SHARE = "assumed (backward twice the forward)"
+
+
+def backward_share(metrics: dict[str, Any]) -> tuple[float, str]:
+    """The share of a step after its forward (backward and the update: what an overlapped
+    synchronization can hide in) and where it comes from: the point's own probe, ``1 -
+    forward / no-sync step`` (docs/metrics.md, ``forward_time_p50_ms``), clipped to [0, 1];
+    else 2/3, assumed."""
+    forward, whole = metrics.get("forward_time_p50_ms"), metrics.get("step_time_nosync_p50_ms")
+    if forward and whole and np.isfinite(forward) and np.isfinite(whole) and whole > 0:
+        share = float(min(1.0, max(0.0, 1.0 - forward / whole)))
+        return share, f"measured: forward {forward:.1f} ms of {whole:.1f} ms"
+    return 2 / 3, ASSUMED_SHARE
+
+
+def share_words(row: dict[str, Any]) -> str:
+    """``backward 61% measured``: the ideal overlap's window, and whether it was measured."""
+    assumed = row.get("backward_share_from", ASSUMED_SHARE) == ASSUMED_SHARE
+    how = "assumed" if assumed else "measured"
+    return f"backward {row.get('backward_share', 2 / 3):.0%} {how}"
 
 
 def _row(
@@ -216,6 +246,8 @@ def _row(
         "noisy": bool(metrics.get("noisy")),
         "comm_ms": comm.seconds * 1e3,
         "comm_from": comm.source,
+        "backward_share": profile.backward_share,
+        "backward_share_from": backward_share(metrics)[1],
     }
 
     def predicted(overlap: bool) -> float:

@@ -16,6 +16,7 @@ from dlscale.perfmodel.validate import (
     median_basis,
     median_errors,
     per_engine,
+    share_words,
 )
 from dlscale.report.series import Figure, Row, Series, by_series
 
@@ -55,7 +56,8 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
             plain.append(c["error"])
             overlap.append(c["overlap_error"])
             with_overlap = (
-                f", with ideal overlap {c['overlap_img_s']:,.1f} ({c['overlap_error']:+.1%})"
+                f", with ideal overlap {c['overlap_img_s']:,.1f} ({c['overlap_error']:+.1%}; "
+                f"{share_words(c)})"
                 if c["overlap_img_s"] is not None
                 else ""
             )

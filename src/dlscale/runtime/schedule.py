@@ -17,7 +17,9 @@ way:
 * after everything else, the exposed-communication probe, where the engine can skip gradient
   synchronization: synchronized and unsynchronized steps alternate (ABBA pairs), so that both
   see the same machine, and each kind's step times go to their own window (``probe``,
-  ``nosync``), each carrying the machine's counters read around the whole probe;
+  ``nosync``), each carrying the machine's counters read around the whole probe; where the
+  engine can run a forward alone, forward steps join the alternation (``forward``: the share
+  of a step that backward and the update take, which the model's overlap needs);
 * records go to this process's events file (:mod:`dlscale.contract.records`); the parent takes
   the maximum over ranks (:mod:`dlscale.metrics.aggregate`).
 """
@@ -181,41 +183,44 @@ class _WindowTimer:
 
     def probe(self, batches: Iterator[Any], pairs: int) -> None:
         """``pairs`` synchronized and ``pairs`` unsynchronized steps, alternating in ABBA
-        order (sync, no-sync, no-sync, sync, ...), after a warm-up step of each kind. The
-        replicas may drift apart here, which no longer matters: training is over."""
+        order (sync, no-sync, no-sync, sync, ...), after a warm-up step of each kind; where the
+        engine can time a forward alone (``times_forward``), a forward step joins each pair
+        (sync, no-sync, forward, forward, no-sync, sync, ...), outside synchronization too.
+        The replicas may drift apart here, which no longer matters: training is over."""
         engine, clock = self.engine, time.perf_counter
-        times: dict[bool, list[float]] = {True: [], False: []}
-        starts: dict[bool, list[float]] = {True: [], False: []}  # to check the order by
-        losses: dict[bool, list[Any]] = {True: [], False: []}
-        order = [True, False]  # synchronized first
+        kinds = ["probe", "nosync"] + (["forward"] if engine.times_forward else [])
+        times: dict[str, list[float]] = {kind: [] for kind in kinds}
+        starts: dict[str, list[float]] = {kind: [] for kind in kinds}  # to check the order by
         # the machine's counters around the whole probe: read before the warm-up pair, whose
         # first synchronized step absorbs the delay (the other ranks wait in it), and after
         # the last pair, never between timed steps
         before = sample(self.root)
         probe_start = clock()
         for pair in range(pairs + 1):
-            for synced in order if pair % 2 == 0 else order[::-1]:
+            for kind in kinds if pair % 2 == 0 else kinds[::-1]:
                 batch = next(batches)
                 engine.sync()
                 start = clock()
-                with contextlib.nullcontext() if synced else _no_sync(engine):
-                    loss = engine.step(batch)
+                with contextlib.nullcontext() if kind == "probe" else _no_sync(engine):
+                    if kind == "forward":
+                        engine.forward_only(batch)
+                    else:
+                        engine.step(batch)
                     engine.sync()
-                if pair:  # pair 0 warms both kinds up
-                    times[synced].append((clock() - start) * 1e3)
-                    starts[synced].append(start - probe_start)
-                    losses[synced].append(loss)
+                if pair:  # pair 0 warms every kind up
+                    times[kind].append((clock() - start) * 1e3)
+                    starts[kind].append(start - probe_start)
         load = probe_load_fields(before, sample(self.root), clock() - probe_start)
-        for synced, kind in ((True, "probe"), (False, "nosync")):
+        for kind in kinds:
             self.ctx.events.write(
                 Window(
                     kind=kind,
                     index=0,
                     steps=pairs,
                     samples=pairs * self.batch,
-                    duration_s=sum(times[synced]) / 1e3,
-                    step_ms=times[synced],
-                    step_starts_s=starts[synced],
+                    duration_s=sum(times[kind]) / 1e3,
+                    step_ms=times[kind],
+                    step_starts_s=starts[kind],
                     loss_sum=None,
                     loss_count=0,
                     **load,

@@ -132,6 +132,7 @@ class MXEngine(ModelledSyncEngine):
     """One MXNet training process: the Gluon model, its trainer and this worker's data."""
 
     strategy: MXStrategy
+    times_forward = True
 
     def __init__(
         self,
@@ -174,6 +175,12 @@ class MXEngine(ModelledSyncEngine):
         kind = self.ctx.config.precision  # the net's float type: inputs and labels in it
         for x, y in self.data.train_batches(epoch):
             yield nd.array(x, ctx=cpu, dtype=kind), nd.array(y, ctx=cpu, dtype=kind)
+
+    def forward_only(self, batch: Any) -> None:
+        """:meth:`step`'s forward and loss, recorded, without backward or update."""
+        x, y = batch
+        with self.mx.autograd.record():
+            self.loss(self.net(x), y)
 
     def step(self, batch: Any) -> Any:
         x, y = batch

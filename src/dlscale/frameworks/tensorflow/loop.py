@@ -209,6 +209,7 @@ class TFEngine(ModelledSyncEngine):
     """One TensorFlow training process: model, optimizer and data under a strategy."""
 
     strategy: TFStrategy
+    times_forward = True
 
     def __init__(self, ctx: WorkerContext, strategy: TFStrategy, dist: Any) -> None:
         cfg = ctx.config
@@ -223,6 +224,7 @@ class TFEngine(ModelledSyncEngine):
             self.optimizer = torch_sgd(cfg)
             self.optimizer.build(self.model.trainable_variables)
         self._steps = {sync: self._make_step(sync) for sync in (True, False)}
+        self._forward = self._make_forward()
         self._eval_step = make_eval_step(self.model, cfg)
         self._last: Any = None
         gradient = trainable_bytes(self.model)
@@ -281,6 +283,23 @@ class TFEngine(ModelledSyncEngine):
                 return x[first : first + size], y[first : first + size]
 
             yield self.dist.experimental_distribute_values_from_function(part)
+
+    def _make_forward(self) -> Any:
+        """A step's forward and loss alone (traced at its first call: the probe's warm-up)."""
+        dist, model = self.dist, self.model
+
+        def replica_forward(x: Any, y: Any) -> Any:
+            return mean_loss(y, model(x, training=True))
+
+        @tf.function(autograph=needs_autograph(self.ctx.config))
+        def forward(batch: Any) -> Any:
+            local = dist.experimental_local_results(dist.run(replica_forward, args=batch))
+            return tf.add_n(list(local)) / len(local)
+
+        return forward
+
+    def forward_only(self, batch: Any) -> None:
+        self._last = self._forward(batch)
 
     def step(self, batch: Any) -> Any:
         self._last = self._steps[self._sync](batch)

@@ -233,6 +233,8 @@ def _device(name: str, local_rank: int) -> torch.device:
 class TorchEngine(Engine):
     """One torch training process: model, optimizer and data on the device."""
 
+    times_forward = True
+
     def __init__(self, ctx: WorkerContext, strategy: TorchStrategy, device: torch.device):
         cfg = ctx.config
         self.ctx, self.strategy, self.device = ctx, strategy, device
@@ -297,6 +299,12 @@ class TorchEngine(Engine):
         loss = self.strategy.backward(self._loss, x, y)
         self.strategy.update(self.model, self.optimizer)
         return loss
+
+    def forward_only(self, batch: Any) -> None:
+        """The forward of :meth:`step` (the schedule runs it in :meth:`no_sync`, so DDP
+        prepares no reduction), its graph dropped."""
+        x, y = batch
+        self._loss(x.to(self.dtype), y)
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with self.autocast:
