@@ -48,8 +48,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m dlscale.worker RUN_DIR/spec.json", file=sys.stderr)
         return 2
+    # its own temporary directory first, before any framework (its files go with the run),
+    # then the watchdog: one started before it could sweep the run's directories, dlscale
+    # gone, while this made its own after (left behind)
+    scratch.enter()
     start_watchdog()
-    scratch.enter()  # before any framework: its temporary files go with the run
     _forget_working_directory()
     spec_path = Path(argv[0])
     rank, local_rank, processes = WorkerContext.rank_from_environment()

@@ -136,6 +136,15 @@ def test_the_finding_says_only_what_was_measured():
     assert said.endswith("1.92x (no interval: too few samples) over torch-single at 1 worker "
                          "(96% efficient)")  # fmt: skip
     assert "communication" not in said and "machine" not in said
+    # over 100%: said whether its interval shows it (the demo's 118% on a drifting machine)
+    drift = dict(bare, speedup=2.37, speedup_ci95=[1.63, 3.26], efficiency=1.185,
+                 efficiency_ci95=[0.815, 1.63])  # fmt: skip
+    (said,) = findings([base, drift])
+    assert said.endswith("(118% efficient, but its interval holds 100%: not shown faster than "
+                         "linear)")  # fmt: skip
+    cache = dict(drift, speedup_ci95=[2.2, 2.5], efficiency_ci95=[1.1, 1.25])
+    (said,) = findings([base, cache])
+    assert "not measured reliably (2.37x [2.20, 2.50] is above 2 workers' 2x" in said
 
 
 def test_the_finding_compares_backends_side_by_side():

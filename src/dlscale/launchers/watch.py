@@ -103,7 +103,7 @@ def watch(
                 break
             if now - last_end_check > END_CHECK_S:
                 last_end_check = now
-                idle = _never_exiting(plan, live, run_dir, ended)
+                idle = _stoppable_once_trained(plan, live, run_dir, ended)
                 if idle:
                     running.stop(idle)
                     stopped.update(idle)
@@ -148,7 +148,9 @@ def _cause_order(
     return code >= 0, index not in first, min(errors, default=math.inf), index
 
 
-def _never_exiting(plan: LaunchPlan, live: list[int], run_dir: Path, ended: set[int]) -> list[int]:
+def _stoppable_once_trained(
+    plan: LaunchPlan, live: list[int], run_dir: Path, ended: set[int]
+) -> list[int]:
     """Live entries that may be stopped, in a run with a role that never exits (a parameter
     server's ps task): every training process has ended, and no process of an exiting role in
     these is still at work. That takes the entries holding the never-exiting roles, and those

@@ -106,7 +106,7 @@ def _scaled(row: Row, rows: list[Row], varying: list[str], *, full: bool = True)
                      else " (one run's windows)")  # fmt: skip
     else:
         text += " (no interval: too few samples)"
-    text += f" over {over} ({row['efficiency']:.0%} efficient)"
+    text += f" over {over} ({row['efficiency']:.0%} efficient{_beyond_linear(row)})"
     if not full:
         return text + ("; see its notes" if cells.notes(row) else "")
     parts = [text]
@@ -121,6 +121,15 @@ def _scaled(row: Row, rows: list[Row], varying: list[str], *, full: bool = True)
     if notes:
         parts.append(f"note: {notes}")
     return "; ".join(parts)
+
+
+def _beyond_linear(row: Row) -> str:
+    """Words for an efficiency over 100% whose interval holds 100% (a drifting machine's
+    means); one beyond its interval is not stated as found at all (:mod:`.doubts`)."""
+    interval = row.get("efficiency_ci95")
+    if row["efficiency"] > 1 and interval and interval[0] <= 1:
+        return ", but its interval holds 100%: not shown faster than linear"
+    return ""
 
 
 def _comm(row: Row) -> str:
