@@ -46,6 +46,22 @@ def test_a_given_profile_is_predicted_to_a_thousand_workers(cli):
     )
 
 
+def test_the_overlap_hides_behind_the_backward_share_given_else_two_thirds(cli):
+    """100 ms a step; 1 MB on 1 Gbit/s at 2 workers, no latency: 8 ms of ring. At a share of
+    0.05 only 5 ms of backward hide it (100 - 5 + 8 = 103 ms); assumed 2/3, all of it."""
+    flags = ("predict", "--bandwidth", "1gbit", "--latency", "0us", "--compute-ms", "100",
+             "--gradient-bytes", "1e6", "--workers", "2", "--strategy", "ring-overlap")  # fmt: skip
+    given = cli(*flags, "--backward-share", "0.05", "--json")
+    assumed = cli(*flags, "--json")
+    assert given.returncode == 0 == assumed.returncode, given.stderr + assumed.stderr
+    (row,), (default,) = _records(given.stdout), _records(assumed.stdout)
+    assert row["step_s"] == pytest.approx(0.095 + 0.008)
+    assert default["step_s"] == pytest.approx(0.100)
+    table = cli(*flags, "--backward-share", "0.05")
+    assert "backward 5% of the step (given)" in table.stdout
+    assert "backward 2/3 of the step (assumed" in cli(*flags).stdout
+
+
 def test_a_stored_microbench_predicts_each_strategy_with_its_own_patterns_fit(cli, tmp_path):
     from dlscale.store import write_json_atomic
 
@@ -163,6 +179,8 @@ def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp
         (("--bandwidth", "1gbit", "--compute-ms", "nan", "--gradient-bytes", "1"), "finite"),
         (("--bandwidth", "1gbit", "--compute-ms", "1", "--gradient-bytes", "-1"), ">= 0"),
         (("--bandwidth", "1gbit", "--servers", "0"), "--servers must be >= 1"),
+        (("--bandwidth", "1gbit", "--backward-share", "1.5"), "--backward-share must be a number"),
+        (("--bandwidth", "1gbit", "--backward-share", "nan"), "from 0 to 1, got nan"),
         (("--bandwidth", "1gbit", "--batch", "8,x"), "give a number or a list"),
         (("--bandwidth", "1gbit", "--batch", "0"), "every batch must be 1 to"),
         (("--bandwidth", "1gbit", "--batch", "8,16"), "give one --batch with it"),

@@ -69,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compute-ms", type=float, help="one worker's step (forward+backward)")
     parser.add_argument("--gradient-bytes", type=float, help="the gradient's size in bytes")
     parser.add_argument(
+        "--backward-share",
+        type=float,
+        help="the share of a step after its forward, which ring-overlap hides the all-reduce "
+        "behind (default 2/3, assumed; predict --validate measures it per engine)",
+    )
+    parser.add_argument(
         "--results",
         default="dlscale-results",
         help="where a measured profile run is stored (default: ./dlscale-results)",

@@ -34,10 +34,21 @@ def compute_profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]
         sources.append(f"{gradient:,} gradient bytes ({args.model}'s trainable parameters)")
     if args.gradient_bytes is not None:
         sources.append(f"{gradient:,.0f} gradient bytes (given)")
+    share = args.backward_share
+    if share is None:
+        share = 2 / 3
+        sources.append("backward 2/3 of the step (assumed: `predict --validate` measures it)")
+    elif not (math.isfinite(share) and 0 <= share <= 1):
+        raise UserError(f"--backward-share must be a number from 0 to 1, got {share}")
+    else:
+        sources.append(f"backward {share:.0%} of the step (given)")
     source = "; ".join(sources)
     if not (math.isfinite(compute_ms) and compute_ms > 0):
         raise UserError(f"--compute-ms must be a finite number > 0, got {compute_ms}")
-    return Profile(compute_s=compute_ms / 1e3, batch=batch, gradient_bytes=gradient), source
+    profile = Profile(
+        compute_s=compute_ms / 1e3, batch=batch, gradient_bytes=gradient, backward_share=share
+    )
+    return profile, source
 
 
 def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
