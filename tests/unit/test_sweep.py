@@ -135,3 +135,25 @@ def test_a_workers_own_temporary_directory_goes_with_it_or_with_the_run(tmp_path
     code = "from dlscale.runtime import scratch; print(scratch.enter())"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.stdout.strip() == "None"
+
+
+def test_the_next_run_removes_what_workers_killed_with_their_dlscale_left(tmp_path, monkeypatch):
+    """A worker killed with its dlscale (kill -9: the parent-death signal, no watchdog ran)
+    leaves its directory; the next run's start removes it, and keeps a live worker's, another
+    tool's (dlscale-bench-*) and anything not named as a worker's."""
+    import tempfile
+
+    from dlscale.runtime.scratch import remove_orphaned_scratch
+
+    mark = new_mark()
+    env = {**os.environ, MARK_ENV: mark, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", SCRATCH, "die"], env=env, check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    dead = Path(done.stdout.strip())  # its worker is gone: an orphan
+    live = tmp_path / f"dlscale-{mark}-{os.getpid()}-abc"  # this process: alive
+    others = [tmp_path / "dlscale-bench-abc", tmp_path / f"dlscale-{mark}-x1-abc"]
+    for path in (live, *others):
+        path.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the next run looks
+    assert dead.exists() and remove_orphaned_scratch() == [dead]
+    assert not dead.exists() and live.exists() and all(path.exists() for path in others)

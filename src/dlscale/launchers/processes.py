@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from dlscale.launchers.base import LaunchPlan, PlanEntry, Running
-from dlscale.runtime.scratch import remove_run_scratch
+from dlscale.runtime.scratch import remove_orphaned_scratch, remove_run_scratch
 from dlscale.runtime.sweep import MARK_ENV, new_mark, sweep
 from dlscale.runtime.watchdog import parent_env
 
@@ -81,6 +81,7 @@ class LocalProcesses(Running):
 
 
 def start_processes(plan: LaunchPlan) -> LocalProcesses:
+    remove_orphaned_scratch()  # what workers killed with an earlier dlscale left here
     running = LocalProcesses([], new_mark())
     parent = {**parent_env(), MARK_ENV: running.mark}
     try:

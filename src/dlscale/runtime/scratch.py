@@ -9,7 +9,9 @@ directory of its own in the temporary directory, ``dlscale-<token>-<pid>-*``, an
 ``TMPDIR`` (for what it starts) and :mod:`tempfile` (for itself) at it, before any framework is
 imported. It removes it as it leaves (:func:`leave`); what a killed worker left is removed by
 whoever ends the run on that machine (:func:`remove_run_scratch`): the process that started
-the commands once they are all stopped, or each rank's watchdog once dlscale is gone. On
+the commands once they are all stopped, or each rank's watchdog once dlscale is gone; what a
+worker killed with its dlscale left (no watchdog ran: the parent-death signal) is removed by
+the next run that starts commands on that machine (:func:`remove_orphaned_scratch`). On
 another host, a killed worker's directory stays in that host's temporary directory.
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,6 +27,8 @@ from pathlib import Path
 from dlscale.runtime.sweep import MARK_ENV
 
 PREFIX = "dlscale-"
+_WORKERS = re.compile(r"dlscale-[0-9a-f]{16,}-(\d+)-[a-z0-9_]+")
+"""A worker's directory: its run's token (hex), its pid, ``mkdtemp``'s suffix."""
 _own: Path | None = None
 _base: str | None = None
 """The temporary directory this process had before :func:`enter` (where its run's are)."""
@@ -56,6 +61,26 @@ def leave() -> None:
     """Remove this process's own temporary directory (:func:`enter`), with what it holds."""
     if _own is not None:
         shutil.rmtree(_own, ignore_errors=True)
+
+
+def remove_orphaned_scratch() -> list[Path]:
+    """Remove the directories of workers that are gone, whatever run they were of: a worker
+    killed with its dlscale (``kill -9``: the parent-death signal kills a direct child before
+    any watchdog sweeps) leaves its own behind, which the next run on this machine removes
+    here. A directory whose worker's pid is alive is kept (a run still at work, or the pid
+    reused: kept on the safe side); another user's cannot be removed and is left."""
+    from dlscale.runtime.procfs import is_alive
+
+    gone = []
+    for path in Path(_base or tempfile.gettempdir()).glob(f"{PREFIX}*-*-*"):
+        named = _WORKERS.fullmatch(path.name)
+        if named is None:
+            continue  # not a worker's (dlscale-bench-*, a user's own)
+        with contextlib.suppress(OSError):
+            if path.is_dir() and not path.is_symlink() and not is_alive(int(named[1]), None):
+                shutil.rmtree(path)
+                gone.append(path)
+    return gone
 
 
 def remove_run_scratch(mark: str) -> list[Path]:
