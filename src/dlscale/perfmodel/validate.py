@@ -19,11 +19,10 @@ error = predicted / measured - 1. What the prediction takes:
 A ring or FSDP point is also predicted with the ideal overlap of its collectives with backward
 (``overlap_error``; backward's share of the step measured by the point's probe where its engine
 times a forward alone, else assumed 2/3: ``backward_share_from``): the two bound what bucketed
-overlap gives; a synchronous parameter
-server's with its pushes and pulls in the link's two directions at once, overlapped
-(:data:`~.engines.PIPELINED`), which bounds what a per-parameter kvstore gives. The median of
-the absolute errors over the points, per engine and over all, says how well the model holds
-here.
+overlap gives; a synchronous parameter server's with its pushes and pulls in the link's two
+directions at once, overlapped (:data:`~.engines.PIPELINED`), which bounds what a
+per-parameter kvstore gives. The median of the absolute errors over the points, per engine
+and over all, says how well the model holds here.
 """
 
 from __future__ import annotations
@@ -179,7 +178,7 @@ def compare(
         if link is None:
             continue
         payload = _payload(metrics, pattern, workers)
-        share, _ = backward_share(metrics)
+        share, share_from = backward_share(metrics)
         profile = Profile(
             compute_s=compute[0] / 1e3,
             batch=int(batch),
@@ -188,9 +187,8 @@ def compare(
         )
         servers = int(metrics.get("sync_servers") or 1)
         comm = pattern_comm(pattern, payload, workers, servers, link)
-        rows.append(
-            _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
-        )
+        row = _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
+        rows.append({**row, "backward_share_from": share_from})
     return rows
 
 
@@ -247,7 +245,6 @@ def _row(
         "comm_ms": comm.seconds * 1e3,
         "comm_from": comm.source,
         "backward_share": profile.backward_share,
-        "backward_share_from": backward_share(metrics)[1],
     }
 
     def predicted(overlap: bool) -> float:
