@@ -19,8 +19,11 @@ from typing import Any
 from dlscale.frameworks.tensorflow.ps_sync import StepBarrier, tf, v1
 from dlscale.launchers.local import free_ports
 
-WAIT_MS = 3000
-"""How long the fast worker's second step may wait: it must not end, with the barrier."""
+BLOCKS_MS = 3000
+"""How long a step that must block (it waits for a token or an item that never comes) is
+given before it is said to have timed out."""
+ENDS_MS = 120_000
+"""How long a step that must end is given: a loaded machine's RPCs, never a timing test."""
 
 
 def worker_graph(worker: int, cluster: Any, barrier: bool) -> dict[str, Any]:
@@ -54,13 +57,25 @@ def worker_graph(worker: int, cluster: Any, barrier: bool) -> dict[str, Any]:
             }
 
 
+def started_servers() -> tuple[Any, list[Any]]:
+    """The cluster and its three servers, on free ports; new ports where another process took
+    one between its pick and its bind (up to 5 tries)."""
+    for attempt in range(5):
+        ps, w0, w1 = (f"localhost:{port}" for port in free_ports(3))
+        cluster = tf.train.ClusterSpec({"ps": [ps], "worker": [w0, w1]})
+        try:
+            return cluster, [
+                tf.distribute.Server(cluster, job_name=job, task_index=index, start=True)
+                for job, index in [("ps", 0), ("worker", 0), ("worker", 1)]
+            ]
+        except (tf.errors.OpError, RuntimeError):
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
 def main(barrier: bool) -> dict[str, Any]:
-    ps, w0, w1 = (f"localhost:{port}" for port in free_ports(3))
-    cluster = tf.train.ClusterSpec({"ps": [ps], "worker": [w0, w1]})
-    servers = [
-        tf.distribute.Server(cluster, job_name=job, task_index=index, start=True)
-        for job, index in [("ps", 0), ("worker", 0), ("worker", 1)]
-    ]
+    cluster, servers = started_servers()
     graphs = [worker_graph(w, cluster, barrier) for w in (0, 1)]
     sessions = []
     for w, (server, g) in enumerate(zip(servers[1:], graphs, strict=True)):
@@ -77,14 +92,17 @@ def main(barrier: bool) -> dict[str, Any]:
     thread.start()
     slow.run(graphs[1]["push"])  # the slow worker pushed its step 1 ...
     thread.join()  # ... and the update of step 1 is applied: the fast worker took its token
-    second = ran(fast, graphs[0]["step"])  # the slow worker has not taken its token yet
-    return {"first": int(first[0]), "second": second, "slow_took": ran(slow, graphs[1]["take"])}
+    # the slow worker has not taken its token yet: with the barrier the fast worker's step
+    # must block (and the slow worker's take then end); without it the fast one's ends
+    second = ran(fast, graphs[0]["step"], BLOCKS_MS if barrier else ENDS_MS)
+    slow_took = ran(slow, graphs[1]["take"], ENDS_MS if barrier else BLOCKS_MS)
+    return {"first": int(first[0]), "second": second, "slow_took": slow_took}
 
 
-def ran(session: Any, fetch: Any) -> int | str:
-    """The token a step took, or ``timed out`` after ``WAIT_MS``."""
+def ran(session: Any, fetch: Any, wait_ms: int) -> int | str:
+    """The token a step took, or ``timed out`` after ``wait_ms``."""
     try:
-        out = session.run(fetch, options=v1.RunOptions(timeout_in_ms=WAIT_MS))
+        out = session.run(fetch, options=v1.RunOptions(timeout_in_ms=wait_ms))
     except tf.errors.DeadlineExceededError:
         return "timed out"
     return int(out[0] if isinstance(out, list) else out)
