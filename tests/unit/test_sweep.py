@@ -126,7 +126,8 @@ def test_a_workers_own_temporary_directory_goes_with_it_or_with_the_run(tmp_path
     assert left.parent == tmp_path and left.name.startswith(f"dlscale-{mark}-")
     assert not left.exists()
     killed, theirs = worker("die", mark), worker("die", other)
-    assert killed.exists() and len(list(killed.iterdir())) == 1
+    assert killed.exists()  # the framework's file, beside the pid scope the worker wrote
+    assert len([p for p in killed.iterdir() if p.name != ".dlscale-pid-scope"]) == 1
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run's parent looks
     assert remove_run_scratch(mark) == [killed] and not killed.exists()
     assert theirs.exists() and remove_run_scratch("../x") == []  # no token: nothing touched
@@ -150,10 +151,14 @@ def test_the_next_run_removes_what_workers_killed_with_their_dlscale_left(tmp_pa
     done = subprocess.run([sys.executable, "-c", SCRATCH, "die"], env=env, check=True,
                           capture_output=True, text=True)  # fmt: skip
     dead = Path(done.stdout.strip())  # its worker is gone: an orphan
+    pid = int(dead.name.split("-")[2])
     live = tmp_path / f"dlscale-{mark}-{os.getpid()}-abc"  # this process: alive
-    others = [tmp_path / "dlscale-bench-abc", tmp_path / f"dlscale-{mark}-x1-abc"]
+    others = [tmp_path / "dlscale-bench-abc", tmp_path / f"dlscale-{mark}-x1-abc",
+              tmp_path / f"dlscale-{mark}-{pid}-noscope",  # wrote no scope: not known gone
+              tmp_path / f"dlscale-{mark}-{pid}-elsewhere"]  # another pid namespace's  # fmt: skip
     for path in (live, *others):
         path.mkdir()
+    (others[3] / ".dlscale-pid-scope").write_text("another-boot/pid:[1]")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the next run looks
     assert dead.exists() and remove_orphaned_scratch() == [dead]
     assert not dead.exists() and live.exists() and all(path.exists() for path in others)

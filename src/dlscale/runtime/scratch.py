@@ -29,6 +29,8 @@ from dlscale.runtime.sweep import MARK_ENV
 PREFIX = "dlscale-"
 _WORKERS = re.compile(r"dlscale-[0-9a-f]{16,}-(\d+)-[a-z0-9_]+")
 """A worker's directory: its run's token (hex), its pid, ``mkdtemp``'s suffix."""
+SCOPE_FILE = ".dlscale-pid-scope"
+"""In a worker's directory: where its pid names it (:func:`~.watchdog.pid_scope`)."""
 _own: Path | None = None
 _base: str | None = None
 """The temporary directory this process had before :func:`enter` (where its run's are)."""
@@ -51,6 +53,8 @@ def enter() -> Path | None:
     except OSError:
         return None
     _base = base
+    with contextlib.suppress(OSError):  # where its pid means this process (the next run's check)
+        (path / SCOPE_FILE).write_text(_scope())
     os.environ["TMPDIR"] = str(path)
     tempfile.tempdir = str(path)
     _own = path
@@ -63,21 +67,39 @@ def leave() -> None:
         shutil.rmtree(_own, ignore_errors=True)
 
 
+def _scope() -> str:
+    from dlscale.runtime.watchdog import pid_scope  # (the watchdog imports this module)
+
+    return pid_scope()
+
+
+def _gone(path: Path, pid: int) -> bool:
+    """The worker of ``path`` is gone: its pid names no process here, in the scope it wrote
+    (a worker of another pid namespace or boot sharing this directory is never taken for
+    gone; nor one that wrote no scope)."""
+    from dlscale.runtime.procfs import is_alive
+
+    try:
+        scope = (path / SCOPE_FILE).read_text()
+    except OSError:
+        return False
+    return scope == _scope() and not is_alive(pid, None)
+
+
 def remove_orphaned_scratch() -> list[Path]:
     """Remove the directories of workers that are gone, whatever run they were of: a worker
     killed with its dlscale (``kill -9``: the parent-death signal kills a direct child before
     any watchdog sweeps) leaves its own behind, which the next run on this machine removes
     here. A directory whose worker's pid is alive is kept (a run still at work, or the pid
-    reused: kept on the safe side); another user's cannot be removed and is left."""
-    from dlscale.runtime.procfs import is_alive
-
+    reused: kept on the safe side), and one whose pid means another process namespace's (a
+    container sharing this directory); another user's cannot be removed and is left."""
     gone = []
     for path in Path(_base or tempfile.gettempdir()).glob(f"{PREFIX}*-*-*"):
         named = _WORKERS.fullmatch(path.name)
         if named is None:
             continue  # not a worker's (dlscale-bench-*, a user's own)
         with contextlib.suppress(OSError):
-            if path.is_dir() and not path.is_symlink() and not is_alive(int(named[1]), None):
+            if path.is_dir() and not path.is_symlink() and _gone(path, int(named[1])):
                 shutil.rmtree(path)
                 gone.append(path)
     return gone
