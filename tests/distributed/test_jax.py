@@ -119,6 +119,13 @@ def test_jaxs_collectives_are_exact_and_the_others_are_said_not_measured(cli, tm
     rows = stored["rows"]
     assert {r["collective"] for r in rows} == {"all_reduce", "all_gather", "reduce_scatter"}
     assert len(rows) == 3 * 3 and all(r["correct"] and r["max_error"] == 0 for r in rows), rows
+    # up to 16 arrays a call (4 MiB in all), as a step's gradient, timed per array
+    assert {(r["bytes"], r["messages_per_call"]) for r in rows} == {
+        (4, 16),
+        (8, 16),
+        (64 << 10, 16),
+        (4 << 20, 1),
+    }  # fmt: skip  (all_gather's smallest output holds one element per rank: 8 B)
     run_dir = path.parent
     assert ran_this_checkout(run_dir)
     events = {rank: read_events(events_path(run_dir, rank)) for rank in (0, 1)}

@@ -439,3 +439,59 @@ def test_validation_uses_the_measured_all_reduce_where_the_microbench_measured_i
     (row,) = compare([four], lambda p: link)  # no measurement at 4: the fitted ring
     ring = 2 * 3 / 4 * 10_000 * 8 / 1e9
     assert row["comm_from"] == "ring fit" and row["comm_ms"] == pytest.approx(ring * 1e3)
+
+
+def test_a_step_that_sends_many_messages_pays_each_ones_time():
+    """jax-dp's per-array all-reduces, mxnet-kv's per-key pushes and pulls: each message at
+    its own measured time, summed; outside the sizes measured, each on the fit (its latency
+    every time); a compressed payload's messages scaled to it; a damaged list ignored."""
+    from dlscale.perfmodel.validate import Link, compare
+
+    net = Network(alpha_s=1e-4, beta_s_per_byte=1e-9)  # 100 us a message, 1 ns a byte
+    rows = ((10.0, 1e-3), (1e6, 3e-3))  # 1 ms at 10 B .. 3 ms at 1 MB (log-log)
+    link = Link(net, {"all_reduce": rows, "ps_pushpull/1": rows}, processes=2)
+    many = [1000.0] * 10 + [990_000.0]  # 10 small arrays and a large one: 1 MB in all
+    ring, ps, outside, compressed, one, damaged = compare(
+        [_point(sync_message_bytes=many),
+         _point(backend="mxnet-kv", pattern="ps-sync", sync_servers=1, sync_message_bytes=many),
+         _point(gradient=2e6, sync_message_bytes=[5.0, 2e6 - 5]),
+         _point(bytes_sent_per_step_model=5e5, sync_message_bytes=many),
+         _point(),
+         _point(sync_message_bytes=[1e6, float("nan")])],
+        lambda point: link,
+    )  # fmt: skip
+    small, large = link.allreduce_s(1000, 2), link.allreduce_s(990_000, 2)
+    assert small == pytest.approx(1e-3 * 3 ** (2 / 5))  # 1000 B: 2/5 of the way on log axes
+    assert ring["comm_ms"] == pytest.approx((10 * small + large) * 1e3)
+    assert ring["comm_from"] == "measured, 11 messages" and ring["messages"] == 11
+    assert ring["predicted_img_s"] == pytest.approx(64 / (0.020 + 10 * small + large))
+    assert ps["comm_ms"] == pytest.approx(ring["comm_ms"]) and ps["algorithm"] == "ps-sync"
+    # 5 B lies below what was measured, 2 MB above: both on the fit, a latency each
+    fitted = 2 * 1e-4 + 5 * 1e-9 + 2 * 1e-4 + (2e6 - 5) * 1e-9
+    assert outside["comm_ms"] == pytest.approx(fitted * 1e3)
+    assert outside["comm_from"] == "ring fit, 2 messages"
+    # fp16: the 11 messages carry half the bytes each (0.5 MB sent as the payload)
+    half = link.allreduce_s(500, 2) * 10 + link.allreduce_s(495_000, 2)
+    assert compressed["comm_ms"] == pytest.approx(half * 1e3)
+    for single in (one, damaged):
+        assert single["comm_from"] == "measured" and single["messages"] is None
+        assert single["comm_ms"] == pytest.approx(3.0)
+
+
+def test_the_messages_of_a_compiled_jax_step_are_its_all_reduces_operands():
+    """XLA's CPU runtime runs one gloo all-reduce per operand of a (combined) all-reduce: each
+    array is a message; an asynchronous start/done pair counts once; other ops do not."""
+    from dlscale.frameworks.jax.hlo import all_reduce_messages
+
+    hlo = """
+  %p = f32[16,3,3,3]{3,2,1,0} parameter(0)
+  %all-reduce = (f32[16,3,3,3]{3,2,1,0}, f32[16]{0}, bf16[64,10]{1,0}) all-reduce(%a, %b, %c), channel_id=1, to_apply=%sum
+  %ars = f64[] all-reduce-start(%d), channel_id=2, to_apply=%sum
+  %ard = f64[] all-reduce-done(%ars)
+  %one = s32[7]{0} all-reduce(%e), channel_id=3, metadata={op_name="jit(step)/all-reduce(x)"}
+  %g = f32[8]{0} all-gather(%f), dimensions={0}
+"""  # noqa: E501
+    assert all_reduce_messages(hlo) == [1728, 64, 1280, 8, 28]
+    assert all_reduce_messages("") == []
+    with pytest.raises(ValueError, match="unknown XLA type"):
+        all_reduce_messages("%x = f8e4m3[4]{0} all-reduce(%y), to_apply=%sum")

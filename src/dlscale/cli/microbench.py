@@ -110,7 +110,7 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     wrong = [f"{r['collective']} {r['bytes']} B" for r in rows if not r["correct"]]
     if error is None and wrong:
         error = f"wrong results: {', '.join(wrong)}"
-    fits = fit_patterns(rows, measuring)
+    fits = fit_patterns(rows, measuring, unshaped_below(config.to_dict()))
     missing = (
         not_measured(settings.collectives, {r["collective"] for r in rows}, measuring,
                      config.backend)
@@ -127,11 +127,26 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     return stored
 
 
-def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[str, Any]]:
+def unshaped_below(config: dict[str, Any]) -> int:
+    """The bytes under which the run's emulated link passes a message unshaped (its token
+    bucket's burst, :func:`~dlscale.launchers.links.burst_bytes`); 0 without a rate."""
+    from dlscale.launchers.links import Link, burst_bytes
+    from dlscale.perfmodel.validate import network_key
+
+    network = network_key(config)[1]
+    rate = Link.parse(network).rate_bit_s if isinstance(network, str) and network else None
+    return burst_bytes(rate) if rate else 0
+
+
+def fit_patterns(
+    rows: list[dict[str, Any]], processes: int, smallest: int = 0
+) -> dict[str, dict[str, Any]]:
     """alpha and beta of each pattern (:data:`~dlscale.perfmodel.fit.PATTERNS`) from the rows of
     the collective it is fitted from, where there are 2 sizes or more and 2 processes or more:
     the ``ps`` pattern from rows whose messages went through parameter servers (with the
-    servers each row's message was held by), the others from rows whose did not.
+    servers each row's message was held by), the others from rows whose did not; only sizes
+    of ``smallest`` bytes or more (an emulated link's burst: a smaller message passes it
+    unshaped, a regime the network it stands for does not have; ``fitted_from_bytes``).
     ``bandwidth_bit_s`` is ``None`` when a fit found no bandwidth term (beta 0: the small
     messages took as long as the large ones, as a library's fixed per-call cost can make
     them), never an infinity that JSON cannot hold."""
@@ -141,7 +156,7 @@ def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[s
     for pattern, collective in FITTED_FROM.items():
         timed = [
             r for r in rows
-            if r["collective"] == collective
+            if r["collective"] == collective and r["bytes"] >= smallest
             and (_servers(r) > 0) == (pattern in THROUGH_SERVERS)
         ]  # fmt: skip
         if processes < 2 or len(timed) < 2:
@@ -155,6 +170,7 @@ def fit_patterns(rows: list[dict[str, Any]], processes: int) -> dict[str, dict[s
             "alpha_s": found.network.alpha_s, "beta_s_per_byte": found.network.beta_s_per_byte,
             "bandwidth_bit_s": bandwidth if math.isfinite(bandwidth) else None,
             "median_error": found.median_error, "max_error": found.max_error,
+            "fitted_from_bytes": smallest,
         }  # fmt: skip
     return fits
 
@@ -164,6 +180,14 @@ def _servers(row: dict[str, Any]) -> int:
     key, or a hand-edited one that is no count)."""
     servers = row.get("servers")
     return servers if isinstance(servers, int) and not isinstance(servers, bool) else 0
+
+
+def _fitted_from(fit: dict[str, Any]) -> str:
+    """Where an emulated link's burst left the smaller sizes out of the fit, from which size."""
+    smallest = fit.get("fitted_from_bytes")
+    if not isinstance(smallest, int) or isinstance(smallest, bool) or smallest <= 0:
+        return ""
+    return f"; from {_size(smallest)} up (smaller messages pass the emulated link's burst)"
 
 
 def _size(n: float) -> str:
@@ -214,6 +238,7 @@ def _show(stored: dict[str, Any], as_json: bool) -> None:
             f"{pattern} fit ({fit['collective']}): alpha {fit['alpha_s'] * 1e6:.1f} us, beta "
             f"{fit['beta_s_per_byte'] * 1e9:.4f} ns/B ({rate}), "
             f"median error {fit['median_error']:.1%}, largest {fit['max_error']:.1%}"
+            + _fitted_from(fit)
         ))  # fmt: skip
     _say_not_measured(stored)
     if stored["error"]:

@@ -62,3 +62,10 @@ SYNC_PATTERNS = {
 :data:`PATTERN_FACT` (and a parameter server its servers under ``servers``); the run's
 ``sync_pattern`` and ``sync_servers`` metrics say it (docs/metrics.md)."""
 PATTERN_FACT = "pattern"
+MESSAGES_FACT = "messages"
+"""The strategy fact where an engine lists the payload bytes of each collective (or
+parameter-server push and pull) one synchronized step issues, in its order, as the engine
+really runs them: jax-dp one gloo all-reduce per operand of its compiled all-reduces, mxnet-kv
+one push and pull per parameter, torch-ddp one all-reduce per DDP bucket. The run's
+``sync_message_bytes`` metric says it (docs/metrics.md); the model prices each message on
+its own (:mod:`dlscale.perfmodel.engines`)."""

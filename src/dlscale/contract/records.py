@@ -225,6 +225,10 @@ class Collective(Record):
     servers: int = 0
     """The parameter servers that held the message (MXNet's kvstore: one below
     ``MXNET_KVSTORE_BIGARRAY_BOUND`` elements, else all of them); 0: it went through none."""
+    messages_per_call: int = 1
+    """The messages of ``bytes`` one timed call ran back to back (JAX: one compiled program
+    reducing that many arrays, as a training step's gradient; ``times_s`` is then each call's
+    time divided by them: one message's share)."""
 
 
 RECORD_TYPES: dict[str, type[Record]] = {

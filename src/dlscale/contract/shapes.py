@@ -143,6 +143,7 @@ METRICS: dict[str, Shape] = {
     "gradient_bytes": count("bytes"),
     "sync_pattern": TEXT,
     "sync_servers": count("servers"),
+    "sync_message_bytes": list_of(Shape("count", "bytes", nullable=False)),
     "staleness_mean": number("updates"),
     "staleness_p50": number("updates"),
     "staleness_max": count("updates"),

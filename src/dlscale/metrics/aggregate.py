@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.contract.algorithms import PATTERN_FACT, SYNC_PATTERNS
+from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT, SYNC_PATTERNS
 from dlscale.contract.records import (
     Environment,
     Eval,
@@ -23,7 +23,7 @@ from dlscale.contract.records import (
     Strategy,
     Window,
 )
-from dlscale.contract.shapes import METRICS
+from dlscale.contract.shapes import MAX_QUANTITY, METRICS
 from dlscale.metrics.noise import OUTSIDE_LOAD_LIMIT as OUTSIDE_LOAD_LIMIT
 from dlscale.metrics.noise import STEAL_LIMIT as STEAL_LIMIT
 from dlscale.metrics.noise import (
@@ -340,13 +340,29 @@ def _bytes(per_rank: dict[int, Events], measure: list[dict[str, Any]]) -> dict[s
 
 def _pattern(facts: dict[str, Any]) -> dict[str, Any]:
     """The synchronization pattern the engine named (``sync_pattern``; one the performance
-    model knows, else none) and a parameter server's servers (``sync_servers``)."""
+    model knows, else none), a parameter server's servers (``sync_servers``) and the bytes of
+    each message a synchronized step sends (``sync_message_bytes``: where the engine listed
+    them as whole positive numbers)."""
     pattern = facts.get(PATTERN_FACT)
     if pattern not in SYNC_PATTERNS:
         return {}
     servers = facts.get("servers")
     ps = pattern.startswith("ps-") and isinstance(servers, int) and servers >= 1
-    return {"sync_pattern": pattern, "sync_servers": servers if ps else None}
+    messages = facts.get(MESSAGES_FACT)
+    if not _byte_counts(messages):
+        messages = None
+    return {
+        "sync_pattern": pattern,
+        "sync_servers": servers if ps else None,
+        "sync_message_bytes": messages,
+    }
+
+
+def _byte_counts(value: Any) -> bool:
+    """``value`` is a non-empty list of whole byte counts above 0."""
+    if not isinstance(value, list) or not value:
+        return False
+    return all(type(m) is int and 0 < m <= MAX_QUANTITY for m in value)
 
 
 def _staleness(others: dict[int, Events]) -> dict[str, Any]:

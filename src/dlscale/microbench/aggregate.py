@@ -46,6 +46,7 @@ def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[d
                 "correct": all(r.correct for r in ranks),
                 "max_error": max(r.max_error for r in ranks),
                 "servers": max(r.servers for r in ranks),
+                "messages_per_call": max(r.messages_per_call for r in ranks),
             }
         )
     return sorted(rows, key=lambda row: (row["collective"], row["bytes"]))

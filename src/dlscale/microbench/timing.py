@@ -40,11 +40,13 @@ def time_collective(
     barrier: Callable[[], object],
     most: int,
     synchronize: Callable[[], object] | None = None,
+    messages: int = 1,
 ) -> Collective:
     """Time ``collective`` at ``size`` bytes: ``operation(count)`` builds the calls on
     :func:`element_count` elements; every call (warm-up and timed, :func:`iterations`) runs
     after ``prepare`` and ``barrier``, between two ``synchronize`` when given. send_recv's time
-    is half the round trip, on ranks 0 and 1 only."""
+    is half the round trip, on ranks 0 and 1 only; a call that runs ``messages`` of that size
+    back to back is timed per message (its time / ``messages``)."""
     count = element_count(collective, size, processes)
     prepare, op, check = operation(count)
     warmup, timed = iterations(size, most)
@@ -63,7 +65,7 @@ def time_collective(
         if index == warmup:
             error = check()
         if index >= warmup:
-            times.append(elapsed / 2 if collective == "send_recv" else elapsed)
+            times.append(elapsed / 2 if collective == "send_recv" else elapsed / messages)
     moved = count * 4 * (processes if collective in PER_RANK else 1)
     active = collective != "send_recv" or rank < 2
     return Collective(
@@ -72,6 +74,7 @@ def time_collective(
         times_s=times if active else [],
         max_error=error,
         correct=error == 0.0,
+        messages_per_call=messages,
     )
 
 
@@ -83,11 +86,13 @@ def time_offered(
     operation: Callable[[str, int, int], Operation],
     barrier: Callable[[], object],
     synchronize: Callable[[], object] | None = None,
+    messages: Callable[[int], int] | None = None,
 ) -> Iterator[Collective]:
     """:func:`time_collective` of every requested collective the library ``offers`` (and has
     the processes for: :data:`~dlscale.microbench.MIN_PROCESSES`) at every size, in the
     settings' order, the same on every rank; ``operation(collective, size, count)`` builds the
-    calls. What is skipped the command names as not measured."""
+    calls, each running ``messages(size)`` messages of the size where given. What is skipped
+    the command names as not measured."""
     for collective in settings.collectives:
         if collective not in offered or processes < MIN_PROCESSES.get(collective, 1):
             continue
@@ -96,4 +101,5 @@ def time_offered(
                 collective, size, processes, rank,
                 functools.partial(operation, collective, size),
                 barrier, settings.max_iterations, synchronize,
+                messages(size) if messages is not None else 1,
             )  # fmt: skip

@@ -11,6 +11,12 @@ costs), with ``n`` payload bytes, ``p`` workers and ``k`` servers:
 - ``ps-async``: a worker's own push and pull, unless the servers' links carry more
   (:func:`~.costs.ps_async_step_s`).
 
+Where the engine lists the messages a step really sends (``sync_message_bytes``: jax-dp's
+all-reduce per gradient array, mxnet-kv's push and pull per parameter, DDP's buckets), a
+``ring`` or ``ps-sync`` step sends them one after another, each costing its own time (on a
+2-core machine a small message costs 1-3 ms whatever its size): the sum of each one's
+measured (else fitted) time, :func:`messages_comm`.
+
 A step is compute + synchronization; with ``overlap`` (the patterns of :data:`OVERLAPS`, whose
 collectives run while backward computes: DDP's and Horovod's buckets, FSDP's prefetch) it is
 ``forward + max(backward, synchronization)``, the ideal overlap (:func:`~.predict.step_s`). A
@@ -23,6 +29,7 @@ overlaps backward: ``forward + max(backward, synchronization / 2)``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +45,9 @@ PIPELINED = ("ps-sync",)
 """The patterns whose pushes and pulls can run while backward computes, each in its own
 direction of the link (their ideal: half the synchronization, overlapped)."""
 _GATHERS = {"fsdp": 2, "fsdp-no-reshard": 1}
+MESSAGED = {"ring": "all_reduce", "ps-sync": "ps_pushpull/{servers}"}
+"""The patterns whose steps are priced message by message where the engine lists its messages
+(``sync_message_bytes``), and the microbench collective that times one message."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +59,19 @@ class Comm:
     source: str
 
 
-def pattern_comm(pattern: str, n: float, p: int, servers: int, link: Link) -> Comm:
-    """The synchronization of one step of ``pattern`` (see the module's table)."""
+def pattern_comm(
+    pattern: str,
+    n: float,
+    p: int,
+    servers: int,
+    link: Link,
+    messages: Sequence[float] = (),
+) -> Comm:
+    """The synchronization of one step of ``pattern`` (see the module's table). ``messages``:
+    the bytes of each collective the engine issues in a step (:data:`MESSAGED`' patterns), each
+    priced on its own and summed (:func:`messages_comm`); else one message of ``n``."""
+    if messages and pattern in MESSAGED:
+        return messages_comm(pattern, n, p, servers, link, messages)
     if pattern == "ring":
         measured = link.measured_s("all_reduce", n, p)
         if measured is not None:
@@ -76,6 +97,27 @@ def pattern_comm(pattern: str, n: float, p: int, servers: int, link: Link) -> Co
         net, fit = link.fit_for("ps-async")
         return Comm(2 * net.alpha_s + 2 * n * net.beta_s_per_byte, f"{fit} fit")
     raise ValueError(f"no prediction for the pattern {pattern!r}")
+
+
+def messages_comm(
+    pattern: str, n: float, p: int, servers: int, link: Link, messages: Sequence[float]
+) -> Comm:
+    """A step that sends ``messages`` one after another: the sum of each one's time, measured
+    (interpolated between the microbench's sizes around it) where every message lies within
+    the sizes measured, else each priced on the pattern's fit (so every message pays its
+    latency). The messages are scaled to sum to ``n`` (a compressed payload's copies)."""
+    scale = n / sum(messages)
+    sized = [m * scale for m in messages]
+    count = f"{len(sized)} messages" if len(sized) > 1 else "1 message"
+    measured = [link.measured_s(MESSAGED[pattern].format(servers=servers), m, p) for m in sized]
+    if all(t is not None for t in measured):
+        return Comm(sum(t for t in measured if t is not None), f"measured, {count}")
+    net, fit = link.fit_for(pattern)
+    if pattern == "ring":
+        priced = sum(costs.ring_allreduce_s(m, p, net) for m in sized)
+    else:
+        priced = sum(costs.ps_sync_s(m, p, servers, net) for m in sized)
+    return Comm(priced, f"{fit} fit, {count}")
 
 
 def pattern_step(

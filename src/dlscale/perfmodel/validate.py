@@ -14,7 +14,9 @@ error = predicted / measured - 1. What the prediction takes:
   worker sends, undone to the payload (a compressed gradient's fp16 copy).
 - **the network**: the collectives a microbench measured there at the point's worker count,
   interpolated on log-log axes between the two sizes around the payload (``comm_from``:
-  ``measured``), else the fitted cost of the pattern (``fit``).
+  ``measured``), else the fitted cost of the pattern (``fit``); where the engine listed the
+  messages a step sends (``sync_message_bytes``), each message priced so and summed
+  (``messages``: how many).
 
 A ring or FSDP point is also predicted with the ideal overlap of its collectives with backward
 (``overlap_error``; backward's share of the step measured by the point's probe where its engine
@@ -186,10 +188,23 @@ def compare(
             backward_share=share,
         )
         servers = int(metrics.get("sync_servers") or 1)
-        comm = pattern_comm(pattern, payload, workers, servers, link)
+        messages = _messages(metrics)
+        comm = pattern_comm(pattern, payload, workers, servers, link, messages)
         row = _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
-        rows.append({**row, "backward_share_from": share_from})
+        rows.append({**row, "backward_share_from": share_from, "messages": len(messages) or None})
     return rows
+
+
+def _messages(metrics: dict[str, Any]) -> list[float]:
+    """The bytes of each message a synchronized step sends, where the engine listed them and
+    every one is a finite number above 0 (else none: the step is priced as one message)."""
+    listed = metrics.get("sync_message_bytes")
+    if not isinstance(listed, list) or not listed:
+        return []
+    sizes = [m for m in listed if isinstance(m, int | float) and not isinstance(m, bool)]
+    if len(sizes) != len(listed) or not all(np.isfinite(m) and m > 0 for m in sizes):
+        return []
+    return [float(m) for m in sizes]
 
 
 ASSUMED_SHARE = "assumed (backward twice the forward)"

@@ -9,7 +9,9 @@ the processes' devices (one CPU device per process, as jax-dp trains):
 * reduce_scatter: ``lax.psum_scatter(..., tiled=True)``, each rank keeping size/p.
 
 Each function is compiled before its first call (the warm-up calls then time no compiler), and
-every call waits for its result (``block_until_ready``). The barrier is
+every call waits for its result (``block_until_ready``). A call reduces up to 16 arrays of the
+size at once (up to 4 MiB in all: :func:`messages`), one program, timed per array, as a
+training step's gradient runs. The barrier is
 ``multihost_utils.sync_global_devices``, itself a small all-reduce. Not offered: broadcast
 (``lax.pbroadcast``, XLA's CollectiveBroadcast, has no CPU lowering in jaxlib 0.10.2: "MLIR
 translation rule for primitive 'pbroadcast' not found for platform cpu"; its documented
@@ -33,6 +35,21 @@ OFFERED = ("all_reduce", "all_gather", "reduce_scatter")
 AXIS = "dp"
 
 
+BATCH_BYTES = 4 << 20
+"""Bytes of arrays one timed call reduces (:func:`messages`): a training step's gradient is many
+small arrays in one compiled program, run back to back without a dispatch between them."""
+MOST_MESSAGES = 16
+
+
+def messages(size: int) -> int:
+    """The arrays of ``size`` bytes one timed call runs: as many as fit :data:`BATCH_BYTES`, 1 to
+    :data:`MOST_MESSAGES`. Each call is one compiled program over them (one XLA all-reduce of
+    that many operands, which XLA's CPU runtime runs as one gloo collective per operand, as it
+    runs a step's gradient: :mod:`dlscale.frameworks.jax.hlo`), timed per message, so a
+    message's time holds no dispatch of its own."""
+    return max(1, min(MOST_MESSAGES, BATCH_BYTES // max(size, 1)))
+
+
 def run(ctx: WorkerContext, settings: Settings) -> None:
     jax = import_jax(threads=ctx.threads, local_rank=ctx.local_rank, precision="float32")
     start_distributed(jax, ctx)
@@ -44,17 +61,23 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
     try:
         for record in time_offered(
             settings, OFFERED, p, rank,
-            lambda collective, _, count: _operation(jax, mesh, collective, count, p, rank),
+            lambda collective, size, count: _operation(
+                jax, mesh, collective, count, p, rank, messages(size)
+            ),
             lambda: multihost_utils.sync_global_devices("dlscale-microbench"),
+            messages=messages,
         ):  # fmt: skip
             ctx.events.write(record)
     finally:
         jax.distributed.shutdown()
 
 
-def _operation(jax: Any, mesh: Any, collective: str, count: int, p: int, rank: int) -> Operation:
-    """The untimed preparation (nothing: JAX's arrays are not overwritten), the call, and the
-    largest error of its result on this rank."""
+def _operation(
+    jax: Any, mesh: Any, collective: str, count: int, p: int, rank: int, arrays: int
+) -> Operation:
+    """The untimed preparation (nothing: JAX's arrays are not overwritten), the call (the
+    collective of ``arrays`` arrays in one program), and the largest error of its results on
+    this rank."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -63,26 +86,31 @@ def _operation(jax: Any, mesh: Any, collective: str, count: int, p: int, rank: i
     split = NamedSharding(mesh, P(AXIS))
     size = count
     if collective == "all_reduce":
-        body, expected = (lambda a: lax.psum(a, AXIS)), np.full(count, total)
+        body, expected = (lambda *a: lax.psum(a, AXIS)), np.full(count, total)
     elif collective == "all_gather":
-        body = lambda a: lax.all_gather(a, AXIS, tiled=True)  # noqa: E731
+        body = lambda *a: tuple(lax.all_gather(x, AXIS, tiled=True) for x in a)  # noqa: E731
         expected = np.repeat(np.arange(1, p + 1, dtype=np.float32), count)
     elif collective == "reduce_scatter":
-        body, size = (lambda a: lax.psum_scatter(a, AXIS, tiled=True)), count * p
-        expected = np.full(count, total)
+        body = lambda *a: tuple(lax.psum_scatter(x, AXIS, tiled=True) for x in a)  # noqa: E731
+        size, expected = count * p, np.full(count, total)
     else:
         raise ValueError(f"JAX's collectives here offer no {collective}")
-    local = np.full(size, mine, dtype=np.float32)
-    x = jax.make_array_from_process_local_data(split, local)
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=P(AXIS), out_specs=P(AXIS))
-    compiled = jax.jit(mapped).lower(x).compile()
+    inputs = [  # distinct arrays: the compiler cannot fold one operand's collective into another
+        jax.make_array_from_process_local_data(split, np.full(size, mine, dtype=np.float32))
+        for _ in range(arrays)
+    ]
+    specs = (P(AXIS),) * arrays
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=specs)
+    compiled = jax.jit(mapped).lower(*inputs).compile()
     result: list[Any] = []
 
     def call() -> None:
-        result[:] = [compiled(x).block_until_ready()]
+        result[:] = jax.block_until_ready(compiled(*inputs))
 
     def check() -> float:
-        got = np.asarray(result[0].addressable_shards[0].data, dtype=np.float64)
-        return float(np.abs(got - expected).max())
+        return max(
+            float(np.abs(np.asarray(r.addressable_shards[0].data, np.float64) - expected).max())
+            for r in result
+        )
 
     return (lambda: None), call, check

@@ -24,7 +24,9 @@ the first window (``lower().compile()``) and their compile times stored in the r
 facts (``compile_s``), so no window and no warm-up step times the compiler.
 
 Bytes: XLA's gloo traffic is not visible; the bytes are the ring all-reduce's model,
-``2 (N - 1) / N`` times the gradient's bytes per synchronized step.
+``2 (N - 1) / N`` times the gradient's bytes per synchronized step. The messages: one gloo
+all-reduce per operand of the compiled step's all-reduces (:mod:`~.hlo`), in the strategy's
+facts.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.contract.algorithms import PATTERN_FACT
+from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.engine import SyncStrategy
 from dlscale.contract.frameworks import FRAMEWORKS
@@ -45,6 +47,7 @@ from dlscale.contract.models import MODELS, PARAMS_FILE
 from dlscale.contract.registry import load_object
 from dlscale.datasets.arrays import NumpyDataset
 from dlscale.frameworks.jax.env import import_jax, jax_environment, start_distributed
+from dlscale.frameworks.jax.hlo import all_reduce_messages
 from dlscale.frameworks.jax.transfer import state_arrays, state_trees
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
@@ -129,6 +132,8 @@ class JaxEngine(ModelledSyncEngine):
         if self.synchronizes:
             facts[PATTERN_FACT] = "ring"
         facts["compile_s"] = self._compile()
+        if self.synchronizes:  # one gloo all-reduce per gradient array: frameworks/jax/hlo.py
+            facts[MESSAGES_FACT] = all_reduce_messages(self._steps[True].as_text())
         payload = 2 * (workers - 1) / workers * gradient if self.synchronizes else None
         self.declare_payload(ctx, gradient, payload, facts)
 

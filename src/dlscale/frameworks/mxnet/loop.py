@@ -165,7 +165,7 @@ class MXEngine(ModelledSyncEngine):
             "hybridized": isinstance(self.net, mx.gluon.HybridBlock),
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
-            facts.update(strategy.describe(ctx))
+            facts.update(strategy.describe(ctx, trainable))
         self.declare_payload(
             ctx, gradient, strategy.modelled_bytes(gradient, ctx.config.workers), facts
         )

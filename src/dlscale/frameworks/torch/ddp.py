@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from dlscale.contract.algorithms import PATTERN_FACT
+from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT
 from dlscale.contract.comm_bytes import ring_bytes_mean
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
@@ -108,11 +108,15 @@ class DDPStrategy(TorchStrategy):
         if options.compression == "powersgd":  # low-rank factors: no pattern of the model
             return {"compression": "powersgd", "powersgd_rank": options.powersgd_rank}
         payload = gradient_bytes(model) * _CAST_HOOKS[options.compression][1]
-        return {
+        facts: dict[str, Any] = {
             "bytes_sent_per_step_model": round(ring_bytes_mean(round(payload), self.world)),
             "algorithm": "library all-reduce, modelled as a ring: 2(N-1)/N x payload",
             PATTERN_FACT: "ring",
         }
+        buckets = _bucket_bytes(model)
+        if buckets:
+            facts[MESSAGES_FACT] = buckets
+        return facts
 
     def finish(self) -> None:
         """Every rank done with every collective before any leaves, so no rank destroys the
@@ -128,6 +132,17 @@ class DDPStrategy(TorchStrategy):
             dist.all_reduce, self._all_reduce = self._all_reduce, None
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _bucket_bytes(model: Any) -> list[int]:
+    """The bytes of each gradient bucket DDP built (one all-reduce each a step), as DDP's own
+    logging data reports them (``bucket_sizes``, in the gradients' dtype, before a
+    compression hook's cast); empty where it reports none. DDP may rebuild its buckets once
+    after the first step, in the order the gradients arrived: not followed here."""
+    logged = getattr(model, "_get_ddp_logging_data", None)
+    text = str(logged().get("bucket_sizes", "")) if callable(logged) else ""
+    sizes = [int(part) for part in text.replace(",", " ").split() if part.isdigit()]
+    return [size for size in sizes if size > 0]
 
 
 def run(ctx: WorkerContext) -> None:
