@@ -87,6 +87,11 @@ def test_fsdp_takes_ddps_steps_and_counts_what_it_sends(tmp_path: Path, ddp, res
     assert m["bytes_sent_per_step_counted"] == m["bytes_sent_per_step_model"]
     assert reference["bytes_sent_per_step_counted"] == m["gradient_bytes"]
     assert m["exposed_comm_fraction"] is None  # no step without the all-gathers exists
+    # the messages: each of the 12 units' own parameters (conv1, bn1, fc, the nine blocks),
+    # DDP's: its buckets, every parameter in one of them
+    assert len(m["sync_message_bytes"]) == 12
+    assert sum(m["sync_message_bytes"]) == m["gradient_bytes"]
+    assert sum(reference["sync_message_bytes"]) == reference["gradient_bytes"]
 
 
 def test_every_block_is_a_unit_of_its_own():

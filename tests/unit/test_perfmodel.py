@@ -476,6 +476,17 @@ def test_a_step_that_sends_many_messages_pays_each_ones_time():
     for single in (one, damaged):
         assert single["comm_from"] == "measured" and single["messages"] is None
         assert single["comm_ms"] == pytest.approx(3.0)
+    # one message under the sizes measured: that one on the fit, the other measured
+    (mixed,) = compare([_point(gradient=1005.0, sync_message_bytes=[5.0, 1000.0])],
+                       lambda point: link)  # fmt: skip
+    assert mixed["comm_from"] == "measured, 2 messages (1 on the ring fit)"
+    assert mixed["comm_ms"] == pytest.approx((2e-4 + 5e-9 + small) * 1e3)
+    # FSDP: each unit's all-gathers (2 with resharding) and reduce-scatter, unit by unit
+    units = Link(net, {"all_gather": rows, "reduce_scatter": rows}, processes=2)
+    (fsdp,) = compare([_point(backend="torch-fsdp", pattern="fsdp", sync_message_bytes=many)],
+                      lambda point: units)  # fmt: skip
+    assert fsdp["comm_ms"] == pytest.approx(3 * (10 * small + large) * 1e3)
+    assert fsdp["comm_from"] == "measured, 11 messages"
 
 
 def test_the_messages_of_a_compiled_jax_step_are_its_all_reduces_operands():

@@ -66,6 +66,7 @@ MESSAGES_FACT = "messages"
 """The strategy fact where an engine lists the payload bytes of each collective (or
 parameter-server push and pull) one synchronized step issues, in its order, as the engine
 really runs them: jax-dp one gloo all-reduce per operand of its compiled all-reduces, mxnet-kv
-one push and pull per parameter, torch-ddp one all-reduce per DDP bucket. The run's
+one push and pull per parameter, torch-ddp one all-reduce per DDP bucket, torch-fsdp one unit's
+all-gathers and reduce-scatter per FSDP unit. The run's
 ``sync_message_bytes`` metric says it (docs/metrics.md); the model prices each message on
 its own (:mod:`dlscale.perfmodel.engines`)."""

@@ -12,10 +12,10 @@ costs), with ``n`` payload bytes, ``p`` workers and ``k`` servers:
   (:func:`~.costs.ps_async_step_s`).
 
 Where the engine lists the messages a step really sends (``sync_message_bytes``: jax-dp's
-all-reduce per gradient array, mxnet-kv's push and pull per parameter, DDP's buckets), a
-``ring`` or ``ps-sync`` step sends them one after another, each costing its own time (on a
-2-core machine a small message costs 1-3 ms whatever its size): the sum of each one's
-measured (else fitted) time, :func:`messages_comm`.
+all-reduce per gradient array, mxnet-kv's push and pull per parameter, DDP's buckets, FSDP's
+units), a ``ring``, ``ps-sync`` or FSDP step sends them one after another, each costing its
+own time (on a 2-core machine a small message costs 0.15-3 ms whatever its size): the sum of
+each one's measured (else fitted) time, :func:`messages_comm`.
 
 A step is compute + synchronization; with ``overlap`` (the patterns of :data:`OVERLAPS`, whose
 collectives run while backward computes: DDP's and Horovod's buckets, FSDP's prefetch) it is
@@ -45,9 +45,9 @@ PIPELINED = ("ps-sync",)
 """The patterns whose pushes and pulls can run while backward computes, each in its own
 direction of the link (their ideal: half the synchronization, overlapped)."""
 _GATHERS = {"fsdp": 2, "fsdp-no-reshard": 1}
-MESSAGED = {"ring": "all_reduce", "ps-sync": "ps_pushpull/{servers}"}
+MESSAGED = ("ring", "ps-sync", "fsdp", "fsdp-no-reshard")
 """The patterns whose steps are priced message by message where the engine lists its messages
-(``sync_message_bytes``), and the microbench collective that times one message."""
+(``sync_message_bytes``: an FSDP unit's parameters for its all-gathers and reduce-scatter)."""
 
 
 @dataclass(frozen=True)
@@ -102,22 +102,22 @@ def pattern_comm(
 def messages_comm(
     pattern: str, n: float, p: int, servers: int, link: Link, messages: Sequence[float]
 ) -> Comm:
-    """A step that sends ``messages`` one after another: the sum of each one's time, measured
-    (interpolated between the microbench's sizes around it) where every message lies within
-    the sizes measured, else each priced on the pattern's fit (so every message pays its
-    latency). The messages are scaled to sum to ``n`` (a compressed payload's copies)."""
+    """A step that sends ``messages`` one after another (an FSDP unit's all-gathers and
+    reduce-scatter count as one): the sum of each one's time as :func:`pattern_comm` prices one
+    message, measured where the microbench measured sizes around it, else on the pattern's fit
+    (so every message pays its latency). The messages are scaled to sum to ``n`` (a
+    compressed payload's copies)."""
     scale = n / sum(messages)
-    sized = [m * scale for m in messages]
-    count = f"{len(sized)} messages" if len(sized) > 1 else "1 message"
-    measured = [link.measured_s(MESSAGED[pattern].format(servers=servers), m, p) for m in sized]
-    if all(t is not None for t in measured):
-        return Comm(sum(t for t in measured if t is not None), f"measured, {count}")
-    net, fit = link.fit_for(pattern)
-    if pattern == "ring":
-        priced = sum(costs.ring_allreduce_s(m, p, net) for m in sized)
+    priced = [pattern_comm(pattern, m * scale, p, servers, link) for m in messages]
+    count = f"{len(priced)} messages" if len(priced) > 1 else "1 message"
+    fitted = [c.source for c in priced if c.source != "measured"]
+    if not fitted:
+        source = f"measured, {count}"
+    elif len(fitted) == len(priced):
+        source = f"{fitted[0]}, {count}"
     else:
-        priced = sum(costs.ps_sync_s(m, p, servers, net) for m in sized)
-    return Comm(priced, f"{fit} fit, {count}")
+        source = f"measured, {count} ({len(fitted)} on the {fitted[0]})"
+    return Comm(sum(c.seconds for c in priced), source)
 
 
 def pattern_step(

@@ -37,7 +37,7 @@ from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
     DefaultReduceScatter,
 )
 
-from dlscale.contract.algorithms import PATTERN_FACT
+from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,
@@ -98,6 +98,24 @@ def shard_units(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
             yield child
 
 
+def unit_bytes(model: torch.nn.Module) -> list[int]:
+    """The bytes of the parameters each FSDP unit gathers and reduce-scatters on its own (its
+    parameters but those of the units inside it), in model order: one all-gather (two with
+    ``reshard_after_forward``) and one reduce-scatter each a step."""
+    sizes = []
+    for unit in (m for m in model.modules() if isinstance(m, FSDPModule)):
+        nested = {
+            id(p)
+            for sub in unit.modules()
+            if sub is not unit and isinstance(sub, FSDPModule)
+            for p in sub.parameters()
+        }
+        own = [p for p in unit.parameters() if id(p) not in nested]
+        if own:
+            sizes.append(sum(p.numel() * p.element_size() for p in own))
+    return sizes
+
+
 class FSDPStrategy(TorchStrategy):
     def __init__(self) -> None:
         self.world = 1
@@ -141,6 +159,7 @@ class FSDPStrategy(TorchStrategy):
             "reshard_after_forward": reshard,
             PATTERN_FACT: "fsdp" if reshard else "fsdp-no-reshard",
             "units": sum(isinstance(m, FSDPModule) for m in model.modules()),
+            MESSAGES_FACT: unit_bytes(model),
         }
 
     def eval_model(self, model: torch.nn.Module) -> torch.nn.Module:
