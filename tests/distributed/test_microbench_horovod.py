@@ -2,7 +2,8 @@
 on 2 processes under the backend's default launcher (local: Gloo, rank 0 serving the
 rendezvous): Horovod's four collectives exact at every size, the figures recomputed from the
 ranks' own records, the ring fit, and send_recv (no point-to-point in Horovod) and
-ps_pushpull (no parameter server) said to be not measured without failing the run."""
+ps_pushpull (no parameter server) said to be not measured without failing the run; then a
+prediction's whole loop for horovod-torch (tests/distributed/whole_loop.py)."""
 
 import importlib.util
 import json
@@ -13,6 +14,7 @@ import pytest
 
 from dlscale.contract.events import events_path, read_events
 from tests.distributed.microbench_events import ran_this_checkout, slowest_per_iteration
+from tests.distributed.whole_loop import check_the_whole_loop
 
 pytestmark = pytest.mark.dist
 
@@ -60,3 +62,6 @@ def test_horovods_collectives_are_exact_and_send_recv_is_said_not_measured(cli, 
     fit = stored["fit"]
     assert fit["pattern"] == "ring" and fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] >= 0
     assert "ring fit (all_reduce)" in run.stdout and "send_recv" not in run.stdout
+    # the whole loop: a horovod-torch point beside it, predicted as a ring from Horovod's own
+    # all-reduce rows (its messages are not listed: its fusion per cycle decides them)
+    check_the_whole_loop(cli, tmp_path, "horovod-torch", "ring")
