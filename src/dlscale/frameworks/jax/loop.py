@@ -31,6 +31,7 @@ facts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -133,7 +134,8 @@ class JaxEngine(ModelledSyncEngine):
             facts[PATTERN_FACT] = "ring"
         facts["compile_s"] = self._compile()
         if self.synchronizes:  # one gloo all-reduce per gradient array: frameworks/jax/hlo.py
-            facts[MESSAGES_FACT] = all_reduce_messages(self._steps[True].as_text())
+            with contextlib.suppress(ValueError):  # a type it cannot size: no list, no failure
+                facts[MESSAGES_FACT] = all_reduce_messages(self._steps[True].as_text())
         payload = 2 * (workers - 1) / workers * gradient if self.synchronizes else None
         self.declare_payload(ctx, gradient, payload, facts)
 
