@@ -62,6 +62,33 @@ def test_the_overlap_hides_behind_the_backward_share_given_else_two_thirds(cli):
     assert "backward 2/3 of the step (assumed" in cli(*flags).stdout
 
 
+def test_a_gradient_in_many_messages_pays_each_ones_latency(cli):
+    """jax-dp's 59 arrays at 64 workers: each further message pays every strategy's latency
+    terms once more (ring 2(p-1), tree 2 ceil(log2 p), parameter servers 2), its bytes the
+    same: by hand on 100 us a message, 1 Gbit/s."""
+    flags = ("predict", "--bandwidth", "1gbit", "--latency", "100us", "--compute-ms", "190",
+             "--gradient-bytes", "1078888", "--workers", "64", "--json")  # fmt: skip
+    one, many = cli(*flags), cli(*flags, "--messages", "59")
+    assert one.returncode == 0 == many.returncode, one.stderr + many.stderr
+    single = {r["strategy"]: r for r in _records(one.stdout) if r["kind"] == "prediction"}
+    split = {r["strategy"]: r for r in _records(many.stdout) if r["kind"] == "prediction"}
+    rounds = {"ring": 2 * 63, "ring-overlap": 2 * 63, "tree": 2 * 6, "ps-sync": 2}
+    for strategy, count in rounds.items():
+        assert split[strategy]["messages"] == 59 and single[strategy]["messages"] == 1
+        extra = 58 * count * 100e-6
+        assert split[strategy]["comm_s"] == pytest.approx(single[strategy]["comm_s"] + extra)
+    assert split["ring"]["step_s"] == pytest.approx(0.190 + single["ring"]["comm_s"] + 0.7308)
+    # asynchronous: at 64 workers one server's link bounds the step (64 x 1.08 MB), whatever
+    # the messages; at 2, each worker's own pushes and pulls pay 58 x 2 more latencies
+    assert split["ps-async"]["step_s"] == single["ps-async"]["step_s"]
+    two = [cli(*flags[:-2], "2", "--strategy", "ps-async", "--json", *more) for more in
+           ((), ("--messages", "59"))]  # fmt: skip
+    (alone,), (apart,) = (_records(run.stdout) for run in two)
+    assert apart["step_s"] == pytest.approx(alone["step_s"] + 58 * 2 * 100e-6)
+    table = cli(*flags[:-1], "--messages", "59", "--strategy", "ring")
+    assert "the gradient in 59 messages (given)" in table.stdout
+
+
 def test_a_stored_microbench_predicts_each_strategy_with_its_own_patterns_fit(cli, tmp_path):
     from dlscale.store import write_json_atomic
 
@@ -184,6 +211,8 @@ def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp
         (("--bandwidth", "1gbit", "--batch", "8,x"), "give a number or a list"),
         (("--bandwidth", "1gbit", "--batch", "0"), "every batch must be 1 to"),
         (("--bandwidth", "1gbit", "--batch", "8,16"), "give one --batch with it"),
+        (("--bandwidth", "1gbit", "--messages", "0"), "--messages must be from 1 to 1,000,000"),
+        (("--bandwidth", "1gbit", "--messages", "2000000"), "got 2000000"),
     ],
 )
 def test_bad_input_is_one_line(cli, flags, said):

@@ -75,6 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "behind (default 2/3, assumed; predict --validate measures it per engine)",
     )
     parser.add_argument(
+        "--messages",
+        type=int,
+        default=1,
+        help="the messages a step's gradient travels in, each paying the latency (default 1; "
+        "jax-dp: one per gradient array, mxnet-kv: one per parameter; predict --validate "
+        "lists each engine's)",
+    )
+    parser.add_argument(
         "--results",
         default="dlscale-results",
         help="where a measured profile run is stored (default: ./dlscale-results)",
@@ -180,7 +188,8 @@ def _show(
         for strategy, predicted in rows.items():
             validated = trust.record(strategy, args.servers)  # [] where never validated
             for row in predicted:
-                record = {"kind": "prediction", "batch": profile.batch, **row.__dict__}
+                record = {"kind": "prediction", "batch": profile.batch,
+                          "messages": profile.messages, **row.__dict__}  # fmt: skip
                 print(json.dumps({**record, "validated": validated}))
         for strategy, value in needed.items():
             record = {"kind": "bandwidth_needed", "strategy": strategy, "workers": workers[-1],

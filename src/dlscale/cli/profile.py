@@ -15,7 +15,7 @@ from typing import Any
 from dlscale.cli.tables import console, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.registry import load_object
-from dlscale.perfmodel.predict import Profile
+from dlscale.perfmodel.predict import MAX_MESSAGES, Profile
 
 
 def compute_profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]:
@@ -42,12 +42,18 @@ def compute_profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]
         raise UserError(f"--backward-share must be a number from 0 to 1, got {share}")
     else:
         sources.append(f"backward {share:.0%} of the step (given)")
+    messages = args.messages
+    if not 1 <= messages <= MAX_MESSAGES:
+        raise UserError(f"--messages must be from 1 to {MAX_MESSAGES:,}, got {messages}")
+    if messages > 1:
+        sources.append(f"the gradient in {messages} messages (given)")
     source = "; ".join(sources)
     if not (math.isfinite(compute_ms) and compute_ms > 0):
         raise UserError(f"--compute-ms must be a finite number > 0, got {compute_ms}")
     profile = Profile(
-        compute_s=compute_ms / 1e3, batch=batch, gradient_bytes=gradient, backward_share=share
-    )
+        compute_s=compute_ms / 1e3, batch=batch, gradient_bytes=gradient, backward_share=share,
+        messages=messages,
+    )  # fmt: skip
     return profile, source
 
 

@@ -9,6 +9,9 @@ measured by a 1-worker run) plus what synchronizing costs (:mod:`.costs`):
 - ``ps-sync``: compute, then push and pull through ``servers`` servers;
 - ``ps-async``: :func:`~.costs.ps_async_step_s`.
 
+A gradient sent in several messages (``Profile.messages``) pays each strategy's latency once
+per message (:func:`further_latency_s`).
+
 Weak scaling (each worker keeps its batch): throughput = N x batch / step; speedup =
 throughput(N) / throughput(1); efficiency = speedup / N. One worker never synchronizes.
 """
@@ -24,6 +27,8 @@ from dlscale.perfmodel import costs
 from dlscale.perfmodel.costs import Network
 
 STRATEGIES = ("ring", "ring-overlap", "tree", "ps-sync", "ps-async")
+MAX_MESSAGES = 1_000_000
+"""The most messages a step's gradient may be given in (far beyond any model's tensors)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,9 @@ class Profile:
     backward_share: float = 2 / 3
     """The share of ``compute_s`` that is backward (the window an all-reduce can hide in);
     2/3 by the rule that backward costs twice forward, unless measured."""
+    messages: int = 1
+    """The messages the gradient travels in each step (jax-dp: one all-reduce per gradient
+    array; mxnet-kv: a push and pull per parameter): each pays the strategy's latency."""
 
     def __post_init__(self) -> None:
         for name in ("compute_s", "gradient_bytes", "backward_share"):
@@ -46,6 +54,8 @@ class Profile:
                 raise UserError(f"{name} must be a finite number >= 0, got {value}")
         if not self.compute_s > 0 or self.batch < 1 or self.backward_share > 1:
             raise UserError("a profile needs compute_s > 0, batch >= 1, backward_share <= 1")
+        if not 1 <= self.messages <= MAX_MESSAGES:
+            raise UserError(f"messages must be 1 to {MAX_MESSAGES:,}, got {self.messages}")
 
 
 @dataclass(frozen=True)
@@ -75,8 +85,9 @@ def step_s(
     compute = profile.compute_s
     if p <= 1:
         return compute
-    if strategy == "ps-async":
-        return costs.ps_async_step_s(compute, n, p, servers, net)
+    if strategy == "ps-async":  # a worker's own pushes and pulls pay each message's latency
+        own = compute + further_latency_s(profile, strategy, p, net)
+        return costs.ps_async_step_s(own, n, p, servers, net)
     if comm is None:
         comm = comm_s(profile, strategy, p, net, servers)
     if strategy == "ring-overlap":
@@ -86,14 +97,35 @@ def step_s(
 
 
 def comm_s(profile: Profile, strategy: str, p: int, net: Network, servers: int = 1) -> float:
+    """The synchronization of one step: the gradient's, plus the latency of every message
+    after the first (:func:`further_latency_s`)."""
     n = profile.gradient_bytes
+    further = further_latency_s(profile, strategy, p, net)
     if strategy in ("ring", "ring-overlap"):
-        return costs.ring_allreduce_s(n, p, net)
+        return costs.ring_allreduce_s(n, p, net) + further
     if strategy == "tree":
-        return costs.tree_allreduce_s(n, p, net)
+        return costs.tree_allreduce_s(n, p, net) + further
     if strategy in ("ps-sync", "ps-async"):
-        return costs.ps_sync_s(n, p, servers, net)
+        return costs.ps_sync_s(n, p, servers, net) + further
     raise UserError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+
+
+def further_latency_s(profile: Profile, strategy: str, p: int, net: Network) -> float:
+    """What sending the gradient in ``profile.messages`` messages adds to sending it in one:
+    each further message pays the strategy's latency terms once more (its bytes' terms are
+    linear in the bytes, so the messages' sum of them is the whole gradient's)."""
+    if p <= 1 or profile.messages <= 1:
+        return 0.0
+    rounds = {
+        "ring": 2 * (p - 1),
+        "ring-overlap": 2 * (p - 1),
+        "tree": 2 * math.ceil(math.log2(p)),
+        "ps-sync": 2,
+        "ps-async": 2,
+    }.get(strategy)
+    if rounds is None:
+        raise UserError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    return (profile.messages - 1) * rounds * net.alpha_s
 
 
 def predict(
