@@ -506,3 +506,14 @@ def test_the_messages_of_a_compiled_jax_step_are_its_all_reduces_operands():
     assert all_reduce_messages("") == []
     with pytest.raises(ValueError, match="unknown XLA type"):
         all_reduce_messages("%x = f8e4m3[4]{0} all-reduce(%y), to_apply=%sum")
+
+
+def test_a_stored_fit_under_a_name_that_is_no_pattern_is_left_out():
+    """A hand-edited microbench.json's fit named ``[bold red]<b>x</b>[/]``: no pattern of the
+    model, so never a network, and its name never reaches the tables' markup."""
+    from dlscale.perfmodel.networks import stored_fits
+
+    fit = {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9, "median_error": 0.01}
+    run = {"fits": {"[bold red]<b>x</b>[/]": fit, "ps": fit, "tree": [1]}, "fit": fit}
+    assert stored_fits(run) == {"ps": fit, "ring": fit}
+    assert stored_fits({"fits": {"<b>x</b>": fit}}) == {}

@@ -295,7 +295,7 @@ def _validation_table(rows: list[dict[str, Any]]) -> Table:
             str(row["workers"]), cell(row["network"] or row["launcher"]), cell(algorithm),
             f"{row['measured_img_s']:,.1f}",
             f"{row['compute_ms']:.1f} ({cell(row['compute_from'])})",
-            f"{row['comm_ms']:.2f} ({row['comm_from']})",
+            f"{row['comm_ms']:.2f} ({cell(row['comm_from'])})",
             f"{row['predicted_img_s']:,.1f} ({row['error']:+.1%})", overlap,
         )  # fmt: skip
     return table

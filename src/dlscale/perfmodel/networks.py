@@ -147,12 +147,16 @@ def measured_rows(run: dict[str, Any]) -> dict[str, tuple[tuple[float, float], .
 
 def stored_fits(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A stored run's fits by pattern: its ``fits``, with ``fit`` as the ring's (a run from
-    before ``fits`` has only that); what is no dict is left out."""
+    before ``fits`` has only that); what is no dict, or under a name that is no pattern of
+    :data:`~.fit.PATTERNS` (a hand-edited file's: the model has no use for it, and its name
+    would reach the tables), is left out."""
+    from dlscale.perfmodel.fit import PATTERNS
+
     fits = run.get("fits")
     found = {
-        str(name): fit
+        name: fit
         for name, fit in (fits.items() if isinstance(fits, dict) else ())
-        if isinstance(fit, dict)
+        if name in PATTERNS and isinstance(fit, dict)
     }
     if isinstance(run.get("fit"), dict):
         found["ring"] = run["fit"]
