@@ -99,33 +99,29 @@ def step_s(
 def comm_s(profile: Profile, strategy: str, p: int, net: Network, servers: int = 1) -> float:
     """The synchronization of one step: the gradient's, plus the latency of every message
     after the first (:func:`further_latency_s`)."""
-    n = profile.gradient_bytes
-    further = further_latency_s(profile, strategy, p, net)
-    if strategy in ("ring", "ring-overlap"):
-        return costs.ring_allreduce_s(n, p, net) + further
-    if strategy == "tree":
-        return costs.tree_allreduce_s(n, p, net) + further
-    if strategy in ("ps-sync", "ps-async"):
-        return costs.ps_sync_s(n, p, servers, net) + further
-    raise UserError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    one = _message_s(strategy, profile.gradient_bytes, p, net, servers)
+    return one + further_latency_s(profile, strategy, p, net)
 
 
 def further_latency_s(profile: Profile, strategy: str, p: int, net: Network) -> float:
     """What sending the gradient in ``profile.messages`` messages adds to sending it in one:
-    each further message pays the strategy's latency terms once more (its bytes' terms are
-    linear in the bytes, so the messages' sum of them is the whole gradient's)."""
+    each further message costs what a message of no bytes costs (the strategy's latency
+    terms); the bytes' terms are linear in the bytes, so the messages' sum of them is the
+    whole gradient's."""
     if p <= 1 or profile.messages <= 1:
         return 0.0
-    rounds = {
-        "ring": 2 * (p - 1),
-        "ring-overlap": 2 * (p - 1),
-        "tree": 2 * math.ceil(math.log2(p)),
-        "ps-sync": 2,
-        "ps-async": 2,
-    }.get(strategy)
-    if rounds is None:
-        raise UserError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-    return (profile.messages - 1) * rounds * net.alpha_s
+    return (profile.messages - 1) * _message_s(strategy, 0.0, p, net)
+
+
+def _message_s(strategy: str, n: float, p: int, net: Network, servers: int = 1) -> float:
+    """One message of ``n`` bytes synchronized by ``strategy`` (:mod:`.costs`)."""
+    if strategy in ("ring", "ring-overlap"):
+        return costs.ring_allreduce_s(n, p, net)
+    if strategy == "tree":
+        return costs.tree_allreduce_s(n, p, net)
+    if strategy in ("ps-sync", "ps-async"):
+        return costs.ps_sync_s(n, p, servers, net)
+    raise UserError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
 
 
 def predict(
