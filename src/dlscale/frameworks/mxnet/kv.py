@@ -21,10 +21,7 @@ destructor.
 from __future__ import annotations
 
 import gc
-import math
 from typing import Any
-
-import numpy as np
 
 from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT, async_gradient_scale
 from dlscale.contract.errors import UserError
@@ -89,7 +86,8 @@ class KVStrategy(MXStrategy):
         return 2 * gradient_bytes if self.synchronizes else None
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
-        """The kvstore's facts; ``model``: the trainable parameters, in their keys' order."""
+        """The kvstore's facts; ``model``: the bytes of each trainable parameter, in their keys'
+        order (the messages a synchronized step pushes and pulls)."""
         cfg = ctx.config
         facts: dict[str, Any] = {"kvstore": self.kind, "kvstore_type": self.kv.type}
         if self.synchronizes:
@@ -103,8 +101,7 @@ class KVStrategy(MXStrategy):
             if self.asynchronous:
                 facts["async_update"] = cfg.typed(KVOptions).async_update
             if model:  # Gluon's Trainer pushes and pulls each trainable parameter as its key
-                sizes = [math.prod(p.shape) * np.dtype(p.dtype).itemsize for p in model]
-                facts[MESSAGES_FACT] = sizes
+                facts[MESSAGES_FACT] = list(model)
         else:
             facts["algorithm"] = "local kvstore in one process (no network)"
         return facts

@@ -65,6 +65,7 @@ class MXStrategy(SyncStrategy):
         trainer.step(samples)
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
+        """The strategy's facts; ``model``: each trainable parameter's bytes, in key order."""
         return {"algorithm": "none (one replica)"}
 
     def settle(self, trainer: Any) -> None:
@@ -157,7 +158,8 @@ class MXEngine(ModelledSyncEngine):
         self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss()
         self.samples = strategy.samples_per_update(ctx)
         trainable = [p for p in self.params.values() if p.grad_req != "null"]
-        gradient = sum(int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in trainable)
+        sizes = [int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in trainable]
+        gradient = sum(sizes)
         facts = {
             "trainer": type(self.trainer).__name__,
             "optimizer": "mxnet SGD (sgd_mom_update)",
@@ -165,7 +167,7 @@ class MXEngine(ModelledSyncEngine):
             "hybridized": isinstance(self.net, mx.gluon.HybridBlock),
         }
         if ctx.rank == ctx.layout.training_ranks[0]:
-            facts.update(strategy.describe(ctx, trainable))
+            facts.update(strategy.describe(ctx, sizes))
         self.declare_payload(
             ctx, gradient, strategy.modelled_bytes(gradient, ctx.config.workers), facts
         )

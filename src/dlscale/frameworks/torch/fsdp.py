@@ -102,18 +102,12 @@ def unit_bytes(model: torch.nn.Module) -> list[int]:
     """The bytes of the parameters each FSDP unit gathers and reduce-scatters on its own (its
     parameters but those of the units inside it), in model order: one all-gather (two with
     ``reshard_after_forward``) and one reduce-scatter each a step."""
-    sizes = []
-    for unit in (m for m in model.modules() if isinstance(m, FSDPModule)):
-        nested = {
-            id(p)
-            for sub in unit.modules()
-            if sub is not unit and isinstance(sub, FSDPModule)
-            for p in sub.parameters()
-        }
-        own = [p for p in unit.parameters() if id(p) not in nested]
-        if own:
-            sizes.append(sum(p.numel() * p.element_size() for p in own))
-    return sizes
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]  # outer before inner
+    owner = {id(p): index for index, unit in enumerate(units) for p in unit.parameters()}
+    sizes = [0] * len(units)
+    for p in model.parameters():  # the innermost unit holding it: the last to claim it
+        sizes[owner[id(p)]] += p.numel() * p.element_size()
+    return [size for size in sizes if size]
 
 
 class FSDPStrategy(TorchStrategy):
