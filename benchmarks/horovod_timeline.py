@@ -21,14 +21,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-
-def read_trace(path: Path) -> list[dict]:
-    """Horovod leaves the JSON array open (no closing bracket) when the process is cut short;
-    tolerate that and a trailing comma."""
-    text = path.read_text().rstrip().rstrip(",")
-    if not text.endswith("]"):
-        text += "]"
-    return json.loads(text)
+from dlscale.frameworks.horovod.timeline import read_events
 
 
 def wall_us(spans: list[tuple[float, float]]) -> tuple[float, int]:
@@ -76,7 +69,7 @@ def main(argv: list[str]) -> int:
     for run_dir in map(Path, argv):
         result = json.loads((run_dir / "result.json").read_text())
         config, metrics = result["config"], result["metrics"]
-        total, count, steps = activity_totals(read_trace(run_dir / "horovod-timeline.json"))
+        total, count, steps = activity_totals(read_events(run_dir / "horovod-timeline.json"))
         allreduce_steps = max(steps, 1)
         backend = config["options"]["backend"]
         print(

@@ -75,6 +75,13 @@ def test_horovodrun_run_records_metrics_bytes_and_the_timeline(tmp_path: Path, c
     )
     assert strategy["facts"]["horovod_controller"] == "gloo"
     assert strategy["facts"]["horovod_version"] == "0.28.1"
+    # the messages a step sent: Horovod's fused responses, read from the timeline (float16
+    # copies: half the gradient's bytes in all), a typical step's; every step reduced them all
+    seen = next(e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "messages")
+    assert seen["source"] == "Horovod's timeline (horovod-timeline.json): its fused responses"
+    assert m["sync_message_bytes"] == seen["message_bytes"]
+    assert sum(seen["message_bytes"]) * 2 == m["gradient_bytes"]
+    assert seen["steps"] >= 4 and seen["counts"][seen["steps"] // 2] == len(seen["message_bytes"])
     # the report links the timeline, relative to the page
     page = tmp_path / "out" / "report.html"
     report = cli("report", "--results", str(results), "--out", str(page))

@@ -136,5 +136,5 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     assert 'data-figure="predicted"' in text and 'data-figure="allreduce_time"' in text
     assert f"ring predicts {row['predicted_img_s']:,.1f} ({row['error']:+.1%})" in text
     basis = "1 point, every one flagged noisy" if row["noisy"] else "1 point"  # load here
-    every = f"{median['error']:.1%} (ideal overlap {median['overlap_error']:.1%}) over {basis}"
+    every = f"{median['error']:.1%} (overlap bound {median['overlap_error']:.1%}) over {basis}"
     assert f"every engine: median absolute error {every}" in text

@@ -63,7 +63,20 @@ def test_horovods_collectives_are_exact_and_send_recv_is_said_not_measured(cli, 
     assert fit["pattern"] == "ring" and fit["alpha_s"] >= 0 and fit["beta_s_per_byte"] >= 0
     assert "ring fit (all_reduce)" in run.stdout and "send_recv" not in run.stdout
     # the whole loop: a horovod-torch point beside it, predicted as a ring from Horovod's own
-    # all-reduce rows (its messages are not listed: its fusion per cycle decides them). 4 MiB:
-    # Horovod's cycle puts 4 B to 1 MiB within 1-1.5 ms, so a loaded machine once timed the
-    # small sizes slower and the fit had no bandwidth term (no network to predict on)
+    # all-reduce rows, each message of a step on its own: the gradients fused within Horovod's
+    # cycle as they became ready. 4 MiB: Horovod's cycle puts 4 B to 1 MiB within 1-1.5 ms, so
+    # a loaded machine once timed the small sizes slower and the fit had no bandwidth term
     check_the_whole_loop(cli, tmp_path, "horovod-torch", "ring")
+    (point,) = tmp_path.glob("tiny-horovod-torch-*")
+    metrics = json.loads((point / "result.json").read_text())["metrics"]
+    (seen,) = [e for e in read_events(events_path(point, 0)) if e["event"] == "messages"]
+    assert not [e for e in read_events(events_path(point, 1)) if e["event"] == "messages"]
+    assert seen["message_bytes"] == metrics["sync_message_bytes"]
+    assert (
+        seen["source"] == "the gradients' ready times on rank 0, fused within Horovod's 1 ms cycle"
+    )
+    # every synchronized step kept: 2 windows of 6, the warm-up's and the probe's
+    assert seen["steps"] >= 12 and len(seen["counts"]) == seen["steps"]
+    assert sorted(seen["counts"]) == seen["counts"]
+    assert seen["counts"][seen["steps"] // 2] == len(seen["message_bytes"])  # the median step
+    assert not list(point.glob("horovod-*timeline.json"))  # nothing traced: no spinning writer

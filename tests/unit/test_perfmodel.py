@@ -218,13 +218,13 @@ def test_the_ideal_overlap_hides_behind_the_backward_share_the_probe_measured():
     )  # fmt: skip
     assert measured["backward_share"] == pytest.approx(0.25)
     assert measured["backward_share_from"] == "measured: forward 15.0 ms of 20.0 ms"
-    assert share_words(measured) == "backward 25% measured"
+    assert share_words(measured) == "ideal: backward 25% measured"
     # 15 ms forward + max(5 ms backward, 6 ms ring): 1 ms of the ring stays exposed
     assert measured["overlap_img_s"] == pytest.approx(64 / 0.021)
     assert longer["backward_share"] == 0.0 and longer["overlap_img_s"] == pytest.approx(64 / 0.026)
     for assumed in (nan, none):
         assert assumed["backward_share"] == pytest.approx(2 / 3)
-        assert share_words(assumed) == "backward 67% assumed"
+        assert share_words(assumed) == "ideal: backward 67% assumed"
         assert assumed["overlap_img_s"] == pytest.approx(64 / 0.020)  # 6 ms behind 13.3 ms
     # the plain prediction takes no share at all
     for row in (measured, longer, nan, none):

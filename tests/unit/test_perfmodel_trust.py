@@ -44,6 +44,10 @@ def test_each_strategy_takes_its_algorithms_engines_on_the_same_network_kind():
         far.median_abs_error == 0.5 and far.network == "torchrun launcher, emulated 1gbit, 2 nodes"
     )
     assert kinds(ROWS) == [LOCAL, emulated]
+    # a row whose overlap bound replayed its engine's cycle validates its ring, not the ideal
+    replayed = [*ROWS, _row("horovod-tf", error=0.04, overlap=0.01, overlap_from="cycle replayed")]
+    assert [v.backend for v in validated(replayed, "ring", LOCAL)][-1] == "horovod-tf"
+    assert "horovod-tf" not in [v.backend for v in validated(replayed, "ring-overlap", LOCAL)]
 
 
 def test_every_noisy_point_counts_when_no_point_is_quiet():

@@ -54,14 +54,14 @@ def test_each_points_error_is_what_the_ring_gives_by_hand():
     ring = 64 / 0.108
     overlap = 64 / (0.100 / 3 + max(0.200 / 3, 0.008))
     bars = {s.name: dict(zip(s.x, s.y, strict=True)) for s in figure.series}
-    plain, ideal = "its own algorithm, no overlap", "ideal overlap with backward"
+    plain, ideal = "its own algorithm, no overlap", "overlap bound (ideal, or the cycle replayed)"
     assert len(bars[plain]) == 2  # the 1-worker point is not predicted
     (label_a,) = [x for x in bars[plain] if "m1" in x]
     assert bars[plain][label_a] == pytest.approx(ring / 500 - 1)
     assert bars[ideal][label_a] == pytest.approx(overlap / 500 - 1)
     errors = sorted([abs(ring / 500 - 1), abs(ring / 640 - 1)])
     overlaps = sorted([abs(overlap / 500 - 1), abs(overlap / 640 - 1)])
-    median = f"{sum(errors) / 2:.1%} (ideal overlap {sum(overlaps) / 2:.1%}) over 2 points"
+    median = f"{sum(errors) / 2:.1%} (overlap bound {sum(overlaps) / 2:.1%}) over 2 points"
     assert figure.flags[-2] == f"torch-ddp: median absolute error {median}"
     assert figure.flags[-1] == f"every engine: median absolute error {median}"
     assert f"ring predicts {ring:,.1f} ({ring / 500 - 1:+.1%})" in figure.flags[0]
@@ -70,7 +70,7 @@ def test_each_points_error_is_what_the_ring_gives_by_hand():
     rows[1]["metrics"]["noisy"] = True  # the noise guard flagged it: left out of the median
     figure = prediction(rows, lambda row: Link(net), {"local": "given"})
     assert figure.flags[-1].startswith(
-        f"every engine: median absolute error {abs(ring / 500 - 1):.1%} (ideal overlap "
+        f"every engine: median absolute error {abs(ring / 500 - 1):.1%} (overlap bound "
         f"{abs(overlap / 500 - 1):.1%}) over 1 quiet point (1 flagged noisy left out)"
     )
     assert any(x.endswith("x2 (noisy)") for x in figure.series[0].x)

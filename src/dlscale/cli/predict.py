@@ -280,8 +280,8 @@ def _validation_table(rows: list[dict[str, Any]]) -> Table:
     table = Table()
     for column in ("backend", "model", "workers", "network", "algorithm", "measured img/s",
                    "compute ms (from)", "sync ms (from)", "predicted img/s (error)",
-                   "ideal overlap"):  # fmt: skip
-        right = "img/s" in column or "ms" in column or column == "ideal overlap"
+                   "overlap bound"):  # fmt: skip
+        right = "img/s" in column or "ms" in column or column == "overlap bound"
         table.add_column(column, justify="right" if right else "left")
     for row in rows:
         algorithm = row["algorithm"] + (f", {row['servers']} srv" if row["servers"] else "")

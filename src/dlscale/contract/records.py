@@ -89,6 +89,31 @@ class Strategy(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Messages(Record):
+    """The messages a synchronized step sent, as the engine saw them while it ran (Horovod's
+    fused responses, from its timeline), written after the last step by the first training
+    rank; where present they are the run's ``sync_message_bytes`` rather than the ones its
+    ``strategy`` record listed."""
+
+    event = "messages"
+    message_bytes: list[int] = field(default_factory=list)
+    """The bytes of each message of one typical step (the median count), in the order sent."""
+    ready_ms: list[float] = field(default_factory=list)
+    """For each message, how long before the step's last gradient (backward's end) it was
+    ready, in ms; empty where not seen (a message read from Horovod's timeline)."""
+    cycle_ms: float | None = None
+    """The engine sends what is ready once a cycle of this long (Horovod's ``cycle_ms``)."""
+    fusion_bytes: int | None = None
+    """It fuses what is ready into messages of up to this many bytes (0: none)."""
+    steps: int = 0
+    """The complete steps seen."""
+    counts: list[int] = field(default_factory=list)
+    """Each seen step's count of messages, ascending."""
+    source: str = ""
+    """Where they were read (e.g. the timeline's file)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Window(Record):
     """One timed window of steps on one process (a measurement, or the no-sync probe)."""
 
@@ -237,6 +262,7 @@ RECORD_TYPES: dict[str, type[Record]] = {
         Start,
         Environment,
         Strategy,
+        Messages,
         Window,
         Eval,
         Staleness,

@@ -13,17 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT, SYNC_PATTERNS
 from dlscale.contract.records import (
     Environment,
     Eval,
+    Messages,
     Record,
     Resume,
     Staleness,
     Strategy,
     Window,
 )
-from dlscale.contract.shapes import MAX_QUANTITY, METRICS
+from dlscale.contract.shapes import METRICS
 from dlscale.metrics.noise import OUTSIDE_LOAD_LIMIT as OUTSIDE_LOAD_LIMIT
 from dlscale.metrics.noise import STEAL_LIMIT as STEAL_LIMIT
 from dlscale.metrics.noise import (
@@ -35,6 +35,7 @@ from dlscale.metrics.noise import (
     window_wait,
 )
 from dlscale.metrics.stats import mean_ci95, percentile
+from dlscale.metrics.sync_facts import sync_metrics
 
 Events = list[Record]
 
@@ -325,44 +326,18 @@ def _bytes(per_rank: dict[int, Events], measure: list[dict[str, Any]]) -> dict[s
     out: dict[str, Any] = {}
     first = per_rank[min(per_rank)] if per_rank else []
     strategy = next((r for r in first if isinstance(r, Strategy)), None)
+    seen = next((r for r in first if isinstance(r, Messages)), None)
     if strategy is not None:
         out["bytes_sent_per_step_model"] = strategy.bytes_sent_per_step_model
         out["gradient_bytes"] = strategy.gradient_bytes
         out["traces"] = list(strategy.traces)
-        out.update(_pattern(strategy.facts))
+        out.update(sync_metrics(strategy.facts, seen))
     counted = [w for w in measure if w["bytes_sent"] is not None]
     if counted and per_rank:
         total = sum(w["bytes_sent"] for w in counted)
         steps = sum(w["steps"] for w in counted)
         out["bytes_sent_per_step_counted"] = total / (steps * len(per_rank))
     return out
-
-
-def _pattern(facts: dict[str, Any]) -> dict[str, Any]:
-    """The synchronization pattern the engine named (``sync_pattern``; one the performance
-    model knows, else none), a parameter server's servers (``sync_servers``) and the bytes of
-    each message a synchronized step sends (``sync_message_bytes``: where the engine listed
-    them as whole positive numbers)."""
-    pattern = facts.get(PATTERN_FACT)
-    if pattern not in SYNC_PATTERNS:
-        return {}
-    servers = facts.get("servers")
-    ps = pattern.startswith("ps-") and isinstance(servers, int) and servers >= 1
-    messages = facts.get(MESSAGES_FACT)
-    if not _byte_counts(messages):
-        messages = None
-    return {
-        "sync_pattern": pattern,
-        "sync_servers": servers if ps else None,
-        "sync_message_bytes": messages,
-    }
-
-
-def _byte_counts(value: Any) -> bool:
-    """``value`` is a non-empty list of whole byte counts above 0."""
-    if not isinstance(value, list) or not value:
-        return False
-    return all(type(m) is int and 0 < m <= MAX_QUANTITY for m in value)
 
 
 def _staleness(others: dict[int, Events]) -> dict[str, Any]:

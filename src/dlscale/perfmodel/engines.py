@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from dlscale.perfmodel import costs
 from dlscale.perfmodel.predict import Profile, step_s
+from dlscale.perfmodel.replay import cycle_exposed_s
 
 if TYPE_CHECKING:
     from dlscale.perfmodel.validate import Link
@@ -118,6 +119,46 @@ def messages_comm(
     else:
         source = f"measured, {count} ({len(fitted)} on the {fitted[0]})"
     return Comm(sum(c.seconds for c in priced), source)
+
+
+def replayed_comm(
+    pattern: str,
+    n: float,
+    p: int,
+    servers: int,
+    link: Link,
+    sent: SentOnCycle,
+    backward_s: float,
+) -> float:
+    """The synchronization of one step left after backward's end (seconds) where the engine
+    sends its messages once a cycle (Horovod): :func:`~.replay.cycle_exposed_s` on the messages
+    it saw (scaled to sum to ``n``, as :func:`messages_comm` scales them), each fused message
+    priced as :func:`pattern_comm` prices one. The ready times were seen in synchronized
+    steps, whose backward the sending slows where it shares the cores; where they span more
+    than ``backward_s`` (backward without synchronization) they are shrunk to it, in
+    proportion: the replay's sending costs the compute nothing."""
+    scale = n / sum(sent.message_bytes)
+    span = max(sent.ready_ms) / 1e3
+    squeeze = backward_s / span if span > backward_s else 1.0
+    return cycle_exposed_s(
+        [m * scale for m in sent.message_bytes],
+        [r / 1e3 * squeeze for r in sent.ready_ms],
+        sent.cycle_ms / 1e3,
+        sent.fusion_bytes * scale,
+        lambda m: pattern_comm(pattern, m, p, servers, link).seconds,
+    )
+
+
+@dataclass(frozen=True)
+class SentOnCycle:
+    """A step's messages as an engine that sends once a cycle saw them (the metrics
+    ``sync_message_bytes``, ``sync_message_ready_ms``, ``sync_cycle_ms``,
+    ``sync_fusion_bytes``)."""
+
+    message_bytes: Sequence[float]
+    ready_ms: Sequence[float]
+    cycle_ms: float
+    fusion_bytes: float
 
 
 def pattern_step(

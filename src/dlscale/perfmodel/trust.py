@@ -7,8 +7,9 @@ run its algorithm were validated one by one (:func:`~.validate.compare`: each me
 predicted on its own algorithm). A strategy's trust is those engines' median absolute errors
 on the same network kind (launcher, emulated network, nodes: :func:`~.validate.network_key`):
 ``ring`` by the ring points' errors without overlap, ``ring-overlap`` by their errors with the
-ideal overlap, ``ps-sync`` and ``ps-async`` by the parameter servers' points with the same
-number of servers. ``tree``: no engine names a tree all-reduce, so it is never validated.
+ideal overlap (not a row whose bound is its engine's cycle replayed: another model),
+``ps-sync`` and ``ps-async`` by the parameter servers' points with the same number of
+servers. ``tree``: no engine names a tree all-reduce, so it is never validated.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.perfmodel.validate import counted, median_errors
+from dlscale.perfmodel.validate import REPLAYED, counted, median_errors
 
 VALIDATED_BY = {
     "ring": ("ring", "error"),
@@ -83,6 +84,7 @@ def validated(
         and row_kind(r) == kind
         and (not pattern.startswith("ps-") or r.get("servers") == servers)
         and r.get(measure) is not None
+        and not (measure == "overlap_error" and r.get("overlap_from") == REPLAYED)
     ]
     found = []
     for backend in dict.fromkeys(str(r["backend"]) for r in chosen):

@@ -56,7 +56,7 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
             plain.append(c["error"])
             overlap.append(c["overlap_error"])
             with_overlap = (
-                f", with ideal overlap {c['overlap_img_s']:,.1f} ({c['overlap_error']:+.1%}; "
+                f", with its overlap bound {c['overlap_img_s']:,.1f} ({c['overlap_error']:+.1%}; "
                 f"{share_words(c)})"
                 if c["overlap_img_s"] is not None
                 else ""
@@ -82,7 +82,9 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
         y_label="predicted / measured throughput - 1",
         series=[
             Series(name="its own algorithm, no overlap", x=labels, y=plain, kind="bar"),
-            Series(name="ideal overlap with backward", x=labels, y=overlap, kind="bar"),
+            Series(
+                name="overlap bound (ideal, or the cycle replayed)", x=labels, y=overlap, kind="bar"
+            ),
         ],
         x_categorical=True,
         y_percent=True,

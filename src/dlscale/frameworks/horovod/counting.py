@@ -20,15 +20,24 @@ from dlscale.contract.comm_bytes import ring_bytes_mean
 class CountingCompression:
     """A Horovod compressor (``hvd.Compression.none`` or ``.fp16``) that counts what it sends."""
 
-    def __init__(self, inner: Any, nbytes: Callable[[Any], int]) -> None:
+    def __init__(
+        self, inner: Any, nbytes: Callable[[Any], int], clock: Callable[[], float] | None = None
+    ) -> None:
         self.inner = inner
         self.nbytes = nbytes
         """The bytes of one of the binding's tensors (torch: numel x element size)."""
         self.sent = 0
+        self.clock = clock
+        """Where given, each tensor's ready time is kept with its bytes (``ready``): where a
+        binding compresses each gradient as backward produces it (horovod.torch's hooks)."""
+        self.ready: list[tuple[float, int]] = []
 
     def compress(self, tensor: Any) -> tuple[Any, Any]:
         compressed, context = self.inner.compress(tensor)
-        self.sent += self.nbytes(compressed)
+        nbytes = self.nbytes(compressed)
+        self.sent += nbytes
+        if self.clock is not None:
+            self.ready.append((self.clock(), nbytes))
         return compressed, context
 
     def decompress(self, tensor: Any, context: Any) -> Any:
@@ -46,6 +55,11 @@ class CountingCompression:
         """The bytes sent since the last call."""
         sent, self.sent = self.sent, 0
         return sent
+
+    def take_ready(self) -> list[tuple[float, int]]:
+        """The ``(seconds, bytes)`` of each tensor compressed since the last call."""
+        ready, self.ready = self.ready, []
+        return ready
 
     def take_sent(self, world: int) -> int:
         """The bytes one rank of a ring of ``world`` sent for what was compressed since the

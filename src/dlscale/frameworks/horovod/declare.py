@@ -59,7 +59,9 @@ class HorovodCommon:
         exclusive_minimum=True,
     )
     horovod_timeline: bool = setting(
-        False, "record Horovod's timeline (Chrome trace) into the run's directory"
+        False,
+        "record Horovod's timeline (Chrome trace) into the run's directory; its writer thread "
+        "spins on rank 0 all run (Horovod 0.28.1)",
     )
 
 

@@ -31,5 +31,6 @@ def run(ctx: WorkerContext) -> None:
             {"strategy": "Horovod DistributedOptimizer", "algorithm": algorithm, **facts}
         )
         run_schedule(ctx, engine)
+        session.write_messages()  # those in Horovod's timeline, where the run recorded one
     finally:
         session.shutdown()

@@ -65,6 +65,8 @@ class HorovodMX(MXStrategy):
         }
 
     def teardown(self, completed: bool = True) -> None:
+        if completed:  # the messages in Horovod's timeline, where the run recorded one
+            self.session.write_messages()
         self.session.shutdown()
 
 

@@ -6,17 +6,22 @@ Horovod's variables from the run's options (fusion threshold, cycle time, the ti
 Gloo rendezvous server in rank 0 when no launcher tool serves one
 (:mod:`dlscale.frameworks.horovod.declare`) and the other ranks waiting until it listens, MPI
 checked before ``init`` (which fails without a word of why when the controller is not built),
-and the world checked against the layout.
+and the world checked against the layout; after the last step, the messages a step sent
+(:meth:`HorovodSession.write_messages`).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.errors import UserError
+from dlscale.contract.records import Messages
 from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV, HorovodCommon
+from dlscale.frameworks.horovod.fusion import StepMessages, typical_step
+from dlscale.frameworks.horovod.timeline import fused_steps
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.listening import await_listener
 
@@ -30,6 +35,9 @@ class HorovodSession:
     def __init__(self) -> None:
         self._rendezvous: Any = None
         self._hvd: Any = None
+        self._ctx: WorkerContext | None = None
+        self._timeline: Path | None = None
+        """The timeline being written (rank 0 writes it), where the run asked for one."""
 
     def start(self, ctx: WorkerContext, hvd_module: str) -> Any:
         """Set Horovod's variables, serve the rendezvous if this rank must, import the binding
@@ -37,8 +45,10 @@ class HorovodSession:
         import importlib
 
         options = ctx.config.typed(HorovodCommon)
+        self._ctx = ctx
         if options.horovod_timeline:
-            os.environ["HOROVOD_TIMELINE"] = str(ctx.run_dir / TIMELINE)
+            self._timeline = ctx.run_dir / TIMELINE
+            os.environ["HOROVOD_TIMELINE"] = str(self._timeline)
         os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(options.fusion_mb * 2**20))
         os.environ["HOROVOD_CYCLE_TIME"] = str(options.cycle_ms)
         self._rendezvous = serve_or_await_rendezvous(ctx.config.timeout_s)
@@ -82,6 +92,45 @@ class HorovodSession:
             PATTERN_FACT: "ring",
             "traces": [TIMELINE] if cfg.typed(HorovodCommon).horovod_timeline else [],
         }
+
+    def write_messages(self, steps: StepMessages | None = None) -> None:
+        """After the last step, on every rank: stop the timeline where the run recorded one;
+        on the first training rank (Horovod's rank 0, which wrote it) write the messages of a
+        typical step as the run's :class:`~dlscale.contract.records.Messages`: the fused
+        responses in the timeline, else ``steps``' (from the gradients' ready times, where
+        the binding has them: horovod-torch); nothing where neither has a whole step."""
+        ctx = self._ctx
+        assert ctx is not None
+        if self._timeline is not None:
+            self._hvd.stop_timeline()
+        if ctx.rank != ctx.layout.training_ranks[0]:
+            return
+        ready_ms: list[float] = []
+        if self._timeline is not None:
+            seen = fused_steps(self._timeline)
+            messages = typical_step(seen)
+            source = f"Horovod's timeline ({TIMELINE}): its fused responses"
+        elif steps is not None:
+            seen = list(steps.steps)
+            messages, ready_ms = steps.typical()
+            source = (
+                f"the gradients' ready times on rank {ctx.rank}, fused within Horovod's "
+                f"{steps.cycle_s * 1e3:g} ms cycle"
+            )
+        else:
+            return
+        if messages:
+            ctx.events.write(
+                Messages(
+                    message_bytes=messages,
+                    ready_ms=ready_ms,
+                    cycle_ms=float(os.environ["HOROVOD_CYCLE_TIME"]),
+                    fusion_bytes=int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
+                    steps=len(seen),
+                    counts=sorted(len(step) for step in seen),
+                    source=source,
+                )
+            )
 
     def shutdown(self) -> None:
         if self._hvd is not None and self._hvd.is_initialized():

@@ -90,6 +90,8 @@ class HorovodTape(TFStrategy):
         }
 
     def teardown(self, completed: bool = True) -> None:
+        if completed:  # the messages in Horovod's timeline, where the run recorded one
+            self._session.write_messages()
         self._session.shutdown()
 
 

@@ -17,6 +17,10 @@ parameter's countdown is set out of reach, so the hooks start no all-reduce, and
 under ``skip_synchronize()``: backward and the local SGD step only. On leaving, the handles are
 dropped and the countdowns reset as ``step()`` leaves them.
 
+Messages (``sync_message_bytes``): each synchronized step's, from the instants its gradients
+were handed to the all-reduce, fused within Horovod's cycle
+(:mod:`~dlscale.frameworks.horovod.fusion`), or Horovod's own timeline where the run records it.
+
 Bytes: counted from every tensor Horovod's compressor hands to the all-reduce
 (:class:`~dlscale.frameworks.horovod.counting.CountingCompression`: fp16 copies under
 ``compression=fp16``), scaled by the ring factor 2(N-1)/N, as for torch-ddp: dlscale cannot see
@@ -26,6 +30,7 @@ Gloo's or MPI's wire traffic. The model is the gradient bytes (halved by fp16) w
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from operator import attrgetter
 from typing import Any
@@ -37,6 +42,7 @@ from dlscale.contract.errors import UserError
 from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.horovod.counting import CountingCompression
 from dlscale.frameworks.horovod.declare import HorovodOptions
+from dlscale.frameworks.horovod.fusion import StepMessages
 from dlscale.frameworks.horovod.session import HorovodSession
 from dlscale.frameworks.torch.loop import (
     LossOf,
@@ -62,6 +68,8 @@ class HorovodStrategy(TorchStrategy):
         self._sync = True
         self._optimizer: Any = None
         self._session = HorovodSession()
+        self._messages: StepMessages | None = None
+        """Each synchronized step's messages, from its gradients' ready times."""
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
         cfg, options = ctx.config, ctx.config.typed(HorovodOptions)
@@ -74,6 +82,7 @@ class HorovodStrategy(TorchStrategy):
         self._scale = 0.5 if options.compression == "fp16" else 1.0
         hvd = self._session.start(ctx, "horovod.torch")
         self.world = hvd.size()
+        self._messages = StepMessages(options.cycle_ms / 1e3, int(options.fusion_mb * 2**20))
 
     def make_optimizer(self, model: torch.nn.Module, cfg: RunConfig) -> torch.optim.Optimizer:
         import horovod.torch as hvd
@@ -81,7 +90,9 @@ class HorovodStrategy(TorchStrategy):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self._step_payload = gradient_bytes(model) * self._scale
         compression = hvd.Compression.fp16 if self._scale < 1 else hvd.Compression.none
-        self._counter = CountingCompression(compression, attrgetter("nbytes"))
+        self._counter = CountingCompression(
+            compression, attrgetter("nbytes"), clock=time.perf_counter
+        )
         self._optimizer = hvd.DistributedOptimizer(
             sgd(model.parameters(), cfg),
             named_parameters=model.named_parameters(),
@@ -109,6 +120,8 @@ class HorovodStrategy(TorchStrategy):
         assert optimizer is not None
         if self._sync:
             optimizer.step()
+            assert self._counter is not None and self._messages is not None
+            self._messages.add(self._counter.take_ready())
             return
         with optimizer.skip_synchronize():  # type: ignore[attr-defined]
             optimizer.step()
@@ -146,9 +159,12 @@ class HorovodStrategy(TorchStrategy):
         }
 
     def finish(self) -> None:
-        """Every rank done with every collective before any leaves (as torch-ddp)."""
+        """The messages a step sent (:meth:`HorovodSession.write_messages`), then every rank
+        done with every collective before any leaves (as torch-ddp)."""
         import horovod.torch as hvd
 
+        assert self._messages is not None
+        self._session.write_messages(self._messages)
         hvd.join()
 
     def teardown(self, completed: bool = True) -> None:
