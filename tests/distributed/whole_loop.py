@@ -135,12 +135,15 @@ def check_the_whole_loop(cli, results: Path, backend: str, algorithm: str) -> di
     assert median["error"] == abs(row["error"])
     # a forward prediction on that network: that strategy validated by this engine, here
     strategy = {"ring": "ring", "ps-sync": "ps-sync"}[algorithm]
+    # (in as many messages as the engine's stored run lists, where it lists them)
+    counted = ("--messages", backend) if messages else ()
     ahead = cli("predict", "--network-from", str(results), "--compute-ms", "100",
                 "--gradient-bytes", "1e6", "--workers", "2", "--strategy", strategy,
-                "--json")  # fmt: skip
+                "--model", "tiny", *counted, "--json")  # fmt: skip
     assert ahead.returncode == 0, ahead.stderr
     (forward,) = [json.loads(line) for line in ahead.stdout.splitlines()]
     assert forward["strategy"] == strategy
+    assert forward["messages"] == (len(messages) if messages else 1)
     assert forward["validated"] == [
         {"backend": backend, "network": "local launcher", "points": 1,  # noisy or not
          "median_abs_error": median["error"], "models": ["tiny"]}

@@ -191,6 +191,17 @@ def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp
     assert "frameworks that do: jax, mxnet, tensorflow, torch" in bad.stderr
 
 
+def test_messages_from_an_engine_that_never_ran_here_are_one_line(cli, tmp_path):
+    run = cli("predict", "--compute-ms", "10", "--gradient-bytes", "1e6", "--bandwidth", "1gbit",
+              "--messages", "jax-dp", "--results", str(tmp_path))  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip() == (
+        f"dlscale: error: --messages jax-dp: no completed run of jax-dp with resnet50 in "
+        f"{tmp_path} lists its messages; run one there (dlscale run --backend jax-dp --model "
+        f"resnet50 --workers 2 --results {tmp_path}), or give --messages N"
+    )
+
+
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
@@ -213,6 +224,7 @@ def test_another_frameworks_step_is_measured_with_its_reference_backend(cli, tmp
         (("--bandwidth", "1gbit", "--batch", "8,16"), "give one --batch with it"),
         (("--bandwidth", "1gbit", "--messages", "0"), "--messages must be from 1 to 1,000,000"),
         (("--bandwidth", "1gbit", "--messages", "2000000"), "got 2000000"),
+        (("--bandwidth", "1gbit", "--messages", "<b>x</b>"), "give a count, or the backend"),
     ],
 )
 def test_bad_input_is_one_line(cli, flags, said):

@@ -19,7 +19,7 @@ from typing import Any
 from rich.table import Table
 
 from dlscale.cli.predict_trust import Trust, stored_rows, validation_rows
-from dlscale.cli.profile import compute_profile
+from dlscale.cli.profile import compute_profile, message_count
 from dlscale.cli.tables import cell, console, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import shell_command
@@ -76,11 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--messages",
-        type=int,
-        default=1,
+        default="1",
         help="the messages a step's gradient travels in, each paying the latency (default 1; "
-        "jax-dp: one per gradient array, mxnet-kv: one per parameter; predict --validate "
-        "lists each engine's)",
+        "jax-dp: one per gradient array, mxnet-kv: one per parameter), or a backend's name: "
+        "as many as its newest stored run of --model lists (in --network-from, else --results)",
     )
     parser.add_argument(
         "--results",
@@ -142,7 +141,8 @@ def main(args: argparse.Namespace) -> int:
     batches = parse_batches(args.batch)
     if len(batches) > 1 and args.compute_ms is not None:
         raise UserError("--compute-ms is one batch's step: give one --batch with it")
-    profiles = [compute_profile(args, batch) for batch in batches]
+    messages = message_count(args.messages, args.model, validated_in)
+    profiles = [compute_profile(args, batch, messages) for batch in batches]
     for profile, source in profiles:
         _show(args, profile, source, workers, strategies, nets, network_source, trust)
     if len(profiles) > 1 and not args.json:

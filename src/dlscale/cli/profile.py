@@ -18,7 +18,11 @@ from dlscale.contract.registry import load_object
 from dlscale.perfmodel.predict import MAX_MESSAGES, Profile
 
 
-def compute_profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]:
+def compute_profile(
+    args: argparse.Namespace, batch: int, messages: tuple[int, str]
+) -> tuple[Profile, str]:
+    """The profile at ``batch`` and where each of its figures comes from; ``messages``: the
+    count a step's gradient travels in and where it comes from (:func:`message_count`)."""
     compute_ms, gradient = args.compute_ms, args.gradient_bytes
     sources = [] if compute_ms is None else [f"{compute_ms:g} ms a step (given)"]
     if compute_ms is None:
@@ -42,19 +46,57 @@ def compute_profile(args: argparse.Namespace, batch: int) -> tuple[Profile, str]
         raise UserError(f"--backward-share must be a number from 0 to 1, got {share}")
     else:
         sources.append(f"backward {share:.0%} of the step (given)")
-    messages = args.messages
-    if not 1 <= messages <= MAX_MESSAGES:
-        raise UserError(f"--messages must be from 1 to {MAX_MESSAGES:,}, got {messages}")
-    if messages > 1:
-        sources.append(f"the gradient in {messages} messages (given)")
+    count, said = messages
+    if said:
+        sources.append(said)
     source = "; ".join(sources)
     if not (math.isfinite(compute_ms) and compute_ms > 0):
         raise UserError(f"--compute-ms must be a finite number > 0, got {compute_ms}")
     profile = Profile(
         compute_s=compute_ms / 1e3, batch=batch, gradient_bytes=gradient, backward_share=share,
-        messages=messages,
+        messages=count,
     )  # fmt: skip
     return profile, source
+
+
+def message_count(given: str, model: str, where: Path) -> tuple[int, str]:
+    """``--messages``: a count (``59``), or an engine's name (``jax-dp``): as many as the
+    newest completed run of that engine with ``model`` stored in ``where`` lists
+    (``sync_message_bytes``); with where it comes from (empty for the default, 1)."""
+    from dlscale.contract.backends import BACKENDS
+    from dlscale.store.results import RunStore
+
+    try:
+        count = int(given)
+    except ValueError:
+        count = 0
+    else:
+        if not 1 <= count <= MAX_MESSAGES:
+            raise UserError(f"--messages must be from 1 to {MAX_MESSAGES:,}, got {count}")
+        return count, f"the gradient in {count} messages (given)" if count > 1 else ""
+    if given not in BACKENDS.names():
+        raise UserError(
+            f"--messages {given!r}: give a count, or the backend whose stored run lists its "
+            "messages (dlscale ls backends)"
+        )
+    listing = [
+        result
+        for result in RunStore(where).results()
+        if result.completed
+        and result.config.get("backend") == given
+        and result.config.get("model") == model
+        and isinstance(result.metrics.get("sync_message_bytes"), list)
+        and result.metrics["sync_message_bytes"]
+    ]
+    if not listing:
+        raise UserError(
+            f"--messages {given}: no completed run of {given} with {model} in {where} lists "
+            f"its messages; run one there (dlscale run --backend {given} --model {model} "
+            f"--workers 2 --results {where}), or give --messages N"
+        )
+    newest = max(listing, key=lambda result: result.finished_at or 0.0)
+    count = min(len(newest.metrics["sync_message_bytes"]), MAX_MESSAGES)
+    return count, f"the gradient in {count} messages (as {given} sent them: run {newest.run_id})"
 
 
 def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
