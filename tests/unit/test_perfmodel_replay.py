@@ -39,6 +39,8 @@ def test_a_long_cycle_waits_for_its_next_wake():
     assert exposed == pytest.approx(11 * MS)
     with pytest.raises(ValueError):
         cycle_exposed_s([1], [0.0], 0.0, 1e9, lambda m: MS)
+    # a cycle too short to count in (a hand-edited 1e-320): the next message at once
+    assert cycle_exposed_s([1, 2], [10 * MS, 0.0], 1e-320, 1e9, lambda m: MS) == pytest.approx(MS)
 
 
 def test_fusion_keeps_the_order_and_the_threshold():

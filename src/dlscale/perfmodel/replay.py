@@ -54,7 +54,8 @@ def cycle_exposed_s(
     wake, done, i = pending[0][0], -math.inf, 0
     while i < len(pending):
         if pending[i][0] > wake:  # nothing ready: the first cycle that finds the next one
-            wake += math.ceil((pending[i][0] - wake) / cycle_s) * cycle_s
+            cycles = (pending[i][0] - wake) / cycle_s  # inf for a cycle of 1e-320 s
+            wake = wake + math.ceil(cycles) * cycle_s if math.isfinite(cycles) else pending[i][0]
             continue
         batch = []
         while i < len(pending) and pending[i][0] <= wake:
