@@ -101,10 +101,13 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     row = check_the_whole_loop(cli, tmp_path, "torch-ddp", "ring")
     records = row["records"]
     (point,) = [json.loads(p.read_text()) for p in tmp_path.glob("tiny-*/result.json")]
-    # and with the ideal overlap of the all-reduce with backward
+    # and with the ideal overlap of the all-reduce with backward, backward's share as the
+    # point's probe measured it (check_the_whole_loop checked it against the metrics); not
+    # 2/3: a tiny model's forward can take most of its step, and where backward's share is
+    # shorter than the all-reduce the two differ (seen once in CI)
     compute, comm = row["compute_ms"] / 1e3, row["comm_ms"] / 1e3
     images = 2 * point["batch_size_per_worker"]  # a step of both workers
-    backward = compute * 2 / 3  # the model's backward share
+    backward = compute * row["backward_share"]
     overlap = images / (compute - backward + max(backward, comm))
     assert row["overlap_img_s"] == pytest.approx(overlap, rel=1e-12)
     assert row["overlap_img_s"] >= row["predicted_img_s"] > 0
