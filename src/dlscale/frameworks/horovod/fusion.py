@@ -16,9 +16,10 @@ Horovod's timeline shows the fused responses themselves
 (Horovod 0.28.1: a full core of CPU time while training sleeps). A run that asked for its
 timeline takes its messages from it; every other run from its ready times.
 
-:class:`StepMessages` keeps each synchronized step's messages (the last :data:`KEPT`), with
-how long before backward's end each was ready, and gives a typical step's, the one with the
-median count (:func:`typical_step`): the model replays Horovod's cycle on them
+:class:`StepMessages` keeps each synchronized step's ready times (the last :data:`KEPT`; a
+step only appends them) and forms each one's messages after the run, with how long before
+backward's end each was ready; a run lists a typical step's, the one with the median count
+(:func:`typical_step`), and the model replays Horovod's cycle on them
 (:func:`dlscale.perfmodel.replay.cycle_exposed_s`).
 """
 
@@ -61,27 +62,24 @@ def median_index(steps: Sequence[list[int]]) -> int:
 
 
 class StepMessages:
-    """The messages of each synchronized step a rank took, from its gradients' ready times:
-    ``steps``, each message's bytes; ``ready_ms``, how long before the step's last tensor
-    (backward's end) each message's last tensor was ready, in ms."""
+    """The ready times of each synchronized step a rank took (the last :data:`KEPT`), kept as
+    they were seen: a step only appends its list, the messages are formed after the run."""
 
     def __init__(self, cycle_s: float, threshold: int) -> None:
         self.cycle_s, self.threshold = cycle_s, threshold
-        self.steps: deque[list[int]] = deque(maxlen=KEPT)
-        self.ready_ms: deque[list[float]] = deque(maxlen=KEPT)
+        self._ready: deque[list[tuple[float, int]]] = deque(maxlen=KEPT)
 
     def add(self, ready: list[tuple[float, int]]) -> None:
         """One step's ready times (none: the step synchronized nothing, and is not kept)."""
-        if not ready:
-            return
-        messages = cycle_messages(ready, self.cycle_s, self.threshold)
-        end = messages[-1][1]
-        self.steps.append([nbytes for nbytes, _ in messages])
-        self.ready_ms.append([(end - at) * 1e3 for _, at in messages])
+        if ready:
+            self._ready.append(ready)
 
-    def typical(self) -> tuple[list[int], list[float]]:
-        """The messages of the step :func:`typical_step` takes, and their ``ready_ms``."""
-        if not self.steps:
-            return [], []
-        chosen = median_index(self.steps)
-        return self.steps[chosen], self.ready_ms[chosen]
+    def steps(self) -> list[tuple[list[int], list[float]]]:
+        """Each kept step's messages (:func:`cycle_messages`): their bytes, and how long before
+        the step's last tensor (backward's end) each message's last tensor was ready, in ms."""
+        out = []
+        for ready in self._ready:
+            messages = cycle_messages(ready, self.cycle_s, self.threshold)
+            end = messages[-1][1]
+            out.append(([n for n, _ in messages], [(end - at) * 1e3 for _, at in messages]))
+        return out

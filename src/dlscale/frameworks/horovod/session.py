@@ -20,7 +20,7 @@ from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import Messages
 from dlscale.frameworks.horovod.declare import RENDEZVOUS_ENV, HorovodCommon
-from dlscale.frameworks.horovod.fusion import StepMessages, typical_step
+from dlscale.frameworks.horovod.fusion import StepMessages, median_index, typical_step
 from dlscale.frameworks.horovod.timeline import fused_steps
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.listening import await_listener
@@ -105,14 +105,17 @@ class HorovodSession:
             self._hvd.stop_timeline()
         if ctx.rank != ctx.layout.training_ranks[0]:
             return
+        messages: list[int] = []
         ready_ms: list[float] = []
         if self._timeline is not None:
             seen = fused_steps(self._timeline)
             messages = typical_step(seen)
             source = f"Horovod's timeline ({TIMELINE}): its fused responses"
         elif steps is not None:
-            seen = list(steps.steps)
-            messages, ready_ms = steps.typical()
+            formed = steps.steps()
+            seen = [sizes for sizes, _ in formed]
+            if seen:
+                messages, ready_ms = formed[median_index(seen)]
             source = (
                 f"the gradients' ready times on rank {ctx.rank}, fused within Horovod's "
                 f"{steps.cycle_s * 1e3:g} ms cycle"
