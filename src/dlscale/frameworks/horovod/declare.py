@@ -61,7 +61,7 @@ class HorovodCommon:
     horovod_timeline: bool = setting(
         False,
         "record Horovod's timeline (Chrome trace) into the run's directory; its writer thread "
-        "spins on rank 0 all run (Horovod 0.28.1)",
+        "spins all run (Horovod 0.28.1)",
     )
 
 
