@@ -109,6 +109,7 @@ def test_what_horovod_does_not_write_is_left_out(tmp_path):
         {"ph": "E", "ts": 5, "pid": 99, "args": {"dtype": "float32", "shape": "[1]"}},  # no B
         {"ph": "B", "name": "ALLREDUCE", "ts": "soon", "pid": 1},
         {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": ["<b>x</b>"]}},
+        {"ph": "M", "name": "process_name", "pid": 8, "args": ["<b>x</b>"]},  # args not a dict
     ]
     events = hostile + _response(1000, 1100, ["fc.bias"], dtype="float8")  # unknown dtype
     bad_shape = _response(2000, 2100, ["fc.weight"])

@@ -91,7 +91,8 @@ def allreduce_spans(events: list[dict[str, Any]]) -> list[_Span]:
     for event in events:
         pid, phase = event.get("pid"), event.get("ph")
         if phase == "M" and event.get("name") == "process_name":
-            name = (event.get("args") or {}).get("name")
+            args = event.get("args")
+            name = args.get("name") if isinstance(args, dict) else None
             if isinstance(name, str):
                 names[pid] = name
         elif phase == "B" and isinstance(event.get("ts"), (int, float)):
@@ -127,11 +128,13 @@ def fused_steps(path: Path) -> list[list[int]]:
     all-reduced every tensor the timeline's fullest step did (a timeline starts between steps,
     at Horovod's start; its last step may be cut)."""
     responses: list[list[_Span]] = []
+    ends = -float("inf")  # when the open response's last tensor was done
     for span in allreduce_spans(read_events(path)):
-        if responses and span.start < max(s.end for s in responses[-1]):
+        if responses and span.start < ends:
             responses[-1].append(span)
         else:
             responses.append([span])
+        ends = max(ends, span.end) if len(responses[-1]) > 1 else span.end
     steps: list[list[list[_Span]]] = []
     seen: set[str] = set()
     for response in responses:
