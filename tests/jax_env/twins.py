@@ -18,7 +18,6 @@ Usage: python tests/jax_env/twins.py [--shapes] NAME:SIZE:BATCH...
 from __future__ import annotations
 
 import json
-import os
 import sys
 from types import SimpleNamespace
 
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 from tests.unit.torch_steps import torch_losses
 
+from dlscale.contract.layout import usable_cores
 from dlscale.contract.models import MODELS
 from dlscale.frameworks.jax import loop, transfer
 from dlscale.frameworks.jax.env import import_jax
@@ -34,8 +34,8 @@ from dlscale.frameworks.torch.weights import torch_state
 # Every CPU this process may use, not one: pinned to one CPU (what threads=1 does, as a 1-thread
 # engine worker is), PyTorch's default threads took turns on that core (GoogLeNet's 3 float64
 # steps 21 s, 1.6 s on one thread) and, beside the suite's other tests, the process waited for
-# its one core while another was free (58 s of the fixture's 133 s idle)
-jax = import_jax(threads=len(os.sched_getaffinity(0)), precision="float64")  # float64 on
+# its one core while another was free (59 s of the fixture's 133 s idle)
+jax = import_jax(threads=usable_cores(), precision="float64")  # float64 on
 
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 

@@ -130,11 +130,12 @@ def fused_steps(path: Path) -> list[list[int]]:
     responses: list[list[_Span]] = []
     ends = -float("inf")  # when the open response's last tensor was done
     for span in allreduce_spans(read_events(path)):
-        if responses and span.start < ends:
+        if span.start < ends:  # begun before the open response ended: fused into it
             responses[-1].append(span)
+            ends = max(ends, span.end)
         else:
             responses.append([span])
-        ends = max(ends, span.end) if len(responses[-1]) > 1 else span.end
+            ends = span.end
     steps: list[list[list[_Span]]] = []
     seen: set[str] = set()
     for response in responses:
