@@ -14,22 +14,22 @@ Why legacy Keras: Keras 3's ``fit`` failed under MultiWorkerMirroredStrategy her
 (frameworks/tensorflow/env.py). A user of current Keras gets the same route by installing tf-keras
 and setting ``TF_USE_LEGACY_KERAS=1``.
 
-Measurement: ``fit`` runs a whole window (``times_steps = False``): one ``fit`` call of
-``steps`` steps per window, ``steps_per_execution`` steps per call of Keras' compiled train
-function. So the windows carry no per-step or input times, and each window includes ``fit``'s
-own set-up (its data handler and callbacks: what a user pays once per ``fit`` call). Each
-step's loss is read back from the running mean Keras hands its batch callbacks (``m_i``, the
-mean of the window's first i losses: step i's loss is ``i m_i - (i-1) m_(i-1)``); with
-``steps_per_execution`` above 1 the callbacks see every k-th step only, and the window's mean
-stands for each of its steps (stored as no per-step losses). The data continue across
-windows exactly as the custom loops read them (the same epoch plans, shards and order). No
-step without the all-reduce exists inside ``fit``, so exposed communication is not measured
-here; tf-mwms and horovod-tf measure it on the same model and all-reduce.
+Measurement: ``fit`` runs whole windows (``times_steps = False``): one ``fit`` call for the
+whole run, paused at each window's end (:mod:`dlscale.frameworks.tensorflow.fit_windows`), as a
+user's one long ``fit`` runs; ``steps_per_execution`` steps per call of Keras' compiled train
+function. So the windows carry no per-step or input times, and no window holds ``fit``'s set-up
+(it falls in the warm-up) or its end (after the last window). Each step's loss is read back
+from the running mean Keras hands its batch callbacks (``m_i``, the mean of the window's first
+i losses: step i's loss is ``i m_i - (i-1) m_(i-1)``); with ``steps_per_execution`` above 1 the
+callbacks see every k-th step only, and the window's mean stands for each of its steps (stored
+as no per-step losses). The data continue across windows exactly as the custom loops read them
+(the same epoch plans, shards and order). No step without the all-reduce exists inside ``fit``,
+so exposed communication is not measured here; tf-mwms and horovod-tf measure it on the same
+model and all-reduce.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +38,7 @@ from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
 from dlscale.frameworks.tensorflow.declare import FitOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, tensorflow_environment
+from dlscale.frameworks.tensorflow.fit_windows import FitWindows, step_losses
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
     evaluate_model,
@@ -87,17 +88,19 @@ class FitEngine(Engine):
                 steps_per_execution=options.steps_per_execution,
             )
         self._eval_step = make_eval_step(self.model, cfg)
-        self._callbacks: list[Any] = []
+        self._steps_per_execution = options.steps_per_execution
+        self._fit: FitWindows | None = None  # made at the first window: where the data start
+        self._next_mark: tuple[int, int] | None = None
         self._compression = compression
         gradient = self._gradient_bytes = trainable_bytes(self.model)
         replicas = dist.num_replicas_in_sync if horovod is None else horovod.size()
         scale = 0.5 if horovod is not None and fp16 else 1.0
         self._step_payload = ring_bytes_mean(round(gradient * scale), replicas)
         self._payload = 0.0
-        if horovod is not None:
-            self._callbacks = [horovod.callbacks.BroadcastGlobalVariablesCallback(0)]
+        self._callbacks = (
+            [horovod.callbacks.BroadcastGlobalVariablesCallback(0)] if horovod is not None else []
+        )
         self.window_losses_by_step = options.steps_per_execution == 1
-        self._running = _RunningLoss()
         # Under MultiWorkerMirroredStrategy, fit's logs add up the replicas' mean losses (its
         # reported loss at N workers was N times the loss: measured at 1, 2 and 4 workers
         # against torch-ddp); Horovod's fit logs each rank's own
@@ -126,26 +129,34 @@ class FitEngine(Engine):
     def train_window(self, batches: Iterator[Any], steps: int) -> list[Any]:
         marks = [next(batches) for _ in range(steps)]
         epoch, start = marks[0]
-        pipeline = self.data.train_stream(epoch, start).take(steps)
+        if self._fit is None:
+            self._fit = self._start_fit(epoch, start)
+        elif marks[0] != self._next_mark:  # the kernel reads the batches in order, never skips
+            raise RuntimeError(f"keras-fit window at {marks[0]}, fit's data at {self._next_mark}")
+        last_epoch, last = marks[-1]
+        self._next_mark = (
+            (last_epoch, last + 1) if last + 1 < self.steps_per_epoch else (last_epoch + 1, 0)
+        )
+        try:
+            means = self._fit.window(steps)
+        except tf.errors.OpError as error:
+            raise self.data.explain(error, epoch, range(start, start + steps)) from None
+        self._payload += steps * self._step_payload
+        if self.window_losses_by_step and len(means) == steps:
+            return [loss * self._loss_scale for loss in step_losses(means)]
+        return [means[-1] * self._loss_scale] * steps
+
+    def _start_fit(self, epoch: int, start: int) -> FitWindows:
+        """One ``fit`` over every batch from step ``start`` of ``epoch`` on."""
+        pipeline = self.data.train_stream(epoch, start)
         data: Any = pipeline
         if self.horovod is None:
             data = tf.keras.utils.experimental.DatasetCreator(lambda _: pipeline)
-        try:
-            self._running.means.clear()
-            history = self.model.fit(
-                data,
-                steps_per_epoch=steps,
-                epochs=1,
-                verbose=0,
-                callbacks=[*self._callbacks, self._running],
-            )
-        except tf.errors.OpError as error:
-            window = range(start, start + steps)
-            raise self.data.explain(error, epoch, window) from None
-        self._payload += steps * self._step_payload
-        if self.window_losses_by_step and len(self._running.means) == steps:
-            return [loss * self._loss_scale for loss in self._running.step_losses()]
-        return [history.history["loss"][-1] * self._loss_scale] * steps
+        return FitWindows(self.model, data, self._callbacks, self._steps_per_execution)
+
+    def settle(self) -> None:
+        if self._fit is not None:
+            self._fit.stop()
 
     def take_bytes_sent(self) -> float | None:
         sent, self._payload = self._payload, 0.0
@@ -163,27 +174,6 @@ class FitEngine(Engine):
 
     def framework_facts(self) -> dict[str, Any]:
         return tensorflow_environment()
-
-
-class _RunningLoss(tf.keras.callbacks.Callback):  # type: ignore[name-defined]
-    """The running mean of the loss Keras hands each batch's end, for each step's loss. It
-    takes Keras' own tensors (``_supports_tf_logs``): no step waits for its loss to be copied
-    to a Python number, which a batch callback otherwise makes `fit` do after every step; the
-    window's values are read once, after `fit` returns."""
-
-    _supports_tf_logs = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.means: list[Any] = []
-
-    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
-        self.means.append((logs or {}).get("loss", math.nan))
-
-    def step_losses(self) -> list[float]:
-        """Step i's loss from the means of the first i and i-1 steps."""
-        means = [float(mean) for mean in self.means]
-        return [(i + 1) * mean - i * (means[i - 1] if i else 0.0) for i, mean in enumerate(means)]
 
 
 def run_mwms(ctx: WorkerContext) -> None:
