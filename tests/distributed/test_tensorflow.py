@@ -73,7 +73,9 @@ def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference: Re
         assert metrics["bytes_sent_per_step_counted"] == metrics["gradient_bytes"]
     if backend in ("tf-mirrored", "tf-mwms", "horovod-tf"):  # the custom loops time steps
         assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
-    else:  # fit and the coordinator time whole windows; tf-single synchronizes nothing; the
+    elif backend in ("keras-fit", "horovod-keras"):  # fit's steps, one at a time in the probe
+        assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] is None
+    else:  # the coordinator times whole windows; tf-single synchronizes nothing; the
         # synchronous ps times its steps but has no step without the ps to compare with
         assert metrics["step_time_nosync_p50_ms"] is None
     if not coordinator and backend == "tf-ps":

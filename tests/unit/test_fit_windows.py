@@ -77,3 +77,27 @@ def test_an_error_inside_fit_is_raised_in_the_callers_thread():
 
 def test_step_losses_undo_the_running_mean():
     assert _tf().fw.step_losses([2.0, 3.0, 3.0]) == [2.0, 4.0, 3.0]
+
+
+def test_the_unsynchronized_train_function_takes_fits_own_step():
+    """One process, nothing to all-reduce: fit's step and the probe's unsynchronized one (swapped
+    in while fit is paused) update the weights alike, and fit's own comes back after it."""
+    tf, fw = _tf().tf, _tf().fw
+    own, unsynced = _model(1), _model(1)
+    unsynced.set_weights(own.get_weights())
+    mine = fw.FitWindows(own, _data(), [], 1)
+    theirs = fw.FitWindows(unsynced, _data(), [], 1)
+    mine.window(2)
+    theirs.window(1)  # fit's own function made, then the stand-in for one step
+    theirs.train_with(fw.unsynchronized_train_function(unsynced))
+    theirs.window(1)
+    theirs.train_with(None)
+    for a, b in zip(own.get_weights(), unsynced.get_weights(), strict=True):
+        tf.debugging.assert_near(a, b, rtol=1e-6, atol=1e-7)
+    mine.window(1)
+    theirs.window(1)
+    assert int(unsynced.optimizer.iterations.numpy()) == 3
+    for a, b in zip(own.get_weights(), unsynced.get_weights(), strict=True):
+        tf.debugging.assert_near(a, b, rtol=1e-6, atol=1e-7)
+    mine.stop()
+    theirs.stop()

@@ -355,6 +355,12 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_leaves_a_bad_
     found = fitted_networks(tmp_path)
     assert fitted_for(found, config(backend="mxnet-kv")).link.pattern == "ps"
     assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
+    # the same package (whose code synchronizes) before the same framework: horovod-keras on
+    # Horovod's all-reduce (horovod-torch's microbench), though tf-mwms' is its framework's
+    store("microbench-v", 1.2, fit, backend="horovod-torch")
+    found = fitted_networks(tmp_path)
+    assert fitted_for(found, config(backend="horovod-keras")).run_id == "microbench-v"
+    assert fitted_for(found, config(backend="keras-fit")).run_id == "microbench-t"
     assert fitted_for(found, config("100mbit")).network.beta_s_per_byte == 8e-8
     assert fitted_for(found, config("1gbit")) is None
     capsys.readouterr()
@@ -373,6 +379,7 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_leaves_a_bad_
     store("microbench-h", 10.0, {**fit, "beta_s_per_byte": 0.0}, network="100mbit")
     store("microbench-i", 6.0, {**fit, "beta_s_per_byte": 0.0}, backend="torch-ring")
     store("microbench-j", 7.0, {**fit, "beta_s_per_byte": 0.0}, backend="tf-mwms")
+    store("microbench-w", 7.5, {**fit, "beta_s_per_byte": 0.0}, backend="horovod-torch")
     (tmp_path / "microbench-l").mkdir()  # and mxnet-kv's parameter server
     write_json_atomic(tmp_path / "microbench-l" / "microbench.json", "microbench",
                       {"started_at": 9.5, "fit": None, "error": None,

@@ -118,8 +118,9 @@ def _compute(
 ) -> tuple[float, str] | None:
     """The point's step without synchronization (ms) and where it comes from: its no-sync
     probe; else, for a pattern that synchronizes nothing at 1 worker (a ring, FSDP), the same
-    engine's 1-worker point with the same settings and threads (keras-fit's own loop, which
-    tf-single's does not time); else its baseline's step."""
+    engine's 1-worker point with the same settings and threads (torch-fsdp's own step; the
+    fit loop of keras-fit results stored before its probe, which tf-single's does not time);
+    else its baseline's step."""
     metrics = point.get("metrics") or {}
     if metrics.get("step_time_nosync_p50_ms"):
         return float(metrics["step_time_nosync_p50_ms"]), "no-sync probe"

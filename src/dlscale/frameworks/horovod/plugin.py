@@ -88,6 +88,7 @@ for _spec in (
         precisions=tensorflow_plugin.FLOAT64_TOO,
         description="Horovod DistributedOptimizer with Keras model.fit (legacy Keras 2)",
         worker="dlscale.frameworks.horovod.keras_fit:run",
+        measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS + HOROVOD_TF_OPTIONS + tfd.FIT_OPTIONS,
         loader_only=False,
         **_ON_TENSORFLOW,

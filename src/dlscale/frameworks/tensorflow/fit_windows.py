@@ -11,7 +11,8 @@ until the kernel asks for the next window. The kernel's thread times each window
 it over to getting it back: the window's steps and Keras' per-step callbacks, nothing of
 ``fit``'s set-up (it falls in the warm-up) or of its end (after the last window, in
 :meth:`FitWindows.stop`). The evaluation between windows runs in the kernel's thread while
-``fit`` is paused.
+``fit`` is paused; so does the swap of the train function by which the exposed-communication
+probe's unsynchronized steps run inside the same ``fit`` (:meth:`FitWindows.train_with`).
 
 With ``steps_per_execution`` above 1 Keras runs several steps per call of its compiled train
 function and calls the batch callbacks only between such calls; the gate shortens the call
@@ -44,6 +45,7 @@ class FitWindows:
         self._model, self._data, self._callbacks = model, data, callbacks
         self._gate = _Gate(steps_per_execution)
         self._thread: threading.Thread | None = None
+        self._own: Any = None  # fit's own train function, while another stands in for it
 
     def window(self, steps: int) -> list[float]:
         """Run ``steps`` steps; the running mean of the window's losses after each call of
@@ -59,6 +61,14 @@ class FitWindows:
         if ended is None:  # fit returned without being stopped: it ran out of steps
             raise RuntimeError(f"Keras fit ended before its window of {steps} steps")
         return ended
+
+    def train_with(self, function: Any | None) -> None:
+        """Let the next windows' steps run ``function`` (``None``: ``fit``'s own train function)
+        in place of Keras' train function; ``fit`` looks the model's ``train_function`` up at
+        each call, and reads nothing of it while paused, when this is called."""
+        if self._own is None:
+            self._own = self._model.train_function
+        self._model.train_function = self._own if function is None else function
 
     def stop(self) -> None:
         """End ``fit`` after the last window and wait for it (its iterator's teardown)."""
@@ -136,3 +146,33 @@ def step_losses(means: list[float]) -> list[float]:
     """Each step's loss from the running means of a window's steps: step i's loss is
     ``i m_i - (i-1) m_(i-1)``."""
     return [(i + 1) * mean - i * (means[i - 1] if i else 0.0) for i, mean in enumerate(means)]
+
+
+def unsynchronized_train_function(model: Any) -> Any:
+    """A train function for ``fit`` (a call runs one step from ``fit``'s iterator) that does
+    what Keras' own step does but synchronize: the forward, loss, backward, the optimizer's
+    update of the local replica and the loss metric, with the gradients neither all-reduced by
+    the strategy (``skip_gradients_aggregation``, as tf-mwms' custom loop skips it) nor by
+    Horovod (its ``DistributedOptimizer`` all-reduces in ``_compute_gradients``, which a tape's
+    gradients do not pass), and the logs taken from the first local replica, not summed across
+    the workers. The exposed-communication probe times it beside ``fit``'s own step."""
+    strategy = model.distribute_strategy
+    variables = model.trainable_variables
+
+    def replica_step(data: Any) -> Any:
+        x, y, weights = tf.keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            predicted = model(x, training=True)
+            loss = model.compute_loss(x, y, predicted, weights)
+        gradients = tape.gradient(loss, variables)
+        model.optimizer.apply_gradients(
+            list(zip(gradients, variables, strict=True)), skip_gradients_aggregation=True
+        )
+        return model.compute_metrics(x, y, predicted, weights)
+
+    @tf.function(reduce_retracing=True)
+    def train_function(iterator: Any) -> Any:
+        outputs = strategy.run(replica_step, args=(next(iterator),))
+        return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
+
+    return train_function

@@ -23,13 +23,16 @@ from the running mean Keras hands its batch callbacks (``m_i``, the mean of the 
 i losses: step i's loss is ``i m_i - (i-1) m_(i-1)``); with ``steps_per_execution`` above 1 the
 callbacks see every k-th step only, and the window's mean stands for each of its steps (stored
 as no per-step losses). The data continue across windows exactly as the custom loops read them
-(the same epoch plans, shards and order). No step without the all-reduce exists inside ``fit``,
-so exposed communication is not measured here; tf-mwms and horovod-tf measure it on the same
-model and all-reduce.
+(the same epoch plans, shards and order). The exposed-communication probe runs after training
+inside the same ``fit``, one step a window: its synchronized steps are ``fit``'s own, its
+unsynchronized ones a train function that skips the gradients' all-reduce
+(:func:`~dlscale.frameworks.tensorflow.fit_windows.unsynchronized_train_function`) swapped in
+while ``fit`` is paused.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,7 +41,11 @@ from dlscale.contract.engine import Engine
 from dlscale.contract.records import Strategy
 from dlscale.frameworks.tensorflow.declare import FitOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, tensorflow_environment
-from dlscale.frameworks.tensorflow.fit_windows import FitWindows, step_losses
+from dlscale.frameworks.tensorflow.fit_windows import (
+    FitWindows,
+    step_losses,
+    unsynchronized_train_function,
+)
 from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
     evaluate_model,
@@ -91,6 +98,7 @@ class FitEngine(Engine):
         self._steps_per_execution = options.steps_per_execution
         self._fit: FitWindows | None = None  # made at the first window: where the data start
         self._next_mark: tuple[int, int] | None = None
+        self._unsynced: Any = None  # the no-sync probe's train function, made at its first use
         self._compression = compression
         gradient = self._gradient_bytes = trainable_bytes(self.model)
         replicas = dist.num_replicas_in_sync if horovod is None else horovod.size()
@@ -154,7 +162,29 @@ class FitEngine(Engine):
             data = tf.keras.utils.experimental.DatasetCreator(lambda _: pipeline)
         return FitWindows(self.model, data, self._callbacks, self._steps_per_execution)
 
-    def settle(self) -> None:
+    def step(self, batch: Any) -> Any:
+        """One step through ``fit`` (the exposed-communication probe's, after training: the
+        batch is the next of ``fit``'s stream, not ``batch``)."""
+        assert self._fit is not None  # the probe runs after the windows
+        return self._fit.window(1)[-1] * self._loss_scale
+
+    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
+        return self._unsynchronized()
+
+    @contextlib.contextmanager
+    def _unsynchronized(self) -> Iterator[None]:
+        """``fit``'s steps without the gradients' all-reduce (paused between steps, it takes
+        another train function: :func:`unsynchronized_train_function`)."""
+        assert self._fit is not None
+        if self._unsynced is None:
+            self._unsynced = unsynchronized_train_function(self.model)
+        self._fit.train_with(self._unsynced)
+        try:
+            yield
+        finally:
+            self._fit.train_with(None)
+
+    def finish(self) -> None:
         if self._fit is not None:
             self._fit.stop()
 

@@ -97,6 +97,7 @@ for _spec in (
         precisions=FLOAT64_TOO,
         description="Keras model.fit under MultiWorkerMirroredStrategy (legacy Keras 2)",
         worker="dlscale.frameworks.tensorflow.keras_fit:run_mwms",
+        measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS + tfd.FIT_OPTIONS,
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
