@@ -101,3 +101,25 @@ def test_the_unsynchronized_train_function_takes_fits_own_step():
         tf.debugging.assert_near(a, b, rtol=1e-6, atol=1e-7)
     mine.stop()
     theirs.stop()
+
+
+def test_the_forward_train_function_updates_nothing_and_hands_back_what_it_replaced():
+    """The probe's forward step (the share of a step that backward and the update take) runs
+    a batch through fit without changing a weight; the function it stood in for comes back."""
+    tf, fw = _tf().tf, _tf().fw
+    model = _model(1)
+    run = fw.FitWindows(model, _data(), [], 1)
+    run.window(1)
+    weights = model.get_weights()
+    unsynced = fw.unsynchronized_train_function(model)
+    assert run.train_with(unsynced) is None  # it replaced fit's own
+    assert run.train_with(fw.forward_train_function(model)) is unsynced
+    run.window(2)
+    assert run.train_with(unsynced) is not None
+    assert run.train_with(None) is unsynced
+    for a, b in zip(weights, model.get_weights(), strict=True):
+        tf.debugging.assert_equal(a, b)
+    assert int(model.optimizer.iterations.numpy()) == 1
+    run.window(1)  # fit's own again: a step
+    assert int(model.optimizer.iterations.numpy()) == 2
+    run.stop()

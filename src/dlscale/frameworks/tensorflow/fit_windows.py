@@ -62,13 +62,16 @@ class FitWindows:
             raise RuntimeError(f"Keras fit ended before its window of {steps} steps")
         return ended
 
-    def train_with(self, function: Any | None) -> None:
+    def train_with(self, function: Any | None) -> Any | None:
         """Let the next windows' steps run ``function`` (``None``: ``fit``'s own train function)
         in place of Keras' train function; ``fit`` looks the model's ``train_function`` up at
-        each call, and reads nothing of it while paused, when this is called."""
+        each call, and reads nothing of it while paused, when this is called. Returns the one
+        it replaces (``None``: ``fit``'s own)."""
         if self._own is None:
             self._own = self._model.train_function
+        before = self._model.train_function
         self._model.train_function = self._own if function is None else function
+        return None if before is self._own else before
 
     def stop(self) -> None:
         """End ``fit`` after the last window and wait for it (its iterator's teardown)."""
@@ -156,7 +159,6 @@ def unsynchronized_train_function(model: Any) -> Any:
     Horovod (its ``DistributedOptimizer`` all-reduces in ``_compute_gradients``, which a tape's
     gradients do not pass), and the logs taken from the first local replica, not summed across
     the workers. The exposed-communication probe times it beside ``fit``'s own step."""
-    strategy = model.distribute_strategy
     variables = model.trainable_variables
 
     def replica_step(data: Any) -> Any:
@@ -169,6 +171,29 @@ def unsynchronized_train_function(model: Any) -> Any:
             list(zip(gradients, variables, strict=True)), skip_gradients_aggregation=True
         )
         return model.compute_metrics(x, y, predicted, weights)
+
+    return _local_train_function(model, replica_step)
+
+
+def forward_train_function(model: Any) -> Any:
+    """A train function for ``fit`` that runs a step's forward and loss alone (recorded on a
+    tape, as the step records them), with no backward or update: the probe's forward step,
+    for the share of a step that backward and the update take."""
+
+    def replica_forward(data: Any) -> Any:
+        x, y, weights = tf.keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape():
+            predicted = model(x, training=True)
+            model.compute_loss(x, y, predicted, weights)
+        return model.compute_metrics(x, y, predicted, weights)
+
+    return _local_train_function(model, replica_forward)
+
+
+def _local_train_function(model: Any, replica_step: Any) -> Any:
+    """``replica_step`` on each local replica of one batch of ``fit``'s iterator, its logs
+    taken from the first (nothing crosses the workers)."""
+    strategy = model.distribute_strategy
 
     @tf.function(reduce_retracing=True)
     def train_function(iterator: Any) -> Any:

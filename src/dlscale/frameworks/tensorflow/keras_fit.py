@@ -26,8 +26,9 @@ as no per-step losses). The data continue across windows exactly as the custom l
 (the same epoch plans, shards and order). The exposed-communication probe runs after training
 inside the same ``fit``, one step a window: its synchronized steps are ``fit``'s own, its
 unsynchronized ones a train function that skips the gradients' all-reduce
-(:func:`~dlscale.frameworks.tensorflow.fit_windows.unsynchronized_train_function`) swapped in
-while ``fit`` is paused.
+(:func:`~dlscale.frameworks.tensorflow.fit_windows.unsynchronized_train_function`) and its
+forward steps one that runs the forward and loss alone (``forward_train_function``), each
+swapped in while ``fit`` is paused.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from dlscale.frameworks.tensorflow.declare import FitOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, tensorflow_environment
 from dlscale.frameworks.tensorflow.fit_windows import (
     FitWindows,
+    forward_train_function,
     step_losses,
     unsynchronized_train_function,
 )
@@ -65,6 +67,7 @@ tf = import_tensorflow()
 
 class FitEngine(Engine):
     times_steps = False
+    times_forward = True
 
     def __init__(
         self,
@@ -98,7 +101,8 @@ class FitEngine(Engine):
         self._steps_per_execution = options.steps_per_execution
         self._fit: FitWindows | None = None  # made at the first window: where the data start
         self._next_mark: tuple[int, int] | None = None
-        self._unsynced: Any = None  # the no-sync probe's train function, made at its first use
+        self._unsynced: Any = None  # the probe's train functions, made at their first use
+        self._forward: Any = None
         self._compression = compression
         gradient = self._gradient_bytes = trainable_bytes(self.model)
         replicas = dist.num_replicas_in_sync if horovod is None else horovod.size()
@@ -167,6 +171,18 @@ class FitEngine(Engine):
         batch is the next of ``fit``'s stream, not ``batch``)."""
         assert self._fit is not None  # the probe runs after the windows
         return self._fit.window(1)[-1] * self._loss_scale
+
+    def forward_only(self, batch: Any) -> None:
+        """A step's forward and loss alone through ``fit`` (:func:`forward_train_function`);
+        the batch, as in :meth:`step`, is the next of ``fit``'s stream."""
+        assert self._fit is not None
+        if self._forward is None:
+            self._forward = forward_train_function(self.model)
+        before = self._fit.train_with(self._forward)
+        try:
+            self._fit.window(1)
+        finally:
+            self._fit.train_with(before)
 
     def no_sync(self) -> contextlib.AbstractContextManager[Any]:
         return self._unsynchronized()
