@@ -36,16 +36,23 @@ def engine_code(backend: str) -> str | None:
     (an unknown backend, a plug-in whose package is gone)."""
     from dlscale.contract.backends import BACKENDS
 
-    if backend not in BACKENDS:
-        return None
-    spec = BACKENDS.get(backend)
-    worker = _folder(spec.worker.partition(":")[0])
+    worker = worker_folder(backend)
     if worker is None:
         return None
-    framework = PACKAGE / "frameworks" / spec.framework  # a plug-in's own: its worker's package
+    framework = PACKAGE / "frameworks" / BACKENDS.get(backend).framework  # a plug-in's: its own
     paths = {worker, *([framework] if framework.is_dir() else [])}
     paths |= {PACKAGE / p for p in AROUND_THE_ENGINE}
     return _fingerprint(sorted(paths))
+
+
+def worker_folder(backend: str) -> Path | None:
+    """The folder of ``backend``'s worker code (``frameworks/horovod`` for every Horovod engine,
+    a plug-in's top-level package); None for an unknown backend or a package that is gone."""
+    from dlscale.contract.backends import BACKENDS
+
+    if backend not in BACKENDS:
+        return None
+    return _folder(BACKENDS.get(backend).worker.partition(":")[0])
 
 
 def _folder(module: str) -> Path | None:

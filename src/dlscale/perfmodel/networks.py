@@ -207,9 +207,9 @@ def stored_fit(fit: Any) -> Network | None:
 def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) -> Fitted | None:
     """The fit for a run of ``config``: its own engine's on its network (launcher, emulated
     network, nodes) if a microbench measured it, else the newest ring fit there of an engine
-    of the same package, whose code synchronizes it (horovod-keras on horovod-torch's: both
-    Horovod's all-reduce; keras-fit on tf-mwms' collectives), else of its framework, else of
-    any engine."""
+    whose worker code shares its folder, so synchronizes as it does (horovod-keras on
+    horovod-torch's: Horovod's all-reduce; keras-fit on tf-mwms' collectives), else of its
+    framework, else of any engine."""
     key = network_key(config)
     backend = plain_key(config.get("backend"))
     own = fitted.get((backend, *key))
@@ -217,26 +217,25 @@ def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) ->
         return own
     # another engine's all-reduce stands in for it, never another pattern (a kvstore's ps)
     others = {k[0]: f for k, f in fitted.items() if k[1:] == key and f.link.pattern == "ring"}
-    package, framework = _kin(backend)
-    same_library = [f for engine, f in others.items() if package and _kin(engine)[0] == package]
+    folder, framework = _kin(backend)
+    same_folder = [f for engine, f in others.items() if folder and _kin(engine)[0] == folder]
     same_framework = [f for engine, f in others.items() if _kin(engine)[1] == framework]
     return max(
-        same_library or same_framework or others.values(),
+        same_folder or same_framework or others.values(),
         key=lambda found: found.started_at,
         default=None,
     )
 
 
-def _kin(backend: Any) -> tuple[str | None, str | None]:
-    """A registered backend's package (the folder whose code runs it and its synchronization:
-    ``dlscale.frameworks.horovod`` for every Horovod engine) and its framework; unknown here:
-    neither."""
+def _kin(backend: Any) -> tuple[Path | None, str | None]:
+    """A registered backend's worker folder (:func:`~dlscale.contract.engine_code.worker_folder`:
+    ``frameworks/horovod`` for every Horovod engine) and its framework; unknown here: neither."""
     from dlscale.contract.backends import BACKENDS
+    from dlscale.contract.engine_code import worker_folder
 
     if not (isinstance(backend, str) and backend in BACKENDS):
         return None, None
-    spec = BACKENDS.get(backend)
-    return spec.worker.partition(":")[0].rpartition(".")[0], spec.framework
+    return worker_folder(backend), BACKENDS.get(backend).framework
 
 
 def link_lookup(

@@ -100,7 +100,7 @@ class FitEngine(Engine):
         self._eval_step = make_eval_step(self.model, cfg)
         self._steps_per_execution = options.steps_per_execution
         self._fit: FitWindows | None = None  # made at the first window: where the data start
-        self._next_mark: tuple[int, int] | None = None
+        self._at = 0  # the step of the run that fit's data stream reads next
         self._unsynced: Any = None  # the probe's train functions, made at their first use
         self._forward: Any = None
         self._compression = compression
@@ -141,14 +141,12 @@ class FitEngine(Engine):
     def train_window(self, batches: Iterator[Any], steps: int) -> list[Any]:
         marks = [next(batches) for _ in range(steps)]
         epoch, start = marks[0]
+        at = epoch * self.steps_per_epoch + start  # steps into the run: where fit's data are
         if self._fit is None:
-            self._fit = self._start_fit(epoch, start)
-        elif marks[0] != self._next_mark:  # the kernel reads the batches in order, never skips
-            raise RuntimeError(f"keras-fit window at {marks[0]}, fit's data at {self._next_mark}")
-        last_epoch, last = marks[-1]
-        self._next_mark = (
-            (last_epoch, last + 1) if last + 1 < self.steps_per_epoch else (last_epoch + 1, 0)
-        )
+            self._fit, self._at = self._start_fit(epoch, start), at
+        elif at != self._at:  # the kernel reads the batches in order, never skips
+            raise RuntimeError(f"keras-fit window at run step {at}, fit's data at {self._at}")
+        self._at += steps
         try:
             means = self._fit.window(steps)
         except tf.errors.OpError as error:
