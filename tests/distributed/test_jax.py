@@ -51,9 +51,11 @@ def test_jax_workers_end_where_pytorch_ends(tmp_path: Path, reference: Reference
     assert compiled["step"] > 0  # compiled before the first window, and said
     if workers == 1:
         assert metrics["step_time_nosync_p50_ms"] is None and "step_without_sync" not in compiled
+        assert "forward" not in compiled  # no probe, nothing to time it in
         return
-    assert compiled["step_without_sync"] > 0
+    assert compiled["step_without_sync"] > 0 and compiled["forward"] > 0
     assert metrics["step_time_nosync_p50_ms"] > 0  # the probe ran its step without pmean
+    assert metrics["forward_time_p50_ms"] > 0  # and the step's forward alone
     # a ring all-reduce of 2 sends the gradient's bytes once: 2 (N - 1) / N
     assert metrics["bytes_sent_per_step_model"] == metrics["gradient_bytes"]
 

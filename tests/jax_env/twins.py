@@ -27,7 +27,7 @@ from tests.unit.torch_steps import torch_losses
 
 from dlscale.contract.layout import usable_cores
 from dlscale.contract.models import MODELS
-from dlscale.frameworks.jax import loop, transfer
+from dlscale.frameworks.jax import steps, transfer
 from dlscale.frameworks.jax.env import import_jax
 from dlscale.frameworks.torch.weights import torch_state
 
@@ -74,7 +74,7 @@ def _flax_losses(model, variables: dict, batches) -> list[float]:
             return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), updates
 
         (loss, updates), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        params, momentum = loop.torch_sgd(params, momentum, grads, cfg)
+        params, momentum = steps.torch_sgd(params, momentum, grads, cfg)
         return params, updates.get("batch_stats", {}), momentum, loss
 
     losses = []

@@ -4,7 +4,7 @@ For every model family of the registry (ResNet-20 for the CIFAR ResNets, whose d
 repeat its block), as tests/unit/test_keras_twins.py holds the Keras twins: the same parameter
 names and shapes, and with the PyTorch initial weights copied in, the same eval output (float32,
 rtol 1e-4) and, in float64, the same losses over 3 of the JAX engines' steps (training-mode
-BatchNorm, PyTorch's SGD with momentum and weight decay: ``loop.torch_sgd``) to 1e-9. Dropout
+BatchNorm, PyTorch's SGD with momentum and weight decay: ``steps.torch_sgd``) to 1e-9. Dropout
 off on both sides (its masks cannot match across frameworks). The ImageNet nets at 10 classes
 and small images (their layers depend on neither beyond the shapes); GoogLeNet at 64 px takes
 ``ceil_mode`` where it differs from the floor (32 -> 16, not 15), AlexNet at 64 px a

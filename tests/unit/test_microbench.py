@@ -223,3 +223,36 @@ def test_an_emulated_links_burst_is_left_out_of_the_fit():
     assert _fitted_from(shaped).startswith("; from 48.8281 KiB up")
     assert _fitted_from(whole) == "" and _fitted_from({"fitted_from_bytes": True}) == ""
     assert fit_patterns(rows[:4], 2, 50_000) == {}  # one size above the burst: no fit
+
+
+def test_emulated_hosts_links_burst_is_left_out_of_the_fit(tmp_path, monkeypatch):
+    """mpirun across ``dlscale hosts start --link 100mbit``'s hosts: the run names no network,
+    the test bed's record does. Fitted with the sizes under the burst, a send_recv across 3 such
+    hosts came out at 0.23 Gbit/s (4 MiB took 347 ms: 0.097), which put torch-ps' push and pull
+    at half their time (+60% predicted). Hosts that are not the test bed's are real: no burst."""
+    from dlscale.cli.microbench import unshaped_below
+    from dlscale.launchers import testbed_record
+    from dlscale.launchers.testbed_record import Testbed
+
+    record = tmp_path / "record.json"
+    monkeypatch.setattr(testbed_record, "RECORD", record)
+    bed = Testbed(dir=str(tmp_path), hosts=("dlsnode1", "dlsnode2", "dlsnode3"), slots=1,
+                  link="100mbit")  # fmt: skip
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("dlsnode1 slots=1\ndlsnode3 slots=1\n")
+
+    def below(**launcher: str) -> int:
+        return unshaped_below({"launcher": "mpirun", "options": {"launcher": launcher}})
+
+    assert below(hosts="dlsnode1:1,dlsnode2:1") == 0  # no test bed runs
+    record.write_text(bed.to_json())
+    assert below(hosts="dlsnode1:1,dlsnode2:1") == 50_000
+    assert below(hosts="", hostfile=str(hostfile)) == 50_000
+    assert below(hosts="dlsnode1:1,gpu07:4") == 0  # a host that is not the test bed's
+    assert below(hosts="dlsnode1:x") == 0  # a list the run itself refuses
+    assert below(hostfile=str(tmp_path / "missing")) == 0
+    record.write_text(bed.to_json().replace('"100mbit"', '""'))  # hosts without a link
+    assert below(hosts="dlsnode1:1") == 0
+    for damaged in ("[1, 2]", '{"hosts": "dlsnode1", "slots": 1}', "{", "\x00" * 8):
+        record.write_text(damaged)
+        assert below(hosts="dlsnode1:1") == 0

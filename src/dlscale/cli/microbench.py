@@ -129,13 +129,33 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
 
 def unshaped_below(config: dict[str, Any]) -> int:
     """The bytes under which the run's emulated link passes a message unshaped (its token
-    bucket's burst, :func:`~dlscale.launchers.links.burst_bytes`); 0 without a rate."""
+    bucket's burst, :func:`~dlscale.launchers.links.burst_bytes`): torchrun's ``network``, or
+    the link of this machine's emulated hosts where the run's hosts are theirs; 0 without a
+    rate (real hosts)."""
     from dlscale.launchers.links import Link, burst_bytes
     from dlscale.perfmodel.validate import network_key
 
-    network = network_key(config)[1]
+    network = network_key(config)[1] or _emulated_hosts_link(config)
     rate = Link.parse(network).rate_bit_s if isinstance(network, str) and network else None
     return burst_bytes(rate) if rate else 0
+
+
+def _emulated_hosts_link(config: dict[str, Any]) -> str:
+    """The link of ``dlscale hosts start``'s hosts when the run's host list names only them."""
+    from dlscale.launchers.host_list import parse_hosts, read_hostfile
+    from dlscale.launchers.testbed_record import running_link
+
+    options = config.get("options", {}).get("launcher", {})
+    try:
+        if options.get("hosts"):
+            listed = parse_hosts(str(options["hosts"]), "hosts")
+        elif options.get("hostfile"):
+            listed = read_hostfile(str(options["hostfile"]))
+        else:
+            return ""
+    except UserError:  # the run itself said what was wrong with it
+        return ""
+    return running_link(name for name, _ in listed)
 
 
 def fit_patterns(

@@ -15,7 +15,8 @@ their links, which tc shapes (``--link RATE[:LATENCY]``, as ``network = ...`` do
 * ssh: a key pair and one host key made in ``DIR/ssh``; ``/etc/ssh/ssh_config.d/dlscale-hosts.conf``
   tells this machine's ssh client (and the hosts', which share it) to use them for these hosts.
 * ``DIR/hostfile`` lists the hosts with their slots (OpenMPI's format); ``DIR/hosts.json`` what
-  ``stop`` needs. One test bed runs at a time (``/run/dlscale-hosts.json`` says where).
+  ``stop`` needs. One test bed runs at a time (``/run/dlscale-hosts.json`` says where:
+  :mod:`~dlscale.launchers.testbed_record`).
 
 ``stop DIR`` kills every process in the hosts (sshd, slurmd, ranks), deletes the namespaces and
 removes every file it wrote outside ``DIR``. With ``--owner PID`` the test bed belongs to that
@@ -25,7 +26,6 @@ process: the next ``start`` removes it once that process is gone (a killed test 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -33,88 +33,25 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
-from dlscale.contract.files import make_directory, read_small_file, refuse_link, write_atomic
-from dlscale.contract.numbers import whole_value
+from dlscale.contract.files import make_directory, refuse_link, write_atomic
 from dlscale.launchers.links import Link, shaping
 from dlscale.launchers.network import NETNS_ETC, namespaces, run_ip, write_node_etc
+from dlscale.launchers.testbed_record import PREFIX, RECORD, SUBNET, Testbed, host_address
 from dlscale.runtime.listening import await_listener
 from dlscale.runtime.procfs import is_alive, process_start
-from dlscale.store.locks import PID_MAX
 
-SUBNET = "10.98.0"
 LOGIN_ADDRESS = f"{SUBNET}.1"
 INTERFACE = "dls0"
 MAX_HOSTS = 64
-PREFIX = "dlstb-"
-"""The namespaces' names: ``dlstb-<host>`` and the switch ``dlstb-sw``."""
-RECORD = Path("/run/dlscale-hosts.json")
 SSH_CONFIG = Path("/etc/ssh/ssh_config.d/dlscale-hosts.conf")
 HOSTS_FILE = Path("/etc/hosts")
 BEGIN, END = "# begin dlscale emulated hosts", "# end dlscale emulated hosts"
 START_TIMEOUT_S = 20.0
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,15}\Z")
 _PATH = re.compile(r"^[A-Za-z0-9._+/-]+\Z")
-
-
-def host_address(index: int) -> str:
-    return f"{SUBNET}.{100 + index}"
-
-
-@dataclass(frozen=True)
-class Testbed:
-    """One test bed: where its files are, its hosts, and who owns it."""
-
-    dir: str
-    hosts: tuple[str, ...]
-    slots: int
-    link: str
-    owner: dict[str, int | None] | None = None
-
-    @property
-    def addresses(self) -> dict[str, str]:
-        return {name: host_address(k + 1) for k, name in enumerate(self.hosts)}
-
-    def namespace(self, host: str) -> str:
-        return f"{PREFIX}{host}"
-
-    @property
-    def switch(self) -> str:
-        return f"{PREFIX}sw"
-
-    @property
-    def ssh_dir(self) -> Path:
-        return Path(self.dir) / "ssh"
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1) + "\n"
-
-    @staticmethod
-    def read(path: Path) -> Testbed:
-        """The record at ``path``, every value checked; ``OSError`` when it cannot be read (a
-        FIFO, larger than 1 MiB), ``ValueError`` (or ``KeyError``) when it is not a record."""
-        try:
-            data = json.loads(read_small_file(path, 2**20))
-        except RecursionError:
-            raise ValueError(f"{path}: nested too deeply") from None
-        owner, slots = data.get("owner"), whole_value(data["slots"], 1, 4096)
-        if not isinstance(data["hosts"], list) or slots is None:
-            raise ValueError(f"{path}: not a test bed's record")
-        return Testbed(
-            dir=str(data["dir"]),
-            hosts=tuple(str(host) for host in data["hosts"]),
-            slots=slots,
-            link=str(data.get("link", "")),
-            owner={  # a pid that cannot be a process's (1e999) reads as a gone owner
-                "pid": whole_value(owner.get("pid"), 1, PID_MAX) or 0,
-                "start": whole_value(owner.get("start")),
-            }
-            if isinstance(owner, dict)
-            else None,
-        )
 
 
 def plan(

@@ -3,8 +3,9 @@ across processes), one training step for both.
 
 The step is PyTorch's: the Flax twin (:mod:`dlscale.frameworks.jax.models`,
 :mod:`~dlscale.frameworks.jax.imagenet_models`) from the PyTorch twin's initial weights, the
-batch's mean cross-entropy, its gradient, and :func:`torch_sgd` (PyTorch's SGD rule: weight
-decay added to the gradient, ``buf = m * buf + g``, ``p -= lr * buf``), all in one ``jax.jit``.
+batch's mean cross-entropy, its gradient, and :func:`~.steps.torch_sgd` (PyTorch's SGD rule:
+weight decay added to the gradient, ``buf = m * buf + g``, ``p -= lr * buf``), all in one
+``jax.jit`` (:mod:`~dlscale.frameworks.jax.steps` builds the compiled functions).
 A model with dropout draws its masks from the step's key: the run's seed folded with the step's
 index, and under jax-dp with the replica's (each worker its own masks, as under DDP).
 
@@ -16,10 +17,12 @@ over every worker's images: synchronized BatchNorm, another algorithm), then ``l
 averages the gradients, which XLA runs as an all-reduce over gloo, and every device applies the
 same update. Parameters and momentum are replicated; BatchNorm's running statistics carry a
 leading axis of one row per device. The exposed-communication probe runs the same step with the
-``pmean`` left out (each device then applies its own gradient, as DDP's ``no_sync`` step does).
+``pmean`` left out (each device then applies its own gradient, as DDP's ``no_sync`` step does),
+and the step's forward and loss alone (``forward_only``: the backward's share of a step).
 
 Data: the numpy reference batches of the neutral data set, as MXNet's engine takes them (same
-shards, order, crops and flips as every engine). Compilation: both steps are compiled before
+shards, order, crops and flips as every engine). Compilation: both steps (and the probe's
+forward) are compiled before
 the first window (``lower().compile()``) and their compile times stored in the run's strategy
 facts (``compile_s``), so no window and no warm-up step times the compiler.
 
@@ -49,32 +52,18 @@ from dlscale.contract.registry import load_object
 from dlscale.datasets.arrays import NumpyDataset
 from dlscale.frameworks.jax.env import import_jax, jax_environment, start_distributed
 from dlscale.frameworks.jax.hlo import all_reduce_messages
+from dlscale.frameworks.jax.steps import AXIS, StepFunctions
 from dlscale.frameworks.jax.transfer import state_arrays, state_trees
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
 from dlscale.runtime.schedule import run_schedule
-
-AXIS = "dp"
-
-
-def torch_sgd(params: Any, momentum: Any, grads: Any, cfg: Any) -> tuple[Any, Any]:
-    """PyTorch's SGD (``torch.optim.SGD`` with momentum and weight decay, no dampening or
-    Nesterov) over parameter trees: the new parameters and momentum buffers."""
-    import jax
-
-    lr, m, wd = cfg.effective_lr, cfg.momentum, cfg.weight_decay
-    if wd:
-        grads = jax.tree.map(lambda g, p: g + wd * p, grads, params)
-    if m:
-        momentum = jax.tree.map(lambda buf, g: m * buf + g, momentum, grads)
-        grads = momentum
-    return jax.tree.map(lambda p, g: p - lr * g, params, grads), momentum
 
 
 class JaxEngine(ModelledSyncEngine):
     """One JAX training process (jax-single, or one device of jax-dp)."""
 
     resumable = True  # every replica holds the same parameters and momentum
+    times_forward = True
 
     def __init__(self, ctx: WorkerContext, *, distributed: bool) -> None:
         cfg = ctx.config
@@ -105,6 +94,7 @@ class JaxEngine(ModelledSyncEngine):
         self.drops = bool(rate)  # a dropout layer that draws masks: a new key every step
         self._taken = 0
         self._eval: Any = None
+        self._forwarded: Any = None  # the last forward's outputs, until sync() waits for them
         self._base_key = jax.random.PRNGKey(cfg.seed)
         self.size = cfg.image_size or spec.input_size  # what the data set was made at
         if distributed:
@@ -173,66 +163,29 @@ class JaxEngine(ModelledSyncEngine):
         self.momentum = put(self.replicated, momentum)
         self.stats = put(self.split, jax.tree.map(lambda leaf: leaf[None], stats))
 
-    def _step_fn(self, sync: bool) -> Any:
-        jax, model, cfg = self.jax, self.model, self.ctx.config
-        jnp = jax.numpy
-        distributed = self.distributed
-
-        def step(params: Any, stats: Any, momentum: Any, x: Any, y: Any, key: Any) -> Any:
-            if distributed:
-                stats = jax.tree.map(lambda s: s[0], stats)
-                key = jax.random.fold_in(key, jax.lax.axis_index(AXIS))  # each replica its masks
-
-            def loss_fn(p: Any) -> Any:
-                variables = {"params": p, "batch_stats": stats} if stats else {"params": p}
-                logits, updates = model.apply(
-                    variables, x, train=True, mutable=["batch_stats"], rngs={"dropout": key}
-                )
-                logp = jax.nn.log_softmax(logits)
-                loss = -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-                return loss, updates.get("batch_stats", {})
-
-            # each device's own gradient: differentiated where the parameters are replicated,
-            # shard_map would sum the gradients itself (the transpose of their broadcast)
-            own = jax.lax.pcast(params, AXIS, to="varying") if distributed and sync else params
-            (loss, new_stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(own)
-            if distributed and sync:
-                grads = jax.lax.pmean(grads, AXIS)  # the all-reduce: the mean over devices
-            params, momentum = torch_sgd(params, momentum, grads, cfg)
-            if distributed:
-                return params, jax.tree.map(lambda s: s[None], new_stats), momentum, loss[None]
-            return params, new_stats, momentum, loss
-
-        if not distributed:
-            return jax.jit(step)
-        from jax.sharding import PartitionSpec as P
-
-        one, split = P(), P(AXIS)
-        mapped = jax.shard_map(
-            step,
-            mesh=self.mesh,
-            in_specs=(one, split, one, split, split, one),
-            out_specs=(one, split, one, split),
-            check_vma=sync,  # unsynchronized, each device's update differs: nothing to check
-        )
-        return jax.jit(mapped)
-
     def _compile(self) -> dict[str, float]:
-        """Both steps compiled ahead of the first window; seconds each took."""
+        """The steps (and, under synchronization, the probe's forward) compiled ahead of the
+        first window; seconds each took."""
         jax, cfg = self.jax, self.ctx.config
         batch = cfg.batch_per_worker * (cfg.workers if self.distributed else 1)
         kwargs = {"sharding": self.split} if self.distributed else {}
         x = jax.ShapeDtypeStruct(self._images(batch), np.dtype(self.dtype), **kwargs)
         y = jax.ShapeDtypeStruct((batch,), np.dtype(self._label_dtype()), **kwargs)
+        functions = StepFunctions(jax, self.model, cfg, self.mesh if self.distributed else None)
         self._steps: dict[bool, Any] = {}
         seconds = {}
         for sync in (True, False) if self.synchronizes else (True,):
             started = time.perf_counter()
-            lowered = self._step_fn(sync).lower(
+            lowered = functions.step(sync).lower(
                 self.params, self.stats, self.momentum, x, y, self._still
             )
             self._steps[sync] = lowered.compile()
             seconds["step" if sync else "step_without_sync"] = time.perf_counter() - started
+        if self.synchronizes:  # the probe times it; one process runs no probe
+            started = time.perf_counter()
+            lowered = functions.forward().lower(self.params, self.stats, x, y, self._still)
+            self._forward = lowered.compile()
+            seconds["forward"] = time.perf_counter() - started
         return seconds
 
     def _key(self) -> Any:
@@ -273,8 +226,15 @@ class JaxEngine(ModelledSyncEngine):
             self.count_synced_step()
         return loss
 
+    def forward_only(self, batch: Any) -> None:
+        """The step's forward and loss (BatchNorm from the batch), no gradient or update: the
+        engine's statistics are left as they were."""
+        x, y = batch
+        self._forwarded = self._forward(self.params, self.stats, x, y, self._still)
+
     def sync(self) -> None:
-        self.jax.block_until_ready((self.params, self.stats, self.momentum))
+        self.jax.block_until_ready((self.params, self.stats, self.momentum, self._forwarded))
+        self._forwarded = None
 
     def loss_values(self, losses: list[Any]) -> list[float]:
         """This process's own loss of each step (its shard of the global array)."""
