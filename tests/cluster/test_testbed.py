@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlscale.launchers import testbed
-from tests.cluster.test_hosts import _hosts, _nothing_left
+from tests.cluster.test_hosts import HOSTS, _hosts, _nothing_left, _ssh
 from tests.distributed.processes import alive
 
 pytestmark = pytest.mark.dist
@@ -22,6 +22,8 @@ pytestmark = pytest.mark.dist
         (("--prefix", "a;reboot"), "host names are a lower-case letter"),
         (("--link", "fast"), "cannot read the rate"),
         (("--slots", "0"), "1 to 256 slots"),
+        (("--cpus", "-1"), "--cpus: 0 (every host on all of this machine's CPUs) to"),
+        (("--cpus", "100000"), "CPUs a host, not 100000"),
     ],
 )
 def test_an_impossible_test_bed_is_refused_in_one_line(tmp_path, args, said):
@@ -50,6 +52,27 @@ def test_a_test_bed_whose_owner_was_killed_goes_with_the_next_start(tmp_path: Pa
     assert not _nothing_left()
     gone = subprocess.run(["ssh", "dlsnode1", "true"], capture_output=True, text=True, timeout=30)
     assert gone.returncode != 0
+
+
+def test_each_host_runs_on_its_own_share_of_the_cpus(tmp_path: Path):
+    """``--cpus 1``: each host's processes (anything started over ssh) on a CPU of their own, as
+    a node's are, so a rank pinned to its host's first CPU (JAX's) is not pinned beside every
+    other host's; ``nproc`` on a host says its share."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("this test needs 2 CPUs or more, one a host")
+    started = _hosts("start", str(tmp_path), "--hosts", "2", "--cpus", "1")
+    assert started.returncode == 0, started.stderr
+    try:
+        allowed = [_ssh(host, "grep Cpus_allowed_list /proc/self/status") for host in HOSTS]
+        assert [_ssh(host, "nproc") for host in HOSTS] == ["1", "1"]
+        first, second = (line.split()[-1] for line in allowed)
+        assert first != second  # a CPU each, not the same one
+        shown = _hosts("show")
+        assert f"dlsnode1 10.98.0.101 slots=2 cpus={first}" in shown.stdout
+    finally:
+        stopped = _hosts("stop")
+        assert stopped.returncode == 0, stopped.stderr
+    assert not _nothing_left()
 
 
 @pytest.mark.parametrize("name", ["a b", "a\nHost *\n ProxyCommand x", "a'b", "a#b"])

@@ -20,6 +20,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--prefix", default="dlsnode", help="host names: PREFIX1..PREFIXN")
     parser.add_argument(
+        "--cpus",
+        type=int,
+        default=0,
+        help="CPUs of this machine each host may use, a share of its own (0: all, shared)",
+    )
+    parser.add_argument(
         "--owner", type=int, help="the pid the test bed belongs to: removed once it is gone"
     )
 
@@ -33,7 +39,12 @@ def main(args: argparse.Namespace) -> int:
         if args.dir is None:
             raise UserError("dlscale hosts start DIR: say where the test bed's files go")
         bed = testbed.plan(
-            args.dir, args.hosts, slots=args.slots, link=args.link, prefix=args.prefix
+            args.dir,
+            args.hosts,
+            slots=args.slots,
+            link=args.link,
+            prefix=args.prefix,
+            cpus=args.cpus,
         )
         if args.owner is not None:
             bed = testbed.owned_by(bed, args.owner)
@@ -56,6 +67,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"stopped {', '.join(bed.hosts)}")
         return 0
     for host, address in bed.addresses.items():
-        print(f"{host} {address} slots={bed.slots}")
+        cpus = bed.cpus_of(host)
+        print(f"{host} {address} slots={bed.slots} cpus={','.join(map(str, cpus)) or 'all'}")
     print(f"files: {bed.dir}; link: {bed.link or 'unshaped'}; owner: {bed.owner or '-'}")
     return 0

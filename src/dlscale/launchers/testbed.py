@@ -2,9 +2,11 @@
 
 Each host is a network namespace with its own host name (a UTS namespace), its own address and an
 OpenSSH server, reached by ssh as a cluster's nodes are; this machine joins them as the login
-node. The hosts share this machine's file system (as a cluster's shared home does), its cores and
-its processes' view, but not its network: they talk to each other and to this machine only over
-their links, which tc shapes (``--link RATE[:LATENCY]``, as ``network = ...`` does).
+node. The hosts share this machine's file system (as a cluster's shared home does), its cores
+(unless ``--cpus N`` confines each host to a share of N of them, as torchrun's emulated nodes
+are, wrapping around where the hosts want more than there are: then ``nproc`` on a host says N)
+and its processes' view, but not its network: they talk to each other and to this machine only
+over their links, which tc shapes (``--link RATE[:LATENCY]``, as ``network = ...`` does).
 
 * A switch namespace holds a bridge; host k (1-based) has the interface ``dls0`` at
   ``10.98.0.(100+k)`` and a default route through this machine, which joins the bridge with an
@@ -33,10 +35,12 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import make_directory, refuse_link, write_atomic
+from dlscale.contract.layout import usable_cores
 from dlscale.launchers.links import Link, shaping
 from dlscale.launchers.network import NETNS_ETC, namespaces, run_ip, write_node_etc
 from dlscale.launchers.testbed_record import PREFIX, RECORD, SUBNET, Testbed, host_address
@@ -55,13 +59,24 @@ _PATH = re.compile(r"^[A-Za-z0-9._+/-]+\Z")
 
 
 def plan(
-    directory: Path, count: int, *, slots: int = 2, link: str = "", prefix: str = "dlsnode"
+    directory: Path,
+    count: int,
+    *,
+    slots: int = 2,
+    link: str = "",
+    prefix: str = "dlsnode",
+    cpus: int = 0,
 ) -> Testbed:
-    """The test bed ``start`` would make (checked: names, counts, the link)."""
+    """The test bed ``start`` would make (checked: names, counts, the link, the CPUs)."""
     if not 1 <= count <= MAX_HOSTS:
         raise UserError(f"--hosts: 1 to {MAX_HOSTS} emulated hosts, not {count}")
     if not 1 <= slots <= 256:
         raise UserError(f"--slots: 1 to 256 slots per host, not {slots}")
+    if not 0 <= cpus <= usable_cores():
+        raise UserError(
+            f"--cpus: 0 (every host on all of this machine's CPUs) to {usable_cores()} CPUs a "
+            f"host, not {cpus}"
+        )
     if not _NAME.match(f"{prefix}{count}"):
         raise UserError(
             f"--prefix {prefix!r}: host names are a lower-case letter, then letters and digits "
@@ -76,7 +91,7 @@ def plan(
             "space, a quote or a line break would change them"
         )
     hosts = tuple(f"{prefix}{k}" for k in range(1, count + 1))
-    return Testbed(dir=str(directory.absolute()), hosts=hosts, slots=slots, link=link)
+    return Testbed(dir=str(directory.absolute()), hosts=hosts, slots=slots, link=link, cpus=cpus)
 
 
 def check_can_start() -> None:
@@ -245,7 +260,10 @@ def _start_sshd(bed: Testbed, host: str) -> None:
     log, etc = root / "log" / f"sshd-{host}.log", NETNS_ETC / bed.namespace(host)
     net = ("nsenter", f"--net=/run/netns/{bed.namespace(host)}", "--")
     enter = (*net, "unshare", "--uts", "--mount", "--propagation", "private", "--")
-    _run((*enter, "sh", "-c", script, "sh", host, str(config), str(log), str(etc)))
+    # a CPU share: sshd and everything started over ssh (orted, slurmd, the ranks) inherit it
+    cpus = bed.cpus_of(host)
+    confine = ("taskset", "-c", ",".join(map(str, cpus))) if cpus else ()
+    _run((*confine, *enter, "sh", "-c", script, "sh", host, str(config), str(log), str(etc)))
 
 
 def _wait_for_ssh(bed: Testbed, host: str, address: str) -> None:
@@ -318,9 +336,7 @@ def remove_abandoned() -> None:
 
 
 def owned_by(bed: Testbed, pid: int) -> Testbed:
-    return Testbed(
-        bed.dir, bed.hosts, bed.slots, bed.link, {"pid": pid, "start": process_start(pid)}
-    )
+    return replace(bed, owner={"pid": pid, "start": process_start(pid)})
 
 
 def _link_exists(name: str) -> bool:

@@ -37,6 +37,15 @@ class Testbed:
     slots: int
     link: str
     owner: dict[str, int | None] | None = None
+    cpus: int = 0
+    """CPUs of this machine a host's processes may run on (its share, as a torchrun node's:
+    :func:`~dlscale.contract.layout.node_cpus`); 0: all of them, shared by every host."""
+
+    def cpus_of(self, host: str) -> tuple[int, ...]:
+        """The CPUs ``host`` is confined to (empty: all of this machine's)."""
+        from dlscale.contract.layout import node_cpus
+
+        return node_cpus(self.hosts.index(host), self.cpus) if self.cpus else ()
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -72,6 +81,7 @@ class Testbed:
             hosts=tuple(str(host) for host in data["hosts"]),
             slots=slots,
             link=str(data.get("link", "")),
+            cpus=whole_value(data.get("cpus", 0), 0, 4096) or 0,
             owner={  # a pid that cannot be a process's (1e999) reads as a gone owner
                 "pid": whole_value(owner.get("pid"), 1, PID_MAX) or 0,
                 "start": whole_value(owner.get("start")),

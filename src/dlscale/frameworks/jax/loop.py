@@ -22,9 +22,9 @@ and the step's forward and loss alone (``forward_only``: the backward's share of
 
 Data: the numpy reference batches of the neutral data set, as MXNet's engine takes them (same
 shards, order, crops and flips as every engine). Compilation: both steps (and the probe's
-forward) are compiled before
-the first window (``lower().compile()``) and their compile times stored in the run's strategy
-facts (``compile_s``), so no window and no warm-up step times the compiler.
+forward) are compiled before the first window (``lower().compile()``) and their compile times
+stored in the run's strategy facts (``compile_s``), so no window and no warm-up step times the
+compiler.
 
 Bytes: XLA's gloo traffic is not visible; the bytes are the ring all-reduce's model,
 ``2 (N - 1) / N`` times the gradient's bytes per synchronized step. The messages: one gloo
