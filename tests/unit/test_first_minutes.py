@@ -216,6 +216,11 @@ def test_the_notes_say_what_the_noise_guard_did_and_a_loaded_probe():
     }
     assert notes(row) == "2 loaded window(s) left out (+2.8%), comm probe loaded 31%"
     assert notes({"config": {}, "metrics": {"windows_left_out": 0}}) is None
+    # a diverged run: its speed stands, its loss and accuracy do not, and the table says so
+    diverged = {"config": {}, "runs": 3, "metrics": {"runs_diverged": 1}}
+    assert notes(diverged) == "loss diverged in 1 of 3 runs"
+    assert notes({**diverged, "metrics": {"runs_diverged": 3}}) == "loss diverged"
+    assert notes({**diverged, "metrics": {"runs_diverged": 0}}) is None
 
 
 def test_ls_runs_fits_100_columns_and_wide_shows_all():

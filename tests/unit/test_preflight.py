@@ -88,26 +88,33 @@ def test_an_empty_study_file_is_refused(tmp_path: Path, capsys):
 
 
 class _Diverged(Engine):
-    """An engine whose model diverged: NaN losses in training and evaluation."""
+    """An engine whose model diverged: NaN losses in training and evaluation (or finite ones
+    beyond any loss a model that trains has: ``loss``)."""
 
     steps_per_epoch = 2
     has_eval = True
+
+    def __init__(self, loss: float = float("nan")) -> None:
+        self.loss = loss
 
     def batches(self, epoch):
         return iter([None, None])
 
     def step(self, batch):
-        return float("nan")
+        return self.loss
 
     def evaluate(self):
-        return 3, 10, float("nan")
+        return 3, 10, self.loss * 10
 
 
-def test_a_diverged_model_in_epoch_mode_is_recorded_not_crashed(tmp_path: Path):
+@pytest.mark.parametrize("loss", [float("nan"), float("inf"), 9.8e32, -2e15])
+def test_a_diverged_model_in_epoch_mode_is_recorded_not_crashed(tmp_path: Path, loss):
+    """jax-dp at lr 1e12 stepped at 9.8e32 nats, finite: it failed the run as an impossible
+    reading of a clock or counter, where it is a diverged model like a NaN one."""
     cfg = RunConfig(model="tiny", backend="torch-single", epochs=2, warmup_steps=0)
     ctx = worker_context(tmp_path, cfg)
     events = ctx.events
-    run_schedule(ctx, _Diverged())
+    run_schedule(ctx, _Diverged(loss))
     events.close()
     records = read_events(events_path(tmp_path, 0))
     evals = [r for r in records if r["event"] == "eval"]

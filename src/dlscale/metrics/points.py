@@ -130,6 +130,7 @@ def _point(every_run: list[Row]) -> Row:
     metrics.update(_noise(runs, every_run))
     metrics.update(_guard(runs, every_run, mean))
     metrics["restarts"] = sum(r["metrics"].get("restarts") or 0 for r in runs)
+    metrics["runs_diverged"] = sum(1 for r in runs if r["metrics"].get("loss_diverged"))
     metrics["restart_lost_s"] = sum(r["metrics"].get("restart_lost_s") or 0.0 for r in runs)
     last = runs[-1]
     return {

@@ -48,6 +48,7 @@ POINT_FIGURES = (
     "noise_guard_shift",
     "restarts",
     "restart_lost_s",
+    "runs_diverged",
 )
 """What `dlscale.metrics.points` combines over a point's runs."""
 

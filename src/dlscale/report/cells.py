@@ -109,6 +109,11 @@ def notes(row: Row) -> str | None:
         notes.append("baseline threads differ")
     if (row.get("config") or {}).get("loader_only"):
         notes.append("loader only")
+    if diverged := metrics.get("runs_diverged"):  # its speed holds, its loss and accuracy not
+        runs = row.get("runs") or diverged
+        notes.append(
+            "loss diverged" + (f" in {diverged} of {runs} runs" if diverged < runs else "")
+        )
     if metrics.get("restarts"):
         notes.append(f"restarted {metrics['restarts']}x, {metrics['restart_lost_s']:.1f} s lost")
     return ", ".join(notes) or None

@@ -288,7 +288,9 @@ COLUMNS: tuple[Column, ...] = (
         "oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker; "
         "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
-        "seconds that cost; loader only: the input pipeline timed alone (loader_only), img/s "
+        "seconds that cost; loss diverged: the training loss became NaN, infinite or beyond "
+        "1e15 nats (in that many of the runs): the speed holds, the loss and accuracy mean "
+        "nothing (lower lr); loader only: the input pipeline timed alone (loader_only), img/s "
         "is what the loaders deliver",
         short="what the figures need to be read with (dlscale explain notes)",
         keep=5,

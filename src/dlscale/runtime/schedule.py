@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlscale.contract.engine import Engine
 from dlscale.contract.records import Eval, Resume, Window
+from dlscale.contract.shapes import MAX_QUANTITY
 from dlscale.runtime.checkpoint import Checkpoints, attempt, skip
 from dlscale.runtime.engine import LoaderOnly, worker_environment
 from dlscale.runtime.load import load_fields, probe_load_fields, sample
@@ -158,12 +159,12 @@ class _WindowTimer:
         duration = clock() - window_start
         after = sample(self.root)
         values = engine.loss_values(losses) if losses else []
-        finite = all(math.isfinite(value) for value in values)
+        finite = all(_a_loss(value) for value in values)
         # training diverged: JSON has no NaN, and the timing still holds
         loss_sum = math.fsum(values) if finite else None
         # each step said its own loss
         whole = (engine.times_steps or engine.window_losses_by_step) and len(values) == steps
-        step_losses = [v if math.isfinite(v) else None for v in values] if whole else None
+        step_losses = [v if _a_loss(v) else None for v in values] if whole else None
         self.ctx.events.write(
             Window(
                 steps=steps,
@@ -234,6 +235,12 @@ def _no_sync(engine: Engine) -> contextlib.AbstractContextManager[Any]:
     return context
 
 
+def _a_loss(value: float) -> bool:
+    """A loss a model that trains can have: finite and within the measured figures' bound (a
+    diverged model's 1e32 nats is no figure to store: the run is then said to have diverged)."""
+    return math.isfinite(value) and abs(value) <= MAX_QUANTITY
+
+
 def _cycle(engine: Engine) -> Iterator[Any]:
     for epoch in itertools.count():
         yield from engine.batches(epoch)
@@ -242,7 +249,8 @@ def _cycle(engine: Engine) -> Iterator[Any]:
 def _evaluate(ctx: WorkerContext, engine: Engine, *, epoch: int, started: float) -> None:
     correct, total, loss_sum = engine.evaluate()
     engine.sync()
-    finite = math.isfinite(loss_sum)  # a diverged model: accuracy still counts, loss does not
+    # a diverged model: accuracy still counts, loss does not
+    finite = _a_loss(loss_sum / total if total else loss_sum)
     ctx.events.write(
         Eval(
             epoch=epoch,
