@@ -1,6 +1,7 @@
 """Bad input that used to end in a traceback or a launch now gets one line before launch."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,33 @@ def test_cuda_without_a_gpu_is_refused_before_launch(tmp_path: Path, capsys):
         pytest.skip("this machine has a GPU: the probe finds it")
     err = one_line(capsys, ["run", "--device", "cuda", "--results", str(tmp_path / "r")])
     assert "sees no CUDA GPU; use --device cpu" in err
+
+
+def test_a_microbench_refused_at_its_launch_leaves_no_directory(tmp_path: Path, capsys):
+    """A host file that is no host file (here /etc/shadow's shape) is refused when the launcher
+    plans the ranks, after the microbench made its run directory: it is removed again."""
+    if shutil.which("mpirun") is None:
+        pytest.fail("mpirun is missing: scripts/install-openmpi.sh (make test runs it)")
+    hostfile = tmp_path / "shadow"
+    hostfile.write_text("root:$6$salt$hash:19000:0:99999:7:::\n")
+    results = tmp_path / "results"
+    argv = [
+        "microbench",
+        "--backend",
+        "torch-ddp",
+        "--workers",
+        "2",
+        "--launcher",
+        "mpirun",
+        "--set",
+        f"hostfile={hostfile}",
+        "--sizes",
+        "4,64",
+        "--results",
+        str(results),
+    ]
+    assert "line 1: not NAME or NAME slots=N" in one_line(capsys, argv)
+    assert not results.exists() or list(results.iterdir()) == []
 
 
 def test_an_empty_study_file_is_refused(tmp_path: Path, capsys):

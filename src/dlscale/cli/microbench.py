@@ -6,6 +6,7 @@ pattern from its collective (docs/perfmodel.md)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -97,11 +98,16 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
         except FileExistsError:
             run_dir = results / f"{name}-{again}"
     task = {"task": "microbench", "microbench": settings.to_dict()}
-    _, outcome, started = launch(
-        config, run_dir, command=["dlscale", "microbench", *sys.argv[2:]], study="microbench",
-        on_warning=lambda message: say(console(stderr=True), f"dlscale: warning: {message}"),
-        task=task,
-    )  # fmt: skip
+    try:
+        _, outcome, started = launch(
+            config, run_dir, command=["dlscale", "microbench", *sys.argv[2:]], study="microbench",
+            on_warning=lambda message: say(console(stderr=True), f"dlscale: warning: {message}"),
+            task=task,
+        )  # fmt: skip
+    except UserError:  # refused before a rank started (its hosts, say): no empty directory left
+        with contextlib.suppress(OSError):
+            run_dir.rmdir()
+        raise
     assert not isinstance(outcome, str)  # a launcher that detaches is refused before
     per_rank = rank_records(config, run_dir)
     measuring = len(config.layout().training_ranks)  # a parameter server's others serve
