@@ -54,6 +54,26 @@ def test_a_test_bed_whose_owner_was_killed_goes_with_the_next_start(tmp_path: Pa
     assert gone.returncode != 0
 
 
+@pytest.mark.parametrize("damaged", ["[1, 2]", '{"hosts": ["dlsnode1"]}', "{", "\x00" * 8])
+def test_a_damaged_record_is_one_line_and_stop_removes_it(damaged):
+    """``/run/dlscale-hosts.json`` as a list, without a key, cut short or binary: ``show`` said
+    it with a traceback (AttributeError, KeyError) before; now one line naming the fix, and
+    ``stop`` removes the record and whatever hosts it left."""
+    assert not testbed.RECORD.exists()  # no test bed runs beside this test
+    testbed.RECORD.write_text(damaged)
+    try:
+        shown = _hosts("show")
+        assert shown.returncode == 2 and "Traceback" not in shown.stderr, shown.stderr
+        assert shown.stderr.startswith("dlscale: error: the emulated hosts' record cannot be read")
+        assert "dlscale hosts stop removes it" in shown.stderr
+        stopped = _hosts("stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert "removed a damaged record of emulated hosts" in stopped.stdout
+    finally:
+        testbed.RECORD.unlink(missing_ok=True)
+    assert not _nothing_left()
+
+
 def test_each_host_runs_on_its_own_share_of_the_cpus(tmp_path: Path):
     """``--cpus 1``: each host's processes (anything started over ssh) on a CPU of their own, as
     a node's are, so a rank pinned to its host's first CPU (JAX's) is not pinned beside every

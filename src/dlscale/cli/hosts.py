@@ -58,7 +58,18 @@ def main(args: argparse.Namespace) -> int:
             print("no emulated hosts run")
             return 0
         raise UserError("no emulated hosts run: start them with dlscale hosts start DIR --hosts N")
-    bed = testbed.Testbed.read(testbed.RECORD)
+    try:
+        bed = testbed.Testbed.read(testbed.RECORD)
+    except (OSError, ValueError) as error:  # damaged: stop removes what it names, and itself
+        if args.action == "stop":
+            testbed.check_can_start()
+            testbed.remove_abandoned()
+            print(f"removed a damaged record of emulated hosts ({error}) and any hosts it left")
+            return 0
+        raise UserError(
+            f"the emulated hosts' record cannot be read ({error}): dlscale hosts stop removes "
+            "it and any hosts left"
+        ) from None
     if args.dir is not None and Path(bed.dir) != args.dir.absolute():
         raise UserError(f"the emulated hosts that run are {bed.dir}'s, not {args.dir}'s")
     if args.action == "stop":

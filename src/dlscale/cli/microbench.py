@@ -148,20 +148,19 @@ def unshaped_below(config: dict[str, Any]) -> int:
 
 def _emulated_hosts_link(config: dict[str, Any]) -> str:
     """The link of ``dlscale hosts start``'s hosts when the run's host list names only them."""
-    from dlscale.launchers.host_list import parse_hosts, read_hostfile
+    from dataclasses import fields
+
+    from dlscale.launchers.host_list import listed_hosts
+    from dlscale.launchers.options import HostListOptions
     from dlscale.launchers.testbed_record import running_link
 
-    options = config.get("options", {}).get("launcher", {})
+    given = config.get("options", {}).get("launcher", {})
+    names = {f.name for f in fields(HostListOptions)}
     try:
-        if options.get("hosts"):
-            listed = parse_hosts(str(options["hosts"]), "hosts")
-        elif options.get("hostfile"):
-            listed = read_hostfile(str(options["hostfile"]))
-        else:
-            return ""
+        listed = listed_hosts(HostListOptions(**{k: v for k, v in given.items() if k in names}))
     except UserError:  # the run itself said what was wrong with it
         return ""
-    return running_link(name for name, _ in listed)
+    return running_link(name for name, _ in listed or ())
 
 
 def fit_patterns(

@@ -296,7 +296,7 @@ def stop(bed: Testbed) -> None:
     with contextlib.suppress(OSError):
         _write_block("")
     SSH_CONFIG.unlink(missing_ok=True)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+    with contextlib.suppress(OSError, ValueError):
         if Testbed.read(RECORD).dir == bed.dir:
             RECORD.unlink()
 
@@ -322,7 +322,7 @@ def remove_abandoned() -> None:
     of one with no record at all."""
     try:
         bed = Testbed.read(RECORD)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError):
         with contextlib.suppress(UserError):
             names = [n for n in namespaces() if n.startswith(PREFIX)]
             if names:

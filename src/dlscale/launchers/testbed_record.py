@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from dlscale.contract.files import read_small_file
 from dlscale.contract.numbers import whole_value
@@ -68,11 +69,18 @@ class Testbed:
     @staticmethod
     def read(path: Path) -> Testbed:
         """The record at ``path``, every value checked; ``OSError`` when it cannot be read (a
-        FIFO, larger than 1 MiB), ``ValueError`` (or ``KeyError``) when it is not a record."""
+        FIFO, larger than 1 MiB), ``ValueError`` when it is not a record (bad JSON, a list, a
+        key missing or of the wrong type)."""
         try:
             data = json.loads(read_small_file(path, 2**20))
+            return Testbed._from(path, data)
         except RecursionError:
             raise ValueError(f"{path}: nested too deeply") from None
+        except (KeyError, TypeError, AttributeError):
+            raise ValueError(f"{path}: not a test bed's record") from None
+
+    @staticmethod
+    def _from(path: Path, data: Any) -> Testbed:
         owner, slots = data.get("owner"), whole_value(data["slots"], 1, 4096)
         if not isinstance(data["hosts"], list) or slots is None:
             raise ValueError(f"{path}: not a test bed's record")
@@ -98,6 +106,6 @@ def running_link(hosts: Iterable[str]) -> str:
     names = set(hosts)
     try:
         bed = Testbed.read(RECORD)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError):
         return ""
     return bed.link if names and names <= set(bed.hosts) else ""
