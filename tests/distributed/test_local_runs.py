@@ -108,6 +108,28 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     assert [r.run_id for r in RunStore(tmp_path).results()] == [outcome.run_id]  # read once
 
 
+@pytest.mark.parametrize("backend", ["torch-fsdp", "torch-single"])
+def test_one_process_times_its_plain_step_and_a_forward_alone(tmp_path: Path, backend: str):
+    """A 1-worker point, the compute of engines with no step without synchronization
+    (torch-fsdp's own, tf-ps' baseline), times its plain step and a forward alone after its
+    windows, in ABBA order with no probe step; predict --validate takes the backward's share
+    from it (perfmodel/validate.py)."""
+    cfg = RunConfig.make(backend=backend, model="tiny", workers=1, steps=4, windows=1,
+                         warmup_steps=1, comm_probe_steps=2)  # fmt: skip
+    outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["test"], study="t")
+    assert outcome.state == "completed", outcome.result and outcome.result.error
+    m = outcome.result.metrics
+    events = read_events(tmp_path / outcome.run_id / "events.rank0.jsonl")
+    probe = {e["kind"]: e for e in events if e.get("kind") in ("probe", "nosync", "forward")}
+    assert set(probe) == {"nosync", "forward"}
+    ran = sorted((t, kind[0]) for kind in probe for t in probe[kind]["step_starts_s"])
+    assert "".join(kind for _, kind in ran) == "fnnf"  # pair 1 reversed, pair 2 not
+    for kind, metric in (("nosync", "step_time_nosync_p50_ms"), ("forward", "forward_time_p50_ms")):
+        assert m[metric] == pytest.approx(statistics.median(probe[kind]["step_ms"]), rel=1e-12)
+    # nothing synchronized beside it: torch-single's is 0, torch-fsdp's not measured
+    assert m["exposed_comm_fraction"] == (0.0 if backend == "torch-single" else None)
+
+
 def test_a_killed_worker_fails_the_run_and_stops_its_sibling(tmp_path: Path):
     results = tmp_path
     proc = start_long_run(results, timeout_s=120)

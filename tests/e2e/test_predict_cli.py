@@ -161,6 +161,15 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
         r"measured: tiny at batch 8, 1 worker of torch-single, ([\d.]+) ms a step", first.stdout
     )
     assert said and float(said.group(1)) == pytest.approx(step_ms, abs=0.05)
+    # the same run timed its plain step and a forward alone after its windows: the overlap's
+    # backward share is measured there, not assumed
+    forward, whole = (result["metrics"][k] for k in ("forward_time_p50_ms",
+                                                      "step_time_nosync_p50_ms"))  # fmt: skip
+    share = min(1.0, max(0.0, 1 - forward / whole))
+    assert f"backward {share:.0%} of the step (measured: forward {forward:.1f} ms of " in (
+        first.stdout
+    )
+    assert "assumed" not in first.stdout
     again = cli(*flags)
     assert again.returncode == 0 and len(list(tmp_path.glob("*/result.json"))) == 1
     # against batch size: batch 8 reused, 16 measured; each batch predicted on its own step

@@ -144,6 +144,26 @@ def test_exposed_comm_and_time_to_accuracy():
     assert aggregate(typed(per_rank), target_accuracy=0.95)["time_to_accuracy_s"] is None
 
 
+def test_one_process_times_its_plain_step_and_forward_but_measures_no_exposed_comm():
+    """A 1-process run's compute probe (runtime/schedule.py) has ``nosync`` and ``forward``
+    windows and no ``probe`` one: their medians are stored (the backward's share of the step
+    for the model), its exposed communication is 0 where nothing synchronizes and otherwise
+    not measured (torch-fsdp at 1 worker)."""
+    measure = window(0, 0, 1.0, [100.0, 100.0], epoch=0)
+    probe = [window(0, 0, 1.0, [40.0, 44.0, 50.0], kind="nosync"),
+             window(0, 0, 1.0, [10.0, 12.0, 30.0], kind="forward")]  # fmt: skip
+    alone = {"event": "environment", "synchronizes": False}
+    m = aggregate(typed({0: [alone, measure, *probe]}), target_accuracy=None)
+    assert m["step_time_nosync_p50_ms"] == 44.0 and m["forward_time_p50_ms"] == 12.0
+    assert m["exposed_comm_fraction"] == 0.0 and m["exposed_comm_significant"] is False
+    fsdp = aggregate(typed({0: [measure, *probe]}), target_accuracy=None)
+    assert fsdp["step_time_nosync_p50_ms"] == 44.0 and fsdp["forward_time_p50_ms"] == 12.0
+    assert fsdp.get("exposed_comm_fraction") is None
+    # without its probe (comm_probe_steps 0): neither
+    bare = aggregate(typed({0: [alone, measure]}), target_accuracy=None)
+    assert bare.get("step_time_nosync_p50_ms") is None and bare.get("forward_time_p50_ms") is None
+
+
 def row(
     run_id, backend, workers, throughput, *, framework=None, reference=None, options=None, **config
 ):

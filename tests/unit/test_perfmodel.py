@@ -310,6 +310,41 @@ def test_an_engine_without_a_probe_takes_its_baselines_step():
     assert compare([two, base, other], lambda p: Link(net))[0]["compute_ms"] == 25.0
 
 
+def test_an_engine_without_a_probe_takes_its_backward_share_from_its_compute_point():
+    """torch-fsdp and tf-ps time no step without synchronization; the 1-worker point their
+    compute comes from timed its plain step and a forward alone (runtime/schedule.py): the
+    share is that point's, never the multi-worker point's own leftovers; a compute point
+    without a forward leaves the share assumed."""
+    from dlscale.perfmodel.validate import Link, compare, share_words
+
+    net = Network.from_link(8e9, 0.0)  # 1 ns a byte
+    fsdp = _point(backend="torch-fsdp", pattern="fsdp", nosync=None, forward_time_p50_ms=1.0)
+    alone = _point(backend="torch-fsdp", pattern="fsdp", nosync=40.0, workers=1, run_id="x1",
+                   forward_time_p50_ms=10.0)  # fmt: skip
+    alone["metrics"]["step_time_p50_ms"] = 40.0
+    (row,) = compare([fsdp, alone], lambda p: Link(net))
+    assert row["compute_from"] == "torch-fsdp x1 step" and row["compute_ms"] == 40.0
+    assert row["backward_share"] == pytest.approx(0.75)  # 1 - 10/40, not 1 - 1/None
+    assert row["backward_share_from"] == "measured: forward 10.0 ms of 40.0 ms"
+    assert share_words(row) == "ideal: backward 75% measured"
+    # FSDP's all-gathers and reduce-scatter (fit: 2 x 1 ms + 1 ms at 1 MB) behind 30 ms
+    assert row["overlap_img_s"] == pytest.approx(64 / 0.040)
+    bare = {**alone, "metrics": {k: v for k, v in alone["metrics"].items()
+                                 if k != "forward_time_p50_ms"}}  # fmt: skip
+    (row,) = compare([fsdp, bare], lambda p: Link(net))
+    assert row["backward_share"] == pytest.approx(2 / 3)
+    assert share_words(row) == "ideal: backward 67% assumed"
+    # tf-ps: from its baseline's point (tf-single at 1 worker)
+    ps = _point(backend="tf-ps", pattern="ps-sync", nosync=None, sync_servers=1)
+    ps.update(baseline="tf-single x1, 1 thr", baseline_run_ids=["base"])
+    base = _point(backend="tf-single", workers=1, run_id="base", pattern=None, nosync=24.0,
+                  forward_time_p50_ms=6.0)  # fmt: skip
+    (row,) = compare([ps, base], lambda p: Link(net))
+    assert row["compute_from"] == "tf-single x1, 1 thr step"
+    assert row["backward_share"] == pytest.approx(0.75)
+    assert row["backward_share_from"] == "measured: forward 6.0 ms of 24.0 ms"
+
+
 def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_leaves_a_bad_one_out(
     tmp_path, capsys
 ):

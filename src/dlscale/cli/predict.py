@@ -72,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backward-share",
         type=float,
         help="the share of a step after its forward, which ring-overlap hides the all-reduce "
-        "behind (default 2/3, assumed; predict --validate measures it per engine)",
+        "behind (default: timed by the 1-worker run that measures the step; 2/3, assumed, "
+        "with --compute-ms or a run that times no forward alone: jax; predict --validate "
+        "measures it per engine)",
     )
     parser.add_argument(
         "--messages",

@@ -16,6 +16,7 @@ from dlscale.cli.tables import console, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.registry import load_object
 from dlscale.perfmodel.predict import MAX_MESSAGES, Profile
+from dlscale.perfmodel.validate import ASSUMED_SHARE, backward_share
 
 
 def compute_profile(
@@ -25,6 +26,7 @@ def compute_profile(
     count a step's gradient travels in and where it comes from (:func:`message_count`)."""
     compute_ms, gradient = args.compute_ms, args.gradient_bytes
     sources = [] if compute_ms is None else [f"{compute_ms:g} ms a step (given)"]
+    measured: dict[str, Any] = {}
     if compute_ms is None:
         measured = _measure(args, batch)
         compute_ms = measured["step_time_p50_ms"]
@@ -40,8 +42,11 @@ def compute_profile(
         sources.append(f"{gradient:,.0f} gradient bytes (given)")
     share = args.backward_share
     if share is None:
-        share = 2 / 3
-        sources.append("backward 2/3 of the step (assumed: `predict --validate` measures it)")
+        share, share_from = backward_share(measured)
+        if share_from == ASSUMED_SHARE:
+            sources.append("backward 2/3 of the step (assumed: `predict --validate` measures it)")
+        else:  # the same 1-worker run's forward, timed alone after its windows
+            sources.append(f"backward {share:.0%} of the step ({share_from})")
     elif not (math.isfinite(share) and 0 <= share <= 1):
         raise UserError(f"--backward-share must be a number from 0 to 1, got {share}")
     else:

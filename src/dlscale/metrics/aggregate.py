@@ -217,15 +217,34 @@ def _exposed_comm(per_rank: dict[int, Events], all_ranks: dict[int, Events]) -> 
         ),
         None,
     )
-    if synchronizes is False:
-        return {"exposed_comm_fraction": 0.0, "exposed_comm_significant": False}
     synced, unsynced = _windows(per_rank, "probe"), _windows(per_rank, "nosync")
-    if not synced or not unsynced:
+    compute = _compute_probe(per_rank, unsynced)
+    if synchronizes is False:
+        return {"exposed_comm_fraction": 0.0, "exposed_comm_significant": False, **compute}
+    if not synced:
+        return compute  # one process's compute probe (runtime/schedule.py), or nothing
+    if not unsynced:
         return {}
     sync_ms, nosync_ms = _step_times(synced)[0], _step_times(unsynced)[0]
     if len(sync_ms) != len(nosync_ms) or not len(sync_ms):
         return {}
     fraction, half = exposed_fraction(sync_ms, nosync_ms)
+    return {
+        **compute,
+        "exposed_comm_fraction": fraction,
+        "exposed_comm_ci95": half,
+        "exposed_comm_significant": half is not None and abs(fraction) > half,
+        **probe_load(synced + unsynced),
+    }
+
+
+def _compute_probe(per_rank: dict[int, Events], unsynced: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median step without synchronization and the median forward alone (ms), from the
+    probe's ``nosync`` and ``forward`` windows (a 1-process run has only these); none without
+    ``nosync`` steps."""
+    nosync_ms = _step_times(unsynced)[0] if unsynced else None
+    if nosync_ms is None or not len(nosync_ms):
+        return {}
     forward = _windows(per_rank, "forward")
     forward_ms = _step_times(forward)[0] if forward else None
     return {
@@ -233,10 +252,6 @@ def _exposed_comm(per_rank: dict[int, Events], all_ranks: dict[int, Events]) -> 
         "forward_time_p50_ms": (
             percentile(forward_ms, 50) if forward_ms is not None and len(forward_ms) else None
         ),
-        "exposed_comm_fraction": fraction,
-        "exposed_comm_ci95": half,
-        "exposed_comm_significant": half is not None and abs(fraction) > half,
-        **probe_load(synced + unsynced),
     }
 
 

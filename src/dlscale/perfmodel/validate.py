@@ -19,8 +19,9 @@ error = predicted / measured - 1. What the prediction takes:
   (``messages``: how many).
 
 A ring or FSDP point is also predicted with the ideal overlap of its collectives with backward
-(``overlap_error``; backward's share of the step measured by the point's probe where its engine
-times a forward alone, else assumed 2/3: ``backward_share_from``): the two bound what bucketed
+(``overlap_error``; backward's share of the step measured by the probe of the point its compute
+comes from, its own or a 1-worker point's, where that engine times a forward alone, else
+assumed 2/3: ``backward_share_from``): the two bound what bucketed
 overlap gives; a synchronous parameter server's with its pushes and pulls in the link's two
 directions at once, overlapped (:data:`~.engines.PIPELINED`), which bounds what a
 per-parameter kvstore gives. The median of the absolute errors over the points, per engine
@@ -115,24 +116,27 @@ class Link:
 
 def _compute(
     point: dict[str, Any], by_run: dict[str, dict[str, Any]], points: list[dict[str, Any]]
-) -> tuple[float, str] | None:
-    """The point's step without synchronization (ms) and where it comes from: its no-sync
+) -> tuple[float, str, dict[str, Any]] | None:
+    """The point's step without synchronization (ms), where it comes from, and the metrics of
+    the point it comes from (whose probe also gives the backward's share): its no-sync
     probe; else, for a pattern that synchronizes nothing at 1 worker (a ring, FSDP), the same
     engine's 1-worker point with the same settings and threads (torch-fsdp's own step; the
     fit loop of keras-fit results stored before its probe, which tf-single's does not time);
     else its baseline's step."""
     metrics = point.get("metrics") or {}
     if metrics.get("step_time_nosync_p50_ms"):
-        return float(metrics["step_time_nosync_p50_ms"]), "no-sync probe"
+        return float(metrics["step_time_nosync_p50_ms"]), "no-sync probe", metrics
     if metrics.get("sync_pattern") in OVERLAPS:
         own = next((p for p in points if _one_worker_of(p, point)), None)
         if own is not None:
-            return _step(own), f"{point['config'].get('backend')} x1 step"
+            source = f"{point['config'].get('backend')} x1 step"
+            return _step(own), source, own.get("metrics") or {}
     base_ids = point.get("baseline_run_ids") or []
     base = next((by_run[r] for r in base_ids if r in by_run), None)
     if base is None or point.get("baseline_threads_differ") or not _step(base):
         return None
-    return _step(base), f"{point.get('baseline') or base['config'].get('backend')} step"
+    source = f"{point.get('baseline') or base['config'].get('backend')} step"
+    return _step(base), source, base.get("metrics") or {}
 
 
 def _one_worker_of(candidate: dict[str, Any], point: dict[str, Any]) -> bool:
@@ -189,7 +193,7 @@ def compare(
         if link is None:
             continue
         payload = _payload(metrics, pattern, workers)
-        share, share_from = backward_share(metrics)
+        share, share_from = backward_share(compute[2])
         profile = Profile(
             compute_s=compute[0] / 1e3,
             batch=int(batch),
@@ -199,7 +203,9 @@ def compare(
         servers = int(metrics.get("sync_servers") or 1)
         messages = _messages(metrics)
         comm = pattern_comm(pattern, payload, workers, servers, link, messages)
-        row = _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
+        row = _row(
+            point, pattern, compute[:2], comm, profile, workers, servers, link, float(measured)
+        )
         if pattern == "ring" and (sent := _sent_on_cycle(metrics, messages)):
             backward = profile.compute_s * profile.backward_share
             exposed = replayed_comm(pattern, payload, workers, servers, link, sent, backward)
@@ -249,9 +255,10 @@ ASSUMED_SHARE = "assumed (backward twice the forward)"
 
 def backward_share(metrics: dict[str, Any]) -> tuple[float, str]:
     """The share of a step after its forward (backward and the update: what an overlapped
-    synchronization can hide in) and where it comes from: the point's own probe, ``1 -
-    forward / no-sync step`` (docs/metrics.md, ``forward_time_p50_ms``), clipped to [0, 1];
-    else 2/3, assumed."""
+    synchronization can hide in) and where it comes from: the probe of the point whose step
+    is the compute (its own, or the 1-worker point's: runtime/schedule.py), ``1 - forward /
+    no-sync step`` (docs/metrics.md, ``forward_time_p50_ms``), clipped to [0, 1]; else 2/3,
+    assumed."""
     forward, whole = metrics.get("forward_time_p50_ms"), metrics.get("step_time_nosync_p50_ms")
     if forward and whole and np.isfinite(forward) and np.isfinite(whole) and whole > 0:
         share = float(min(1.0, max(0.0, 1.0 - forward / whole)))

@@ -20,6 +20,10 @@ way:
   ``nosync``), each carrying the machine's counters read around the whole probe; where the
   engine can run a forward alone, forward steps join the alternation (``forward``: the share
   of a step that backward and the update take, which the model's overlap needs);
+* a run of one process that times a forward alone (a 1-worker point: the compute that
+  ``predict --validate`` takes for engines with no step without synchronization) alternates
+  its plain step (``nosync``: nothing to synchronize) with forward steps instead, in the
+  same ABBA order; it has no ``probe`` window, so its exposed communication stays as it was;
 * records go to this process's events file (:mod:`dlscale.contract.records`); the parent takes
   the maximum over ranks (:mod:`dlscale.metrics.aggregate`).
 """
@@ -113,6 +117,8 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
         engine.save_params()
     if engine.synchronizes and cfg.comm_probe_steps > 0 and engine.no_sync() is not None:
         timer.probe(_cycle(engine), cfg.comm_probe_steps)
+    elif ctx.processes == cfg.workers == 1 and engine.times_forward and cfg.comm_probe_steps > 0:
+        timer.probe(_cycle(engine), cfg.comm_probe_steps, alone=True)
     engine.finish()
     if checkpoints is not None:
         checkpoints.finish()
@@ -182,14 +188,19 @@ class _WindowTimer:
             )
         )
 
-    def probe(self, batches: Iterator[Any], pairs: int) -> None:
+    def probe(self, batches: Iterator[Any], pairs: int, *, alone: bool = False) -> None:
         """``pairs`` synchronized and ``pairs`` unsynchronized steps, alternating in ABBA
         order (sync, no-sync, no-sync, sync, ...), after a warm-up step of each kind; where the
         engine can time a forward alone (``times_forward``), a forward step joins each pair
         (sync, no-sync, forward, forward, no-sync, sync, ...), outside synchronization too.
-        The replicas may drift apart here, which no longer matters: training is over."""
+        The replicas may drift apart here, which no longer matters: training is over.
+        ``alone``: the only process of its run, whose plain steps (``nosync``) alternate with
+        forward steps (``times_forward``), with no context around either."""
         engine, clock = self.engine, time.perf_counter
-        kinds = ["probe", "nosync"] + (["forward"] if engine.times_forward else [])
+        if alone:
+            kinds = ["nosync", "forward"]
+        else:
+            kinds = ["probe", "nosync"] + (["forward"] if engine.times_forward else [])
         times: dict[str, list[float]] = {kind: [] for kind in kinds}
         starts: dict[str, list[float]] = {kind: [] for kind in kinds}  # to check the order by
         # the machine's counters around the whole probe: read before the warm-up pair, whose
@@ -202,7 +213,8 @@ class _WindowTimer:
                 batch = next(batches)
                 engine.sync()
                 start = clock()
-                with contextlib.nullcontext() if kind == "probe" else _no_sync(engine):
+                plain = alone or kind == "probe"
+                with contextlib.nullcontext() if plain else _no_sync(engine):
                     if kind == "forward":
                         engine.forward_only(batch)
                     else:

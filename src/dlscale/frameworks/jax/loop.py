@@ -75,6 +75,7 @@ class JaxEngine(ModelledSyncEngine):
         if distributed:
             start_distributed(jax, ctx)
         self.synchronizes = distributed and cfg.workers > 1
+        self.times_forward = self.synchronizes  # one process compiles no forward (_compile)
         spec = MODELS.get(cfg.model)
         self.classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
         self.data: NumpyDataset = DATASETS.get(cfg.dataset).load(
