@@ -76,8 +76,11 @@ def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference: Re
     elif backend in ("keras-fit", "horovod-keras"):  # fit's steps, one at a time in the probe
         assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["input_time_p50_ms"] is None
         assert metrics["forward_time_p50_ms"] > 0  # its forward alone, through fit too
-    else:  # the coordinator times whole windows; tf-single synchronizes nothing; the
-        # synchronous ps times its steps but has no step without the ps to compare with
+    elif backend == "tf-single":  # one process: its plain step beside a forward alone
+        assert metrics["step_time_nosync_p50_ms"] > 0 and metrics["forward_time_p50_ms"] > 0
+        assert metrics["exposed_comm_fraction"] == 0.0  # it synchronizes nothing
+    else:  # the coordinator times whole windows; the synchronous ps times its steps but has
+        # no step without the ps to compare with
         assert metrics["step_time_nosync_p50_ms"] is None
     if not coordinator and backend == "tf-ps":
         assert metrics["step_time_p50_ms"] > 0 and metrics["input_time_p50_ms"] > 0
