@@ -356,13 +356,18 @@ def collective_bytes(collective: str, size: int, processes: int, rank: int = 0) 
 
 def microbench_bytes(config: RunConfig, settings: Settings) -> tuple[int, str, int]:
     """A microbench point's memory: every process's interpreter, and each measuring rank's
-    buffers for the collective and size that take the most; (bytes, that collective, size)."""
-    measuring = config.layout().training_ranks
+    buffers for the collective and size that take the most (a parameter server's push and
+    pull also the servers': every worker's part of the message, received before they sum);
+    (bytes, that collective, size)."""
+    layout = config.layout()
+    measuring = layout.training_ranks
+    serves = len(layout.processes) > len(measuring)
     size = max(settings.sizes)
     ranked = [
-        (sum(collective_bytes(c, size, len(measuring), r) for r in range(len(measuring))), c)
+        (sum(collective_bytes(c, size, len(measuring), r) for r in range(len(measuring)))
+         + (len(measuring) * size if c == "ps_pushpull" and serves else 0), c)
         for c in settings.collectives
-    ]
+    ]  # fmt: skip
     buffers, collective = max(ranked)
     return process_count(config) * PROCESS_BASE_BYTES + buffers, collective, size
 

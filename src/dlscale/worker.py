@@ -96,7 +96,8 @@ def main(argv: list[str]) -> int:
             threads=int(os.environ.get("DLSCALE_THREADS", "1")),
             events=events,
         )
-        if spec.get("task") == "microbench" and process.trains:  # collectives, not training
+        microbench = spec.get("task") == "microbench"
+        if microbench and (process.trains or backend.collectives_everywhere):  # collectives
             from dlscale.microbench import Settings
 
             load_object(str(backend.collectives))(ctx, Settings.from_dict(spec["microbench"]))

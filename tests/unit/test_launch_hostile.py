@@ -371,6 +371,11 @@ def test_collective_buffers_by_hand():
     needed, collective, size = microbench_bytes(cfg, settings)
     assert (collective, size) == ("all_gather", gib)
     assert needed == 4 * (100 << 20) + 4 * (5 * gib + gib // 4)
+    # torch-ps' push and pull: its 2 servers also hold every worker's part of the message
+    ps = RunConfig.make(backend="torch-ps", workers=2, model="tiny", num_servers=2)
+    pushpull = Settings(collectives=("ps_pushpull",), sizes=(gib,))
+    assert microbench_bytes(ps, pushpull) == (4 * (100 << 20) + 2 * 4 * gib + 2 * gib,
+                                              "ps_pushpull", gib)  # fmt: skip
 
 
 def test_a_microbench_whose_buffers_exceed_the_memory_is_refused(tmp_path, capsys, monkeypatch):

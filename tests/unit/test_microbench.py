@@ -256,3 +256,25 @@ def test_emulated_hosts_links_burst_is_left_out_of_the_fit(tmp_path, monkeypatch
     for damaged in ("[1, 2]", '{"hosts": "dlsnode1", "slots": 1}', "{", "\x00" * 8):
         record.write_text(damaged)
         assert below(hosts="dlsnode1:1") == 0
+
+
+def test_torch_ps_servers_serve_every_round_its_workers_time_in_their_order():
+    """torch-ps' servers time nothing: they serve as many pushes and pulls of each size as the
+    workers' shared loop runs (warm-up calls included), or a run would hang or mismatch; a
+    message is split over the servers in near-equal parts, never an empty one."""
+    from dlscale.frameworks.torch.ps_collectives import OFFERED, parts, rounds
+    from dlscale.microbench.timing import time_offered
+
+    settings = Settings(collectives=("all_reduce", "ps_pushpull", "broadcast"),
+                        sizes=(4, 6, 1 << 20, 64 << 20), max_iterations=5)  # fmt: skip
+    timed: list[int] = []
+    for _ in time_offered(
+        settings, OFFERED, 3, 0,
+        lambda _c, _s, count: (lambda: None, lambda: timed.append(count), lambda: 0.0),
+        lambda: None,
+    ):  # fmt: skip
+        pass
+    assert list(rounds(settings, 3)) == timed
+    assert len(timed) == 3 * (2 + 5) + (1 + 3)  # 4 B, 6 B, 1 MiB; 64 MiB: 3 timed at least
+    assert parts(1, 2) == [1] and parts(6, 3) == [2, 2, 2] and parts(7, 3) == [3, 2, 2]
+    assert sum(parts(10**6 + 1, 4)) == 10**6 + 1 and parts(5, 1) == [5]

@@ -84,6 +84,10 @@ class BackendSpec:
     collectives: str | None = None
     """``module:function(ctx, settings)`` running ``dlscale microbench``'s collectives on this
     engine's communication library (:mod:`dlscale.microbench`); ``None``: none to measure."""
+    collectives_everywhere: bool = False
+    """``collectives`` runs on every process of the run, the roles that do not train too
+    (torch-ps' servers serve its push and pull there); else only the training processes run
+    it and the others run ``worker`` as in training (mxnet-kv's ps-lite servers)."""
     precisions: tuple[str, ...] = ("float32",)
     """The ``precision`` values its engine trains in (``float64``: model, inputs, gradients
     and collectives all in it); a point asking another is skipped, or refused alone."""

@@ -119,6 +119,8 @@ BACKENDS.register(
         description="parameter server: num_servers server ranks, sync or async (ps_mode)",
         framework="torch",
         worker="dlscale.frameworks.torch.ps:run",
+        collectives="dlscale.frameworks.torch.ps_collectives:run",
+        collectives_everywhere=True,
         measures_exposed_comm=True,
         install=INSTALL,
         options=TORCH_LOOP_OPTIONS + PS_OPTIONS,

@@ -1,0 +1,134 @@
+"""torch-ps' own push and pull, for ``dlscale microbench --backend torch-ps``: the same sizes,
+iterations, untimed preparation, check and records as :mod:`dlscale.frameworks.torch.collectives`
+(the loop is :mod:`dlscale.microbench.timing`'s), on the messages torch-ps' synchronous step
+sends (:mod:`dlscale.frameworks.torch.ps`):
+
+* ps_pushpull: each worker splits its message of ``size`` bytes into ``k`` near-equal parts, one
+  a server (as the training's shards are balanced by bytes; fewer parts where the message has
+  fewer elements than there are servers), sends every part at once (``isend``) and then
+  receives each server's reply; a server receives the part from all N workers (explicit
+  sources), sums them and sends the sum back to every worker, as its ``dist_sync`` round does
+  with the mean before its optimizer step (no optimizer here: the sum is exact, and checked). An
+  all-reduce by its result, through the servers: recorded as ``ps_pushpull`` with the servers
+  that held the message (``Collective.servers``), which the ``ps`` fit and ``predict
+  --validate``'s ``ps_pushpull/<servers>`` read, never as ``all_reduce``.
+
+Every process of the run runs this (:attr:`~dlscale.contract.backends.BackendSpec.
+collectives_everywhere`): the servers serve exactly the rounds the workers time, in the same
+order (:func:`rounds`), with no barrier of their own; the workers' barrier is a gloo group of
+the workers alone. Messages go through gloo on CPU buffers, as torch-ps' do (a CUDA worker's
+copies between its device and the host are not in these times). The servers' update (an SGD
+step on their shard) is not either: it is compute, which the model prices from the point's
+step.
+
+Not offered: all_reduce, all_gather, reduce_scatter, broadcast and send_recv (torch-ps sends
+none; torch-ddp's microbench measures torch.distributed's collectives on the same network).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+
+from dlscale.frameworks.torch.loop import init_process_group
+from dlscale.microbench import MIN_PROCESSES, Settings, iterations
+from dlscale.microbench.timing import Operation, element_count, time_offered
+from dlscale.runtime.context import WorkerContext
+
+OFFERED = ("ps_pushpull",)
+"""torch-ps sends only its pushes and pulls."""
+_CPU = torch.device("cpu")
+
+
+def run(ctx: WorkerContext, settings: Settings) -> None:
+    torch.set_num_threads(ctx.threads)
+    init_process_group(ctx, _CPU)  # gloo, as torch-ps' training
+    workers = [p.rank for p in ctx.layout.processes if p.trains]
+    servers = [p.rank for p in ctx.layout.processes if not p.trains]
+    group = dist.new_group(workers)  # every rank makes it; only the workers wait in it
+    try:
+        if ctx.process.trains:
+            _measure(ctx, settings, workers, servers, group)
+        else:
+            _serve(settings, workers, servers, servers.index(ctx.rank))
+    finally:
+        dist.destroy_process_group()
+
+
+def parts(count: int, servers: int) -> list[int]:
+    """The elements each server holds of a message of ``count``: near-equal, the larger parts
+    first; no empty part (a message of fewer elements than servers is held by fewer)."""
+    held = max(1, min(servers, count))
+    return [count // held + (1 if s < count % held else 0) for s in range(held)]
+
+
+def rounds(settings: Settings, workers: int) -> Iterator[int]:
+    """The element count of every push and pull the workers time, warm-up calls included, in
+    their order (:func:`~dlscale.microbench.timing.time_offered`'s): what a server serves."""
+    for collective in settings.collectives:
+        if collective not in OFFERED or workers < MIN_PROCESSES.get(collective, 1):
+            continue
+        for size in settings.sizes:
+            warmup, timed = iterations(size, settings.max_iterations)
+            count = element_count(collective, size, workers)
+            for _ in range(warmup + timed):
+                yield count
+
+
+def _measure(
+    ctx: WorkerContext,
+    settings: Settings,
+    workers: list[int],
+    servers: list[int],
+    group: dist.ProcessGroup,
+) -> None:
+    p, rank = len(workers), workers.index(ctx.rank)
+    for record in time_offered(
+        settings, OFFERED, p, rank,
+        lambda _collective, _size, count: _operation(count, p, rank, servers),
+        lambda: dist.barrier(group=group),
+    ):  # fmt: skip
+        held = len(parts(record.bytes // 4, len(servers)))
+        ctx.events.write(dataclasses.replace(record, servers=held))
+
+
+def _operation(count: int, p: int, rank: int, servers: list[int]) -> Operation:
+    """What to do before each call (untimed), the push and pull to time, and a check of its
+    result after a call: the largest error."""
+    mine = float(rank + 1)
+    total = p * (p + 1) / 2
+    sizes = parts(count, len(servers))
+    x = torch.full((count,), mine)
+    out = torch.zeros(count)
+    pushes, pulls = x.split(sizes), out.split(sizes)  # views: a pull lands in ``out``
+
+    def pushpull() -> None:
+        sent = [dist.isend(part, dst=servers[s]) for s, part in enumerate(pushes)]
+        received = [dist.irecv(part, src=servers[s]) for s, part in enumerate(pulls)]
+        for work in (*sent, *received):
+            assert work is not None  # None only on a rank outside the group
+            work.wait()
+
+    return out.zero_, pushpull, lambda: float((out - total).abs().max())
+
+
+def _serve(settings: Settings, workers: list[int], servers: list[int], index: int) -> None:
+    """Every round the workers time: their parts received, summed, the sum sent back to each
+    (a server past the message's parts sits the round out)."""
+    for count in rounds(settings, len(workers)):
+        sizes = parts(count, len(servers))
+        if index >= len(sizes):
+            continue
+        buffers = [torch.empty(sizes[index]) for _ in workers]
+        for work in [dist.irecv(b, src=w) for w, b in zip(workers, buffers, strict=True)]:
+            assert work is not None
+            work.wait()
+        total = buffers[0]
+        for buffer in buffers[1:]:
+            total.add_(buffer)  # in place: a server holds N parts, no more
+        for work in [dist.isend(total, dst=w) for w in workers]:
+            assert work is not None
+            work.wait()
