@@ -290,6 +290,13 @@ def test_report_without_results_is_a_clear_error(tmp_path: Path, cli):
     result = cli("report", "--results", str(tmp_path / "none"))
     assert result.returncode == 2
     assert "no results directory" in result.stderr and "Traceback" not in result.stderr
+    # the directory given as predict --validate takes it: the same answer
+    alone = cli("report", str(tmp_path / "none"))
+    assert alone.returncode == 2 and "no results directory" in alone.stderr
+    assert str(tmp_path / "none") in alone.stderr
+    both = cli("report", str(tmp_path / "a"), "--results", str(tmp_path / "b\x1b[31m"))
+    assert both.returncode == 2 and "Traceback" not in both.stderr
+    assert "two results directories given" in both.stderr and "\x1b" not in both.stderr
 
 
 def test_settings_that_differ_between_rows_of_one_backend_get_a_column():

@@ -24,8 +24,13 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        help="results directory, as --results gives it (as `predict --validate DIR` takes it)",
+    )
+    parser.add_argument(
         "--results",
-        default="dlscale-results",
         metavar="DIR",
         help="results directory (default: ./dlscale-results)",
     )
@@ -56,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
     from dlscale.store.claims import read_claims
     from dlscale.store.results import RunStore
 
+    args.results = _results_directory(args.directory, args.results)
     files = [(args.out, "--out"), (args.markdown, "--markdown"), (args.csv, "--csv")]
     for path, flag in files:
         if path is not None:
@@ -195,3 +201,14 @@ def _write_figures(planned: list[tuple[str, Figure]], directory: Path) -> list[P
     for stem, figure in planned:
         written += save_static(figure, directory / stem)
     return written
+
+
+def _results_directory(positional: str | None, flag: str | None) -> str:
+    """The results directory, given as ``DIR`` or ``--results DIR`` (default
+    ``dlscale-results``); both at once must name the same one."""
+    if positional is not None and flag is not None and Path(positional) != Path(flag):
+        raise UserError(
+            f"two results directories given: {visible(positional)} and --results "
+            f"{visible(flag)}; give one"
+        )
+    return positional or flag or "dlscale-results"
