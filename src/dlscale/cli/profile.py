@@ -114,6 +114,7 @@ def _measure(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     config = RunConfig.make(
         backend=_reference_backend(args.framework), model=args.model, dataset="synthetic",
         workers=1, batch_size=batch, steps=5, windows=1, warmup_steps=2,
+        comm_probe_steps=3,  # then 4 plain steps and 4 forwards for backward's share
     )  # fmt: skip
     store = RunStore(args.results)
     stored = store.read(config.run_id())
