@@ -93,13 +93,22 @@ def time_offered(
     settings' order, the same on every rank; ``operation(collective, size, count)`` builds the
     calls, each running ``messages(size)`` messages of the size where given. What is skipped
     the command names as not measured."""
+    for collective, size in timed_in_order(settings, offered, processes):
+        yield time_collective(
+            collective, size, processes, rank,
+            functools.partial(operation, collective, size),
+            barrier, settings.max_iterations, synchronize,
+            messages(size) if messages is not None else 1,
+        )  # fmt: skip
+
+
+def timed_in_order(
+    settings: Settings, offered: tuple[str, ...], processes: int
+) -> Iterator[tuple[str, int]]:
+    """Every (collective, size) :func:`time_offered` times, in its order: the requested
+    collectives the library offers and has the processes for, each at every size; what a
+    process that serves the calls without timing them (torch-ps' servers) follows."""
     for collective in settings.collectives:
-        if collective not in offered or processes < MIN_PROCESSES.get(collective, 1):
-            continue
-        for size in settings.sizes:
-            yield time_collective(
-                collective, size, processes, rank,
-                functools.partial(operation, collective, size),
-                barrier, settings.max_iterations, synchronize,
-                messages(size) if messages is not None else 1,
-            )  # fmt: skip
+        if collective in offered and processes >= MIN_PROCESSES.get(collective, 1):
+            for size in settings.sizes:
+                yield collective, size

@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 
 from dlscale.frameworks.torch.loop import init_process_group
-from dlscale.microbench import MIN_PROCESSES, Settings, iterations
-from dlscale.microbench.timing import Operation, element_count, time_offered
+from dlscale.microbench import Settings, iterations
+from dlscale.microbench.timing import Operation, element_count, time_offered, timed_in_order
 from dlscale.runtime.context import WorkerContext
 
 OFFERED = ("ps_pushpull",)
@@ -46,8 +46,8 @@ _CPU = torch.device("cpu")
 def run(ctx: WorkerContext, settings: Settings) -> None:
     torch.set_num_threads(ctx.threads)
     init_process_group(ctx, _CPU)  # gloo, as torch-ps' training
-    workers = [p.rank for p in ctx.layout.processes if p.trains]
-    servers = [p.rank for p in ctx.layout.processes if not p.trains]
+    workers = ctx.layout.training_ranks
+    servers = [p.rank for p in ctx.layout.of_role("server")]
     group = dist.new_group(workers)  # every rank makes it; only the workers wait in it
     try:
         if ctx.process.trains:
@@ -65,17 +65,12 @@ def parts(count: int, servers: int) -> list[int]:
     return [count // held + (1 if s < count % held else 0) for s in range(held)]
 
 
-def rounds(settings: Settings, workers: int) -> Iterator[int]:
-    """The element count of every push and pull the workers time, warm-up calls included, in
-    their order (:func:`~dlscale.microbench.timing.time_offered`'s): what a server serves."""
-    for collective in settings.collectives:
-        if collective not in OFFERED or workers < MIN_PROCESSES.get(collective, 1):
-            continue
-        for size in settings.sizes:
-            warmup, timed = iterations(size, settings.max_iterations)
-            count = element_count(collective, size, workers)
-            for _ in range(warmup + timed):
-                yield count
+def rounds(settings: Settings, workers: int) -> Iterator[tuple[int, int]]:
+    """(elements, calls) of every message size the workers time, warm-up calls included, in
+    their order (:func:`~dlscale.microbench.timing.timed_in_order`): what a server serves."""
+    for collective, size in timed_in_order(settings, OFFERED, workers):
+        warmup, timed = iterations(size, settings.max_iterations)
+        yield element_count(collective, size, workers), warmup + timed
 
 
 def _measure(
@@ -107,28 +102,28 @@ def _operation(count: int, p: int, rank: int, servers: list[int]) -> Operation:
 
     def pushpull() -> None:
         sent = [dist.isend(part, dst=servers[s]) for s, part in enumerate(pushes)]
-        received = [dist.irecv(part, src=servers[s]) for s, part in enumerate(pulls)]
-        for work in (*sent, *received):
-            assert work is not None  # None only on a rank outside the group
-            work.wait()
+        _wait([*sent, *(dist.irecv(part, src=servers[s]) for s, part in enumerate(pulls))])
 
     return out.zero_, pushpull, lambda: float((out - total).abs().max())
 
 
 def _serve(settings: Settings, workers: list[int], servers: list[int], index: int) -> None:
-    """Every round the workers time: their parts received, summed, the sum sent back to each
-    (a server past the message's parts sits the round out)."""
-    for count in rounds(settings, len(workers)):
+    """Every call the workers time: their parts received, summed, the sum sent back to each
+    (a server past the message's parts sits the size out); its buffers made once a size."""
+    for count, calls in rounds(settings, len(workers)):
         sizes = parts(count, len(servers))
         if index >= len(sizes):
             continue
         buffers = [torch.empty(sizes[index]) for _ in workers]
-        for work in [dist.irecv(b, src=w) for w, b in zip(workers, buffers, strict=True)]:
-            assert work is not None
-            work.wait()
-        total = buffers[0]
-        for buffer in buffers[1:]:
-            total.add_(buffer)  # in place: a server holds N parts, no more
-        for work in [dist.isend(total, dst=w) for w in workers]:
-            assert work is not None
-            work.wait()
+        total = buffers[0]  # summed into in place: a server holds N parts, no more
+        for _ in range(calls):
+            _wait([dist.irecv(b, src=w) for w, b in zip(workers, buffers, strict=True)])
+            for buffer in buffers[1:]:
+                total.add_(buffer)
+            _wait([dist.isend(total, dst=w) for w in workers])
+
+
+def _wait(works: list[dist.Work | None]) -> None:
+    for work in works:
+        assert work is not None  # None only on a rank outside the group
+        work.wait()
