@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -114,9 +114,18 @@ class Link:
         return self.network, self.pattern
 
 
+class Compute(NamedTuple):
+    """A point's compute: its step without synchronization, where that comes from, and the
+    metrics of the point it comes from (whose probe also gives backward's share)."""
+
+    ms: float
+    source: str
+    metrics: dict[str, Any]
+
+
 def _compute(
     point: dict[str, Any], by_run: dict[str, dict[str, Any]], points: list[dict[str, Any]]
-) -> tuple[float, str, dict[str, Any]] | None:
+) -> Compute | None:
     """The point's step without synchronization (ms), where it comes from, and the metrics of
     the point it comes from (whose probe also gives the backward's share): its no-sync
     probe; else, for a pattern that synchronizes nothing at 1 worker (a ring, FSDP), the same
@@ -125,18 +134,18 @@ def _compute(
     else its baseline's step."""
     metrics = point.get("metrics") or {}
     if metrics.get("step_time_nosync_p50_ms"):
-        return float(metrics["step_time_nosync_p50_ms"]), "no-sync probe", metrics
+        return Compute(float(metrics["step_time_nosync_p50_ms"]), "no-sync probe", metrics)
     if metrics.get("sync_pattern") in OVERLAPS:
         own = next((p for p in points if _one_worker_of(p, point)), None)
         if own is not None:
             source = f"{point['config'].get('backend')} x1 step"
-            return _step(own), source, own.get("metrics") or {}
+            return Compute(_step(own), source, own.get("metrics") or {})
     base_ids = point.get("baseline_run_ids") or []
     base = next((by_run[r] for r in base_ids if r in by_run), None)
     if base is None or point.get("baseline_threads_differ") or not _step(base):
         return None
     source = f"{point.get('baseline') or base['config'].get('backend')} step"
-    return _step(base), source, base.get("metrics") or {}
+    return Compute(_step(base), source, base.get("metrics") or {})
 
 
 def _one_worker_of(candidate: dict[str, Any], point: dict[str, Any]) -> bool:
@@ -193,9 +202,9 @@ def compare(
         if link is None:
             continue
         payload = _payload(metrics, pattern, workers)
-        share, share_from = backward_share(compute[2])
+        share, share_from = backward_share(compute.metrics)
         profile = Profile(
-            compute_s=compute[0] / 1e3,
+            compute_s=compute.ms / 1e3,
             batch=int(batch),
             gradient_bytes=payload,
             backward_share=share,
@@ -203,9 +212,7 @@ def compare(
         servers = int(metrics.get("sync_servers") or 1)
         messages = _messages(metrics)
         comm = pattern_comm(pattern, payload, workers, servers, link, messages)
-        row = _row(
-            point, pattern, compute[:2], comm, profile, workers, servers, link, float(measured)
-        )
+        row = _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
         if pattern == "ring" and (sent := _sent_on_cycle(metrics, messages)):
             backward = profile.compute_s * profile.backward_share
             exposed = replayed_comm(pattern, payload, workers, servers, link, sent, backward)
@@ -280,7 +287,7 @@ def share_words(row: dict[str, Any]) -> str:
 def _row(
     point: dict[str, Any],
     pattern: str,
-    compute: tuple[float, str],
+    compute: Compute,
     comm: Comm,
     profile: Profile,
     workers: int,
@@ -302,8 +309,8 @@ def _row(
         "servers": servers if pattern.startswith("ps-") else None,
         "measured_img_s": measured,
         "measured_step_ms": metrics.get("step_time_p50_ms"),
-        "compute_ms": compute[0],
-        "compute_from": compute[1],
+        "compute_ms": compute.ms,
+        "compute_from": compute.source,
         "noisy": bool(metrics.get("noisy")),
         "comm_ms": comm.seconds * 1e3,
         "comm_from": comm.source,
