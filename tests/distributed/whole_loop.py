@@ -63,12 +63,24 @@ def interpolated(rows: list[dict[str, Any]], n: float) -> float:
     raise AssertionError(f"{n} bytes is outside the sizes measured: {points}")
 
 
-def check_the_whole_loop(cli, results: Path, backend: str, algorithm: str) -> dict[str, Any]:
-    """Train ``backend`` into ``results``, then check its validation row and the forward
-    prediction's trust; the row, and the validation's records under ``"records"``."""
+def check_the_whole_loop(
+    cli, results: Path, backend: str, algorithm: str, *, options: tuple[str, ...] = (),
+    baseline: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Train ``backend`` (with ``--set`` ``options``) into ``results``, then check its
+    validation row and the forward prediction's trust; the row, and the validation's records
+    under ``"records"``. ``baseline``: an engine without a step that skips synchronization
+    takes its compute and backward share from that 1-worker point, trained first (1 thread a
+    process, both)."""
     scratch = results.parent / f"{results.name}.tmp"  # its temporary directory: empty after it
     scratch.mkdir()
-    run = cli("run", "--backend", backend, *TRAIN, "--results", str(results),
+    threads = ("--set", "threads_per_worker=1") if baseline else ()
+    if baseline:
+        first = cli("run", "--backend", baseline, *TRAIN, "--workers", "1", *threads,
+                    "--results", str(results), env={"TMPDIR": str(scratch)})  # fmt: skip
+        assert first.returncode == 0, first.stderr
+    sets = [arg for option in options for arg in ("--set", option)]
+    run = cli("run", "--backend", backend, *TRAIN, *threads, *sets, "--results", str(results),
               env={"TMPDIR": str(scratch)})  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert list(scratch.iterdir()) == []  # (TensorFlow's autograph wrote thousands to /tmp)
@@ -76,13 +88,21 @@ def check_the_whole_loop(cli, results: Path, backend: str, algorithm: str) -> di
     assert check.returncode == 0, check.stderr
     records = [json.loads(line) for line in check.stdout.splitlines()]
     (row,) = [r for r in records if r["kind"] == "validation"]
-    (point,) = [json.loads(p.read_text()) for p in results.glob("tiny-*/result.json")]
+    points = [json.loads(p.read_text()) for p in results.glob("tiny-*/result.json")]
+    (point,) = [p for p in points if p["config"]["backend"] == backend]
     metrics = point["metrics"]
     assert row["backend"] == backend and row["algorithm"] == algorithm
     assert row["network"] == "" and row["launcher"] == "local"
     assert row["measured_img_s"] == metrics["throughput_img_s"]
-    assert row["compute_from"] == "no-sync probe"
-    assert row["compute_ms"] == metrics["step_time_nosync_p50_ms"] > 0
+    own = metrics  # where the compute and the backward's share come from
+    if baseline:  # the baseline's step (it synchronizes nothing) and its probe
+        (reference,) = [p for p in points if p["config"]["backend"] == baseline]
+        own = reference["metrics"]
+        assert row["compute_from"] == f"{baseline} x1, 1 thr step"
+        assert row["compute_ms"] == own["step_time_p50_ms"] > 0
+    else:
+        assert row["compute_from"] == "no-sync probe"
+        assert row["compute_ms"] == own["step_time_nosync_p50_ms"] > 0
     # the synchronization: the microbench's own rows of that collective around the payload
     (bench,) = [json.loads(p.read_text()) for p in results.glob("microbench-*/microbench.json")]
     rows = [r for r in bench["rows"] if r["collective"] == COLLECTIVE[algorithm]]
@@ -110,9 +130,9 @@ def check_the_whole_loop(cli, results: Path, backend: str, algorithm: str) -> di
     assert row["error"] == pytest.approx(row["predicted_img_s"] / row["measured_img_s"] - 1)
     # the ideal overlap: forward, then backward beside the synchronization (a ps-sync's half),
     # backward's share measured by the probe where the engine times a forward alone
-    forward_ms = metrics["forward_time_p50_ms"]  # every engine here times one
+    forward_ms = own["forward_time_p50_ms"]  # every engine here times one
     # clipped to [0, 1]: a 6-step tiny model's forward can exceed its no-sync step's median
-    share = min(1.0, max(0.0, 1 - forward_ms / metrics["step_time_nosync_p50_ms"]))
+    share = min(1.0, max(0.0, 1 - forward_ms / own["step_time_nosync_p50_ms"]))
     assert forward_ms > 0 and row["backward_share_from"].startswith("measured")
     assert row["backward_share"] == pytest.approx(share, rel=1e-12)
     hidden = row["comm_ms"] / (2 if algorithm == "ps-sync" else 1)

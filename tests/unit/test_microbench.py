@@ -262,7 +262,8 @@ def test_torch_ps_servers_serve_every_round_its_workers_time_in_their_order():
     """torch-ps' servers time nothing: they serve as many pushes and pulls of each size as the
     workers' shared loop runs (warm-up calls included), or a run would hang or mismatch; a
     message is split over the servers in near-equal parts, never an empty one."""
-    from dlscale.frameworks.torch.ps_collectives import OFFERED, parts, rounds
+    from dlscale.frameworks.torch.ps_collectives import OFFERED, rounds
+    from dlscale.microbench.timing import server_parts as parts
     from dlscale.microbench.timing import time_offered
 
     settings = Settings(collectives=("all_reduce", "ps_pushpull", "broadcast"),

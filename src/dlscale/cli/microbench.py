@@ -59,10 +59,11 @@ def main(args: argparse.Namespace) -> int:
         counts = list(dict.fromkeys(int(part) for part in args.workers.split(",")))
     except ValueError:
         raise UserError(f"--workers {args.workers!r}: give a count or a list like 2,4") from None
-    if BACKENDS.get(args.backend).collectives is None:
-        able = ", ".join(name for name, spec in BACKENDS if spec.collectives)
+    spec = BACKENDS.get(args.backend)
+    if spec.collectives is None:
+        able = ", ".join(name for name, other in BACKENDS if other.collectives)
         raise UserError(f"{args.backend} has no collectives benchmark; backends that do: {able}")
-    overrides = parse_set(args.overrides)
+    overrides = {**dict(spec.collectives_options), **parse_set(args.overrides)}
     common = {"backend": args.backend, "launcher": args.launcher, "device": args.device}
     configs = [
         RunConfig.make(workers=count, model="tiny", dataset="synthetic", **common, **overrides)

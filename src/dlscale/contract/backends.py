@@ -88,6 +88,9 @@ class BackendSpec:
     """``collectives`` runs on every process of the run, the roles that do not train too
     (torch-ps' servers serve its push and pull there); else only the training processes run
     it and the others run ``worker`` as in training (mxnet-kv's ps-lite servers)."""
+    collectives_options: tuple[tuple[str, object], ...] = ()
+    """The options a microbench of this engine runs with where its command does not set them
+    (tf-ps: ``ps_mode = "sync"``, the layout whose workers its kernel runs in)."""
     precisions: tuple[str, ...] = ("float32",)
     """The ``precision`` values its engine trains in (``float64``: model, inputs, gradients
     and collectives all in it); a point asking another is skipped, or refused alone."""

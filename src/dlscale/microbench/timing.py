@@ -112,3 +112,12 @@ def timed_in_order(
         if collective in offered and processes >= MIN_PROCESSES.get(collective, 1):
             for size in settings.sizes:
                 yield collective, size
+
+
+def server_parts(count: int, servers: int) -> list[int]:
+    """The elements each parameter server holds of a message of ``count`` in a push and pull
+    kernel (torch-ps', tf-ps'): near-equal, the larger parts first, as a model's variables are
+    spread over its servers by bytes; no empty part (a message of fewer elements than servers
+    is held by fewer)."""
+    held = max(1, min(servers, count))
+    return [count // held + (1 if s < count % held else 0) for s in range(held)]

@@ -85,6 +85,8 @@ for _spec in (
         description="TensorFlow parameter server, num_ps ps tasks: TF2's asynchronous "
         "ParameterServerStrategy, or TF1's SyncReplicasOptimizer (ps_mode = sync)",
         worker="dlscale.frameworks.tensorflow.ps:run",
+        collectives="dlscale.frameworks.tensorflow.ps_collectives:run",
+        collectives_options=(("ps_mode", "sync"),),
         options=tfd.TF_LOOP_OPTIONS + tfd.PS_OPTIONS,
         roles=tfd.ps_roles,
         cluster_env=tfd.tf_config_env,

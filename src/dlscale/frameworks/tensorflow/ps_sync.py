@@ -77,6 +77,27 @@ READY_WAIT_S = 600.0
 its model on a busy machine, or one that died: the launcher ends the run then)."""
 
 
+def _threads(ctx: WorkerContext) -> Any:
+    return v1.ConfigProto(intra_op_parallelism_threads=ctx.threads, inter_op_parallelism_threads=2)
+
+
+def start_worker_server(ctx: WorkerContext) -> tuple[Any, Any]:
+    """The cluster in TF_CONFIG, and this worker's gRPC server in it, started."""
+    cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+    server = tf.distribute.Server(
+        cluster, job_name="worker", task_index=ctx.process.index, config=_threads(ctx), start=True
+    )
+    return cluster, server
+
+
+def worker_session(ctx: WorkerContext, server: Any, graph: Any) -> Any:
+    """A session of ``graph`` on this worker's server that sees the ps tasks and this worker,
+    not the other workers: it neither waits for them to start nor fails when they end first."""
+    config = _threads(ctx)
+    config.device_filters.extend(["/job:ps", f"/job:worker/task:{ctx.process.index}"])
+    return v1.Session(server.target, graph=graph, config=config)
+
+
 def check_token(previous: int, token: int, worker: int) -> int:
     """The global step a worker's next gradient belongs to, after it pushed one tagged
     ``previous``: exactly ``previous + 1`` when every update took one gradient from each
@@ -149,24 +170,13 @@ class SyncPSEngine(ModelledSyncEngine):
         cfg = ctx.config
         self.ctx, self.worker = ctx, ctx.process.index
         self.strategy = SyncStrategy()  # nothing counted: the bytes are the model's
-        cluster = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
-        threads = v1.ConfigProto(
-            intra_op_parallelism_threads=ctx.threads, inter_op_parallelism_threads=2
-        )
-        self.server = tf.distribute.Server(
-            cluster, job_name="worker", task_index=self.worker, config=threads, start=True
-        )
+        cluster, self.server = start_worker_server(ctx)
         self.data, self.has_eval = load_tf_data(ctx)
         self.steps_per_epoch = self.data.steps_per_epoch
         self.graph = tf.Graph()
         with self.graph.as_default():
             self._build(cluster)
-        session = v1.ConfigProto()
-        session.CopyFrom(threads)
-        # this worker's session sees the ps tasks and itself, not the other workers: it
-        # neither waits for them to start nor fails when they end first
-        session.device_filters.extend(["/job:ps", f"/job:worker/task:{self.worker}"])
-        self.session = v1.Session(self.server.target, graph=self.graph, config=session)
+        self.session = worker_session(ctx, self.server, self.graph)
         self._queue_runners: list[threading.Thread] = []
         self._stopper = tf.train.Coordinator()  # takes the queue runner's error at close
         self._start()

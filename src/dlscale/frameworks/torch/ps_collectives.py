@@ -35,7 +35,13 @@ import torch.distributed as dist
 
 from dlscale.frameworks.torch.loop import init_process_group
 from dlscale.microbench import Settings, iterations
-from dlscale.microbench.timing import Operation, element_count, time_offered, timed_in_order
+from dlscale.microbench.timing import (
+    Operation,
+    element_count,
+    server_parts,
+    time_offered,
+    timed_in_order,
+)
 from dlscale.runtime.context import WorkerContext
 
 OFFERED = ("ps_pushpull",)
@@ -56,13 +62,6 @@ def run(ctx: WorkerContext, settings: Settings) -> None:
             _serve(settings, workers, servers, servers.index(ctx.rank))
     finally:
         dist.destroy_process_group()
-
-
-def parts(count: int, servers: int) -> list[int]:
-    """The elements each server holds of a message of ``count``: near-equal, the larger parts
-    first; no empty part (a message of fewer elements than servers is held by fewer)."""
-    held = max(1, min(servers, count))
-    return [count // held + (1 if s < count % held else 0) for s in range(held)]
 
 
 def rounds(settings: Settings, workers: int) -> Iterator[tuple[int, int]]:
@@ -86,7 +85,7 @@ def _measure(
         lambda _collective, _size, count: _operation(count, p, rank, servers),
         lambda: dist.barrier(group=group),
     ):  # fmt: skip
-        held = len(parts(record.bytes // 4, len(servers)))
+        held = len(server_parts(record.bytes // 4, len(servers)))
         ctx.events.write(dataclasses.replace(record, servers=held))
 
 
@@ -95,7 +94,7 @@ def _operation(count: int, p: int, rank: int, servers: list[int]) -> Operation:
     result after a call: the largest error."""
     mine = float(rank + 1)
     total = p * (p + 1) / 2
-    sizes = parts(count, len(servers))
+    sizes = server_parts(count, len(servers))
     x = torch.full((count,), mine)
     out = torch.zeros(count)
     pushes, pulls = x.split(sizes), out.split(sizes)  # views: a pull lands in ``out``
@@ -111,7 +110,7 @@ def _serve(settings: Settings, workers: list[int], servers: list[int], index: in
     """Every call the workers time: their parts received, summed, the sum sent back to each
     (a server past the message's parts sits the size out); its buffers made once a size."""
     for count, calls in rounds(settings, len(workers)):
-        sizes = parts(count, len(servers))
+        sizes = server_parts(count, len(servers))
         if index >= len(sizes):
             continue
         buffers = [torch.empty(sizes[index]) for _ in workers]
