@@ -164,6 +164,13 @@ def test_messages_through_parameter_servers_fit_only_the_ps_pattern():
     assert set(fit_patterns(rows, 2)) == {"tree"}
     rows[-1]["servers"] = True  # a hand-edited count that is no count: no servers
     assert set(fit_patterns(rows, 2)) == {"tree"}
+    # one worker alone: its push and pull are the ps pattern's cost at p = 1 (an asynchronous
+    # worker's own), fitted; a tree of one process moves nothing, so never fitted
+    alone = [{"collective": "ps_pushpull", "bytes": n, "servers": 1,
+              "time_s": 2 * 2e-4 + 2 * n * 1e-9} for n in (4, 1 << 16, 1 << 20)]  # fmt: skip
+    assert set(fit_patterns(alone + rows, 1)) == {"ps"}
+    assert fit_patterns(alone, 1)["ps"]["alpha_s"] == pytest.approx(2e-4)
+    assert fit_patterns(alone, 1)["ps"]["beta_s_per_byte"] == pytest.approx(1e-9)
 
 
 def test_rows_carry_the_servers_that_held_the_message():

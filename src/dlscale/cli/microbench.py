@@ -168,7 +168,9 @@ def fit_patterns(
     rows: list[dict[str, Any]], processes: int, smallest: int = 0
 ) -> dict[str, dict[str, Any]]:
     """alpha and beta of each pattern (:data:`~dlscale.perfmodel.fit.PATTERNS`) from the rows of
-    the collective it is fitted from, where there are 2 sizes or more and 2 processes or more:
+    the collective it is fitted from, where there are 2 sizes or more and 2 processes or more
+    (or one for ``ps``: one worker's push and pull through the servers is that pattern's cost
+    at p = 1, and an asynchronous worker's own, where a ring or a tree moves nothing):
     the ``ps`` pattern from rows whose messages went through parameter servers (with the
     servers each row's message was held by), the others from rows whose did not; only sizes
     of ``smallest`` bytes or more (an emulated link's burst: a smaller message passes it
@@ -185,7 +187,7 @@ def fit_patterns(
             if r["collective"] == collective and r["bytes"] >= smallest
             and (_servers(r) > 0) == (pattern in THROUGH_SERVERS)
         ]  # fmt: skip
-        if processes < 2 or len(timed) < 2:
+        if len(timed) < 2 or processes < (1 if pattern in THROUGH_SERVERS else 2):
             continue
         found = fit_network(pattern, [processes] * len(timed), [r["bytes"] for r in timed],
                             [r["time_s"] for r in timed],
