@@ -168,17 +168,17 @@ class _PushPull:
         if self.worker == 0:
             self.run(theirs)
         self.barrier()  # no push before the ps variables are there
-        calls = itertools.count(1)
-        made = [0]
         sum_of_all = self.workers * (self.workers + 1) / 2
+        made = 0  # calls of this size: the ps variables hold that many sums
 
         def op() -> None:
+            nonlocal made
             self.run(call)
-            made[0] = next(calls)
+            made += 1
 
         def error() -> float:
             got = np.concatenate(self.run(read))
-            return float(np.abs(got - made[0] * sum_of_all).max())
+            return float(np.abs(got - made * sum_of_all).max())
 
         return (lambda: self.run(reset)), op, error
 
