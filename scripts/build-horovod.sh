@@ -20,14 +20,23 @@
 # - TensorFlow only: the XLA custom-call source dropped (TF 2.21's wheel lacks the XLA headers
 #   it includes; the XLA ops are optional);
 # - CMake's build type Release instead of RelWithDebInfo (no debug information: faster to
-#   build, the same -O3 code; NDEBUG turns Horovod's C++ assert()s off, as in any release build).
+#   build, the same -O3 code; NDEBUG turns Horovod's C++ assert()s off, as in any release build);
+# - the bundled Gloo's reduce-scatter waits for its sends before it overwrites the buffer they
+#   read (third_party/gloo/gloo/reduce_scatter.h, ReduceScatterHalvingDoubling::run: every rank
+#   but 0 copies its reduced part to the start of the buffer while the part it sent from there
+#   may still be queued on the socket; rank 0 then sums the peer's result instead of its input:
+#   hvd.reducescatter wrong about 1 call in 10-30 from 16 MiB on 2 ranks here, where a socket
+#   takes 4 MiB at once; the same function is suspected in jax-ml/jax#40830). PATCH_LEVEL in
+#   the cache key: a wheel built before a patch is never reused.
 # Built with `cmake<4` from PyPI: CMake 4 refuses the bundled gloo's cmake_minimum_required.
 #
 # Cache: $DLSCALE_WHEEL_CACHE (default ~/.cache/dlscale/wheels), one directory per key
-# horovod-0.28.1-cp311-<framework versions>-<controllers>.
+# horovod-0.28.1-<patch level>-cp311-<framework versions>-<controllers>.
 set -euo pipefail
 
 HOROVOD_VERSION=0.28.1
+PATCH_LEVEL=p1  # bumped with each change to the patches below
+here=$(cd "$(dirname "$0")" && pwd)
 venv=${1:-.venv}
 [ -x "$venv/bin/python" ] || { echo "build-horovod: no virtual environment at $venv (run make first)" >&2; exit 2; }
 venv=$(cd "$venv" && pwd)
@@ -56,7 +65,7 @@ fi
 controllers=gloo
 command -v mpicxx >/dev/null && controllers=gloo-mpi
 gpu=${HOROVOD_GPU_OPERATIONS:-}
-key="horovod-$HOROVOD_VERSION-$pyver${torch_v:+-torch$torch_v}${tf_v:+-tf$tf_v}${mx_v:+-mxnet$mx_v}-$controllers${gpu:+-$(echo "$gpu" | tr 'A-Z' 'a-z')}"
+key="horovod-$HOROVOD_VERSION-$PATCH_LEVEL-$pyver${torch_v:+-torch$torch_v}${tf_v:+-tf$tf_v}${mx_v:+-mxnet$mx_v}-$controllers${gpu:+-$(echo "$gpu" | tr 'A-Z' 'a-z')}"
 cache="$cache_root/$key"
 deps=(cloudpickle psutil pyyaml packaging "cffi>=1.4.0")  # Horovod's own requirements
 
@@ -82,6 +91,8 @@ if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     if [ -n "$tf_v" ]; then
         sed -i '/xla_mpi_ops.cc/d' "$src/horovod/tensorflow/CMakeLists.txt"
     fi
+    "$py" "$here/patch-gloo-reduce-scatter.py" \
+        "$src/third_party/gloo/gloo/reduce_scatter.h"
     # CMake's Release (-O3, NDEBUG) instead of setup.py's RelWithDebInfo (-O3 -g): the same
     # optimized code without debug information, which compiles about 30% faster (a TensorFlow
     # op file: 33 s against 23 s; docs/architecture.md)

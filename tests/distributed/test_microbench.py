@@ -41,6 +41,10 @@ def test_every_collective_is_exact_and_its_figures_come_from_the_ranks_records(c
     events = [read_events(events_path(run_dir, rank)) for rank in (0, 1)]
     slowest = slowest_per_iteration(events, "all_reduce", 1 << 20)
     assert row["time_s"] == statistics.median(slowest) and len(slowest) == 5
+    # each rank's check compared its whole result (reduce_scatter: its own part), none differed
+    for e in (e for rank in events for e in rank if e["event"] == "collective"):
+        whole = e["bytes"] // 4 // (2 if e["collective"] == "reduce_scatter" else 1)
+        assert (e["wrong_elements"], e["first_wrong"], e["checked_elements"]) == (0, None, whole)
     assert row["busbw_bytes_s"] == pytest.approx((1 << 20) / row["time_s"])  # 2(p-1)/p = 1
     fit = stored["fit"]  # non-negative: a loaded machine's noise can flatten the slope to 0
     # (seen once beside the cluster tests), so its size is the microbench benchmarks' to judge

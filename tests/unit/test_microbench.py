@@ -2,15 +2,17 @@
 records into time, algorithm and bus bandwidth (the real collectives run in
 tests/distributed/test_microbench.py)."""
 
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from dlscale.cli.microbench import _say_not_measured, fit_patterns
 from dlscale.contract.errors import UserError
 from dlscale.contract.records import Collective
 from dlscale.microbench import Settings, iterations, not_measured, parse_sizes
-from dlscale.microbench.aggregate import collective_rows
+from dlscale.microbench.aggregate import collective_rows, wrong_results
 from dlscale.microbench.timing import element_count, time_collective
 
 
@@ -91,6 +93,87 @@ def test_a_wrong_check_and_an_idle_send_recv_rank_are_recorded():
     ok = (lambda: None, lambda: None, lambda: 0.0)
     idle = time_collective("send_recv", 4, 3, 2, lambda count: ok, lambda: None, most=1)
     assert idle.times_s == [] and idle.correct
+
+
+def test_a_check_says_how_many_elements_differ_and_the_first():
+    """A check gives each element's difference; the loop records the largest, how many differ
+    and the first (a NaN is wrong, and kept out of max_error, which JSON could not hold)."""
+
+    def checked(difference):
+        ops = (lambda: None, lambda: None, lambda: difference)
+        return time_collective("all_reduce", 24, 2, 0, lambda count: ops, lambda: None, most=1)
+
+    wrong = checked(np.array([0.0, 0.0, 1.0, 0.0, 3.0, 0.0]))
+    assert not wrong.correct and wrong.max_error == 3.0
+    assert (wrong.wrong_elements, wrong.first_wrong, wrong.checked_elements) == (2, 2, 6)
+    exact = checked(np.zeros(6, dtype=np.float32))
+    assert exact.correct and exact.max_error == 0.0
+    assert (exact.wrong_elements, exact.first_wrong, exact.checked_elements) == (0, None, 6)
+    nan = checked(np.array([0.0, np.nan, 2.0, np.inf]))
+    assert not nan.correct and nan.max_error == 2.0 and nan.wrong_elements == 3
+    assert nan.first_wrong == 1
+    assert checked(np.array([np.nan])).max_error == 0.0  # wrong, with no finite difference
+    idle = checked(np.empty(0))  # a rank with nothing to check (send_recv's others)
+    assert idle.correct and idle.checked_elements == 0
+
+
+def test_a_wrong_result_names_the_ranks_and_elements_that_differ(tmp_path):
+    """The run's error says which rank's result was wrong, how many of its elements, the first
+    and by how much, read back from the ranks' own records; a record of an older dlscale (no
+    counts) or a damaged count still says the rank was wrong, without the words it lacks."""
+    from dlscale.contract.events import EventWriter, events_path, read_records
+
+    def record(correct=True, **facts):
+        return Collective(collective="reduce_scatter", bytes=64 << 20, times_s=[0.3],
+                          correct=correct, **facts)  # fmt: skip
+
+    off = {"max_error": 1.0, "wrong_elements": 841704, "first_wrong": 7546904,
+           "checked_elements": 8388608}  # fmt: skip
+    for rank, written in enumerate([record(False, **off), record()]):
+        writer = EventWriter(events_path(tmp_path, rank), rank)
+        writer.write(written)
+        writer.close()
+    older_line = {
+        "schema": 3,
+        "event": "collective",
+        "rank": 2,
+        "host": "h",
+        "time": 1.0,
+        "collective": "reduce_scatter",
+        "bytes": 64 << 20,
+        "times_s": [0.3],
+        "max_error": 1.0,
+        "correct": False,
+        "servers": 0,
+    }  # before the counts
+    events_path(tmp_path, 2).write_text(json.dumps(older_line) + "\n")
+    per_rank = {rank: read_records(events_path(tmp_path, rank)) for rank in (0, 1, 2)}
+    (read,) = per_rank[0]
+    assert {name: getattr(read, name) for name in off} == off and not read.correct
+    assert per_rank[2][0].wrong_elements == 0 and per_rank[2][0].first_wrong is None
+    (row,) = collective_rows(per_rank, processes=3)
+    assert row["wrong_ranks"][0] == (
+        {"rank": 0, "elements": 841704, "of": 8388608, "first": 7546904, "max_error": 1.0}
+    )
+    assert wrong_results([row]) == (
+        "wrong results: reduce_scatter 67108864 B (rank 0: 841704 of 8388608 elements wrong, "
+        "the first at element 7546904, off by up to 1; rank 2: wrong, off by up to 1)"
+    )
+    one = {"max_error": 0.5, "wrong_elements": 1, "first_wrong": 0, "checked_elements": 1}
+    older = Collective(collective="all_gather", bytes=8, times_s=[1e-3], correct=False)
+    damaged = dataclasses.replace(older, wrong_elements=-3, first_wrong=True, max_error=2.5)
+    rows = collective_rows(
+        {0: [older, record()], 1: [damaged, record(False, **one)], 2: [record(False)]}, 3
+    )
+    assert wrong_results(rows) == (
+        "wrong results: all_gather 8 B (rank 0: wrong; rank 1: wrong, off by up to 2.5), "
+        "reduce_scatter 67108864 B (rank 1: 1 of 1 element wrong, the first at element 0, "
+        "off by up to 0.5; rank 2: wrong)"
+    )
+    assert wrong_results(collective_rows({0: [record()], 1: [record()]}, 2)) is None
+    assert wrong_results([{"collective": "broadcast", "bytes": 4, "correct": False}]) == (
+        "wrong results: broadcast 4 B"  # a row of a microbench.json from before wrong_ranks
+    )
 
 
 def test_collectives_without_rows_are_named_with_why():

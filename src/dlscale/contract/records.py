@@ -245,8 +245,18 @@ class Collective(Record):
     """This rank's time of each timed iteration (send_recv: half the round trip); empty on a
     rank that sat it out."""
     max_error: float = 0.0
-    """The largest difference from the exact result, checked after the first timed call."""
+    """The largest difference from the exact result, checked after the first timed call (of
+    the elements whose difference is a finite number: one that is not is still wrong)."""
     correct: bool = True
+    wrong_elements: int = 0
+    """How many elements of this rank's checked result differ from the exact one (0: exact;
+    also 0 in records written before it existed, where ``correct`` alone says)."""
+    first_wrong: int | None = None
+    """The index of the first of them in this rank's result; ``None`` when none differs."""
+    checked_elements: int = 0
+    """How many elements the check compared (this rank's result: all_gather's p parts,
+    reduce_scatter's own part, JAX's every array of the call in order); 0: not said (records
+    written before it existed)."""
     servers: int = 0
     """The parameter servers that held the message (MXNet's kvstore: one below
     ``MXNET_KVSTORE_BIGARRAY_BOUND`` elements, else all of them); 0: it went through none."""

@@ -9,15 +9,58 @@ Framework-free: a device wait (CUDA) comes in as ``synchronize``."""
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
 
 from dlscale.contract.records import Collective
 from dlscale.microbench import MIN_PROCESSES, Settings, iterations
 
-Operation = tuple[Callable[[], object], Callable[[], object], Callable[[], float]]
+Operation = tuple[Callable[[], object], Callable[[], object], Callable[[], ArrayLike]]
 """What to do before each call (untimed: reset the output, refill the inputs), the call to
-time, and a check of its result after a call: the largest error (0.0: exact)."""
+time, and a check of its result after a call: the absolute difference of each element of
+this rank's result from the exact one, in the result's order, as anything ``numpy.asarray``
+takes without a copy (a NumPy array; a CPU tensor's ``.numpy()``), all zeros when exact; an
+empty one where the rank has no result to check (send_recv's idle ranks). A result missing
+or of the wrong shape is compared as zeros (every exact value is at least 1: all wrong).
+:func:`check_summary` reads it."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a check found on one rank (:func:`check_summary`)."""
+
+    max_error: float
+    """The largest finite difference (0.0: exact or none finite)."""
+    wrong: int
+    """Elements that differ (a difference other than 0: NaN counts)."""
+    first: int | None
+    """The index of the first of them; ``None`` when none differs."""
+    elements: int
+    """Elements compared."""
+
+
+def check_summary(difference: ArrayLike) -> Checked:
+    """The largest difference, how many elements differ and the first of them, from a check's
+    absolute differences (:data:`Operation`). Holds at most a bool per element beyond them (the
+    first index, only where some element differs), so a check of one buffer the size of the
+    result keeps :data:`~dlscale.preflight.COLLECTIVE_BUFFERS`' two for the check."""
+    values = np.asarray(difference).reshape(-1)
+    if values.size == 0:
+        return Checked(0.0, 0, None, 0)
+    wrong = int(np.count_nonzero(values))
+    if not wrong:
+        return Checked(0.0, 0, None, int(values.size))
+    largest = float(values.max())
+    if not math.isfinite(largest):  # NaN or an infinity: wrong, but no number JSON can hold
+        finite = values[np.isfinite(values)]
+        largest = float(finite.max()) if finite.size else 0.0
+    return Checked(largest, wrong, int(np.argmax(values != 0)), int(values.size))
+
 
 PER_RANK = ("all_gather", "reduce_scatter")
 """Collectives whose ``size`` is the whole (gathered output, scattered input), each rank's part
@@ -51,7 +94,7 @@ def time_collective(
     prepare, op, check = operation(count)
     warmup, timed = iterations(size, most)
     times: list[float] = []
-    error = 0.0
+    checked = Checked(0.0, 0, None, 0)
     for index in range(warmup + timed):
         prepare()
         barrier()
@@ -63,7 +106,7 @@ def time_collective(
             synchronize()
         elapsed = time.perf_counter() - started
         if index == warmup:
-            error = check()
+            checked = check_summary(check())
         if index >= warmup:
             times.append(elapsed / 2 if collective == "send_recv" else elapsed / messages)
     moved = count * 4 * (processes if collective in PER_RANK else 1)
@@ -72,8 +115,11 @@ def time_collective(
         collective=collective,
         bytes=moved,
         times_s=times if active else [],
-        max_error=error,
-        correct=error == 0.0,
+        max_error=checked.max_error,
+        correct=checked.wrong == 0,
+        wrong_elements=checked.wrong,
+        first_wrong=checked.first,
+        checked_elements=checked.elements,
         messages_per_call=messages,
     )
 

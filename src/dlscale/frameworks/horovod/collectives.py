@@ -17,6 +17,28 @@ before each:
   elements on 2 ranks: 3 and 2; 1 element: 1 and none); the input here is ``p x count``
   elements, so every rank keeps ``count``, as torch's ``reduce_scatter_single``.
 
+On Gloo's operations, Horovod 0.28.1's reduce-scatter as released is itself wrong now and then
+from 16 MiB up: a race in the Gloo it bundles, not in this kernel (whose buffers Horovod never
+shares: its input is copied and left as it was, its output is Horovod's own).
+``GlooReducescatter::Execute`` (horovod/common/ops/gloo_operations.cc) copies the input into a
+buffer of its own and runs ``gloo::ReduceScatterHalvingDoubling::run()`` on it
+(third_party/gloo/gloo/reduce_scatter.h): each rank sends the half the other keeps from that
+buffer, and Gloo's TCP pair writes what the socket takes at once and leaves the rest to its
+event loop; then every rank but 0 copies its reduced half to the buffer's start (the
+distribution phase's ``memcpy``, "Data already in-place for rank 0") without waiting for that
+send, so the tail still queued goes out overwritten. Seen on 2 ranks of a 2-core machine
+(horovodrun and dlscale alike): elements toward the end of rank 0's part held its own input
+plus rank 1's reduced result instead of rank 1's input (18,079 of 2,097,152 at 16 MiB, the last
+ones; 431,149 of 4,194,304 at 32 MiB through dlscale), in about one call of 10 to 40 at 16, 32
+and 64 MiB, at every fusion threshold tried (one tensor never goes through the fusion buffer),
+in none at 4 MiB, whose half the socket's buffer takes whole (net.core.wmem_max: 4 MiB there);
+jax-ml/jax#40830 traces JAX's wrong ``psum_scatter`` on CPU to the same Gloo code. No argument
+of the call avoids it, and what would (an all-reduce; pieces small enough for the socket) times
+another call than a training's ``hvd.reducescatter``. dlscale's build mends Gloo instead
+(scripts/patch-gloo-reduce-scatter.py: each send waited for before the buffer is written), and
+``tests/distributed/test_microbench_horovod.py`` checks 200 calls whole; a Horovod built
+elsewhere may still have it, and the check then names the rank and elements that differ.
+
 Horovod is started as its training backend starts it (:class:`HorovodSession`: the run's
 fusion threshold and cycle time, rank 0 serving the Gloo rendezvous under a launcher that does
 not), so ``--set cycle_ms=...`` applies: a call waits for the background thread's next cycle,
@@ -32,10 +54,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from dlscale.frameworks.horovod.session import HorovodSession
-from dlscale.frameworks.torch.collectives import cuda_wait, rank_device
+from dlscale.frameworks.torch.collectives import cuda_wait, difference, rank_device
 from dlscale.microbench import Settings
 from dlscale.microbench.timing import Operation, time_offered
 from dlscale.runtime.context import WorkerContext
@@ -75,12 +98,12 @@ class _Output:
     def set(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
 
-    def error(self, expected: torch.Tensor) -> float:
-        """The largest difference from ``expected``; a missing or misshapen result counts as
-        zeros (never exact: every expected value is at least 1)."""
+    def error(self, expected: torch.Tensor) -> np.ndarray:
+        """Each element's difference from ``expected``; a missing or misshapen result counts
+        as zeros (never exact: every expected value is at least 1)."""
         if self.tensor is None or self.tensor.shape != expected.shape:
-            return float(expected.abs().max())
-        return float((self.tensor - expected).abs().max())
+            return expected.abs().cpu().numpy()
+        return difference(self.tensor, expected)
 
 
 def _operation(
@@ -97,14 +120,14 @@ def _operation(
         return (
             lambda: buffer.copy_(x),  # each call reduces fresh inputs
             lambda: hvd.allreduce_(buffer, name=name, op=hvd.Sum),
-            lambda: float((buffer - total).abs().max()),
+            lambda: difference(buffer, total),
         )
     if collective == "broadcast":
         buffer = torch.zeros(count, device=device)
         return (
             lambda: buffer.fill_(1.0 if rank == 0 else 0.0),
             lambda: hvd.broadcast_(buffer, 0, name=name),
-            lambda: float((buffer - 1.0).abs().max()),
+            lambda: difference(buffer, 1.0),
         )
     out = _Output()
     if collective == "all_gather":

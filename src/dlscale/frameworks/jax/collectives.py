@@ -76,8 +76,9 @@ def _operation(
     jax: Any, mesh: Any, collective: str, count: int, p: int, rank: int, arrays: int
 ) -> Operation:
     """The untimed preparation (nothing: JAX's arrays are not overwritten), the call (the
-    collective of ``arrays`` arrays in one program), and the largest error of its results on
-    this rank."""
+    collective of ``arrays`` arrays in one program), and the check: each element's difference
+    from the exact result on this rank, the arrays' one after another (an element's index
+    counts through them in order)."""
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -107,10 +108,12 @@ def _operation(
     def call() -> None:
         result[:] = jax.block_until_ready(compiled(*inputs))
 
-    def check() -> float:
-        return max(
-            float(np.abs(np.asarray(r.addressable_shards[0].data, np.float64) - expected).max())
-            for r in result
-        )
+    def check() -> np.ndarray:
+        differences = []
+        for r in result:  # each a float64 copy of this rank's shard, made absolute in place
+            got = np.array(r.addressable_shards[0].data, np.float64)
+            got -= expected
+            differences.append(np.abs(got, out=got))
+        return differences[0] if len(differences) == 1 else np.concatenate(differences)
 
     return (lambda: None), call, check

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -65,9 +66,17 @@ def cuda_wait(device: torch.device) -> Callable[[], object] | None:
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
 
 
+def difference(got: torch.Tensor, expected: torch.Tensor | float) -> np.ndarray:
+    """What a PyTorch kernel's check gives the timing loop (:data:`~dlscale.microbench.timing.
+    Operation`): ``|got - expected|`` element by element, as a NumPy array on the host: one
+    buffer the size of ``got`` (the difference, made absolute in place; on CUDA it is then
+    copied to the host)."""
+    return (got - expected).abs_().cpu().numpy()
+
+
 def _operation(collective: str, count: int, p: int, rank: int, device: torch.device) -> Operation:
     """What to do before each call (untimed), the call to time, and a check of its result
-    after a call: the largest error."""
+    after a call: each element's difference from the exact result."""
     mine = float(rank + 1)
     total = p * (p + 1) / 2
     x = torch.full((count,), mine, device=device)
@@ -76,26 +85,26 @@ def _operation(collective: str, count: int, p: int, rank: int, device: torch.dev
         return (
             lambda: buffer.copy_(x),  # each call reduces fresh inputs
             lambda: dist.all_reduce(buffer),
-            lambda: float((buffer - total).abs().max()),
+            lambda: difference(buffer, total),
         )
     if collective == "all_gather":
         out = torch.zeros(count * p, device=device)
         expected = torch.arange(1, p + 1, device=device, dtype=torch.float32).repeat_interleave(
             count
         )
-        check = lambda: float((out - expected).abs().max())  # noqa: E731
+        check = lambda: difference(out, expected)  # noqa: E731
         return out.zero_, (lambda: dist.all_gather_single(out, x)), check
     if collective == "reduce_scatter":
         source = torch.full((count * p,), mine, device=device)
         out = torch.zeros(count, device=device)
-        check = lambda: float((out - total).abs().max())  # noqa: E731
+        check = lambda: difference(out, total)  # noqa: E731
         return out.zero_, (lambda: dist.reduce_scatter_single(out, source)), check
     if collective == "broadcast":
         buffer = torch.zeros(count, device=device)
         return (
             lambda: buffer.fill_(1.0 if rank == 0 else 0.0),
             lambda: dist.broadcast(buffer, src=0),
-            lambda: float((buffer - 1.0).abs().max()),
+            lambda: difference(buffer, 1.0),
         )
     if collective != "send_recv":
         raise ValueError(f"torch.distributed offers no {collective}")
@@ -113,5 +122,5 @@ def _operation(collective: str, count: int, p: int, rank: int, device: torch.dev
     return (
         lambda: buffer.fill_(1.0 if rank == 0 else 0.0),
         ping,
-        lambda: float((buffer - 1.0).abs().max()) if rank < 2 else 0.0,
+        lambda: difference(buffer, 1.0) if rank < 2 else np.empty(0),  # the others sat it out
     )

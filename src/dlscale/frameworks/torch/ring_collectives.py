@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from dlscale.frameworks.torch.collectives import cuda_wait, rank_device
+from dlscale.frameworks.torch.collectives import cuda_wait, difference, rank_device
 from dlscale.frameworks.torch.loop import init_process_group
 from dlscale.frameworks.torch.ring_allreduce import ring_allreduce_
 from dlscale.microbench import Settings
@@ -39,5 +39,5 @@ def _ring(count: int, p: int, rank: int, device: torch.device) -> Operation:
     return (
         lambda: buffer.copy_(x),  # each call reduces fresh inputs
         lambda: ring_allreduce_(buffer, rank=rank, world=p),
-        lambda: float((buffer - total).abs().max()),
+        lambda: difference(buffer, total),
     )
