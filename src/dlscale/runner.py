@@ -14,7 +14,7 @@ from typing import Any
 
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
-from dlscale.contract.engine_code import other_code
+from dlscale.contract.engine_code import other_code, stored_code
 from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.events import events_path, read_records
 from dlscale.contract.files import read_json
@@ -126,7 +126,7 @@ def run_point(
         if not force and (kept := _kept(config, store, current, keep_stale)) is not None:
             return kept
         if not force and current.completed:  # made by other code: kept beside, not lost
-            store.set_aside(run_id, f"result.stale-{_code(current)}.json")
+            store.set_aside(run_id, f"result.stale-{_code(current)}")
         store.clear(run_id)
         launched = _launch(
             config, store, run_id, command=command, study=study, on_warning=on_warning
@@ -151,8 +151,7 @@ def stale(config: RunConfig, stored: Stored) -> str | None:
 
 def _code(stored: Stored) -> str:
     assert stored.result is not None
-    code = stored.result.environment.get("engine_code")
-    return code if isinstance(code, str) and code.isalnum() else "unknown"
+    return stored_code(stored.result.environment.get("engine_code")) or "unknown"
 
 
 def _kept(
@@ -270,7 +269,7 @@ def batch_sizes(config: RunConfig, first: list[Any]) -> dict[str, int]:
         windows = [r for r in first if isinstance(r, Window) and r.kind == "measure"]
         steps = sum(w.steps for w in windows)
         if steps:
-            per_worker = round(sum(w.samples for w in windows) / steps)
+            per_worker = max(1, round(sum(w.samples for w in windows) / steps))
     if per_worker == config.batch_per_worker:
         return {"batch_size_per_worker": per_worker, "global_batch_size": config.global_batch}
     return {"batch_size_per_worker": per_worker, "global_batch_size": per_worker * config.workers}

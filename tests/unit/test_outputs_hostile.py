@@ -281,8 +281,10 @@ def test_the_reproduce_line_is_quoted_for_the_shell(tmp_path: Path):
     # a command stored as text is one quoted word: pasted, it runs nothing but that word
     assert shlex.split(shown[1]) == ["dlscale run; touch PWNED"]
     assert _pasted(f"dlscale {shown[1]}", tmp_path / "cwd2")[1:] == ["dlscale run; touch PWNED"]
-    # a line break or escape inside a word is shown, never a second line of the command
-    assert shown[2] == "dlscale 'a\\nb\\x1b[2J'"
+    # a line break or escape inside a word is shown, never a second line of the command, in
+    # ANSI-C quotes: pasted, it is the same word again
+    assert shown[2] == "dlscale $'a\\nb\\x1b[2J'"
+    assert _pasted(shown[2], tmp_path / "cwd3") == ["dlscale", "a\nb\x1b[2J"]
 
 
 def test_the_reports_waiting_hint_is_quoted_and_its_lines_literal(
@@ -360,5 +362,8 @@ def test_ls_runs_and_compare_show_control_characters_escaped(tmp_path: Path):
 def test_printed_commands_parse_back_to_their_words():
     argv = ["dlscale", "run", "a b", "c;d", "$(touch PWNED)", "'q'", "", "é\u202e"]
     command = shell_command(argv)
-    assert shlex.split(command) == [*argv[:-1], "é\\u202e"]  # the control made visible
+    assert command.endswith(" $'é\\U0000202e'")  # the control made visible, in ANSI-C quotes
     assert "\u202e" not in command
+    pasted = subprocess.run(["bash", "-c", f"printf '%s\\0' {command}"], capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    assert pasted.stdout.split("\0")[:-1] == argv  # bash reads back the very same words

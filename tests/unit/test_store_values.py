@@ -76,6 +76,16 @@ DAMAGE: dict[str, tuple[Callable[[dict[str, Any]], None], str, str | None]] = {
     ),
     "eval-history": (_metric("eval_history", [1, "x"]), "eval_history[0]", None),
     "huge-config": (lambda d: d["config"].update(seed=HUGE), "config key seed", str(HUGE)),
+    # a whole number where one is meant (issue 70: 0.5 blocked report and predict for all)
+    "half-a-batch": (lambda d: d.update(batch_size_per_worker=0.5), "batch_size_per_worker", None),
+    "no-batch": (lambda d: d.update(batch_size_per_worker=0), "batch_size_per_worker", None),
+    "half-a-config-batch": (
+        lambda d: d["config"].update(batch_size=0.5),
+        "config key batch_size",
+        None,
+    ),
+    "float-config-steps": (lambda d: d["config"].update(steps=3.0), "config key steps", None),
+    "negative-lr": (lambda d: d["config"].update(lr=-0.1), "config key lr", None),
     "study-not-text": (lambda d: d.update(study=["a", "b"]), "study", None),
     "huge-environment": (
         lambda d: d["environment"].update(memory_gib=HUGE),
@@ -400,3 +410,32 @@ def test_predict_network_from_names_the_bad_microbench_file(tmp_path: Path, kind
     assert code == 0 and "microbench-good" in out
     (line,) = err.splitlines()
     assert line.startswith("dlscale: warning: skipped ") and str(path) in line
+
+
+@pytest.mark.parametrize("batch", [0.5, 0])
+def test_one_result_with_no_whole_batch_never_blocks_a_store(tmp_path: Path, batch, capsys):
+    """Issue 70: one result.json with ``batch_size_per_worker: 0.5`` made every reader exit 2
+    ("a profile needs ... batch >= 1", naming no file): report, predict --validate and predict
+    --network-from. Now it is one damaged file, named, and the other points are read."""
+    predictable = {"step_time_nosync_p50_ms": 10.0, "gradient_bytes": 4_000_000}
+    root = tmp_path / "res"
+    store = RunStore(root)
+    for workers in (1, 2, 4):
+        store.write_result(*_good(workers, sync_pattern="ring", **predictable))
+    bad = store.result_path(good_result(4)[0])
+    document = json.loads(bad.read_text())
+    document["batch_size_per_worker"] = batch
+    bad.write_text(json.dumps(document))
+    _microbench(root, "microbench-x")
+    for args in (
+        ("predict", "--validate", root, "--bandwidth", "1gbit", "--json"),
+        ("predict", "--validate", root, "--json"),
+        ("predict", "--network-from", root, "--workers", "2", "--compute-ms", "5",
+         "--gradient-bytes", "1e6", "--json"),
+        ("report", "--results", root, "--out", tmp_path / "r.html"),
+    ):  # fmt: skip
+        code, out, err = cli(capsys, *args)
+        assert code == 0, err
+        one_warning(err, bad, "batch_size_per_worker")
+        assert args[0] == "report" or '"kind": "' in out  # the other points were read
+    assert (tmp_path / "r.html").is_file()

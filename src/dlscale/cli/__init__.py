@@ -4,6 +4,7 @@ so ``dlscale --help`` starts fast and imports no deep-learning framework."""
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import importlib
 import os
@@ -80,6 +81,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _drop_bad_terminal_size()
+    _encodable_output()
     words = list(sys.argv[1:] if argv is None else argv)
     after = words.index("--") if "--" in words else len(words)
     try:
@@ -128,6 +130,30 @@ def _drop_bad_terminal_size() -> None:
     for name in ("COLUMNS", "LINES"):
         if name in os.environ and whole_number(os.environ[name], 1, 100_000) is None:
             del os.environ[name]
+
+
+_PLAIN = {"±": "+/-", "…": "...", "×": "x", "—": "-", "–": "-", "≥": ">=", "≤": "<=", "→": "->",
+          "µ": "u", "─": "-", "│": "|", "·": "."}  # fmt: skip
+"""What a character dlscale prints is written as where the output cannot encode it."""
+
+
+def _plain(error: UnicodeError) -> tuple[str, int]:
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start : error.end]
+    return "".join(_PLAIN.get(char, "?") for char in text), error.end
+
+
+def _encodable_output() -> None:
+    """stdout and stderr that cannot encode every character (``PYTHONIOENCODING=ascii``, a
+    POSIX locale without UTF-8) write ``±`` as ``+/-`` and what has no such spelling as
+    ``?``, rather than end the command with UnicodeEncodeError."""
+    codecs.register_error("dlscale-plain", _plain)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        with contextlib.suppress(LookupError, AttributeError, ValueError):
+            if codecs.lookup(encoding).name != "utf-8":
+                stream.reconfigure(errors="dlscale-plain")  # type: ignore[union-attr]
 
 
 def _install_handlers() -> None:

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlscale.cli.arguments import decimal
 from dlscale.contract.errors import UserError
+from dlscale.contract.shapes import MAX_QUANTITY
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -37,14 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("candidate", metavar="B", type=Path, help="candidate results directory")
     parser.add_argument(
         "--fail-on-regression",
-        type=float,
+        type=decimal(-MAX_QUANTITY, MAX_QUANTITY),  # its range said below: [0, 100)
         metavar="PCT",
         help="exit 1 if a point is slower than A by more than PCT percent (and significantly so, "
         "or untestable); also the verdict threshold (default 5)",
     )
     parser.add_argument(
         "--alpha",
-        type=float,
+        type=decimal(-MAX_QUANTITY, MAX_QUANTITY),  # its range said below: (0, 1)
         default=0.05,
         help="significance level of the Mann-Whitney U test (default 0.05)",
     )

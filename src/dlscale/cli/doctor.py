@@ -22,7 +22,7 @@ from dlscale.contract.errors import UserError
 
 CHECK_TIMEOUT_S = 600.0
 """The longest the check may take, queueing for the nodes included."""
-LABELLED = re.compile(r"^\s*(?:(\d+): |\[(?:\d+,)?(\d+)\]<stdout>:)(.*)$")
+LABELLED = re.compile(r"^\s*(?:([0-9]{1,9}): |\[(?:[0-9]{1,9},)?([0-9]{1,9})\]<stdout>:)(.*)$")
 """A line labelled with its task's number, then what it printed: srun --label's ``3: ``,
 mpirun --tag-output's ``[1,3]<stdout>:``, horovodrun's ``[3]<stdout>:``."""
 
@@ -44,9 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from dlscale import __version__
     from dlscale.config.study import parse_set
+    from dlscale.contract.backends import BACKENDS
     from dlscale.contract.launchers import LAUNCHERS
     from dlscale.contract.run_config import RunConfig
     from dlscale.launchers.launch_run import interpreter
+    from dlscale.preflight import check_interpreter
     from dlscale.runtime.node_check import missing
 
     settings: dict[str, Any] = parse_set(args.overrides)
@@ -57,6 +59,8 @@ def main(args: argparse.Namespace) -> int:
         backend=args.backend, launcher=args.launcher, device=args.device, **settings
     )
     python = interpreter(config)
+    if LAUNCHERS.get(config.launcher).on_this_machine(config.options):
+        check_interpreter(python, BACKENDS.get(config.backend), given=config.python)
     argv = (python, "-P", "-m", "dlscale.runtime.node_check")
     launcher = LAUNCHERS.get(config.launcher).create()
     launcher.check(python)  # its tool installed (srun), and its scheduler answering
@@ -100,6 +104,8 @@ def _run(command: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
     except FileNotFoundError:
         raise UserError(f"cannot run {command[0]}: not installed here") from None
+    except OSError as error:  # not a program (a directory, /etc/passwd)
+        raise UserError(f"cannot run {command[0]}: {error.strerror or error}") from None
     except subprocess.TimeoutExpired:
         raise UserError(
             f"the node check did not end in {CHECK_TIMEOUT_S:.0f} s (waiting for nodes?)"

@@ -9,29 +9,36 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dlscale.cli.arguments import whole
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("start", "stop", "show"))
     parser.add_argument("dir", nargs="?", type=Path, help="the test bed's files (keys, logs)")
-    parser.add_argument("--hosts", type=int, default=2, help="how many hosts (start; 2)")
-    parser.add_argument("--slots", type=int, default=2, help="ranks per host in DIR/hostfile (2)")
+    parser.add_argument("--hosts", type=whole(), default=2, help="how many hosts (start; 2)")
+    parser.add_argument(
+        "--slots", type=whole(), default=2, help="ranks per host in DIR/hostfile (2)"
+    )
     parser.add_argument(
         "--link", default="", help="each host's link, RATE[:LATENCY] like 100mbit:1ms (unshaped)"
     )
     parser.add_argument("--prefix", default="dlsnode", help="host names: PREFIX1..PREFIXN")
     parser.add_argument(
         "--cpus",
-        type=int,
+        type=whole(),
         default=0,
         help="CPUs of this machine each host may use, a share of its own (0: all, shared)",
     )
     parser.add_argument(
-        "--owner", type=int, help="the pid the test bed belongs to: removed once it is gone"
+        "--owner",
+        type=whole(1, 2**31),
+        help="the pid the test bed belongs to: removed once it is gone",
     )
 
 
 def main(args: argparse.Namespace) -> int:
     from dlscale.contract.errors import UserError
+    from dlscale.contract.text import shell_command, visible
     from dlscale.launchers import testbed
 
     running = testbed.RECORD.exists()
@@ -50,8 +57,9 @@ def main(args: argparse.Namespace) -> int:
             bed = testbed.owned_by(bed, args.owner)
         testbed.start(bed)
         print(f"emulated hosts up: {', '.join(f'{h} ({a})' for h, a in bed.addresses.items())}")
-        print(f"ssh {bed.hosts[0]} hostname; hostfile: {Path(bed.dir) / 'hostfile'}")
-        print(f"stop: dlscale hosts stop {bed.dir}")
+        print(f"{shell_command(['ssh', bed.hosts[0], 'hostname'])}; hostfile: "
+              f"{visible(Path(bed.dir) / 'hostfile')}")  # fmt: skip
+        print(f"stop: {shell_command(['dlscale', 'hosts', 'stop', bed.dir])}")
         return 0
     if not running:
         if args.action == "stop":

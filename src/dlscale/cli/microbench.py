@@ -16,8 +16,10 @@ from typing import Any
 
 from rich.table import Table
 
+from dlscale.cli.arguments import whole, whole_list
 from dlscale.cli.tables import cell, console, literal, say
 from dlscale.contract.errors import UserError
+from dlscale.contract.text import excerpt
 from dlscale.microbench import COLLECTIVES, Settings, parse_sizes
 
 
@@ -34,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--collectives", default=",".join(COLLECTIVES), help=f"of {', '.join(COLLECTIVES)}"
     )
-    parser.add_argument("--iterations", type=int, default=20, help="timed calls of small messages")
+    parser.add_argument(
+        "--iterations", type=whole(1, 10_000), default=20, help="timed calls of small messages"
+    )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="a launcher's or backend's option, e.g. nnodes=2, network=1gbit",
@@ -55,10 +59,9 @@ def main(args: argparse.Namespace) -> int:
         sizes=parse_sizes(args.sizes),
         max_iterations=args.iterations,
     )
-    try:
-        counts = list(dict.fromkeys(int(part) for part in args.workers.split(",")))
-    except ValueError:
-        raise UserError(f"--workers {args.workers!r}: give a count or a list like 2,4") from None
+    counts = whole_list(args.workers)
+    if counts is None:
+        raise UserError(f"--workers {excerpt(args.workers)}: give a count or a list like 2,4")
     spec = BACKENDS.get(args.backend)
     if spec.collectives is None:
         able = ", ".join(name for name, other in BACKENDS if other.collectives)
@@ -71,6 +74,10 @@ def main(args: argparse.Namespace) -> int:
     ]
     if LAUNCHERS.get(args.launcher).create().detaches(configs[0]):
         raise UserError("dlscale microbench waits for its ranks: leave wait = true")
+    kernel_check = spec.collectives_check  # what its kernel cannot run under: said first
+    if kernel_check is not None:
+        for config in configs:
+            kernel_check(config)
     results = Path(args.results)
     check_points(tuple(configs), results, microbench=settings)
     failed = 0
@@ -88,16 +95,13 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     from dlscale.microbench import not_measured
     from dlscale.microbench.aggregate import collective_rows
     from dlscale.runner import launch_error, rank_records
+    from dlscale.store.results import RunStore
 
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    name = f"microbench-{config.backend}-w{config.workers}-{config.launcher}-{stamp}"
-    run_dir = results / name
-    for again in range(2, 1000):  # another microbench of the same in the same second
-        try:
-            run_dir.mkdir(parents=True)
-            break
-        except FileExistsError:
-            run_dir = results / f"{name}-{again}"
+    store = RunStore(results)  # another microbench of the same in the same second: name-2
+    run_id = store.reserve_new(f"microbench-{config.backend}-w{config.workers}-"
+                               f"{config.launcher}-{stamp}")  # fmt: skip
+    run_dir = store.run_dir(run_id)
     task = {"task": "microbench", "microbench": settings.to_dict()}
     try:
         _, outcome, started = launch(
@@ -114,9 +118,11 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
     measuring = len(config.layout().training_ranks)  # a parameter server's others serve
     rows = collective_rows(per_rank, measuring)
     error = launch_error(outcome, per_rank)  # with what the failed rank said, as in training
-    wrong = [f"{r['collective']} {r['bytes']} B" for r in rows if not r["correct"]]
+    from dlscale.microbench.aggregate import wrong_results  # which ranks, which elements
+
+    wrong = wrong_results(rows)
     if error is None and wrong:
-        error = f"wrong results: {', '.join(wrong)}"
+        error = wrong
     fits = fit_patterns(rows, measuring, unshaped_below(config.to_dict()))
     missing = (
         not_measured(settings.collectives, {r["collective"] for r in rows}, measuring,
@@ -130,6 +136,7 @@ def measure(config: Any, settings: Settings, results: Path) -> dict[str, Any]:
         "error": error,
         "started_at": started, "duration_s": outcome.duration_s,
     }  # fmt: skip
+    store.check_held(run_id)  # removed or swapped for a link meanwhile: one line, not written
     write_json_atomic(run_dir / "microbench.json", "microbench", stored)
     return stored
 

@@ -11,24 +11,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
+from dlscale.cli.arguments import decimal, whole, whole_list
 from dlscale.cli.predict_trust import Trust, stored_rows, validation_rows
 from dlscale.cli.profile import compute_profile, message_count
 from dlscale.cli.tables import cell, console, say
 from dlscale.contract.errors import UserError
-from dlscale.contract.text import shell_command
+from dlscale.contract.text import excerpt, shell_command
 from dlscale.launchers.links import parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import Fitted
 from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
 
 MAX_WORKERS = 1_000_000
+COMPUTE_MS = (1e-6, 1e10)
+"""The step a prediction may be given (``--compute-ms``): 1 ns to about 100 days."""
+MAX_GRADIENT_BYTES = 1e15
+"""A petabyte: far beyond any model's gradient, far inside a float's range."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,10 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(STRATEGIES),
         help=f"comma-separated, of {', '.join(STRATEGIES)}",
     )
-    parser.add_argument("--servers", type=int, default=1, help="parameter servers (ps-*)")
+    parser.add_argument(
+        "--servers", type=whole(1, MAX_WORKERS), default=1, help="parameter servers (ps-*)"
+    )
     parser.add_argument(
         "--target-efficiency",
-        type=float,
+        type=decimal(0.0, 1.0, above=True),
         help="also print the bandwidth each strategy needs for this efficiency at the most workers",
     )
     parser.add_argument(
@@ -66,11 +72,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="whose step is measured when --compute-ms is not given: the framework's reference "
         "backend at 1 worker (torch: torch-single, tensorflow: tf-single, mxnet: mxnet-single)",
     )
-    parser.add_argument("--compute-ms", type=float, help="one worker's step (forward+backward)")
-    parser.add_argument("--gradient-bytes", type=float, help="the gradient's size in bytes")
+    parser.add_argument(
+        "--compute-ms",
+        type=decimal(*COMPUTE_MS),
+        help="one worker's step (forward+backward), 1 ns to 100 days",
+    )
+    parser.add_argument(
+        "--gradient-bytes",
+        type=decimal(0.0, MAX_GRADIENT_BYTES),
+        help="the gradient's size in bytes (up to 1e15)",
+    )
     parser.add_argument(
         "--backward-share",
-        type=float,
+        type=decimal(0.0, 1.0),
         help="the share of a step after its forward, which ring-overlap hides the all-reduce "
         "behind (default: timed by the 1-worker run that measures the step; 2/3, assumed, "
         "with --compute-ms or a run that times no forward alone: jax; predict --validate "
@@ -100,14 +114,11 @@ def parse_workers(text: str) -> list[int]:
     """``A..B``: the powers of 2 from A to B; else a comma-separated list."""
     from dlscale.config.worker_counts import worker_range
 
-    try:
-        counts = worker_range(text) if ".." in text else [int(part) for part in text.split(",")]
-    except ValueError:
-        raise UserError(
-            f"--workers {text!r}: give A..B (powers of 2) or a list like 1,2,8"
-        ) from None
-    if not counts or any(not 1 <= n <= MAX_WORKERS for n in counts):
-        raise UserError(f"--workers {text!r}: every count must be 1 to {MAX_WORKERS}")
+    counts = worker_range(text) if ".." in text else whole_list(text)
+    if counts is None:
+        raise UserError(f"--workers {excerpt(text)}: give A..B (powers of 2) or a list like 1,2,8")
+    if any(not 1 <= n <= MAX_WORKERS for n in counts):
+        raise UserError(f"--workers {excerpt(text)}: every count must be 1 to {MAX_WORKERS:,}")
     return sorted(set(counts))
 
 
@@ -117,11 +128,6 @@ def main(args: argparse.Namespace) -> int:
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown or not strategies:
         raise UserError(f"--strategy: unknown {unknown}; known: {', '.join(STRATEGIES)}")
-    if args.servers < 1:
-        raise UserError(f"--servers must be >= 1, got {args.servers}")
-    target = args.target_efficiency
-    if target is not None and not (math.isfinite(target) and 0 < target <= 1):
-        raise UserError(f"--target-efficiency must be in (0, 1], got {target}")
     if args.validate is not None:
         return _validate(Path(args.validate), args)
     if (args.bandwidth is None) == (args.network_from is None):
@@ -157,13 +163,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def parse_batches(text: str) -> list[int]:
-    try:
-        batches = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise UserError(f"--batch {text!r}: give a number or a list like 16,32,64") from None
-    if not batches or any(not 1 <= b <= 1_000_000 for b in batches):
-        raise UserError(f"--batch {text!r}: every batch must be 1 to 1000000")
-    return list(dict.fromkeys(batches))
+    batches = whole_list(text, low=0)
+    if batches is None:
+        raise UserError(f"--batch {excerpt(text)}: give a number or a list like 16,32,64")
+    if any(not 1 <= b <= 1_000_000 for b in batches):
+        raise UserError(f"--batch {excerpt(text)}: every batch must be 1 to 1,000,000")
+    return batches
 
 
 def _show(

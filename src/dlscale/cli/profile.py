@@ -14,7 +14,9 @@ from typing import Any
 
 from dlscale.cli.tables import console, say
 from dlscale.contract.errors import UserError
+from dlscale.contract.numbers import whole_number
 from dlscale.contract.registry import load_object
+from dlscale.contract.text import excerpt, shell_command
 from dlscale.perfmodel.predict import MAX_MESSAGES, Profile
 from dlscale.perfmodel.validate import ASSUMED_SHARE, backward_share
 
@@ -71,18 +73,18 @@ def message_count(given: str, model: str, where: Path) -> tuple[int, str]:
     from dlscale.contract.backends import BACKENDS
     from dlscale.store.results import RunStore
 
-    try:
-        count = int(given)
-    except ValueError:
-        count = 0
-    else:
-        if not 1 <= count <= MAX_MESSAGES:
-            raise UserError(f"--messages must be from 1 to {MAX_MESSAGES:,}, got {count}")
+    if given[:1].isdigit() or given[:1] in "+-" or given[:1].isspace():  # meant as a count
+        count = whole_number(given, low=1, high=MAX_MESSAGES)
+        if count is None:
+            raise UserError(
+                f"--messages must be a whole number from 1 to {MAX_MESSAGES:,} (ASCII digits) "
+                f"or a backend's name, got {excerpt(given)}"
+            )
         return count, f"the gradient in {count} messages (given)" if count > 1 else ""
     if given not in BACKENDS.names():
         raise UserError(
-            f"--messages {given!r}: give a count, or the backend whose stored run lists its "
-            "messages (dlscale ls backends)"
+            f"--messages {excerpt(given)}: give a count, or the backend whose stored run lists "
+            "its messages (dlscale ls backends)"
         )
     listing = [
         result
@@ -96,8 +98,22 @@ def message_count(given: str, model: str, where: Path) -> tuple[int, str]:
     if not listing:
         raise UserError(
             f"--messages {given}: no completed run of {given} with {model} in {where} lists "
-            f"its messages; run one there (dlscale run --backend {given} --model {model} "
-            f"--workers 2 --results {where}), or give --messages N"
+            "its messages; run one there ("
+            + shell_command(
+                [
+                    "dlscale",
+                    "run",
+                    "--backend",
+                    given,
+                    "--model",
+                    model,
+                    "--workers",
+                    "2",
+                    "--results",
+                    where,
+                ]
+            )
+            + "), or give --messages N"
         )
     newest = max(listing, key=lambda result: result.finished_at or 0.0)
     count = min(len(newest.metrics["sync_message_bytes"]), MAX_MESSAGES)

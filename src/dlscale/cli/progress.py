@@ -30,12 +30,13 @@ from dlscale.cli.tables import (
 )
 from dlscale.config.repeats import Repeats
 from dlscale.config.study import Study
+from dlscale.contract.files import OutputError, refuse_foreign_document
 from dlscale.contract.text import visible, without_traceback_frames
 from dlscale.metrics.claims import check_claims
-from dlscale.metrics.points_file import write_points
+from dlscale.metrics.points_file import points_path, write_points
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import run_point
-from dlscale.store.claims import write_claims
+from dlscale.store.claims import claims_path, write_claims
 from dlscale.store.results import RunStore, describe_owner
 
 JSON_KEYS = (
@@ -130,6 +131,9 @@ def run_study(
         line(f"dlscale: [yellow]warning:[/] {markup(message)}")
 
     store = RunStore(results, on_warning=warn)
+    for path, kind in ((points_path(results, study.name), "points"),
+                       (claims_path(results, study.name), "claims")):  # fmt: skip
+        refuse_foreign_document(path, kind, f"the study's {kind}")  # before any point runs
     write_claims(store, study.name, study.claims)  # for `dlscale report` to check later
     if not force:
         say_stale(store, study, keep_stale, warn)
@@ -178,7 +182,6 @@ def run_study(
             run_round(number, wide)
             number += 1
     points = _study_points(store, tally.finished)
-    write_points(store, study.name, points)  # every figure printed below, at full precision
     if as_json:
         for point in points:
             print(json.dumps(json_record(point, kind="point")), flush=True)
@@ -199,6 +202,12 @@ def run_study(
             f"results: {results}/ ({results_command('ls', 'runs', results=results)}; "
             f"dlscale.load_results({str(results)!r}))",
         )
+    try:  # every figure printed above, at full precision; after the table, so a file
+        write_points(store, study.name, points)  # planted meanwhile costs one line, not them
+        unwritten = False
+    except OutputError as error:
+        line(f"dlscale: error: {markup(str(error))}")
+        unwritten = True
     if plan.target_ci is not None and stop is not None:
         line(f"dlscale: stopping rule: {markup(stop)}")
     if tally.submitted:
@@ -214,7 +223,7 @@ def run_study(
             f"dlscale: {tally.failed} run(s) failed, {tally.busy} skipped as busy", file=sys.stderr
         )
         return 1
-    return 0
+    return 2 if unwritten else 0
 
 
 def study_progress(err: Console, *, disable: bool) -> Progress:

@@ -91,6 +91,17 @@ class BackendSpec:
     collectives_options: tuple[tuple[str, object], ...] = ()
     """The options a microbench of this engine runs with where its command does not set them
     (tf-ps: ``ps_mode = "sync"``, the layout whose workers its kernel runs in)."""
+    collectives_check: Callable[[RunConfig], None] | None = None
+    """The settings its ``collectives`` kernel cannot run under (pure, no framework import):
+    raises :class:`~dlscale.contract.errors.UserError` naming the setting and the fix, called by
+    ``dlscale microbench`` before anything starts (tf-ps' kernel times the synchronous
+    layout only, on the CPU)."""
+    check: Callable[[RunConfig], None] | None = None
+    """The contradictions between a point's settings that no single option sees (pure, no
+    framework import: ``precision = float64`` with ``amp = bf16``, or with a compression that
+    sends the gradients in 16 bits): raises
+    :class:`~dlscale.contract.errors.UnsupportedPoint` naming both settings and the fix. Called
+    when the point's config is built, so ``--dry-run`` says it and a grid skips the point."""
     precisions: tuple[str, ...] = ("float32",)
     """The ``precision`` values its engine trains in (``float64``: model, inputs, gradients
     and collectives all in it); a point asking another is skipped, or refused alone."""

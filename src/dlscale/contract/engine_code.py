@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from dlscale.contract.text import excerpt, visible
 
 PACKAGE = Path(__file__).resolve().parents[1]
 """dlscale's own source folder."""
@@ -29,6 +32,15 @@ AROUND_THE_ENGINE = ("runtime", "datasets", "worker.py")
 """What every worker runs besides its engine, relative to :data:`PACKAGE`."""
 
 DIGITS = 16
+_CODE = re.compile(rf"[0-9a-f]{{{DIGITS}}}")
+
+
+def stored_code(value: object) -> str | None:
+    """``value`` when it is an engine code as dlscale writes one (:data:`DIGITS` hexadecimal
+    digits), else ``None``: what a stored run's ``engine_code`` may be used as, in a file name
+    (``result.stale-CODE.json``) or a message, since anyone who can write to a shared store
+    can plant a megabyte of text there."""
+    return value if isinstance(value, str) and _CODE.fullmatch(value) else None
 
 
 def engine_code(backend: str) -> str | None:
@@ -91,9 +103,10 @@ def other_code(environment: Mapping[str, Any], backend: str) -> str | None:
         return None
     made = environment.get("engine_code")
     version = environment.get("dlscale_version")
-    by = f"dlscale {version}" if version else "an older dlscale"
+    by = f"dlscale {visible(version)[:40]}" if version else "an older dlscale"
     if not isinstance(made, str):
         return f"made by {by}, before runs recorded their engine's code"
     if made != now:
-        return f"made by {by} with {backend}'s engine code {made}, which is {now} now"
+        shown = made if stored_code(made) else excerpt(made)  # a planted 1 MB code: cut
+        return f"made by {by} with {backend}'s engine code {shown}, which is {now} now"
     return None

@@ -13,6 +13,7 @@ from typing import Any
 
 from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.numbers import whole_number
+from dlscale.contract.text import shell_command
 
 SCHEMAS = {
     "spec": 3, "result": 3, "checkpoint": 1, "microbench": 1, "claims": 1, "points": 1
@@ -81,17 +82,25 @@ def output_failure(path: Path, error: OSError) -> OutputError:
     return OutputError(f"cannot write {path}: {reason}; nothing was replaced")
 
 
-def refuse_non_directory(path: Path, what: str = "") -> None:
-    """Raise :class:`OutputError` unless ``path`` is missing or a real directory (not a link to
-    one, not a file): what dlscale may create or empty there."""
+def _mode_not_link(path: Path, what: str) -> int | None:
+    """The mode of what is at ``path`` (``None``: nothing), a link refused (:func:`refuse_link`)."""
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
-        return
+        return None
     except OSError as error:
         raise output_failure(path, error) from None
     if stat.S_ISLNK(mode):
         refuse_link(path, what)
+    return mode
+
+
+def refuse_non_directory(path: Path, what: str = "") -> None:
+    """Raise :class:`OutputError` unless ``path`` is missing or a real directory (not a link to
+    one, not a file): what dlscale may create or empty there."""
+    mode = _mode_not_link(path, what)
+    if mode is None:
+        return
     if not stat.S_ISDIR(mode):
         raise OutputError(
             f"{path}{f' ({what})' if what else ''} is a file, not a directory; dlscale keeps its "
@@ -119,6 +128,34 @@ def make_directory(path: Path, what: str = "") -> bool:
         raise output_failure(path, error) from None
     refuse_non_directory(path, what)
     return False
+
+
+def refuse_foreign_document(path: Path, kind: str, what: str) -> None:
+    """Refuse (:class:`OutputError`, one line naming the path and the fix) what dlscale may
+    not replace at ``path``, where it will write a document of ``kind`` (``what``: its words):
+    a link, a directory or anything but a regular file (at a name anyone can predict in a
+    shared store), or a document of a newer dlscale (rewriting it would lose newer data).
+    Missing, a file of ours, or a damaged one (rewritten whole): nothing is said. What
+    ``dlscale run`` checks of a study's own files before any point runs."""
+    mode = _mode_not_link(path, what)
+    if mode is None:
+        return
+    if not stat.S_ISREG(mode):
+        shown = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OutputError(
+            f"{path} ({what}) is {shown}; dlscale writes its {what} there and does not replace "
+            "what it did not make: move it away (" + shell_command(["rm", "-r", path])
+            + ") or choose another --results"
+        )  # fmt: skip
+    try:
+        read_json(path, kind)
+    except NewerSchema as error:
+        raise OutputError(
+            f"{path} ({what}): {error.problem}; this dlscale would overwrite it: upgrade "
+            "dlscale, or move the file away"
+        ) from None
+    except UnreadableFile:
+        pass
 
 
 def open_directory(path: Path, what: str = "") -> int:

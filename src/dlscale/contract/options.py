@@ -25,8 +25,9 @@ _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 def parse_value(value: Any, kind: type, label: str, *, optional: bool = False) -> Any:
     """A TOML or command-line value as ``kind`` (int, float, bool or str), or one
     :class:`UserError` naming ``label``: the one parser of core keys, study settings and
-    plug-in options. Text is read as the type (``"yes"``/``"off"`` as a bool); an int is taken
-    for a float, never a bool for a number; ``optional``: ``none``/``null``/empty is ``None``."""
+    plug-in options. Text is read as the type (``"yes"``/``"off"`` as a bool; digits in ASCII,
+    no ``_``); an int is taken for a float, never a bool for a number; ``optional``:
+    ``none``/``null``/empty is ``None``."""
     if value is None and optional:
         return None
     if isinstance(value, str) and kind is not str:
@@ -35,10 +36,10 @@ def parse_value(value: Any, kind: type, label: str, *, optional: bool = False) -
             return None
         if kind is bool and text in _TRUE + _FALSE:
             return text in _TRUE
-        try:
-            if kind is not bool:
+        try:  # ASCII only: int() and float() read "٣" as 3 and "1_0" as 10
+            if kind is not bool and text.isascii() and "_" not in text:
                 return kind(text)
-        except ValueError:
+        except ValueError:  # also an int of more than 4300 digits
             pass
         raise UserError(f"{label} must be {kind.__name__}, got {excerpt(value)}")
     if kind is float and isinstance(value, int) and not isinstance(value, bool):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dlscale.contract.facts import FrameworkFacts
-from dlscale.contract.shapes import FLAG, SECONDS, TEXT, TIMESTAMP, Shape, count, number
+from dlscale.contract.shapes import FLAG, SECONDS, TEXT, TIMESTAMP, Shape, count
 
 _SEQUENCES = ("command", "layout", "warnings")
 """The fields stored as JSON lists and held as tuples."""
@@ -63,8 +63,8 @@ class Result:
     """Each process's role and rank (:meth:`~dlscale.contract.layout.Layout.to_dict`), and the
     ``host`` it ran on (its ``start`` record's; absent for one that never started, and in
     results stored before hosts were recorded)."""
-    batch_size_per_worker: float | None = _checked(number("images"))
-    global_batch_size: float | None = _checked(number("images"))
+    batch_size_per_worker: int | None = _checked(Shape("count", "images", low=1))
+    global_batch_size: int | None = _checked(Shape("count", "images", low=1))
     threads_per_worker: int | None = _checked(count("threads"))
     oversubscribed: bool | None = _checked(FLAG)
     interpreter: str | None = None

@@ -4,13 +4,14 @@ key, what is allowed and, where one exists, the fix."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.models import ModelSpec
+from dlscale.contract.numbers import finite_number
+from dlscale.contract.shapes import MAX_QUANTITY, Shape, number
 from dlscale.contract.text import excerpt
 from dlscale.contract.user_models import ScriptModelSpec
 
@@ -23,6 +24,31 @@ ALLOCATORS = ("system", "glibc-tuned", "jemalloc", "tcmalloc")
 
 PRECISIONS = ("float32", "float64")
 
+WHOLE_KEYS = {
+    "workers": 1, "batch_size": 1, "steps": 1, "windows": 1,
+    "warmup_steps": 0, "comm_probe_steps": 0, "seed": 0, "repeat_id": 0,
+    "epochs": 1, "threads_per_worker": 1, "image_size": 1,
+}  # fmt: skip
+"""The core keys that are whole numbers, each with its least value (at most
+:data:`~dlscale.contract.shapes.MAX_QUANTITY`): checked when a config is built and when a
+stored one is read (:data:`STORED_CONFIG`), so a result no config could have made
+(``batch_size = 0.5``) is one damaged file, not a profile that fails every reader."""
+OPTIONAL_KEYS = ("epochs", "threads_per_worker", "image_size", "target_accuracy", "dropout")
+"""Core keys that may be unset (``None``)."""
+POSITIVE_KEYS = ("lr", "timeout_s")
+NON_NEGATIVE_KEYS = ("momentum", "weight_decay")
+
+STORED_CONFIG: dict[str, Shape] = {
+    **{name: Shape("count", low=low, nullable=name in OPTIONAL_KEYS or name == "steps")
+       for name, low in WHOLE_KEYS.items()},
+    **{name: Shape("number", positive=True) for name in POSITIVE_KEYS},
+    **{name: number() for name in NON_NEGATIVE_KEYS},
+    "target_accuracy": Shape("number", high=1.0, positive=True),
+    "dropout": Shape("number", high=1.0),
+}  # fmt: skip
+"""What a stored result's core config keys may be (``steps`` unset in epoch runs of earlier
+schemas): the bounds of :func:`check_core_values`, which every config was built under."""
+
 
 def check_core_values(config: RunConfig) -> None:
     """Each core key's type and range (the choices, counts, and finite numbers)."""
@@ -31,16 +57,12 @@ def check_core_values(config: RunConfig) -> None:
     check_choice("lr_scaling", config.lr_scaling, ("none", "linear"))
     check_choice("allocator", config.allocator, ALLOCATORS)
     check_choice("precision", config.precision, PRECISIONS)
-    for name in ("workers", "batch_size", "steps", "windows"):
-        check_min(name, getattr(config, name), 1)
-    for name in ("warmup_steps", "comm_probe_steps", "seed", "repeat_id"):
-        check_min(name, getattr(config, name), 0)
-    for name in ("epochs", "threads_per_worker", "image_size"):
-        if getattr(config, name) is not None:
-            check_min(name, getattr(config, name), 1)
-    for name in ("lr", "timeout_s"):
+    for name, low in WHOLE_KEYS.items():
+        if name not in OPTIONAL_KEYS or getattr(config, name) is not None:
+            check_min(name, getattr(config, name), low)
+    for name in POSITIVE_KEYS:
         check_positive(name, getattr(config, name))
-    for name in ("momentum", "weight_decay"):
+    for name in NON_NEGATIVE_KEYS:
         check_finite(name, getattr(config, name), minimum=0.0)
 
 
@@ -80,6 +102,8 @@ def check_engine_fits(config: RunConfig, backend: BackendSpec, model: ModelSpec)
             f"precision = {config.precision}{why}; {', '.join(able) or 'no backend'} "
             f"can train in {config.precision}"
         )
+    if backend.check is not None:
+        backend.check(config)
     if config.loader_only and not backend.loader_only:
         raise UnsupportedPoint(
             f"backend {config.backend} reads its own batches inside the framework, so "
@@ -114,6 +138,19 @@ def _checks_scripts(config: RunConfig, backend: BackendSpec, model: ModelSpec) -
     return script
 
 
+def refuse_float64_with(config: RunConfig, setting: str, value: object, none: object) -> None:
+    """A plug-in's :attr:`~dlscale.contract.backends.BackendSpec.check` of a setting that
+    sends or computes the gradients in fewer bits (``compression = fp16``, ``amp = bf16``):
+    refused beside ``precision = float64``, whose proof that two engines take the same steps
+    it would void (the run would say float64 and move 16 bits)."""
+    if config.precision == "float64" and value != none:
+        raise UnsupportedPoint(
+            f"precision = float64 and {setting} = {value} cannot go together: "
+            f"{setting} would take the gradients below float64's bits; set {setting} = "
+            f"{none} for float64, or precision = float32"
+        )
+
+
 def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise UserError(f"{name} must be one of {', '.join(allowed)}; got {excerpt(value)}")
@@ -122,10 +159,14 @@ def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
 def check_min(name: str, value: object, minimum: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UserError(f"{name} must be an integer >= {minimum}, got {excerpt(value)}")
+    if value > MAX_QUANTITY:
+        raise UserError(f"{name} must be at most {MAX_QUANTITY:g}, got {excerpt(value)}")
 
 
 def check_finite(name: str, value: object, minimum: float | None = None) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+    if not finite_number(value, high=MAX_QUANTITY):
+        if finite_number(value):
+            raise UserError(f"{name} must be at most {MAX_QUANTITY:g}, got {excerpt(value)}")
         raise UserError(f"{name} must be a finite number, got {excerpt(value)}")
     if minimum is not None and value < minimum:
         raise UserError(f"{name} must be >= {minimum:g}, got {excerpt(value)}")

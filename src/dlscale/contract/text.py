@@ -39,10 +39,38 @@ def visible(text: Any, *, lines: bool = False) -> str:
 
 
 def shell_command(argv: Iterable[Any]) -> str:
-    """``argv`` as one line to paste into a POSIX shell: every word quoted where it needs it
-    (a space, ``;``, ``$(...)``), then control characters made visible (a line break inside a
-    word would otherwise end the command)."""
-    return visible(shlex.join(str(word) for word in argv))
+    """``argv`` as one line to paste into a shell, the one function every command dlscale
+    prints is built by: every word quoted where it needs it (a space, ``;``, ``$(...)``), and
+    a word holding a line break or another character :func:`visible` would escape written in
+    ANSI-C quotes (``$'place\\nexec "$@"'``: bash, zsh and ksh read it back as the same word,
+    where a line break printed as it is would end the command)."""
+    return visible(" ".join(_shell_word(str(word)) for word in argv))
+
+
+def _shell_word(word: str) -> str:
+    if not any(char == "\n" or _hidden(char) for char in word):
+        return shlex.quote(word)
+    return "$'" + "".join(_ansi_c(char) for char in word) + "'"
+
+
+def _hidden(char: str) -> bool:
+    return not ("\x20" <= char <= "\x7e") and unicodedata.category(char) in _HIDDEN
+
+
+_ANSI_C = {"\\": "\\\\", "'": "\\x27", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _ansi_c(char: str) -> str:
+    """One character inside ``$'...'``: as it is, or as the escape that gives it back (an
+    undecodable byte of a file name, held as a lone surrogate, as that byte)."""
+    if char in _ANSI_C:
+        return _ANSI_C[char]
+    if not _hidden(char):
+        return char
+    code = ord(char)
+    if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's escape of a byte that is not UTF-8
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x80 else f"\\U{code:08x}"
 
 
 def html_text(value: Any) -> str:

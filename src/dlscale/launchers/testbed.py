@@ -41,6 +41,7 @@ from pathlib import Path
 from dlscale.contract.errors import UserError
 from dlscale.contract.files import make_directory, refuse_link, write_atomic
 from dlscale.contract.layout import usable_cores
+from dlscale.contract.text import shell_command
 from dlscale.launchers.links import Link, shaping
 from dlscale.launchers.network import NETNS_ETC, namespaces, run_ip, write_node_etc
 from dlscale.launchers.testbed_record import PREFIX, RECORD, SUBNET, Testbed, host_address
@@ -116,7 +117,8 @@ def start(bed: Testbed) -> None:
         other = Testbed.read(RECORD)
         raise UserError(
             f"emulated hosts already run ({', '.join(other.hosts)}, files in {other.dir}): "
-            f"one test bed at a time; stop it first: dlscale hosts stop {other.dir}"
+            "one test bed at a time; stop it first: "
+            + shell_command(["dlscale", "hosts", "stop", other.dir])
         )
     try:
         _make(bed)

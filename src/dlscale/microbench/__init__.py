@@ -19,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.text import excerpt
 
 COLLECTIVES = (
     "all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "ps_pushpull"
@@ -71,11 +72,21 @@ def iterations(size: int, most: int) -> tuple[int, int]:
 
 
 def parse_size(text: str) -> int:
-    """``4``, ``1k``, ``16M``, ``256MB`` (binary units) as bytes."""
+    """``4``, ``1k``, ``16M``, ``256MB`` (binary units) as bytes: whole float32 elements (a
+    message of 5 or 7 bytes would be timed as one element, 4 bytes, under another name)."""
     match = _SIZE.match(text.strip().lower())
     if not match:
-        raise UserError(f"cannot read the message size {text!r}: give bytes like 4, 64k, 256M")
-    return int(match[1]) * _UNITS[match[2]]
+        raise UserError(
+            f"cannot read the message size {excerpt(text)}: give bytes like 4, 64k, 256M"
+        )
+    size = int(match[1]) * _UNITS[match[2]]
+    if size % 4:
+        near = sorted({max(4, size // 4 * 4), size // 4 * 4 + 4})
+        raise UserError(
+            f"message size {excerpt(text)} is {size} bytes, not a whole number of float32 "
+            f"elements (4 bytes each): give {' or '.join(map(str, near))}"
+        )
+    return size
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -86,7 +97,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
             raise UserError(f"sizes {text!r}: give LOW..HIGH with 4 <= LOW <= HIGH")
         count = int(math.log(high / low, 4) + 1e-9) + 1
         return tuple(low * 4**k for k in range(count))
-    return tuple(parse_size(part) for part in text.split(","))
+    return tuple(dict.fromkeys(parse_size(part) for part in text.split(",")))  # 4,4: once
 
 
 def not_measured(

@@ -16,6 +16,10 @@ from dlscale.contract.text import excerpt
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.validate import Link, network_key, plain_key
 
+PLAUSIBLE_BIT_S = 1e14
+"""100 Tbit/s (12.5 TB/s): more than any link carries and more than one device's memory moves
+(an H200's HBM: 4.8 TB/s); a stored fit beyond it is said to be implausible where it is used."""
+
 
 @dataclass(frozen=True)
 class Fitted:
@@ -109,6 +113,14 @@ def fitted_networks(
             if on_problem is not None:
                 on_problem(_unusable(fit, results / run["run_id"] / "microbench.json"))
             continue
+        if network.bandwidth_bit_s > PLAUSIBLE_BIT_S and on_problem is not None:
+            on_problem(
+                f"{results / run['run_id'] / 'microbench.json'}: its {pattern} fit gives "
+                f"{network.bandwidth_bit_s / 1e12:.3g} Tbit/s, more than any link or memory "
+                f"moves ({PLAUSIBLE_BIT_S / 1e12:g} Tbit/s); used as stored, but its "
+                "predictions are no better than the fit: measure again (dlscale microbench "
+                "with sizes that span your gradient's)"
+            )
         error = fit.get("median_error")
         error_words = f"{error:.1%}" if finite_number(error) else "unknown"
         which = "" if pattern == "ring" else f" ({pattern} fit)"

@@ -23,12 +23,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlscale.contract.errors import UserError
+from dlscale.contract.numbers import finite_number
+from dlscale.contract.text import excerpt
 from dlscale.perfmodel import costs
 from dlscale.perfmodel.costs import Network
 
 STRATEGIES = ("ring", "ring-overlap", "tree", "ps-sync", "ps-async")
 MAX_MESSAGES = 1_000_000
 """The most messages a step's gradient may be given in (far beyond any model's tensors)."""
+
+
+PROFILE_RANGES = {
+    "compute_s": (1e-10, 1e7),
+    "batch": (1, 1e6),
+    "gradient_bytes": (0.0, 1e15),
+    "backward_share": (0.0, 1.0),
+    "messages": (1, MAX_MESSAGES),
+}
+"""What a profile's figures may be: a step of 0.1 ns to about 100 days, a batch of up to a
+million, a gradient of up to a petabyte, in up to a million messages. Inside them every
+prediction is a finite number (a step of 1e-320 s or a gradient of 1e308 bytes made ``nan``)."""
+MAX_BANDWIDTH_BIT_S = 1e15
+"""1000 Tbit/s: the most :func:`bandwidth_for` looks to, far beyond any link (2026's fastest
+ports carry 1.6 Tbit/s); a target needing more is one no network reaches."""
 
 
 @dataclass(frozen=True)
@@ -48,14 +65,12 @@ class Profile:
     array; mxnet-kv: a push and pull per parameter): each pays the strategy's latency."""
 
     def __post_init__(self) -> None:
-        for name in ("compute_s", "gradient_bytes", "backward_share"):
+        for name, (low, high) in PROFILE_RANGES.items():
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise UserError(f"{name} must be a finite number >= 0, got {value}")
-        if not self.compute_s > 0 or self.batch < 1 or self.backward_share > 1:
-            raise UserError("a profile needs compute_s > 0, batch >= 1, backward_share <= 1")
-        if not 1 <= self.messages <= MAX_MESSAGES:
-            raise UserError(f"messages must be 1 to {MAX_MESSAGES:,}, got {self.messages}")
+            if not finite_number(value, low, high):
+                raise UserError(
+                    f"a profile's {name} must be from {low:g} to {high:g}, got {excerpt(value)}"
+                )
 
 
 @dataclass(frozen=True)
@@ -134,17 +149,23 @@ def predict(
     for p in workers:
         step = step_s(profile, strategy, p, net, servers)
         throughput = p * profile.batch / step
-        rows.append(
-            Predicted(
-                strategy=strategy,
-                workers=p,
-                step_s=step,
-                comm_s=comm_s(profile, strategy, p, net, servers),
-                throughput_img_s=throughput,
-                speedup=throughput / single,
-                efficiency=throughput / single / p,
-            )
+        row = Predicted(
+            strategy=strategy,
+            workers=p,
+            step_s=step,
+            comm_s=comm_s(profile, strategy, p, net, servers),
+            throughput_img_s=throughput,
+            speedup=throughput / single,
+            efficiency=throughput / single / p,
         )
+        figures = (row.step_s, row.comm_s, row.throughput_img_s, row.speedup, row.efficiency)
+        if not all(finite_number(figure) for figure in figures) or not row.step_s > 0:
+            raise UserError(
+                f"{strategy} at {p} workers gives no finite prediction on this network "
+                f"({net.alpha_s:g} s a message, {net.beta_s_per_byte:g} s a byte) for this "
+                "profile: give a step, gradient and network a machine can have"
+            )
+        rows.append(row)
     return rows
 
 
@@ -166,7 +187,7 @@ def bandwidth_for(
         (row,) = predict(profile, strategy, [p], Network.from_link(bandwidth, latency_s), servers)
         return row.efficiency
 
-    low, high = 1e3, 1e18  # bit/s: 1 kbit/s to beyond any link
+    low, high = 1e3, MAX_BANDWIDTH_BIT_S  # bit/s: 1 kbit/s to beyond any link
     if efficiency(high) < target_efficiency:
         return None
     if efficiency(low) >= target_efficiency:

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dlscale.contract.algorithms import SYNC_PATTERNS
+from dlscale.contract.errors import UserError
 from dlscale.contract.run_config import scale_keys
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.engines import (
@@ -203,12 +204,13 @@ def compare(
             continue
         payload = _payload(metrics, pattern, workers)
         share, share_from = backward_share(compute.metrics)
-        profile = Profile(
-            compute_s=compute.ms / 1e3,
-            batch=int(batch),
-            gradient_bytes=payload,
-            backward_share=share,
-        )
+        try:
+            profile = Profile(
+                compute_s=compute.ms / 1e3, batch=int(batch), gradient_bytes=payload,
+                backward_share=share,
+            )  # fmt: skip
+        except UserError:  # stored figures no machine makes (a 1e-300 ms step): not predicted
+            continue
         servers = int(metrics.get("sync_servers") or 1)
         messages = _messages(metrics)
         comm = pattern_comm(pattern, payload, workers, servers, link, messages)

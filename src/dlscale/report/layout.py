@@ -72,24 +72,29 @@ _SHOWN_ELSEWHERE = {c.name for c in COLUMNS} | {"batch_size"}
 
 
 def _options_set(rows: Sequence[Row]) -> list[str]:
-    """Caption items for the plug-ins' options every row that has them ran away from their
-    default, the same in each (``compression fp16``): a setting the table does not tell
-    apart is still said."""
-    from dlscale.contract.run_config import declared_options
+    """Caption items for the plug-ins' options (and the core keys of :data:`_CORE_SAID`) every
+    row that has them ran away from their default, the same in each (``compression fp16``,
+    ``precision float64``): a setting the table does not tell apart is still said."""
+    from dlscale.contract.run_config import config_defaults, declared_options
     from dlscale.report.series import varying_keys
 
-    declared = declared_options()
+    defaults = {key: owners[0][1].default for key, owners in declared_options().items()}
+    defaults.update({key: config_defaults()[key] for key in _CORE_SAID})
     varying = set(varying_keys(list(rows)))
     done = [r.get("config") or {} for r in rows if r.get("status") == "completed"]
     items = []
     for key in dict.fromkeys(k for config in done for k in config):
-        if key not in declared or key in varying or key in _SHOWN_ELSEWHERE:
+        if key not in defaults or key in varying or key in _SHOWN_ELSEWHERE:
             continue
         values = {str(config[key]) for config in done if key in config}
-        default = str(declared[key][0][1].default)
-        if len(values) == 1 and values != {default}:
+        if len(values) == 1 and values != {str(defaults[key])}:
             items.append(f"{key} {values.pop()}")
     return items
+
+
+_CORE_SAID = ("precision", "image_size", "dropout", "loader_only")
+"""Core keys that change what a step computes, said in a caption where every row ran away from
+the default the same way (``precision float64``), as a plug-in's option is."""
 
 
 def _settings_column(rows: Sequence[Row]) -> list[Column]:

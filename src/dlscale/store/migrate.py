@@ -21,10 +21,11 @@ from dlscale.contract.files import schema_version
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.numbers import finite_number
 from dlscale.contract.result import Result
+from dlscale.contract.run_checks import STORED_CONFIG, WHOLE_KEYS
 from dlscale.contract.run_config import config_defaults, core_keys
 from dlscale.contract.shapes import MAX_QUANTITY
 from dlscale.contract.text import excerpt
-from dlscale.store.validate import ShapeError, check_result  # readers catch ShapeError here
+from dlscale.store.validate import ShapeError, check, check_result  # readers catch ShapeError
 
 SCHEMA_1_PLUGIN_KEYS = {
     "amp": "backend",
@@ -62,22 +63,12 @@ def result_view(document: dict[str, Any]) -> Result:
             raise ShapeError(f"config key {key} is a {type(value).__name__}, not a value")
         if _number(value) and not finite_number(value):
             raise ShapeError(f"config key {key} is {excerpt(value)}, not a finite number")
-    for key, kinds in _CONFIG_TYPES.items():
-        _check_type(f"config key {key}", settings.get(key), kinds)
+    _check_type("config key scaling", settings.get("scaling"), (str,))
+    for key in WHOLE_KEYS:  # an integer where one is meant: 3.0 is no batch size either
+        if settings.get(key) is not None:
+            _check_type(f"config key {key}", settings[key], (int,))
+    check({k: settings.get(k) for k in STORED_CONFIG}, STORED_CONFIG, "config key")
     return result
-
-
-_NUMBER = (int, float)
-_CONFIG_TYPES: dict[str, tuple[type, ...]] = {
-    "batch_size": (int,),
-    "repeat_id": (int,),
-    "scaling": (str,),
-    "epochs": (int, type(None)),
-    "steps": (int, type(None)),
-    "target_accuracy": (*_NUMBER, type(None)),
-    "threads_per_worker": (int, type(None)),
-}
-"""Types of the core keys readers compute with (after defaults are filled in)."""
 
 
 def check_stored(document: dict[str, Any]) -> None:

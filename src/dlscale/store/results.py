@@ -41,6 +41,7 @@ from dlscale.contract.result import Result
 from dlscale.contract.text import excerpt, visible
 from dlscale.store import locks, rundir
 from dlscale.store.locks import LOCK, TAKEOVER, describe_owner
+from dlscale.store.rundir import LAST_NUMBER, numbered
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -151,8 +152,7 @@ class RunStore:
         directory's path is refused, as is a full disk (no lock is left behind).
         """
         directory = self.run_dir(run_id)
-        self._check_root()
-        made = make_directory(directory, "run directory")
+        made = self._make_run_dir(run_id, fresh=False)
         try:
             fd = open_directory(directory, "run directory")
             try:
@@ -168,6 +168,45 @@ class RunStore:
         if taken:
             self._held[run_id] = (info.st_dev, info.st_ino)
         return taken
+
+    def reserve_new(self, name: str) -> str:
+        """Make a fresh run directory for a run that is never resumed (``dlscale
+        microbench``): ``name``, else the first of ``name-2`` to ``name-999`` that nothing
+        holds; a directory, file or link already at a name is never used, nor followed. The
+        directory is held as :meth:`reserve` holds one (:meth:`check_held` catches a swap), with
+        no lock: no other process runs under its name. Returns its run id; when every name is
+        taken, one line naming them and the fix (:class:`OutputError`)."""
+        for run_id in numbered(name):
+            if self._make_run_dir(run_id, fresh=True):
+                fd = open_directory(self.run_dir(run_id), "run directory")
+                try:
+                    info = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                self._held[run_id] = (info.st_dev, info.st_ino)
+                return run_id
+        raise OutputError(
+            f"cannot make a fresh run directory under {self.root}: {name} and {name}-2 to "
+            f"{name}-{LAST_NUMBER} are all taken (earlier runs, or names someone made there); "
+            "remove what is not yours, or choose another --results"
+        )
+
+    def _make_run_dir(self, run_id: str, *, fresh: bool) -> bool:
+        """The one place a run directory is made (the results directory first, on the store's
+        first write: :meth:`_check_root`). ``fresh``: only a directory made here will do, and
+        False means the name is taken; else a real directory already there is accepted (the
+        point's earlier attempt) and anything else at the name refused. True if made here."""
+        self._check_root()
+        directory = self.run_dir(run_id)
+        if not fresh:
+            return make_directory(directory, "run directory")
+        try:
+            os.mkdir(directory)  # never follows a link at the name: EEXIST
+        except FileExistsError:
+            return False
+        except OSError as error:
+            raise output_failure(directory, error) from None
+        return True
 
     def release(self, run_id: str) -> None:
         """Give the run's lock back (never raises; a lock that is no longer this process's, or
@@ -253,12 +292,11 @@ class RunStore:
         newer one unless --force)."""
         rundir.clear(self.run_dir(run_id), self._held.get(run_id))
 
-    def set_aside(self, run_id: str, name: str) -> None:
-        """Keep the run's ``result.json`` under ``name`` beside it (a file `clear` leaves and
-        no reader takes for a result), before the run is made again; nothing if there is
-        none. ``name`` is this store's own, never a user's."""
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(self.result_path(run_id), self.run_dir(run_id) / name)
+    def set_aside(self, run_id: str, stem: str) -> str | None:
+        """Keep the run's ``result.json`` beside it as ``STEM.json``, or the first free of
+        ``STEM-2.json`` on, before the run is made again (:func:`rundir.set_aside`: nothing
+        at a name replaced or followed); the name used, or None if there is no result."""
+        return rundir.set_aside(self.run_dir(run_id), stem)
 
     def write_result(self, run_id: str, result: Result) -> None:
         """Write ``result.json`` atomically: on a failure (a full disk) the earlier one is as it

@@ -9,16 +9,18 @@ grepped from their writers; keep this list with them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import json
 import os
 import shutil
 import stat
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dlscale.contract.files import OutputError, open_directory
+from dlscale.contract.files import OutputError, open_directory, output_failure
 from dlscale.store.locks import LOCK, TAKEOVER, TEMP_PREFIX, UNREADABLE_LOCK_STALE_S
 
 OUTPUT_FILES = (
@@ -47,6 +49,69 @@ OUTPUT_DIRS = (
     "pythonpath",  # runtime/worker_path
     "checkpoint",  # runtime/checkpoint
 )
+
+
+LAST_NUMBER = 999
+"""The highest number a fresh name is given (:func:`numbered`)."""
+
+
+def numbered(stem: str, suffix: str = "") -> Iterator[str]:
+    """``stem + suffix``, then ``stem-2 + suffix`` to ``stem-999 + suffix``: the names a
+    fresh run directory or set-aside file is given, the first free one first."""
+    yield f"{stem}{suffix}"
+    for number in range(2, LAST_NUMBER + 1):
+        yield f"{stem}-{number}{suffix}"
+
+
+def set_aside(directory: Path, stem: str) -> str | None:
+    """Keep ``directory``'s ``result.json`` beside it as ``STEM.json`` (a file :func:`clear`
+    leaves and no reader takes for a result); the name used, or None if there is none.
+    Nothing at a name is replaced, followed or removed: a directory, link or earlier file
+    there (a result set aside before, or something planted under a name anyone can predict)
+    moves it to ``STEM-2.json`` and on; when every name is taken, one line
+    (:class:`OutputError`) and the result stays where it is. Renamed inside the directory
+    opened without following links."""
+    fd = open_directory(directory, "run directory")
+    try:
+        for name in numbered(stem, ".json"):
+            try:  # a hard link fails on anything at the name, where a rename would replace it
+                os.link("result.json", name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+            except FileExistsError:
+                continue
+            except FileNotFoundError:
+                return None
+            except OSError as error:
+                if error.errno not in _NO_HARD_LINKS or _taken(name, fd):
+                    raise output_failure(directory / name, error) from None
+                _rename(directory, name, fd)  # a file system without hard links
+                return name
+            os.unlink("result.json", dir_fd=fd)
+            return name
+    finally:
+        os.close(fd)
+    raise OutputError(
+        f"cannot set aside {directory / 'result.json'}: {stem}.json and {stem}-2.json to "
+        f"{stem}-{LAST_NUMBER}.json are all taken in {directory}; move them away, or run "
+        "with --keep-stale"
+    )
+
+
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV)
+
+
+def _taken(name: str, fd: int) -> bool:
+    try:
+        os.lstat(name, dir_fd=fd)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _rename(directory: Path, name: str, fd: int) -> None:
+    try:
+        os.rename("result.json", name, src_dir_fd=fd, dst_dir_fd=fd)
+    except OSError as error:
+        raise output_failure(directory / name, error) from None
 
 
 def is_output(name: str, traces: set[str]) -> bool:

@@ -24,11 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dlscale.contract.errors import UnsupportedPoint
 from dlscale.contract.layout import Addresses, Process, ProcessLayout
 from dlscale.contract.options import declared, setting
+from dlscale.contract.run_checks import refuse_float64_with
 from dlscale.frameworks.mxnet.declare import INSTALL as MXNET_INSTALL
 from dlscale.frameworks.mxnet.declare import WEIGHTS as MXNET_WEIGHTS
 from dlscale.frameworks.mxnet.declare import mxnet_python
+from dlscale.frameworks.torch.options import check_torch_loop
 
 if TYPE_CHECKING:
     from dlscale.contract.run_config import RunConfig
@@ -83,6 +86,24 @@ class HorovodMXNet:
 
 
 HOROVOD_OPTIONS = declared(HorovodOptions)
+
+
+def check_horovod(config: RunConfig) -> None:
+    """Every Horovod engine's contradictions (``BackendSpec.check``): fp16 compression beside
+    float64."""
+    refuse_float64_with(config, "compression", config.typed(HorovodCommon).compression, "none")
+
+
+def check_horovod_torch(config: RunConfig) -> None:
+    """horovod-torch's: Horovod's, the torch loop's, and micro-batches that split the batch."""
+    check_horovod(config)
+    check_torch_loop(config)
+    passes = config.typed(HorovodOptions).backward_passes_per_step
+    if config.batch_per_worker % passes:
+        raise UnsupportedPoint(
+            f"backward_passes_per_step = {passes} does not divide the batch per worker "
+            f"({config.batch_per_worker}); choose a divisor of it"
+        )
 
 
 def horovod_cluster_env(

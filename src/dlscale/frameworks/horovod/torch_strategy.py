@@ -38,7 +38,6 @@ from typing import Any
 import torch
 
 from dlscale.contract.comm_bytes import ring_bytes_mean
-from dlscale.contract.errors import UserError
 from dlscale.contract.run_config import RunConfig
 from dlscale.frameworks.horovod.counting import CountingCompression
 from dlscale.frameworks.horovod.declare import HorovodOptions
@@ -72,13 +71,8 @@ class HorovodStrategy(TorchStrategy):
         """Each synchronized step's messages, from its gradients' ready times."""
 
     def setup(self, ctx: WorkerContext, device: torch.device) -> None:
-        cfg, options = ctx.config, ctx.config.typed(HorovodOptions)
-        self.micro_batches = options.backward_passes_per_step
-        if cfg.batch_per_worker % self.micro_batches:
-            raise UserError(
-                f"backward_passes_per_step = {self.micro_batches} does not divide the batch "
-                f"per worker ({cfg.batch_per_worker}); choose a divisor of it"
-            )
+        options = ctx.config.typed(HorovodOptions)
+        self.micro_batches = options.backward_passes_per_step  # divides the batch: declare.py
         self._scale = 0.5 if options.compression == "fp16" else 1.0
         hvd = self._session.start(ctx, "horovod.torch")
         self.world = hvd.size()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dlscale.contract.algorithms import async_update_setting
-from dlscale.contract.errors import UnsupportedPoint
+from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
 from dlscale.contract.options import declared, setting
 
@@ -66,6 +66,21 @@ class KVOptions:
     )
     num_servers: int = setting(1, "ps-lite server processes", minimum=1)
     async_update: str = async_update_setting(applies=("kvstore", "dist_async"), earlier="sum")
+
+
+SYNCHRONOUS = ("dist_sync", "dist_device_sync")
+"""The kvstores whose push and pull go through the parameter servers and wait for every
+worker: what ``dlscale microbench --backend mxnet-kv`` times."""
+
+
+def check_kv_collectives(config: RunConfig) -> None:
+    """mxnet-kv's microbench (``BackendSpec.collectives_check``): a synchronous kvstore."""
+    kind = config.typed(KVOptions).kvstore
+    if kind not in SYNCHRONOUS:
+        raise UserError(
+            f"the microbench times the parameter servers' synchronous push and pull: "
+            f"--set kvstore={' or '.join(SYNCHRONOUS)}, not {kind}"
+        )
 
 
 MX_LOOP_OPTIONS = declared(MXLoopOptions)

@@ -49,6 +49,7 @@ for _spec in (
         precision_note="MXNet's ps-lite kvstore servers hold float32 (a float64 dist_sync "
         "step leaves every parameter 3e-8 to 1e-7 off)",
         collectives="dlscale.frameworks.mxnet.collectives:run",
+        collectives_check=mxd.check_kv_collectives,
         measures_exposed_comm=True,
         options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,
         roles=mxd.kv_roles,

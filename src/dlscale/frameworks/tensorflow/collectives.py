@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.contract.errors import UserError
+from dlscale.frameworks.tensorflow.declare import check_cpu_collectives
 from dlscale.frameworks.tensorflow.strategies import MultiWorker, tf
 from dlscale.microbench import Settings
 from dlscale.microbench.timing import Operation, time_offered
@@ -69,10 +69,7 @@ LEAVING_MS = 30_000
 
 
 def run(ctx: WorkerContext, settings: Settings) -> None:
-    if ctx.config.device != "cpu":
-        raise UserError(
-            "dlscale microbench --backend tf-mwms measures CPU collectives only: use --device cpu"
-        )
+    check_cpu_collectives(ctx.config)  # as dlscale microbench checked it before launch
     strategy = MultiWorker()
     dist = strategy.setup(ctx)
     (device,) = dist.extended.worker_devices  # this worker's CPU
@@ -133,7 +130,7 @@ class _Collectives:
 
     def operation(self, collective: str, count: int) -> Operation:
         """The call on ``count`` float32 elements (one function per collective and size),
-        with its check: the largest difference from the exact result."""
+        with its check: each element's difference from the exact result."""
         p, rank, hint, group = self.p, self.rank, self.hint, GROUP_KEY
         # broadcast: rank 0 sends ones; the others' input is not read (they receive)
         value = float(rank == 0) if collective == "broadcast" else float(rank + 1)
@@ -173,9 +170,11 @@ class _Collectives:
 
         return self._prepare, op, lambda: self._error(expected)
 
-    def _error(self, expected: np.ndarray) -> float:
-        """The largest difference from ``expected``; a missing or misshapen result counts as
-        zeros (never exact: every expected value is at least 1)."""
+    def _error(self, expected: np.ndarray) -> np.ndarray:
+        """Each element's difference from ``expected`` (one buffer: the difference, made
+        absolute in place); a missing or misshapen result counts as zeros (never exact: every
+        expected value is at least 1)."""
         if self._output is None or tuple(self._output.shape) != expected.shape:
-            return float(np.abs(expected).max())
-        return float(np.abs(self._output.numpy() - expected).max())
+            return np.abs(expected)
+        difference = self._output.numpy() - expected
+        return np.abs(difference, out=difference)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlscale.contract.algorithms import async_update_setting
+from dlscale.contract.errors import UserError
 from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
 from dlscale.contract.options import declared, setting
 
@@ -85,6 +86,28 @@ TF_LOOP_OPTIONS = declared(TFLoopOptions)
 MWMS_OPTIONS = declared(MWMSOptions)
 PS_OPTIONS = declared(TFPSOptions)
 FIT_OPTIONS = declared(FitOptions)
+
+
+def check_cpu_collectives(config: RunConfig) -> None:
+    """The microbench of TensorFlow's kernels (``BackendSpec.collectives_check``): CPU
+    collectives only (tf-mwms' ``CollectiveReduceV2``, tf-ps' pushes and pulls)."""
+    if config.device != "cpu":
+        raise UserError(
+            f"dlscale microbench --backend {config.backend} measures CPU collectives only: "
+            "use --device cpu"
+        )
+
+
+def check_ps_collectives(config: RunConfig) -> None:
+    """tf-ps' microbench: the synchronous layout (every worker its own process; the
+    asynchronous one's chief drives every replica), on the CPU."""
+    check_cpu_collectives(config)
+    if config.typed(TFPSOptions).ps_mode != "sync":
+        raise UserError(
+            "dlscale microbench --backend tf-ps times the synchronous layout's push and pull "
+            "(every worker its own process): leave out --set ps_mode=async, or set "
+            "ps_mode=sync; its rows price ps_mode=async's predictions too"
+        )
 
 
 def mirrored_roles(config: RunConfig) -> tuple[Role, ...]:

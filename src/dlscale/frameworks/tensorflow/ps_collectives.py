@@ -40,8 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from dlscale.contract.errors import UserError
-from dlscale.frameworks.tensorflow.declare import TFPSOptions
+from dlscale.frameworks.tensorflow.declare import TFPSOptions, check_ps_collectives
 from dlscale.frameworks.tensorflow.ps_sync import start_worker_server, tf, v1, worker_session
 from dlscale.microbench import Settings
 from dlscale.microbench.timing import Operation, server_parts, time_offered
@@ -52,18 +51,8 @@ OFFERED = ("ps_pushpull",)
 
 
 def run(ctx: WorkerContext, settings: Settings) -> None:
+    check_ps_collectives(ctx.config)  # as dlscale microbench checked it before launch
     options = ctx.config.typed(TFPSOptions)
-    if options.ps_mode != "sync":
-        raise UserError(
-            "dlscale microbench --backend tf-ps times the synchronous layout's push and pull "
-            "(every worker its own process): leave out --set ps_mode=async, or set "
-            "ps_mode=sync; its rows price ps_mode=async's predictions too"
-        )
-    if ctx.config.device != "cpu":
-        raise UserError(
-            "dlscale microbench --backend tf-ps measures CPU pushes and pulls only: use "
-            "--device cpu"
-        )
     kernel = _PushPull(ctx, options.num_ps)
     p, rank = ctx.config.workers, ctx.process.index
     for record in time_offered(
@@ -135,7 +124,7 @@ class _PushPull:
 
     def operation(self, count: int) -> Operation:
         """The push, gate and pull of ``count`` float32 elements, with the untimed reset of
-        the pulled copy and the check: the largest difference from the calls' sum."""
+        the pulled copy and the check: each element's difference from the calls' sum."""
         self.barrier()  # every worker done with the last size: its variables can go
         if self._free:
             self.run(self._free)
@@ -176,9 +165,10 @@ class _PushPull:
             self.run(call)
             made += 1
 
-        def error() -> float:
+        def error() -> np.ndarray:
             got = np.concatenate(self.run(read))
-            return float(np.abs(got - made * sum_of_all).max())
+            got -= made * sum_of_all
+            return np.abs(got, out=got)
 
         return (lambda: self.run(reset)), op, error
 

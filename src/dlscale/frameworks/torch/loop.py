@@ -260,9 +260,8 @@ class TorchEngine(Engine):
             torch.channels_last if options.channels_last else torch.contiguous_format
         )
         # precision = float64: the same initial weights (built in float32 from the seed), then
-        # the model, each batch's images, and so its gradients and collectives in float64
-        if self.dtype == torch.float64 and options.amp != "none":
-            raise UserError("precision = float64 and amp = bf16 cannot go together: choose one")
+        # the model, each batch's images, and so its gradients and collectives in float64 (amp
+        # beside it is refused where settings are checked: options.check_torch_loop)
         model = (built if built is not None else build_model(cfg)).to(device, self.dtype)
         # Module.to accepts memory_format at run time; its type stubs do not list it.
         model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]

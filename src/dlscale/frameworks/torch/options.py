@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlscale.contract.algorithms import async_update_setting
-from dlscale.contract.backends import one_worker_role
 from dlscale.contract.errors import UnsupportedPoint
 from dlscale.contract.layout import Role
 from dlscale.contract.options import declared, setting
+from dlscale.contract.run_checks import refuse_float64_with
 
 if TYPE_CHECKING:
     from dlscale.contract.run_config import RunConfig
@@ -83,16 +83,31 @@ FSDP_OPTIONS = declared(FSDPOptions)
 PS_OPTIONS = declared(PSOptions)
 
 
-def ddp_roles(config: RunConfig) -> tuple[Role, ...]:
-    """One worker role; a point torch's hooks cannot run is refused before launch: the bf16
-    hook all-reduces on NCCL (2.10+) only, and gloo, the CPU's backend, refuses it."""
-    if config.device == "cpu" and config.typed(DDPOptions).compression == "bf16":
+def check_torch_loop(config: RunConfig) -> None:
+    """Every torch engine's contradictions (:attr:`BackendSpec.check`): its loop's ``amp``
+    beside float64."""
+    refuse_float64_with(config, "amp", config.typed(TorchLoopOptions).amp, "none")
+
+
+def check_ddp(config: RunConfig) -> None:
+    """torch-ddp's: the loop's, a compression beside float64, and a point torch's hooks cannot
+    run: the bf16 hook all-reduces on NCCL (2.10+) only, and gloo, the CPU's backend, refuses
+    it."""
+    check_torch_loop(config)
+    compression = config.typed(DDPOptions).compression
+    refuse_float64_with(config, "compression", compression, "none")
+    if config.device == "cpu" and compression == "bf16":
         raise UnsupportedPoint(
             "torch-ddp compression=bf16 needs CUDA (torch's bf16 hook runs on NCCL 2.10+ only, "
             "not on gloo); on the CPU use compression=fp16, or torch-ring, whose own ring sums "
             "bf16 on any device"
         )
-    return one_worker_role(config)
+
+
+def check_ring(config: RunConfig) -> None:
+    """torch-ring's: the loop's, and its ring's compression beside float64."""
+    check_torch_loop(config)
+    refuse_float64_with(config, "compression", config.typed(RingOptions).compression, "none")
 
 
 def ps_roles(config: RunConfig) -> tuple[Role, ...]:
