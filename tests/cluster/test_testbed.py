@@ -22,7 +22,7 @@ pytestmark = pytest.mark.dist
         (("--prefix", "a;reboot"), "host names are a lower-case letter"),
         (("--link", "fast"), "cannot read the rate"),
         (("--slots", "0"), "1 to 256 slots"),
-        (("--cpus", "-1"), "--cpus: 0 (every host on all of this machine's CPUs) to"),
+        (("--cpus", "-1"), "--cpus: '-1' is not a whole number from 0"),
         (("--cpus", "100000"), "CPUs a host, not 100000"),
     ],
 )

@@ -36,7 +36,7 @@ jax-ml/jax#40830 traces JAX's wrong ``psum_scatter`` on CPU to the same Gloo cod
 of the call avoids it, and what would (an all-reduce; pieces small enough for the socket) times
 another call than a training's ``hvd.reducescatter``. dlscale's build mends Gloo instead
 (scripts/patch-gloo-reduce-scatter.py: each send waited for before the buffer is written), and
-``tests/distributed/test_microbench_horovod.py`` checks 200 calls whole; a Horovod built
+``tests/distributed/test_microbench_horovod.py`` checks 100 calls whole; a Horovod built
 elsewhere may still have it, and the check then names the rank and elements that differ.
 
 Horovod is started as its training backend starts it (:class:`HorovodSession`: the run's
