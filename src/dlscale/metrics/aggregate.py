@@ -108,7 +108,7 @@ def aggregate(
         out["train_loss_by_step"] = (
             [loss for window in by_step for loss in window] if None not in by_step else None
         )
-        out["loss_diverged"] = any(w["diverged"] for w in every)
+        out["loss_diverged"] = _diverged(every)
         out["rank_step_time_mean_ms"] = _rank_means(per_rank)
     if measure:
         out.update(_exposed_comm(per_rank, all_ranks))
@@ -189,7 +189,10 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
                 "data_ms": _max_over_ranks([p.data_ms for p in parts]),
                 "loss": loss_sum / loss_count if loss_count else None,
                 "step_losses": _mean_over_ranks([p.step_losses for p in parts]),
-                "diverged": not finite,
+                # a loss that was recorded and is not finite; a window with no loss at all
+                # (a user's script records none) is not measured, not diverged
+                "diverged": any(_not_finite(p) for p in parts),
+                "loss_measured": any(p.loss_count for p in parts),
                 "bytes_sent": sum(p.bytes_sent or 0.0 for p in parts)
                 if all(p.bytes_sent is not None for p in parts)
                 else None,
@@ -203,6 +206,20 @@ def _windows(per_rank: dict[int, Events], kind: str) -> list[dict[str, Any]]:
             }
         )
     return merged
+
+
+def _not_finite(part: Window) -> bool:
+    """The window's loss was recorded and is not finite (records before ``loss_nonfinite``
+    said it by a ``None`` sum over counted steps)."""
+    return part.loss_nonfinite or (part.loss_sum is None and part.loss_count > 0)
+
+
+def _diverged(windows: list[dict[str, Any]]) -> bool | None:
+    """A recorded loss was not finite in some window; ``None`` where no window recorded a
+    loss (not measured: a script's own loop, a loader-only run), never ``True``."""
+    if any(w["diverged"] for w in windows):
+        return True
+    return False if any(w["loss_measured"] for w in windows) else None
 
 
 def _exposed_comm(per_rank: dict[int, Events], all_ranks: dict[int, Events]) -> dict[str, Any]:

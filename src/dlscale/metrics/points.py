@@ -93,6 +93,12 @@ def _single(row: Row) -> Row:
     return {**row, "runs": 1, "run_ids": [row["run_id"]], "runs_left_out": [], "interval": None}
 
 
+def _runs_diverged(runs: Sequence[Row]) -> int | None:
+    """How many runs' loss diverged; ``None`` where no run measured a loss (a script's)."""
+    flags = [r["metrics"].get("loss_diverged") for r in runs]
+    return None if all(flag is None for flag in flags) else sum(1 for flag in flags if flag)
+
+
 def loaded_throughout(run: Row) -> bool:
     """Every window the run recorded was over the noise guard's limits (docs/metrics.md).
     Runs stored before ``windows_recorded`` existed are never counted as such."""
@@ -130,7 +136,7 @@ def _point(every_run: list[Row]) -> Row:
     metrics.update(_noise(runs, every_run))
     metrics.update(_guard(runs, every_run, mean))
     metrics["restarts"] = sum(r["metrics"].get("restarts") or 0 for r in runs)
-    metrics["runs_diverged"] = sum(1 for r in runs if r["metrics"].get("loss_diverged"))
+    metrics["runs_diverged"] = _runs_diverged(runs)
     metrics["restart_lost_s"] = sum(r["metrics"].get("restart_lost_s") or 0.0 for r in runs)
     last = runs[-1]
     return {

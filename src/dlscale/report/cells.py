@@ -109,7 +109,9 @@ def notes(row: Row) -> str | None:
         notes.append("baseline threads differ")
     if (row.get("config") or {}).get("loader_only"):
         notes.append("loader only")
-    if diverged := metrics.get("runs_diverged"):  # its speed holds, its loss and accuracy not
+    if "runs_diverged" not in metrics:  # one run's row (ls runs): its own flag
+        notes.extend(["loss diverged"] if metrics.get("loss_diverged") else [])
+    elif diverged := metrics["runs_diverged"]:  # its speed holds, its loss and accuracy not
         runs = row.get("runs") or diverged
         notes.append(
             "loss diverged" + (f" in {diverged} of {runs} runs" if diverged < runs else "")

@@ -147,7 +147,11 @@ def breakdown(rows: list[Row]) -> Figure | None:
                 continue
             input_ms = _m(row, "input_time_p50_ms") or 0.0
             comm_ms = (_m(row, "exposed_comm_fraction") or 0.0) * step
-            labels.append(f"{name} x{row['config']['workers']}")
+            # a part not measured (a script's input wait) is not 0: it is left in compute
+            absent = [part for part, key in (("input", "input_time_p50_ms"),
+                      ("comm", "exposed_comm_fraction")) if _m(row, key) is None]  # fmt: skip
+            unmeasured = f" ({', '.join(absent)} not measured)" if absent else ""
+            labels.append(f"{name} x{row['config']['workers']}{unmeasured}")
             wait.append(input_ms)
             comm.append(comm_ms)
             compute.append(max(0.0, step - input_ms - comm_ms))
@@ -166,7 +170,8 @@ def breakdown(rows: list[Row]) -> Figure | None:
             Series(name="exposed communication", x=labels, y=comm, kind="bar"),
         ],
         note="Median step split into the time to get a batch, the communication not hidden "
-        "behind computation (step against the same step without gradient sync), and the rest.",
+        "behind computation (step against the same step without gradient sync), and the rest "
+        "(with a part a bar says was not measured).",
     )
 
 

@@ -144,7 +144,24 @@ def current(document: dict[str, Any], schema: int) -> dict[str, Any]:
     document["config"] = {**defaults, **config, "options": _with_later_options(config, grouped)}
     if document.get("framework") is None:
         document["framework"] = _framework(config.get("backend"))
+    _no_loss_not_diverged(document, config.get("backend"))
     return document
+
+
+def _no_loss_not_diverged(document: dict[str, Any], backend: Any) -> None:
+    """A run of a user's own script records no loss, yet one stored before 2026-12-02 says
+    its loss diverged (each window without a loss was counted as not finite): with no loss
+    in any window and a backend that runs scripts, its ``loss_diverged`` reads as not
+    measured (``None``)."""
+    metrics = document.get("metrics") or {}
+    if (
+        metrics.get("loss_diverged") is True
+        and backend in BACKENDS
+        and BACKENDS.get(backend).runs_scripts
+        and not metrics.get("train_loss_by_window")
+        and metrics.get("final_train_loss") is None
+    ):
+        metrics["loss_diverged"] = None
 
 
 def _with_later_options(
