@@ -101,7 +101,7 @@ horovod: $(VENV)/.installed-run openmpi
 
 # TensorFlow 2.21 and tf-keras in this environment, beside PyTorch (docs/architecture.md says
 # why one environment), and Horovod built with its TensorFlow binding too (horovod-tf,
-# horovod-keras; studies/frameworks-cpu.toml compares them): about 20 minutes the first time,
+# horovod-keras; presets/frameworks-cpu.toml compares them): about 20 minutes the first time,
 # seconds once the wheel is cached.
 tensorflow: $(VENV)/.installed-tensorflow openmpi
 	scripts/build-horovod.sh $(VENV)

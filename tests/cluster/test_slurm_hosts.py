@@ -73,7 +73,7 @@ def test_a_gpu_study_is_planned_from_the_nodes_slurm_describes_not_this_machine(
     """mahon2020 at cluster scale, dry-run from this GPU-less 2-core machine: every rank one GPU
     and 4 threads (16 CPUs / 4 ranks on a node), 12 ranks on 3 nodes, the baseline on one;
     tf-mirrored's 8 and 12 replicas in one process skipped, naming the nodes' 4 GPUs."""
-    dry = cli("run", str(ROOT / "studies" / "mahon2020.toml"), "--set", "dataset=synthetic",
+    dry = cli("run", "--preset", "mahon2020", "--set", "dataset=synthetic",
               "--dry-run", "--verbose", "--results", str(tmp_path / "res"), env=slurm)  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     assert "tf-mirrored x12 drives 12 GPUs from one process, and the nodes have 4" in dry.stderr

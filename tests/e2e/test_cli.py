@@ -181,7 +181,7 @@ def test_a_presets_dry_run_opens_with_a_summary_naming_each_variant(tmp_path: Pa
     """nikolaidis2021 at local scale: its points and runs, the time (unknown before a run is
     stored; then from the stored runs), the claims it checks, each variant named; every
     comment line within 100 columns; the commands follow without their environment."""
-    args = ("run", str(ROOT / "studies" / "nikolaidis2021.toml"), "--set", "scale=local",
+    args = ("run", "--preset", "nikolaidis2021", "--set", "scale=local",
             "--dry-run", "--results", str(tmp_path / "r"))  # fmt: skip
     first = cli(*args)  # into a pipe: whole lines, for a program that reads them
     assert first.returncode == 0 and first.stderr == "", first.stderr
@@ -337,13 +337,13 @@ def test_ls_models_is_one_row_each_at_100_columns_and_one_in_full_by_name(cli):
 
 @pytest.mark.dist
 def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path: Path, cli):
-    """studies/mahon2020.toml at scale = local (digits, CPU, local launcher, a few steps),
+    """The mahon2020 preset at scale = local (digits, CPU, local launcher, a few steps),
     narrowed to one point by flags, which override the scale's keys; at full scale it asks for
     the data it needs in one line. `compression=none` narrows the preset's Horovod fp16 axis,
     which torch-ddp's own fp16 hook comes with."""
-    study = str(ROOT / "studies" / "mahon2020.toml")
+    study = ("--preset", "mahon2020")
     run = cli(
-        "run", study, "--set", "scale=local", "--backend", "torch-ddp", "--workers", "2",
+        "run", *study, "--set", "scale=local", "--backend", "torch-ddp", "--workers", "2",
         "--set", "compression=none", "--json", "--results", str(tmp_path),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -363,14 +363,14 @@ def test_a_paper_preset_runs_at_local_scale_with_the_users_flags_on_top(tmp_path
     assert point["model"] == "resnet44" and point["batch_size_per_worker"] == 16
     (stored,) = [json.loads(p.read_text()) for p in tmp_path.glob("*/result.json")]
     assert stored["study"] == "mahon2020" and stored["config"]["steps"] == 4
-    full = cli("run", study, "--results", str(tmp_path / "full"), env={"SLURM_CONF": "/none"})
+    full = cli("run", *study, "--results", str(tmp_path / "full"), env={"SLURM_CONF": "/none"})
     assert full.returncode == 2 and "Traceback" not in full.stderr  # planned from the nodes:
     assert "cannot ask Slurm for its nodes' CPUs and GPUs" in full.stderr  # which it needs
     nodes = ("--set", "cpus_per_node=16", "--set", "gpus_per_node=4")
-    full = cli("run", study, *nodes, "--results", str(tmp_path / "full"))
+    full = cli("run", *study, *nodes, "--results", str(tmp_path / "full"))
     assert full.returncode == 2 and "Traceback" not in full.stderr
     assert "cifar-10-batches-py does not exist" in full.stderr
-    wrong = cli("run", study, "--set", "scale=huge", "--dry-run")
+    wrong = cli("run", *study, "--set", "scale=huge", "--dry-run")
     assert wrong.returncode == 2 and "no scale 'huge'; it has: full, local" in wrong.stderr
 
 
@@ -382,7 +382,7 @@ def test_malik2018_takes_an_imagenet_folder_and_draws_loss_against_epochs(tmp_pa
     data = write_folder(tmp_path / "imagenet", classes=4, per_class=8)
     results, page = tmp_path / "res", tmp_path / "r.html"
     run = cli(
-        "run", str(ROOT / "studies" / "malik2018.toml"), "--set", "scale=imagenet-local",
+        "run", "--preset", "malik2018", "--set", "scale=imagenet-local",
         "--data-dir", str(data), "--model", "googlenet", "--backend", "tf-single",
         "--workers", "1", "--json", "--results", str(results),
     )  # fmt: skip

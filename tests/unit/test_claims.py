@@ -11,6 +11,7 @@ import pytest
 from dlscale.cli.claims import claims_table
 from dlscale.cli.tables import console
 from dlscale.config.claims import Claim
+from dlscale.config.presets import load_preset
 from dlscale.config.study import load_study_file, parse_set
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.errors import UserError
@@ -24,7 +25,6 @@ from dlscale.report.claims import claims_section
 from dlscale.store.claims import claims_path, read_claims, write_claims
 from dlscale.store.results import RunStore
 
-STUDIES = Path(__file__).resolve().parents[2] / "studies"
 SINGLE = [100.0, 102.0, 98.0]
 DDP2 = [190.0, 192.0, 188.0]
 
@@ -257,7 +257,7 @@ def test_claim_text_is_data_in_the_terminal_and_the_page():
 
 def test_the_presets_claims_name_engines_their_full_scale_runs():
     for name in ("mahon2020", "nikolaidis2021"):
-        settings = load_study_file(STUDIES / f"{name}.toml")
+        settings, _, _ = load_preset(name)
         backends = set(settings["backend"])
         assert settings["claims"], name
         for each in settings["claims"]:

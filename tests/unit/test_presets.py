@@ -1,20 +1,17 @@
-"""The paper presets (studies/mahon2020.toml, malik2018.toml, nikolaidis2021.toml) at full
+"""The paper presets (src/dlscale/presets/: mahon2020, malik2018, nikolaidis2021) at full
 scale and at ``scale = local``, and the scales mechanism itself. A reduced preset runs for real
 in tests/e2e/test_cli.py."""
 
-from pathlib import Path
-
 import pytest
 
+from dlscale.config.presets import load_preset, preset_names
 from dlscale.config.study import apply_scale, expand, load_study_file, parse_set
 from dlscale.contract.errors import UserError
 from dlscale.launchers.slurm_nodes import node_facts
 
-STUDIES = Path(__file__).resolve().parents[2] / "studies"
-
 
 def _study(name: str, scale: str | None):
-    settings = load_study_file(STUDIES / f"{name}.toml")
+    settings, _, _ = load_preset(name)
     name = settings.pop("name")
     settings.pop("description")
     if scale is None:  # the cluster's nodes, as its Slurm would say them (not this machine's)
@@ -88,7 +85,7 @@ def test_every_preset_has_a_local_scale_that_fits_this_machine(name):
 
 
 def test_a_scale_the_study_lacks_is_one_line_naming_those_it_has(tmp_path):
-    settings = load_study_file(STUDIES / "malik2018.toml")
+    settings, _, _ = load_preset("malik2018")
     with pytest.raises(
         UserError, match="no scale 'tiny'; it has: full, imagenet, imagenet-local, local"
     ):
@@ -126,12 +123,23 @@ def test_a_preset_narrowed_to_backends_without_its_options_leaves_them_out():
     """malik2018 sets ps_mode for its parameter server: narrowed to tf-single it runs without
     it, while the same option given on the command line to such a backend is refused."""
     study = _narrowed(
-        str(STUDIES / "malik2018.toml"), "--set", "scale=local", "--backend", "tf-single",
+        "--preset", "malik2018", "--set", "scale=local", "--backend", "tf-single",
         "--model", "alexnet", "--set", "machine_reference=false",
     )  # fmt: skip
     assert [(p.backend, p.workers) for p in study.points] == [("tf-single", 1)]
     with pytest.raises(UserError, match="ps_mode: not an option of backend tf-single"):
         _narrowed("--backend", "tf-single", "--set", "ps_mode=sync")
     with pytest.raises(UserError, match="ps_mode: not an option of backend tf-single"):
-        _narrowed(str(STUDIES / "malik2018.toml"), "--backend", "tf-single",
+        _narrowed("--preset", "malik2018", "--backend", "tf-single",
                   "--set", "ps_mode=sync")  # fmt: skip
+
+
+def test_every_shipped_preset_loads_and_is_named_as_its_file():
+    """Each study shipped in src/dlscale/presets/ reads as a study file; its ``name`` (the
+    study's name in the results) is the name ``--preset`` and ``ls presets`` give it."""
+    names = preset_names()
+    assert {"mahon2020", "malik2018", "nikolaidis2021", "quick", "strategies"} <= set(names)
+    for name in names:
+        settings, origin, known = load_preset(name)
+        assert settings["name"] == known == name and origin == f"preset {name}"
+        assert settings["description"]

@@ -20,7 +20,7 @@ from dlscale.contract.text import visible
 
 COMMANDS = {
     "run": ("dlscale.cli.run", "run a study: launch workers, measure, store results"),
-    "ls": ("dlscale.cli.ls", "list models, backends, datasets, launchers or stored runs"),
+    "ls": ("dlscale.cli.ls", "list models, backends, datasets, launchers, presets or stored runs"),
     "report": ("dlscale.cli.report", "write the HTML report, paper figures and tables"),
     "env": ("dlscale.cli.env", "show this machine's hardware and software"),
     "doctor": ("dlscale.cli.doctor", "check the nodes a study would run on, through its launcher"),

@@ -1,4 +1,4 @@
-"""dlscale ls models|backends|datasets|launchers|runs."""
+"""dlscale ls models|backends|datasets|launchers|presets|runs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from dlscale.cli.tables import cell, console, markup, table_width
 from dlscale.contract.errors import UserError
 from dlscale.contract.options import Option
 
-WHAT = ("models", "backends", "datasets", "launchers", "runs")
+WHAT = ("models", "backends", "datasets", "launchers", "presets", "runs")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
         "backends": lambda: backends(args.name, table_width(console())),
         "datasets": _datasets,
         "launchers": _launchers,
+        "presets": _presets,
         "runs": lambda: _runs(args.results, wide=args.wide),
     }[args.what]()
     for each in table if isinstance(table, list) else [table]:
@@ -100,6 +101,18 @@ def _launchers() -> Table:
         table.add_column(column)
     for name, spec in LAUNCHERS.listed():
         _add(table, name, _options(spec.options), spec.description)
+    return table
+
+
+def _presets() -> Table:
+    """The studies shipped with dlscale, each with its description."""
+    from dlscale.config.presets import preset_descriptions
+
+    table = Table(title="presets (dlscale run --preset NAME; --dry-run shows its points)")
+    for column in ("name", "description"):
+        table.add_column(column)
+    for name, description in preset_descriptions():
+        _add(table, name, description)
     return table
 
 

@@ -1,7 +1,11 @@
 """``dlscale ls models [NAME]``: one row per registered model that fits the terminal (the name
 one types never cut; its size, cost, input and classes; the description cut to what is left),
 then the libraries ``--model LIBRARY:NAME`` takes; ``NAME``: one model in full (its twins, the
-framework that counted it, BatchNorm, dropout)."""
+framework that counted it, BatchNorm, dropout).
+
+The list imports no framework: a model's size is declared as data in its registration
+(``ModelSpec.params``, ``forward_flops_per_sample``); one without shows ``-`` there, and
+``ls models NAME`` counts it on an installed twin."""
 
 from __future__ import annotations
 
@@ -12,7 +16,6 @@ from rich.table import Table
 
 from dlscale.cli.listing import one_in_full, one_row_each
 from dlscale.cli.tables import cell, markup
-from dlscale.contract.errors import UserError
 from dlscale.contract.registry import load_object
 
 if TYPE_CHECKING:
@@ -20,26 +23,22 @@ if TYPE_CHECKING:
 
 
 def models(name: str | None, width: int) -> list[Table]:
-    """The list at ``width`` columns, or model ``name`` in full."""
+    """The list at ``width`` columns, from what each model declares (no framework is
+    imported), or model ``name`` in full (counted on a framework where it declares no size)."""
     from dlscale.contract.models import MODELS
 
     if name is not None:
         canonical = MODELS.canonical(name)
         return [_one(canonical, MODELS.get(canonical), width)]
-    counted = {model: _counted(model, spec) for model, spec in MODELS}
-    if not any(counted.values()):
-        from dlscale.contract.frameworks import missing_profiler
-
-        raise UserError(f"{missing_profiler()}, and none is installed")
     rows = []
     for model, spec in MODELS:
-        sizes = counted[model] or {}
+        sizes = _declared(spec) or {}
         rows.append((
             model,
             sizes.get("params", "-"),
             sizes.get("gflops", "-"),
-            sizes.get("input", f"{spec.input_size}x{spec.input_size}"),
-            sizes.get("classes", str(spec.default_classes)),
+            _input(spec),
+            str(spec.default_classes),
             spec.description,
         ))  # fmt: skip
     frameworks = sorted({f for _, spec in MODELS for f in spec.builders})
@@ -51,9 +50,24 @@ def models(name: str | None, width: int) -> list[Table]:
     return [one_row_each(title, headers, rows, width), _libraries()]
 
 
+def _input(spec: ModelSpec) -> str:
+    return f"3x{spec.input_size}x{spec.input_size}"
+
+
+def _sizes(params: int, flops: int) -> dict[str, str]:
+    return {"params": f"{params / 1e6:.2f}", "gflops": f"{flops / 1e9:.3f}"}
+
+
+def _declared(spec: ModelSpec) -> dict[str, str] | None:
+    """The size a model declares as data (``None`` where it declares none)."""
+    if spec.params is None or spec.forward_flops_per_sample is None:
+        return None
+    return {**_sizes(spec.params, spec.forward_flops_per_sample), "counted on": "declared"}
+
+
 def _counted(model: str, spec: ModelSpec) -> dict[str, str] | None:
     """The model's size counted on the first of its twins whose framework is installed and
-    counts (``None`` where none is)."""
+    counts (``None`` where none is): this imports that framework."""
     from dlscale.contract.frameworks import profiler_for
 
     counter = profiler_for(spec.builders)
@@ -61,8 +75,7 @@ def _counted(model: str, spec: ModelSpec) -> dict[str, str] | None:
         return None
     profile: Any = load_object(counter.profile)(model)
     return {
-        "params": f"{profile.params / 1e6:.2f}",
-        "gflops": f"{profile.forward_flops_per_sample / 1e9:.3f}",
+        **_sizes(profile.params, profile.forward_flops_per_sample),
         "input": "x".join(map(str, profile.input_shape)),
         "classes": str(profile.num_classes),
         "counted on": counter.name,
@@ -70,13 +83,13 @@ def _counted(model: str, spec: ModelSpec) -> dict[str, str] | None:
 
 
 def _one(model: str, spec: ModelSpec, width: int) -> Table:
-    sizes = _counted(model, spec) or {}
+    sizes = _declared(spec) or _counted(model, spec) or {}
     fields = [
         ("description", spec.description),
         ("twins", ", ".join(spec.builders)),
         ("parameters", f"{sizes['params']} M" if sizes else "not counted: no framework here"),
         ("forward FLOPs", f"{sizes['gflops']} G per image" if sizes else "-"),
-        ("input", sizes.get("input", f"{spec.input_size}x{spec.input_size}")),
+        ("input", sizes.get("input", _input(spec))),
         ("classes", sizes.get("classes", str(spec.default_classes))),
         ("counted on", sizes.get("counted on", "-")),
         ("BatchNorm", "yes" if spec.has_batchnorm else "no"),

@@ -53,13 +53,24 @@ STUDY_FILE_LIMIT = 4 * 2**20
 
 def load_study_file(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(read_bounded(path, STUDY_FILE_LIMIT).decode("utf-8"))
+        raw = read_bounded(path, STUDY_FILE_LIMIT)
     except FileNotFoundError:
-        raise UserError(f"study file {path} does not exist") from None
+        raise UserError(
+            f"study file {path} does not exist (a study shipped with dlscale: --preset NAME; "
+            "dlscale ls presets lists them)"
+        ) from None
     except OSError as error:
         raise UserError(
             f"cannot read study file {path} ({unreadable(error)}); give a TOML file"
         ) from None
+    return study_settings(raw, str(path))
+
+
+def study_settings(raw: bytes, path: str) -> dict[str, Any]:
+    """A study file's settings from its bytes (``path`` names it in errors: a file, or a
+    preset), each key checked and in its type."""
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as error:
         raise UserError(f"study file {path} is not UTF-8 text (byte {error.start})") from None
     except tomllib.TOMLDecodeError as error:

@@ -32,6 +32,15 @@ class ModelSpec:
     """The dropout probability the model trains with (``None``: it has no dropout); a run's
     ``dropout`` key sets another, which every framework's builder takes as ``dropout=``."""
 
+    params: int | None = None
+    """Trainable parameters at ``default_classes`` (``None``: not declared). Declared as data
+    so that ``dlscale ls models`` imports no framework; counted as
+    ``dlscale.frameworks.torch.profile`` counts, and recounted against it by
+    tests/unit/test_model_sizes.py."""
+    forward_flops_per_sample: int | None = None
+    """FLOPs (a multiply-add is 2) of one forward pass of one image at ``input_size``, counted
+    and checked as :attr:`params` is."""
+
     builtin: bool = True
     """Registered by dlscale or a plug-in; ``False``: the user's own
     (:mod:`dlscale.contract.user_models`) or a library's
@@ -77,7 +86,14 @@ PARAMS_FILE = "final_params.npz"
 """A run's trained parameters as numpy arrays under PyTorch's state-dict keys and layouts
 (TensorFlow and MXNet runs; torch runs save ``final_params.pt``)."""
 
-for _depth in (20, 32, 44, 56, 110):
+_CIFAR_RESNETS = {  # depth: (params, forward FLOPs per image), as torch counts them
+    20: (269_722, 81_102_080),
+    32: (464_154, 137_725_184),
+    44: (658_586, 194_348_288),
+    56: (853_018, 250_971_392),
+    110: (1_727_962, 505_775_360),
+}
+for _depth, (_params, _flops) in _CIFAR_RESNETS.items():
     MODELS.register(
         f"resnet{_depth}",
         ModelSpec(
@@ -86,6 +102,8 @@ for _depth in (20, 32, 44, 56, 110):
             input_size=32,
             default_classes=10,
             has_batchnorm=True,
+            params=_params,
+            forward_flops_per_sample=_flops,
         ),
     )
 MODELS.register(
@@ -96,6 +114,8 @@ MODELS.register(
         input_size=224,
         default_classes=1000,
         has_batchnorm=True,
+        params=25_557_032,
+        forward_flops_per_sample=8_178_368_512,
     ),
 )
 MODELS.register(
@@ -107,6 +127,8 @@ MODELS.register(
         default_classes=1000,
         has_batchnorm=False,
         dropout=0.5,
+        params=61_100_840,
+        forward_flops_per_sample=1_428_376_960,
     ),
 )
 MODELS.register(
@@ -118,6 +140,8 @@ MODELS.register(
         default_classes=1000,
         has_batchnorm=True,
         dropout=0.2,
+        params=6_624_904,
+        forward_flops_per_sample=2_996_752_384,
     ),
 )
 MODELS.register(
@@ -128,6 +152,8 @@ MODELS.register(
         input_size=32,
         default_classes=10,
         has_batchnorm=False,
+        params=3_962,
+        forward_flops_per_sample=1_037_312,
     ),
 )
 
