@@ -139,8 +139,9 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker; "
         "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
-        "seconds that cost; loss diverged: the training loss became NaN, infinite or beyond "
-        "1e15 nats (in that many of the runs): the speed holds, the loss and accuracy mean "
+        "seconds that cost; loss diverged: a recorded training loss became NaN, infinite or "
+        "beyond 1e15 nats (in that many of the runs; a run that records no loss, as a "
+        "script's own loop, never says it): the speed holds, the loss and accuracy mean "
         "nothing (lower lr); loader only: the input pipeline timed alone (loader_only), img/s "
         "is what the loaders deliver; "
         "code: the dlscale version and the first 7 hex digits of the fingerprint of the "
@@ -152,9 +153,13 @@ def test_legend_is_built_from_the_columns_and_unchanged():
 
 def test_run_ids_are_a_column_only_when_asked(rows):
     assert "run_id" not in [c.header for c in points_table(rows).columns]
-    with_ids = points_table(rows, run_ids=True)
+    with_ids = points_table(rows, run_ids=True, wide=True)
     assert [c.header for c in with_ids.columns][-1] == "run_id"
     assert list(with_ids.columns[-1].cells) == [r["run_id"] for r in rows]
+    # fitted to 100 columns: each id's end (the backend and workers columns say its start)
+    fitted = points_table(rows, run_ids=True)
+    assert [c.header for c in fitted.columns][:2] == ["backend", "workers"]
+    assert list(fitted.columns[-1].cells) == ["…" + r["run_id"].rpartition("-")[2] for r in rows]
 
 
 def test_runs_tables_tolerate_missing_settings_and_escape_user_text():

@@ -20,18 +20,12 @@ from dlscale.contract.errors import UserError
 from dlscale.contract.shapes import MAX_QUANTITY
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.console import Console
 
-    from dlscale.metrics.compare import Comparison, PointComparison, RatioEstimate
+    from dlscale.metrics.compare import Comparison, PointComparison
 
 _SHOWN = ("backend", "model", "dataset", "workers", "batch_size")
-
-LEGEND = (
-    "ratio: B/A mean img/s over the pooled windows (above 1: B faster); "
-    "95% CI: of the ratio of geometric means (Welch t on log img/s); "
-    "p: two-sided Mann-Whitney U on the per-window img/s; n: windows A/B; "
-    "TTA B/A: time-to-accuracy ratio (below 1: B faster). Definitions: docs/metrics.md."
-)
+"""The settings that name a point listed as only on one side."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="significance level of the Mann-Whitney U test (default 0.05)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column, however wide (default: those that fit the terminal)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -133,31 +132,54 @@ def _nothing_matched(
 
 
 def _print(comparison: Comparison, args: argparse.Namespace) -> None:
-    from dlscale.cli.tables import console, say
+    """The table fitted to the terminal (`dlscale.cli.compare_table`), then the paragraphs
+    under it, each wrapped at words to the same width."""
+    from dlscale.cli.compare_table import comparison_table
+    from dlscale.cli.tables import console, print_at_width, say, table_width
 
     out = console()
-    out.print(_table(comparison, args))
-    say(out, LEGEND, style="dim")
+    width = table_width(out)
+    title = f"dlscale compare: B = {args.candidate} against A = {args.baseline}"
+    say(out, title, style="table.title")  # a long path: one line, unbroken
+    table, under, legend = comparison_table(comparison, width=width, wide=args.wide)
+    print_at_width(out, table, width)
+    for paragraph in under:
+        _paragraph(out, paragraph, width, style="table.caption")
+    _paragraph(out, legend, width, style="dim")
     matched = [p.config for p in comparison.matched]
     for label, points, others in (
         (f"only in A ({args.baseline})", comparison.only_in_a, comparison.only_in_b),
         (f"only in B ({args.candidate})", comparison.only_in_b, comparison.only_in_a),
     ):
         if points:
-            say(out, f"{label}: {len(points)} point(s)")
+            say(out, f"{label}: {len(points)} point(s)")  # a path: one line, as the title
             other_configs = [o.config for o in others] + matched
             for point in points:
                 hint = _closest_hint(point.config, other_configs)
                 runs = ", ".join(point.run_ids)
-                say(out, f"  {_describe(point.config)}  runs: {runs}{hint}")
+                _paragraph(out, f"{_describe(point.config)}  runs: {runs}{hint}", width, indent=2)
     if comparison.failed:
-        say(out, f"failed runs (not compared): {len(comparison.failed)}")
+        _paragraph(out, f"failed runs (not compared): {len(comparison.failed)}", width)
         for run in comparison.failed:
             error = run.error or "no error recorded"
-            say(out, f"  {run.side} {run.run_id} {str(run.status).upper()}: {error}")
+            text = f"{run.side} {run.run_id} {str(run.status).upper()}: {error}"
+            _paragraph(out, text, width, indent=2)
     for note, count in _notes(comparison).items():
-        say(out, f"note ({count} point(s)): {note}")
-    say(out, _summary(comparison))
+        _paragraph(out, f"note ({count} point(s)): {note}", width)
+    *counts, regressed = _summary_parts(comparison)
+    _paragraph(out, "; ".join(counts), width)
+    _paragraph(out, regressed, width)  # a line of its own, whole: what a CI log is read for
+
+
+def _paragraph(out: Console, text: str, width: int, *, indent: int = 0, style: str = "") -> None:
+    """User text, literally, wrapped at words to ``width``, every line indented by ``indent``."""
+    from rich.text import Text
+
+    from dlscale.cli.tables import literal
+
+    for line in literal(text, style).wrap(out, max(width - indent, 20)):
+        line.rstrip()
+        out.print(Text(" " * indent) + line, soft_wrap=True)
 
 
 def _notes(comparison: Comparison) -> dict[str, int]:
@@ -169,90 +191,6 @@ def _notes(comparison: Comparison) -> dict[str, int]:
                 key = f"{name}: {estimate.note}"
                 notes[key] = notes.get(key, 0) + 1
     return notes
-
-
-def _table(comparison: Comparison, args: argparse.Namespace) -> Table:
-    from rich.table import Table
-
-    from dlscale.cli.tables import literal
-
-    extra = _varying_extra_keys(comparison.matched)
-    table = Table(
-        title=literal(
-            f"dlscale compare: B = {args.candidate} against A = {args.baseline}", "table.title"
-        ),
-        title_justify="left",
-    )
-    for label in ("backend", "model", "dataset"):
-        table.add_column(label)
-    for label in ("workers", "batch", "A img/s", "B img/s", "ratio", "95% CI", "p", "n A/B"):
-        table.add_column(label, justify="right")
-    table.add_column("verdict")
-    table.add_column("TTA B/A", justify="right")
-    if extra:
-        table.add_column("other")
-    for point in comparison.matched:
-        table.add_row(*_row(point, extra))
-    return table
-
-
-def _row(point: PointComparison, extra: list[str]) -> list[str]:
-    """The cells of one point: settings escaped (user text, never markup, one line each),
-    verdicts coloured."""
-    from dlscale.cli.tables import markup
-
-    cfg, est = point.config, point.throughput
-    row = [markup(cfg.get(key)) for key in _SHOWN]
-    row += [
-        f"{est.mean_a:.1f}",
-        f"{est.mean_b:.1f}",
-        f"{est.ratio:.3f}",
-        _ci(est),
-        _p(est.p_value),
-        f"{est.n_a}/{est.n_b}",
-        _verdict_text(point.throughput_verdict.value),
-        _tta_text(point),
-    ]
-    if extra:
-        row.append(markup(" ".join(f"{k}={cfg.get(k)}" for k in extra)))
-    return row
-
-
-def _ci(estimate: RatioEstimate) -> str:
-    if estimate.ci_low is None or estimate.ci_high is None:
-        return "-"
-    return f"{estimate.ci_low:.3f}-{estimate.ci_high:.3f}"
-
-
-def _p(p_value: float | None) -> str:
-    if p_value is None:
-        return "-"
-    return "<0.001" if p_value < 0.001 else f"{p_value:.3f}"
-
-
-def _verdict_text(verdict: str) -> str:
-    if verdict == "regression":
-        return "[bold red]REGRESSION[/]"
-    if verdict == "possible regression":
-        return "[yellow]possible regression[/]"
-    if verdict in ("faster", "possibly faster"):
-        return f"[green]{verdict}[/]"
-    return verdict
-
-
-def _tta_text(point: PointComparison) -> str:
-    if point.tta is None or point.tta_verdict is None:
-        return "-"
-    text = f"{point.tta.ratio:.3f}"
-    if point.tta_verdict.value != "ok":
-        text += f" {_verdict_text(point.tta_verdict.value)}"
-    return text
-
-
-def _varying_extra_keys(points: tuple[PointComparison, ...]) -> list[str]:
-    """Config keys, besides the shown ones, whose value differs between matched points."""
-    keys = {k for p in points for k in p.config} - set(_SHOWN)
-    return sorted(k for k in keys if len({repr(p.config.get(k)) for p in points}) > 1)
 
 
 def _closest_hint(config: dict[str, Any], others: list[dict[str, Any]]) -> str:
@@ -274,19 +212,25 @@ def _describe(config: dict[str, Any]) -> str:
 
 def _summary(comparison: Comparison) -> str:
     """One line: verdict counts, unmatched and failed runs, the rule's settings."""
+    return "; ".join(_summary_parts(comparison))
+
+
+def _summary_parts(comparison: Comparison) -> list[str]:
+    """The clauses of the summary, the count of points that regressed last."""
     counts = {
         verdict: sum(p.throughput_verdict.value == verdict for p in comparison.matched)
         for verdict in ("regression", "possible regression", "faster", "possibly faster", "ok")
     }
     tta_bad = sum(p.tta_verdict is not None and p.tta_verdict.regressed for p in comparison.matched)
     verdicts = ", ".join(f"{verdict} {n}" for verdict, n in counts.items() if n)
-    return (
+    return [
         f"{len(comparison.matched)} point(s) compared (threshold "
-        f"{comparison.threshold * 100:g}%, alpha {comparison.alpha:g}): throughput {verdicts}; "
-        f"time-to-accuracy regressions {tta_bad}; only in A {len(comparison.only_in_a)}, "
-        f"only in B {len(comparison.only_in_b)}, failed runs {len(comparison.failed)}; "
-        f"{len(comparison.regressions)} point(s) regressed"
-    )
+        f"{comparison.threshold * 100:g}%, alpha {comparison.alpha:g}): throughput {verdicts}",
+        f"time-to-accuracy regressions {tta_bad}",
+        f"only in A {len(comparison.only_in_a)}, only in B {len(comparison.only_in_b)}, "
+        f"failed runs {len(comparison.failed)}",
+        f"{len(comparison.regressions)} point(s) regressed",
+    ]
 
 
 def _to_json(comparison: Comparison, args: argparse.Namespace) -> dict[str, Any]:

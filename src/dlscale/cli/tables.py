@@ -15,6 +15,7 @@ such as a list of options, keeps its own line breaks).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -36,9 +37,12 @@ __all__ = [
     "LEGEND",
     "cell",
     "console",
+    "drawn_width",
+    "left_out_line",
     "literal",
     "markup",
     "points_table",
+    "print_at_width",
     "print_findings",
     "results_command",
     "say",
@@ -126,7 +130,12 @@ def fitted_columns(
     tell rows apart stay (the terminal folds them). ``wide``: every column, however wide."""
     columns, caption = human_layout(rows, run_ids=run_ids)
     hidden: list[str] = []
-    while not wide and _width(_table(rows, columns, "", [])) > width:
+    while not wide and drawn_width(_table(rows, columns, "", [])) > width:
+        if any(c.name == "run_id" for c in columns) and RUN_ID_START not in hidden:
+            # the other columns say what a run id's start spells: it goes before any of them
+            columns = [_run_id_end(c) if c.name == "run_id" else c for c in columns]
+            hidden.append(RUN_ID_START)
+            continue
         droppable = [c for c in columns if c.keep < 9]
         if not droppable:
             break
@@ -136,12 +145,32 @@ def fitted_columns(
     return columns, caption, hidden
 
 
+RUN_ID_START = "the run ids' start"
+"""What `fitted_columns` names as left out where it shortened the run ids to their ends."""
+
+
+def _run_id_end(column: Column) -> Column:
+    """The run id column showing the end of each id, after ``-w<workers>-`` (its hash, and a
+    repeat's suffix), as ``…<end>``: the backend, model, data and workers columns or the
+    caption say its start (``model-backend-data-wN-``). An id of another shape stays whole."""
+
+    def end(row: dict[str, Any]) -> str | None:
+        run_id = column.value(row)
+        if run_id is None:
+            return None
+        workers = (row.get("config") or {}).get("workers")
+        start, marker, rest = str(run_id).rpartition(f"-w{workers}-")
+        return f"…{rest}" if start and marker and rest else str(run_id)
+
+    return dataclasses.replace(column, value=end)
+
+
 def _left_out(rows: list[dict[str, Any]], hidden: list[str], width: int) -> list[str]:
     """What the table left out to fit, and the points whose notes it hid: the notes say how
     the figures must be read (a loaded machine, runs left out), so who has one is said."""
     if not hidden:
         return []
-    out = [f"left out to fit {width} columns: {', '.join(hidden)} (--wide shows them)"]
+    out = [left_out_line(hidden, width)]
     if "notes" in hidden:
         varying = [k for k in varying_keys(rows) if k not in ("workers", "threads_per_worker")]
         noted = [
@@ -157,9 +186,24 @@ def _left_out(rows: list[dict[str, Any]], hidden: list[str], width: int) -> list
     return out
 
 
-def _width(table: Table) -> int:
+def left_out_line(hidden: list[str], width: int) -> str:
+    """The sentence under a fitted table naming the columns it left out (``hidden``)."""
+    return f"left out to fit {width} columns: {', '.join(hidden)} (--wide shows them)"
+
+
+def drawn_width(table: Table) -> int:
     """The width ``table`` takes unwrapped."""
     return Console(width=100_000).measure(table).maximum
+
+
+def print_at_width(out: Console, table: Table, width: int) -> None:
+    """``table`` on ``out`` as wide as it is, at least ``width``: rich would squeeze it to the
+    console's width, which off a terminal is not $COLUMNS."""
+    console_width, out.width = out.width, max(width, drawn_width(table))
+    try:
+        out.print(table)
+    finally:
+        out.width = console_width
 
 
 def _table(
@@ -204,14 +248,7 @@ def show_table(
     width = table_width(out)
     out.print(literal(title, "table.title"), soft_wrap=True)  # a long path: one line, unbroken
     columns, caption, hidden = fitted_columns(rows, run_ids=run_ids, width=width, wide=wide)
-    table = _table(rows, columns, "", [])
-    # printed as wide as it is (fitted to `width` unless --wide): rich would squeeze it to the
-    # console's width, which off a terminal is not $COLUMNS
-    console_width, out.width = out.width, max(width, _width(table))
-    try:
-        out.print(table)
-    finally:
-        out.width = console_width
+    print_at_width(out, _table(rows, columns, "", []), width)  # fitted to `width` unless --wide
     for paragraph in (", ".join(caption), *_left_out(rows, hidden, width)):
         if paragraph:
             out.print(literal(paragraph, "table.caption"), width=width)

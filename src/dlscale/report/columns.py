@@ -185,7 +185,7 @@ COLUMNS: tuple[Column, ...] = (
         definition="speedup / workers, in percent (its interval is the speedup's divided by "
         "the workers: the exports' efficiency_ci95_low and _high)",
         short="speedup / workers",
-        keep=6,
+        keep=7,  # the scaling figure: it outlives comm and the interval's half-width
     ),
     Column(
         "efficiency_ci95_low",
@@ -288,8 +288,9 @@ COLUMNS: tuple[Column, ...] = (
         "oversubscribed: threads exceed the cores; "
         "baseline threads differ: no 1-worker point had the same threads per worker; "
         "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
-        "seconds that cost; loss diverged: the training loss became NaN, infinite or beyond "
-        "1e15 nats (in that many of the runs): the speed holds, the loss and accuracy mean "
+        "seconds that cost; loss diverged: a recorded training loss became NaN, infinite or "
+        "beyond 1e15 nats (in that many of the runs; a run that records no loss, as a "
+        "script's own loop, never says it): the speed holds, the loss and accuracy mean "
         "nothing (lower lr); loader only: the input pipeline timed alone (loader_only), img/s "
         "is what the loaders deliver",
         short="what the figures need to be read with (dlscale explain notes)",

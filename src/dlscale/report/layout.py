@@ -4,7 +4,6 @@ the short legend of those it shows, and a column found by the name a person give
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from dlscale.report.columns import COLUMNS, Column, Row
@@ -48,7 +47,7 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
     that are the same in every row."""
     shown: list[Column] = []
     caption: list[str] = []
-    for column in (*COLUMNS[:2], *_settings_column(rows), *COLUMNS[2:]):
+    for column in (*COLUMNS[:2], *settings_column(rows), *COLUMNS[2:]):
         if column.show == "exports" or (column.show == "on_request" and not run_ids):
             continue
         if column.show == "present" and all(column.value(row) is None for row in rows):
@@ -58,20 +57,14 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
             if rows:
                 caption.append(f"{column.label} {column.text(rows[0])}")
             continue
-        if run_ids and column.name in _NAMED_BY_RUN_ID:  # the run id says it: may go first
-            column = dataclasses.replace(column, keep=4)
         shown.append(column)
-    return shown, caption + _options_set(rows)
-
-
-_NAMED_BY_RUN_ID = {"backend", "workers", "model", "dataset"}
-"""Settings a run id spells out (``resnet44-torch-ddp-synthetic-w2-...``)."""
+    return shown, caption + options_set(rows)
 
 
 _SHOWN_ELSEWHERE = {c.name for c in COLUMNS} | {"batch_size"}
 
 
-def _options_set(rows: Sequence[Row]) -> list[str]:
+def options_set(rows: Sequence[Row]) -> list[str]:
     """Caption items for the plug-ins' options (and the core keys of :data:`_CORE_SAID`) every
     row that has them ran away from their default, the same in each (``compression fp16``,
     ``precision float64``): a setting the table does not tell apart is still said."""
@@ -97,7 +90,7 @@ _CORE_SAID = ("precision", "image_size", "dropout", "loader_only")
 the default the same way (``precision float64``), as a plug-in's option is."""
 
 
-def _settings_column(rows: Sequence[Row]) -> list[Column]:
+def settings_column(rows: Sequence[Row]) -> list[Column]:
     """The other settings that differ between the rows (``compression=fp16``, ``ps_mode``...),
     so that two rows of one backend can be told apart; none when nothing else differs."""
     from dlscale.report.series import varying_keys
