@@ -5,7 +5,8 @@
   and imports the backend's framework and the modules it requires (``BackendSpec.requires``;
   the message names the install command);
 * the launcher's tool is installed (``Launcher.check``: horovodrun beside that interpreter,
-  mpirun on the PATH), this machine can run the point's launcher options
+  mpirun on the PATH, Slurm's srun, sbatch, scontrol and scancel; a dry run, which calls
+  none, only notes its absence), this machine can run the point's launcher options
   (``Launcher.check_point``: an emulated network needs root, iproute2, netem for a latency),
   and, unless it is a dry run, the launcher's scheduler takes work now
   (``Launcher.check_ready``: Slurm's controller answers);
@@ -69,13 +70,16 @@ def check_points(
     *,
     create: bool = True,
     microbench: Settings | None = None,
-) -> None:
+) -> list[str]:
     """Every check; the results directory is created last, once nothing was refused.
     ``create`` (not a dry run): the launchers' schedulers are asked too whether they take work
-    now (:meth:`~dlscale.launchers.base.Launcher.check_ready`). ``microbench``: the points run
-    these collectives, whose buffers the resource guard counts."""
+    now (:meth:`~dlscale.launchers.base.Launcher.check_ready`), and a launcher's missing tool
+    refuses; a dry run calls no tool, and says it in the notes returned (each once): a study
+    is planned on a laptop or a login node for nodes that have the tools.
+    ``microbench``: the points run these collectives, whose buffers the resource guard counts."""
     check_results_dir(results, create=False)
     checked: set[tuple[str, ...]] = set()
+    notes: list[str] = []
     for config in points:
         python = interpreter(config)
         if ("python", python) not in checked:
@@ -83,22 +87,32 @@ def check_points(
             checked.add(("python", python))
         backend = BACKENDS.get(config.backend)
         if ("launcher", python, config.launcher) not in checked:
-            LAUNCHERS.get(config.launcher).create().check(python)
+            try:
+                LAUNCHERS.get(config.launcher).create().check(python)
+            except UserError as missing:
+                if create:
+                    raise
+                notes.append(f"a real run from here would stop: {missing}")
             checked.add(("launcher", python, config.launcher))
         if create and ("ready", config.launcher) not in checked:
             LAUNCHERS.get(config.launcher).create().check_ready()
             checked.add(("ready", config.launcher))
         LAUNCHERS.get(config.launcher).create().check_point(config)
-        if ("backend", python, config.backend) not in checked:
-            check_requirements(python, config.backend)
-            checked.add(("backend", python, config.backend))
-        if ("model", python, config.model) not in checked:
-            check_model(python, config.model)
-            checked.add(("model", python, config.model))
-        probe = backend.device_probe
         # only where the ranks run here: on compute nodes each rank checks its own GPU and
         # names its host (runtime/gpus.py); a login node without one plans their study
         here = LAUNCHERS.get(config.launcher).on_this_machine(config.options)
+        for kind, name, check in (("backend", config.backend, check_requirements),
+                                  ("model", config.model, check_model)):  # fmt: skip
+            if (kind, python, name) in checked:
+                continue
+            checked.add((kind, python, name))
+            try:
+                check(python, name)
+            except UserError as missing:
+                if create or here:
+                    raise  # a dry run for other nodes plans without their framework here
+                notes.append(f"the nodes' interpreter must have it: {missing}")
+        probe = backend.device_probe
         if config.device == "cuda" and probe and here and (python, probe) not in checked:
             check_cuda(python, probe)
             checked.add((python, probe))
@@ -112,6 +126,7 @@ def check_points(
         # a link or a file planted where a point's run directory goes stops the study before
         # any point runs (the runner refuses it again for later repeats)
         RunStore(results).check_run_dirs(config.run_id() for config in points)
+    return notes
 
 
 def check_results_dir(results: Path, *, create: bool = True) -> None:

@@ -53,11 +53,27 @@ class PointOutcome:
     """submitted: where the point stands, in its launcher's words (``Slurm job 12 PENDING``)."""
 
 
-def check_inputs(points: tuple[RunConfig, ...]) -> list[str]:
+def absent_data_dirs(points: tuple[RunConfig, ...]) -> tuple[str, ...]:
+    """The data directories the points' data sets read that this machine does not have, each
+    once. A dry run plans for compute nodes whose file systems may differ from the planning
+    machine's (a laptop, a login node): it warns of these instead of refusing, and each
+    training rank checks its own before it trains (`dlscale.worker`)."""
+    named = dict.fromkeys(
+        config.data_dir
+        for config in points
+        if config.data_dir and DATASETS.get(config.dataset).needs_data_dir
+    )
+    return tuple(path for path in named if path and not Path(path).exists())
+
+
+def check_inputs(points: tuple[RunConfig, ...], *, unchecked: tuple[str, ...] = ()) -> list[str]:
     """Checks that need the file system (data files): before anything is launched; the data
-    sets' notes (e.g. bad images left out), each once."""
+    sets' notes (e.g. bad images left out), each once. A point whose data directory is in
+    ``unchecked`` (absent here, in a dry run: `absent_data_dirs`) is left to its nodes."""
     seen, notes = set(), []
     for config in points:
+        if config.data_dir in unchecked:
+            continue
         options = config.grouped_options()["dataset"]
         key = (config.dataset, config.data_dir, tuple(sorted(options.items())))
         if key not in seen:

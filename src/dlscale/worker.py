@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import traceback
 from pathlib import Path
 
 from dlscale.contract.backends import BACKENDS
+from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import UserError, WorkerFault
 from dlscale.contract.events import EventWriter, events_path
 from dlscale.contract.files import read_json
@@ -37,7 +39,7 @@ from dlscale.contract.plugins import load_plugins
 from dlscale.contract.records import End, Error, Start
 from dlscale.contract.registry import load_object
 from dlscale.contract.run_config import RunConfig
-from dlscale.contract.text import clip
+from dlscale.contract.text import clip, visible
 from dlscale.runtime import scratch
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.placement import check_placement
@@ -102,6 +104,8 @@ def main(argv: list[str]) -> int:
 
             load_object(str(backend.collectives))(ctx, Settings.from_dict(spec["microbench"]))
         else:  # training, or a role that serves it (a microbench's parameter servers too)
+            if process.trains and not microbench:
+                check_data_dir(config)
             load_object(backend.worker)(ctx)
     except UserError as error:
         _record(events, "user", error)
@@ -124,6 +128,19 @@ def main(argv: list[str]) -> int:
     events.write(End())
     events.close()
     return 0
+
+
+def check_data_dir(config: RunConfig) -> None:
+    """The training rank's data directory exists where it runs, said in one line naming the
+    host before any framework loads: the parent checked it on the machine it planned from (a
+    dry run not even there), whose file systems may differ from this node's."""
+    reads_it = DATASETS.get(config.dataset).needs_data_dir
+    if reads_it and config.data_dir and not Path(config.data_dir).exists():
+        raise UserError(
+            f"data_dir {visible(config.data_dir)} does not exist on {visible(socket.gethostname())}"
+            ", where this rank runs: put the data set on a file system the nodes share, or give "
+            "--data-dir its path on the nodes"
+        )
 
 
 _STDERR = "the rank's stderr file in the run's directory has all of it"

@@ -32,6 +32,19 @@ def test_points_of_one_backend_and_workers_are_named_by_what_tells_them_apart():
     assert len(set(names)) == len(names)
 
 
+def test_the_whole_machine_reference_is_named_apart_from_the_baseline():
+    """The default study's two torch-single x1 points differ only in their threads: each is
+    named by them, the one with every core as the whole-machine reference (issue 71)."""
+    study = expand({"backend": ["torch-single", "torch-ddp"], "workers": [1, 2],
+                    "model": "tiny", "machine_reference": True}, cores=4)  # fmt: skip
+    names = point_names(study.points)
+    assert names[:2] == [
+        "torch-single x1, 2 thr",
+        "torch-single x1, 4 thr (the whole-machine reference: every core to one worker)",
+    ]
+    assert names[2:] == ["torch-ddp x1", "torch-ddp x2"]
+
+
 def test_a_long_command_is_continued_at_its_words_and_pastes_as_the_same_command():
     """In a terminal the dry run breaks a command wider than it with backslashes, between the
     shell's words only (a quoted word with spaces and quotes kept whole), so bash reads the

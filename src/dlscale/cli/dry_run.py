@@ -1,10 +1,11 @@
 """``dlscale run --dry-run``: what a study would do, without doing it. It opens with a summary
 (points and runs, how long it would take from the runs the results directory already holds, the
-claims it checks, the points it skips and why, each point named with the settings that tell it
-from the others of its backend and workers), then each point's plan: its ranks' commands,
-quoted for the shell, the environment variables and the files a launcher writes only with
-``--verbose``. Every line is shown literally (a setting with a control character cannot move the
-cursor or start a line of its own)."""
+node facts the plans are made from and where they came from, the claims it checks, the points
+it skips and why, each point named with the settings that tell it from the others of its
+backend and workers), then each point's plan: its ranks' commands, quoted for the shell, the
+environment variables and the files a launcher writes only with ``--verbose``. Every line is
+shown literally (a setting with a control character cannot move the cursor or start a line of
+its own)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,7 @@ def summary(study: Study, results: Path) -> list[str]:
         said += f"; {done} already in {results} (kept, not run again)"
     lines.append(said)
     lines.append(_estimate(study, ids, took, stored))
+    lines.append(node_facts_line(study.points))
     for claim in study.claims:
         lines.append(f"checks claim {claim.id}: {claim.says} ({claim.source})")
     lines += [f"skips {note}" for note in study.skipped]
@@ -112,6 +114,22 @@ def summary(study: Study, results: Path) -> list[str]:
         "and the files the launcher writes)"
     )
     return lines
+
+
+def node_facts_line(points: tuple[Any, ...]) -> str:
+    """``node facts used: 16 CPUs, 4 GPUs a node (cpus_per_node=16, gpus_per_node=4)``: what
+    the plans below are made from, and where each fact came from (given, the scheduler,
+    this machine), each distinct set once."""
+    from dlscale.config.resources import node_facts
+
+    said: list[str] = []
+    for config in points:
+        facts = node_facts(config)
+        gpus = "" if facts.gpus is None else f", {facts.gpus} GPUs"
+        text = f"{facts.cpus} CPUs{gpus} a node ({facts.source})"
+        if text not in said:
+            said.append(text)
+    return "node facts used: " + ("; ".join(said) or "none (no point)")
 
 
 def _repeat(point: Any, number: int) -> Any:
@@ -175,6 +193,12 @@ def point_names(points: tuple[Any, ...]) -> list[str]:
                          if any(flat[j].get(key) != flat[i].get(key) for j in group)})  # fmt: skip
         extra = " ".join(f"{key}={flat[index].get(key)}" for key in differ)
         names.append(f"{point.backend} x{point.workers} {extra}".rstrip())
+        threads = {points[i].threads_per_worker for i in group}
+        told_apart = len(threads) > 1 and all(isinstance(t, int) for t in threads)
+        if not differ and told_apart:  # by their threads alone
+            names[-1] += f", {point.threads_per_worker} thr"
+            if point.workers == 1 and point.threads_per_worker == max(threads):
+                names[-1] += " (the whole-machine reference: every core to one worker)"
     return names
 
 

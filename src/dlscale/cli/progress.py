@@ -1,4 +1,5 @@
-"""Running a study with a progress bar (or JSON lines) and the final table."""
+"""Running a study: its progress on stderr (`dlscale.cli.study_progress`: a live line in a
+terminal, one plain line per run elsewhere), or JSON lines, then the final table."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
 from dlscale.cli.claims import print_claims
-from dlscale.cli.eta import StudyClock, TimeLeftColumn
+from dlscale.cli.eta import StudyClock
 from dlscale.cli.stale import say_stale
+from dlscale.cli.study_progress import (
+    RunLines,
+    point_description,
+    study_description,
+    study_progress,
+)
 from dlscale.cli.tables import (
     console,
     literal,
@@ -35,7 +39,7 @@ from dlscale.contract.text import visible, without_traceback_frames
 from dlscale.metrics.claims import check_claims
 from dlscale.metrics.points_file import points_path, write_points
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
-from dlscale.runner import run_point
+from dlscale.runner import PointOutcome, run_point
 from dlscale.store.claims import claims_path, write_claims
 from dlscale.store.results import RunStore, describe_owner
 
@@ -140,6 +144,8 @@ def run_study(
     progress = study_progress(err, disable=as_json)
     run_ids: dict[int, list[str]] = {i: [] for i in range(len(study.points))}
     clock = StudyClock([p.workers for p in study.points], plan.repeats)
+    # off a terminal (a pipe, a batch job's log) one plain line per run instead of the live one
+    lines = RunLines(err, on=not as_json and not err.is_terminal, clock=clock, started=started)
 
     def run_round(number: int, indices: list[int]) -> None:
         for i in round_order(indices, number, plan):
@@ -148,18 +154,25 @@ def run_study(
             config = dataclasses.replace(
                 study.points[i], repeat_id=study.points[i].repeat_id + number
             )
-            progress.update(task, description=point_description(config, number))
+            name = point_description(config, number)
+            progress.update(task, description=name)
             run_ids[i].append(config.run_id())
             began = time.monotonic()
-            state = _run_one(
+            outcome = _run_one(
                 config, store, (force, keep_stale), command, study.name, as_json, line, warn,
                 tally,
             )  # fmt: skip
-            if state not in _NOT_RUN_HERE:
-                clock.record(i, time.monotonic() - began)
+            took = time.monotonic() - began
+            ran_here = outcome.state not in _NOT_RUN_HERE
+            if ran_here:
+                clock.record(i, took)
             else:  # kept from before, or handed to a scheduler: says nothing of its time
                 clock.skip(i)
             progress.update(task, advance=1, left=clock.words())
+            total = int(progress.tasks[0].total or 0)
+            lines.finished(
+                name, outcome, total=total, took_s=took if ran_here else None, now=time.monotonic()
+            )
 
     with progress:
         task = progress.add_task(
@@ -226,32 +239,6 @@ def run_study(
     return 2 if unwritten else 0
 
 
-def study_progress(err: Console, *, disable: bool) -> Progress:
-    """The live progress line of a study on ``err`` (off for ``--json`` or off a terminal).
-    Its descriptions are plain text, not markup: rich would turn ``:smile:`` in a study name
-    into an emoji there whatever the console says (`study_description`)."""
-    return Progress(
-        TextColumn("{task.description}", markup=False),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        TimeLeftColumn(),
-        console=err,
-        disable=disable or not err.is_terminal,
-    )
-
-
-def study_description(name: str) -> str:
-    """The progress line's text before a study's first point starts: plain text, one line,
-    control characters shown as escapes."""
-    return visible(f"study {name}")
-
-
-def point_description(config: Any, number: int) -> str:
-    """The progress line's text while a point runs (as `study_description`)."""
-    return visible(f"{config.backend} x{config.workers} {config.model} #{number}")
-
-
 def round_order(indices: list[int], number: int, plan: Repeats) -> list[int]:
     """The order of one round: ABBA (study order in even rounds, reversed in odd ones) or
     shuffled with the study's seed and the round's number."""
@@ -314,9 +301,9 @@ def _run_one(
     line: Callable[[str], None],
     warn: Callable[[str], None],
     tally: _Tally,
-) -> str:
+) -> PointOutcome:
     """Runs one point and says how it went (``modes``: force, keep_stale); returns its
-    outcome's state."""
+    outcome."""
     force, keep_stale = modes
     outcome = run_point(
         config,
@@ -331,9 +318,9 @@ def _run_one(
     if outcome.state == "busy":
         tally.busy += 1
         warn(busy_message(store, outcome.run_id, outcome.lock_owner))
-        return outcome.state
+        return outcome
     if outcome.state == "newer":
-        return outcome.state  # kept, with a warning from the store; nothing to show
+        return outcome  # kept, with a warning from the store; nothing to show
     if outcome.state == "submitted":
         tally.submitted += 1
         if as_json:
@@ -341,7 +328,7 @@ def _run_one(
             print(json.dumps(record), flush=True)
         else:
             line(markup(f"{outcome.run_id}: submitted: {outcome.detail}"))
-        return outcome.state
+        return outcome
     if outcome.state == "skipped" and not as_json:
         line(
             markup(
@@ -367,7 +354,7 @@ def _run_one(
         )
         if row is not None:
             print(json.dumps(json_record(row)), flush=True)
-    return outcome.state
+    return outcome
 
 
 def _every_run_id(point: dict[str, Any]) -> set[str]:

@@ -46,6 +46,8 @@ def controller_problem(environ: dict[str, str]) -> str | None:
             f"Slurm's controller (from {where}) did not answer scontrol ping in "
             f"{PING_TIMEOUT_S:g} s"
         )
+    except FileNotFoundError:
+        return "Slurm's client commands are not installed here (no scontrol on the PATH)"
     except OSError as error:
         return f"scontrol ping failed: {error}"
     if done.returncode == 0:
