@@ -41,7 +41,7 @@ def test_a_given_profile_is_predicted_to_a_thousand_workers(cli):
     assert (
         table.returncode == 0
         and "1.0x 100%" in table.stdout
-        and "compute profile: 900 ms a step (given); 100,000,000 gradient bytes (given)"
+        and "compute profile:\n  step: 900 ms (given)\n  gradient: 100,000,000 bytes (given)"
         in table.stdout
     )
 
@@ -58,8 +58,8 @@ def test_the_overlap_hides_behind_the_backward_share_given_else_two_thirds(cli):
     assert row["step_s"] == pytest.approx(0.095 + 0.008)
     assert default["step_s"] == pytest.approx(0.100)
     table = cli(*flags, "--backward-share", "0.05")
-    assert "backward 5% of the step (given)" in table.stdout
-    assert "backward 2/3 of the step (assumed" in cli(*flags).stdout
+    assert "backward: 5% of the step (given)" in table.stdout
+    assert "backward: 2/3 of the step (assumed" in cli(*flags).stdout
 
 
 def test_a_gradient_in_many_messages_pays_each_ones_latency(cli):
@@ -158,15 +158,16 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     assert result["config"]["backend"] == "torch-single" and result["status"] == "completed"
     step_ms = result["metrics"]["step_time_p50_ms"]
     said = re.search(
-        r"measured: tiny at batch 8, 1 worker of torch-single, ([\d.]+) ms a step", first.stdout
+        r"step: ([\d.]+) ms, measured now: 1 worker of torch-single \(run ", first.stdout
     )
     assert said and float(said.group(1)) == pytest.approx(step_ms, abs=0.05)
+    assert f"in {tmp_path})" in first.stdout  # kept where the user said
     # the same run timed its plain step and a forward alone after its windows: the overlap's
     # backward share is measured there, not assumed
     forward, whole = (result["metrics"][k] for k in ("forward_time_p50_ms",
                                                       "step_time_nosync_p50_ms"))  # fmt: skip
     share = min(1.0, max(0.0, 1 - forward / whole))
-    assert f"backward {share:.0%} of the step (measured: forward {forward:.1f} ms of " in (
+    assert f"backward: {share:.0%} of the step (1 - its forward alone / its plain step" in (
         first.stdout
     )
     assert "assumed" not in first.stdout
@@ -181,6 +182,17 @@ def test_the_profile_is_measured_once_and_then_reused(cli, tmp_path: Path):
     assert steps[8] == pytest.approx(step_ms / 1e3) and set(steps) == {8, 16}
     table = cli(*flags[:4], "8,16", *flags[5:])
     assert "compute profile against batch (1 worker): 8: " in table.stdout
+    # no --results: measured in a temporary directory, removed after it; nothing written where
+    # the command ran
+    here, scratch = tmp_path / "here", tmp_path / "scratch"
+    here.mkdir(), scratch.mkdir()
+    unkept = cli(*flags[:-2], cwd=here, env={"TMPDIR": str(scratch)})
+    assert unkept.returncode == 0, unkept.stderr
+    assert "dlscale: nothing stored in dlscale-results: measuring tiny's step at batch 8" in (
+        unkept.stderr
+    )
+    assert "not kept: --results DIR keeps it for reuse" in unkept.stdout
+    assert list(here.iterdir()) == [] and list(scratch.iterdir()) == []
 
 
 @pytest.mark.dist

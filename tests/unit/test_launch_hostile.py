@@ -456,7 +456,9 @@ def test_predict_in_a_read_only_directory_names_the_path_and_the_fix(tmp_path, c
         pytest.skip("cannot mount a tmpfs here")
     try:
         monkeypatch.chdir(readonly)
-        err = _one_line(capsys, ["predict", "--model", "tiny", "--bandwidth", "10gbit"])
+        # a profile is kept only where --results says (without it: a temporary directory)
+        err = _one_line(capsys, ["predict", "--model", "tiny", "--bandwidth", "10gbit",
+                                 "--results", "dlscale-results"])  # fmt: skip
         assert f"--results {readonly}/dlscale-results" in err
         assert "give --results DIR where you can write, or --compute-ms MS" in err
         monkeypatch.setattr(dlscale.cli.profile, "_gradient_bytes", lambda model: 4000)

@@ -2,9 +2,11 @@
 number of workers on a network given by bandwidth and latency (docs/perfmodel.md).
 
 The compute profile (one worker's step at its batch, and the gradient's bytes) comes from
-``--compute-ms`` and ``--gradient-bytes``, or from a short measured 1-worker run of the model
-(the ``--framework``'s reference backend on synthetic data, stored in ``--results`` like any
-run, so the next prediction of the same model and batch reuses it: :mod:`dlscale.cli.profile`).
+``--compute-ms`` and ``--gradient-bytes``; else from the study stored in ``--results`` (its
+model, batch and 1-worker step: :mod:`dlscale.cli.stored_profile`); else from a short measured
+1-worker run of the model (the ``--framework``'s reference backend on synthetic data, kept in
+``--results`` where the user named it, so the next prediction reuses it:
+:mod:`dlscale.cli.profile`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.table import Table
 from dlscale.cli.arguments import decimal, whole, whole_list
 from dlscale.cli.predict_trust import Trust, stored_rows, validation_rows
 from dlscale.cli.profile import compute_profile, message_count
+from dlscale.cli.stored_profile import study_profile
 from dlscale.cli.tables import cell, console, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import excerpt, shell_command
@@ -28,6 +31,8 @@ from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import Fitted
 from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
 
+DEFAULT_MODEL, DEFAULT_BATCH, DEFAULT_RESULTS = "resnet50", 32, "dlscale-results"
+"""What a prediction measures when neither the arguments nor a stored study say."""
 MAX_WORKERS = 1_000_000
 COMPUTE_MS = (1e-6, 1e10)
 """The step a prediction may be given (``--compute-ms``): 1 ns to about 100 days."""
@@ -36,12 +41,15 @@ MAX_GRADIENT_BYTES = 1e15
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="resnet50", help="model (dlscale ls models)")
+    parser.add_argument(
+        "--model",
+        help="model (dlscale ls models); default: the study stored in --results (its newest "
+        f"scaled point's model), else {DEFAULT_MODEL}",
+    )
     parser.add_argument(
         "--batch",
-        default="32",
         help="images per worker per step; a list (16,32,64) predicts each, on the compute "
-        "profile measured at each",
+        f"profile stored or measured at each; default: the stored study's, else {DEFAULT_BATCH}",
     )
     parser.add_argument(
         "--workers", default="1..1024", help="1..1024 (powers of 2) or a list: 1,2,8,64"
@@ -68,9 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--framework",
-        default="torch",
-        help="whose step is measured when --compute-ms is not given: the framework's reference "
-        "backend at 1 worker (torch: torch-single, tensorflow: tf-single, mxnet: mxnet-single)",
+        help="whose step is measured when nothing stored fits and --compute-ms is not given: "
+        "the framework's reference backend at 1 worker (torch: torch-single, tensorflow: "
+        "tf-single, mxnet: mxnet-single); default: the stored study's framework, else torch",
     )
     parser.add_argument(
         "--compute-ms",
@@ -99,8 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--results",
-        default="dlscale-results",
-        help="where a measured profile run is stored (default: ./dlscale-results)",
+        help="the study whose 1-worker step a prediction starts from, and where a profile "
+        "measured when none fits is kept for reuse (default: ./dlscale-results is read; a "
+        "measurement is then not kept)",
     )
     parser.add_argument(
         "--validate",
@@ -143,6 +152,9 @@ def main(args: argparse.Namespace) -> int:
     else:
         given, _, network_source = _given_network(args)
         nets = dict.fromkeys(strategies, given)
+    keep = args.results is not None  # a measured profile is kept only where the user said
+    args.results = args.results or DEFAULT_RESULTS
+    stored = study_profile(args, DEFAULT_MODEL, DEFAULT_BATCH)
     validated_in = Path(args.network_from or args.results)
     rows = stored_rows(validated_in, warn=args.network_from is None)  # read above if so
     trust = Trust(validated_in, rows, kind)
@@ -150,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
     if len(batches) > 1 and args.compute_ms is not None:
         raise UserError("--compute-ms is one batch's step: give one --batch with it")
     messages = message_count(args.messages, args.model, validated_in)
-    profiles = [compute_profile(args, batch, messages) for batch in batches]
+    profiles = [compute_profile(args, batch, messages, stored, keep) for batch in batches]
     for profile, source in profiles:
         _show(args, profile, source, workers, strategies, nets, network_source, trust)
     if len(profiles) > 1 and not args.json:
@@ -174,7 +186,7 @@ def parse_batches(text: str) -> list[int]:
 def _show(
     args: argparse.Namespace,
     profile: Profile,
-    source: str,
+    source: list[str],
     workers: list[int],
     strategies: list[str],
     nets: dict[str, Network],
@@ -214,7 +226,9 @@ def _show(
     title = f"predicted: {args.model}, batch {profile.batch}/worker, {link} (speedup, efficiency)"
     say(out, title, style="bold")
     out.print(_table(rows, args))
-    say(out, f"compute profile: {source}", style="dim")
+    say(out, "compute profile:", style="dim")
+    for line in source:
+        say(out, f"  {line}", style="dim")
     say(out, f"network: {network_source}", style="dim")
     for strategy, value in needed.items():
         at = f"{strategy} needs {_rate(value)}" if value else f"{strategy} cannot reach it"

@@ -1,4 +1,5 @@
-"""dlscale run [STUDY.toml] [flags]: expand the study, run each point, print the results."""
+"""dlscale run [STUDY.toml | --preset NAME] [flags]: expand the study, run each point, print
+the results."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.config.describe import study_description
+from dlscale.config.presets import load_preset, preset_names
 from dlscale.config.repeats import coerce_study
 from dlscale.config.study import (
     SCALE,
@@ -87,21 +89,35 @@ def add_set_flag(parser: argparse.ArgumentParser, text: str) -> None:
     )
 
 
+def _flag_help(key: str) -> str:
+    """A study key's flag: what the key means (its field's doc), its default, what the bare
+    `dlscale run` sets instead, and how a grid is given."""
+    from dlscale.contract.run_config import config_defaults, fields_doc
+
+    default = config_defaults()[key]
+    said = "none" if default is None else str(default)
+    bare = DEFAULT_STUDY.get(key)
+    if bare is not None and bare != default:
+        listed = ",".join(map(str, bare)) if isinstance(bare, list) else str(bare)
+        said += f"; a bare `dlscale run`: {listed}"
+    grid = "; A..B: the powers of 2 from A to B" if key == "workers" else ""
+    return f"{fields_doc()[key]} (default: {said}; comma-separated values make a grid{grid})"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "study",
         nargs="?",
         type=Path,
-        help="study file (TOML); without one, the quick default study runs",
+        help="study file (TOML); without one (or --preset), the quick default study runs",
+    )
+    parser.add_argument(
+        "--preset",
+        metavar="NAME",
+        help="run a study shipped with dlscale (dlscale ls presets lists them), e.g. mahon2020",
     )
     for flag, key in FLAGS.items():
-        parser.add_argument(
-            flag,
-            dest=key,
-            metavar=key.upper(),
-            help=f"set {key} (comma-separated values make a grid"
-            + ("; A..B: the powers of 2 from A to B)" if key == "workers" else ")"),
-        )
+        parser.add_argument(flag, dest=key, metavar=key.upper(), help=_flag_help(key))
     parser.add_argument(
         "--results",
         default="dlscale-results",
@@ -139,7 +155,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON object per finished point instead of a table",
+        help="print one JSON object per finished run, then one per point (and per claim), "
+        "instead of the tables",
     )
     parser.add_argument("--keys", action="store_true", help="list every study key and exit")
     parser.add_argument(
@@ -154,19 +171,27 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
     flags, then ``--set``, each overriding the one before."""
     overrides = parse_set(args.overrides)
     chosen = overrides.pop(SCALE, None)
-    if args.study is not None and getattr(args, "script", None):
+    preset = getattr(args, "preset", None)
+    if args.study is not None and preset is not None:
         raise UserError(
-            "give a study file or --script FILE.py, not both (a study runs a script with "
-            'model = "FILE.py", backend = "torch-script", dataset = "own")'
+            f"give a study file ({excerpt(str(args.study))}) or --preset NAME, not both"
+        )
+    if (args.study is not None or preset is not None) and getattr(args, "script", None):
+        raise UserError(
+            "give a study file (or --preset) or --script FILE.py, not both (a study runs a "
+            'script with model = "FILE.py", backend = "torch-script", dataset = "own")'
         )
     if getattr(args, "script", None):
         settings = apply_scale(script_study(args), chosen, origin="--script")
         name, description = "script", f"your training script {args.script}"
-    elif args.study is not None:
-        settings = load_study_file(args.study)
-        name = str(settings.pop("name", args.study.stem))
+    elif args.study is not None or preset is not None:
+        if preset is not None:
+            settings, origin, stem = load_preset(preset)
+        else:
+            settings, origin, stem = _study_file(args.study), str(args.study), args.study.stem
+        name = str(settings.pop("name", stem))
         description = str(settings.pop("description", ""))
-        settings = apply_scale(settings, chosen, origin=str(args.study))
+        settings = apply_scale(settings, chosen, origin=origin)
     else:
         settings = {k: v for k, v in DEFAULT_STUDY.items() if k not in ("name", "description")}
         name, description = DEFAULT_STUDY["name"], DEFAULT_STUDY["description"]
@@ -192,6 +217,20 @@ def settings_from(args: argparse.Namespace) -> tuple[dict[str, Any], str, str]:
             settings[key] = coerce_study(key, text, origin=flag)
     settings.update(overrides)
     return without_unused_options(settings, from_study - set(overrides)), name, description
+
+
+def _study_file(path: Path) -> dict[str, Any]:
+    """The study file at ``path``; one that is not there but is a preset's name (the
+    repository's ``studies/NAME.toml`` of older instructions) says how to run the preset."""
+    try:
+        return load_study_file(path)
+    except UserError:
+        if path.suffix == ".toml" and not path.exists() and path.stem in preset_names():
+            raise UserError(
+                f"study file {path} does not exist; dlscale ships that study: "
+                f"dlscale run --preset {path.stem}"
+            ) from None
+        raise
 
 
 def script_study(args: argparse.Namespace) -> dict[str, Any]:
@@ -277,14 +316,23 @@ def main(args: argparse.Namespace) -> int:
     if args.keys:
         _print_keys()
         return 0
-    from dlscale.runner import check_inputs
+    from dlscale.runner import absent_data_dirs, check_inputs
 
     study = study_from(args)
-    for note in check_inputs(study.points):
+    # a dry run plans for nodes whose file systems may differ from this machine's
+    absent = absent_data_dirs(study.points) if args.dry_run else ()
+    for path in absent:
+        print(
+            f"dlscale: warning: data_dir {visible(path)} does not exist on this machine; not "
+            "checked by this dry run (each training rank checks it on its node before it trains)",
+            file=sys.stderr,
+        )
+    for note in check_inputs(study.points, unchecked=absent):
         print(f"dlscale: note: {visible(note)}", file=sys.stderr)
     from dlscale.preflight import check_points
 
-    check_points(study.points, Path(args.results), create=not args.dry_run)
+    for note in check_points(study.points, Path(args.results), create=not args.dry_run):
+        print(f"dlscale: note: {visible(note)}", file=sys.stderr)
     command = ["dlscale", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else ["dlscale", "run"]
     for note in study.skipped:
         print(f"dlscale: note: skipped {visible(note)}", file=sys.stderr)

@@ -1,0 +1,70 @@
+"""``dlscale predict --results DIR`` starts from the study stored there (issue 71): its model,
+batch and the 1-worker step its scaling was measured against, named, with nothing measured or
+written; a step measured under load in every window is said in one warning."""
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parents[1] / "data" / "results"
+BASELINE = "tiny-torch-single-digits-w1-749c9ebe62"
+"""The 1-worker point the fixture's torch-ddp x2 points are measured against."""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    copy = tmp_path / "results"
+    shutil.copytree(FIXTURE, copy)
+    return copy
+
+
+def _files(where: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(where)): p.read_bytes() for p in where.rglob("*") if p.is_file()}
+
+
+def test_the_stored_studys_model_batch_and_baseline_step_are_predicted(cli, store: Path):
+    before = _files(store)
+    flags = ("predict", "--workers", "1,64", "--bandwidth", "10Gbit", "--results", str(store))
+    run = cli(*flags)
+    assert run.returncode == 0, run.stderr
+    assert "measuring" not in run.stderr and _files(store) == before  # nothing run, nothing written
+    assert run.stdout.startswith("predicted: tiny, batch 32/worker, 10 Gbit/s links")
+    metrics = json.loads((store / BASELINE / "result.json").read_text())["metrics"]
+    step = metrics["step_time_p50_ms"]
+    assert (
+        f"  step: {step:.1f} ms, stored in {store}: torch-single x1, the baseline of torch-ddp x2 "
+        f"(run {BASELINE})" in run.stdout
+    )
+    # each figure on a line of its own; a 1-worker ring step is the stored step itself
+    assert re.search(
+        r"^  gradient: 15,848 bytes \(tiny's trainable parameters\)$", run.stdout, re.M
+    )
+    records = [json.loads(line) for line in cli(*flags, "--json").stdout.splitlines()]
+    (one,) = [r for r in records if r["workers"] == 1 and r["strategy"] == "ring"]
+    assert one["step_s"] == pytest.approx(step / 1e3) and one["batch"] == 32
+
+
+def test_a_model_or_batch_the_store_lacks_is_not_taken_from_it(cli, store: Path):
+    run = cli("predict", "--workers", "2", "--bandwidth", "10Gbit", "--results", str(store),
+              "--model", "resnet20", "--compute-ms", "10")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "predicted: resnet20, batch 32/worker" in run.stdout and "stored in" not in run.stdout
+    assert "  step: 10 ms (given)" in run.stdout
+
+
+def test_a_stored_step_measured_under_load_in_every_window_is_said(cli, store: Path):
+    path = store / BASELINE / "result.json"
+    result = json.loads(path.read_text())
+    windows = result["metrics"]["windows"]
+    result["metrics"].update(windows_loaded=windows, outside_load_max=0.42)
+    path.write_text(json.dumps(result))
+    run = cli("predict", "--workers", "2", "--bandwidth", "10Gbit", "--results", str(store))
+    assert run.returncode == 0, run.stderr
+    (line,) = [x for x in run.stderr.splitlines() if "under load" in x]
+    assert line.startswith(
+        "dlscale: warning: the step of torch-single x1 was measured under load in every window "
+        "(up to 42% of the machine busy outside it)"
+    )
