@@ -88,7 +88,7 @@ def test_run_on_a_terminal_shows_a_hostile_study_name_escaped(tmp_path: Path):
         assert control not in text, (control, text)
     assert "already completed" in text and "\x1b[" in text  # it ran, and drew as on a terminal
     assert visible(NAME) in text  # in the table's title, and the progress line
-    hint = re.search(r"results: .*? \((dlscale ls runs --results .*?); dlscale\.load_results", text)
+    hint = re.search(r"results: .*? \((dlscale ls runs --results .*?)\)\r?\n", text)
     assert hint is not None, text
     expected = ["dlscale", "ls", "runs", "--results", str(results)]
     assert shlex.split(hint.group(1)) == expected

@@ -28,15 +28,18 @@ def _files(where: Path) -> dict[str, bytes]:
 def test_the_stored_studys_model_batch_and_baseline_step_are_predicted(cli, store: Path):
     before = _files(store)
     flags = ("predict", "--workers", "1,64", "--bandwidth", "10Gbit", "--results", str(store))
-    run = cli(*flags)
+    run = cli(*flags, env={"COLUMNS": "80"})
     assert run.returncode == 0, run.stderr
     assert "measuring" not in run.stderr and _files(store) == before  # nothing run, nothing written
-    assert run.stdout.startswith("predicted: tiny, batch 32/worker, 10 Gbit/s links")
+    assert run.stdout.startswith("predicted: tiny, batch 32/worker, 10 Gbit/s links")  # wrapped
     metrics = json.loads((store / BASELINE / "result.json").read_text())["metrics"]
     step = metrics["step_time_p50_ms"]
+    lines = [x for x in run.stdout.splitlines() if x[:1] not in "┏┃┡│└" and str(store) not in x]
+    assert max(len(line) for line in lines) <= 80, lines  # a path longer than a line stays whole
+    said = re.sub(r"\n {4}", " ", run.stdout)  # each figure's line, wrapped at words to 80
     assert (
         f"  step: {step:.1f} ms, stored in {store}: torch-single x1, the baseline of torch-ddp x2 "
-        f"(run {BASELINE})" in run.stdout
+        f"(run {BASELINE})" in said
     )
     # each figure on a line of its own; a 1-worker ring step is the stored step itself
     assert re.search(

@@ -263,7 +263,7 @@ def test_run_study_prints_names_literally_and_its_results_hint_quoted(
     assert f"study {visible(name)}: about {visible(name)}" in printed  # the table's title
     assert "already completed" in err_buffer.getvalue()
     hint = next(line for line in out_buffer.getvalue().splitlines() if "results: " in line)
-    command = hint.split(" (", 1)[1].split("; dlscale.load_results(", 1)[0]
+    command = hint.split(" (", 1)[1].removesuffix(")")
     argv = ["dlscale", "ls", "runs", "--results", str(results)]
     assert shlex.split(command) == argv
     assert _pasted(command, tmp_path / "cwd") == argv

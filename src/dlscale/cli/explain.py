@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import difflib
 
-from dlscale.cli.tables import console, say
+from dlscale.cli.tables import console, paragraph, say
 from dlscale.contract.errors import UserError
 from dlscale.report.columns import COLUMNS, Column
 from dlscale.report.layout import find_column
@@ -26,7 +26,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.column:
         for column in COLUMNS:
             if column.show != "exports":
-                say(out, f"{column.label:10} {column.short or column.definition or column.name}")
+                text = f"{column.label:10} {column.short or column.definition or column.name}"
+                paragraph(out, text, indent=" " * 11)
         say(out, "dlscale explain COLUMN says more; docs/metrics.md has every formula")
         return 0
     try:
@@ -38,8 +39,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(
             f"no column {args.column!r}{hint}: dlscale explain lists them all"
         ) from None
-    for line in describe(column):
-        say(out, line)
+    for text in describe(column):
+        paragraph(out, text)
     return 0
 
 
@@ -57,11 +58,12 @@ def describe(column: Column) -> list[str]:
     if not shown:
         lines.append("not in the terminal table: in the exports only")
     elif column.keep >= 9:
-        lines.append(f"in the terminal table: {shown}")
+        lines.append(f"in the terminal table: {shown}, whatever the width")
     else:
+        where = "shown" if column.show == "always" else f"{shown}, and"
         lines.append(
-            f"in the terminal table: {shown}; left out (and named under the table) when the "
-            "terminal is too narrow, lowest priority first: --wide shows it whatever the width"
+            f"in the terminal table: {where} where it fits: a terminal too narrow leaves it "
+            "out (named under the table), the lowest priority first; --wide shows it"
         )
     lines.append("formulas and units: docs/metrics.md")
     return lines

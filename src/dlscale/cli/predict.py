@@ -23,7 +23,7 @@ from dlscale.cli.arguments import decimal, whole, whole_list
 from dlscale.cli.predict_trust import Trust, stored_rows, validation_rows
 from dlscale.cli.profile import compute_profile, message_count
 from dlscale.cli.stored_profile import study_profile
-from dlscale.cli.tables import cell, console, say
+from dlscale.cli.tables import cell, console, paragraph, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import excerpt, shell_command
 from dlscale.launchers.links import parse_latency, parse_rate
@@ -224,12 +224,12 @@ def _show(
         else "links fitted per pattern (below)"
     )
     title = f"predicted: {args.model}, batch {profile.batch}/worker, {link} (speedup, efficiency)"
-    say(out, title, style="bold")
+    paragraph(out, title, style="bold")
     out.print(_table(rows, args))
     say(out, "compute profile:", style="dim")
     for line in source:
-        say(out, f"  {line}", style="dim")
-    say(out, f"network: {network_source}", style="dim")
+        paragraph(out, f"  {line}", style="dim", indent="    ")
+    paragraph(out, f"network: {network_source}", style="dim")
     for strategy, value in needed.items():
         at = f"{strategy} needs {_rate(value)}" if value else f"{strategy} cannot reach it"
         say(
@@ -238,7 +238,7 @@ def _show(
             f"{nets[strategy].alpha_s * 1e6:g} us",
         )
     for line in trust.lines(strategies, args.servers):
-        say(out, line)
+        paragraph(out, line)
 
 
 def _given_network(args: argparse.Namespace) -> tuple[Network, float, str]:

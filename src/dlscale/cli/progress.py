@@ -210,11 +210,9 @@ def run_study(
         for text in input_lines(input_findings(points)):  # wrapped at words, as a paragraph
             out.print(literal(f"input: {text}"))
         print_claims(out, study.name, study.claims, points)
-        say(
-            out,
-            f"results: {results}/ ({results_command('ls', 'runs', results=results)}; "
-            f"dlscale.load_results({str(results)!r}))",
-        )
+        # two lines, each under 100 columns for a path of 40: what to type, and from Python
+        say(out, f"results: {results}/ ({results_command('ls', 'runs', results=results)})")
+        say(out, f"  in Python: dlscale.load_results({str(results)!r})")
     try:  # every figure printed above, at full precision; after the table, so a file
         write_points(store, study.name, points)  # planted meanwhile costs one line, not them
         unwritten = False

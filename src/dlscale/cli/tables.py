@@ -41,6 +41,7 @@ __all__ = [
     "left_out_line",
     "literal",
     "markup",
+    "paragraph",
     "points_table",
     "print_at_width",
     "print_findings",
@@ -99,6 +100,20 @@ def cell(text: Any) -> str:
 def say(out: Console, text: Any, style: str = "") -> None:
     """Print a message as one line, literally: never wrapped at the console's width."""
     out.print(literal(text, style), soft_wrap=True)
+
+
+def paragraph(out: Console, text: Any, style: str = "", indent: str = "  ") -> None:
+    """Print a message literally, wrapped at words to `table_width` (the terminal's, else
+    $COLUMNS, else 100: in a pipe too), its later lines under ``indent``; a word longer than
+    a line (a path) stays whole."""
+    import textwrap
+
+    lines = textwrap.wrap(
+        visible(text), table_width(out), subsequent_indent=indent, break_long_words=False,
+        break_on_hyphens=False,
+    )  # fmt: skip
+    for line in lines or [""]:
+        say(out, line, style)
 
 
 def results_command(*words: str, results: Any) -> str:
@@ -235,8 +250,8 @@ def print_findings(out: Console, rows: list[dict[str, Any]]) -> None:
     """What the study found (`dlscale.report.finding`), a line each, before its table."""
     from dlscale.report.finding import findings
 
-    for sentence in findings(rows):
-        out.print(Text("found: ", style="bold") + literal(sentence))
+    for sentence in findings(rows):  # wrapped at words to the table's width, in a pipe too
+        out.print(Text("found: ", style="bold") + literal(sentence), width=table_width(out))
 
 
 def show_table(
