@@ -16,7 +16,7 @@ from dlscale import __version__
 from dlscale.contract.errors import UserError
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.plugins import load_plugins
-from dlscale.contract.text import visible
+from dlscale.contract.text import for_stream, visible
 
 COMMANDS = {
     "run": ("dlscale.cli.run", "run a study: launch workers, measure, store results"),
@@ -36,7 +36,8 @@ class _Parser(argparse.ArgumentParser):
     """Bad arguments get one line (not argparse's usage block) and exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        print(f"dlscale: error: {visible(message)} (see {self.prog} --help)", file=sys.stderr)
+        said = f"dlscale: error: {visible(message)} (see {self.prog} --help)"
+        print(for_stream(said, sys.stderr), file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         load_plugins()
         return int(importlib.import_module(args.module).main(args) or 0)
     except UserError as error:
-        print(f"dlscale: error: {visible(error)}", file=sys.stderr)
+        print(for_stream(f"dlscale: error: {visible(error)}", sys.stderr), file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:  # the reader went away (| head, | less quit early)
         _quiet_stdout()

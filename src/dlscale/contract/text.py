@@ -90,6 +90,13 @@ def excerpt(value: Any, limit: int = 40) -> str:
     return visible(text if len(text) <= limit else f"{text[: limit - 3]}...")
 
 
+def one_line(text: str) -> str:
+    """``text``'s lines, stripped, blank ones left out, joined by a space: an exception's
+    message that spans lines (TensorFlow's end in blank ones) as the one line an error is,
+    with no line break for :func:`visible` to write as ``\\n``."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
 def clip(text: str, limit: int = 2000, where: str = "") -> str:
     """``text`` if it has at most ``limit`` characters, else its first ``limit`` and a note of
     how many there were (and ``where`` the whole is): what dlscale stores or prints of an
@@ -136,3 +143,23 @@ def without_traceback_frames(lines: Iterable[str]) -> list[str]:
         in_frames = False
         out.append(line)
     return out
+
+
+def for_stream(line: str, stream: Any) -> str:
+    """``line`` as it is printed on ``stream``: on a terminal wrapped at words to its width
+    (its later lines indented by two), so a long error or warning reads within the screen;
+    into a pipe or a log one line, as scripts and tests read it. ``line`` is made
+    :func:`visible` by the caller."""
+    import shutil
+    import textwrap
+
+    try:
+        terminal = bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or a fake stream
+        terminal = False
+    if not terminal:
+        return line
+    width = shutil.get_terminal_size().columns
+    wrapped = textwrap.wrap(line, max(width, 40), subsequent_indent="  ",
+                            break_long_words=False, break_on_hyphens=False)  # fmt: skip
+    return "\n".join(wrapped) or line

@@ -38,7 +38,7 @@ from dlscale.contract.files import (
     write_json_atomic,
 )
 from dlscale.contract.result import Result
-from dlscale.contract.text import excerpt, visible
+from dlscale.contract.text import excerpt, for_stream, visible
 from dlscale.store import locks, rundir
 from dlscale.store.locks import LOCK, TAKEOVER, describe_owner
 from dlscale.store.rundir import LAST_NUMBER, numbered
@@ -60,7 +60,8 @@ DEFAULT_ROOT = Path("dlscale-results")
 def print_warning(message: str) -> None:
     """The default way a store's warning reaches the user: one line on stderr (never stdout,
     which may carry ``--json`` output or a table)."""
-    print(f"dlscale: warning: {visible(message)}", file=sys.stderr, flush=True)
+    said = for_stream(f"dlscale: warning: {visible(message)}", sys.stderr)
+    print(said, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
