@@ -68,7 +68,8 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
     labels = [c.label for c in shown]
     assert labels[:2] == ["backend", "workers"]  # equal settings went to the caption
     assert caption == [
-        "model tiny", "data digits", "scaling weak", "device cpu", "runs 1", "code 0.1.0"
+        "model tiny", "data digits", "scaling weak", "device cpu", "runs 1",
+        "code 0.1.0 at 52f3347+changes",
     ]  # fmt: skip
     people = [[c.text(r) for c in shown] for r in rows]
 
@@ -144,8 +145,13 @@ def test_legend_is_built_from_the_columns_and_unchanged():
         "script's own loop, never says it): the speed holds, the loss and accuracy mean "
         "nothing (lower lr); loader only: the input pipeline timed alone (loader_only), img/s "
         "is what the loaders deliver; "
-        "code: the dlscale version and the first 7 hex digits of the fingerprint of the "
-        "engine's code that made the runs (mixed (N): N different ones; docs/reliability.md). "
+        "code: the dlscale version that made the runs and the commit it was installed from "
+        "(0.1.0 at b2b2af9; +changes: the checkout had uncommitted changes; the version alone "
+        "for an install without git); mixed (N): N different ones; "
+        "engine code: the first 7 hex digits of the fingerprint of the engine's code that made "
+        "the runs (its worker's and framework's folders, runtime/, datasets/, worker.py), which "
+        "a resume compares with this checkout's before reusing a point (mixed (N): N different "
+        "ones; docs/reliability.md). "
         "Definitions: docs/metrics.md."
     )
     assert all(c.definition for c in COLUMNS if c.label in ("img/s", "speedup", "TTA s"))

@@ -37,11 +37,35 @@ def dry_run(study: Study, results: Path, *, verbose: bool, one_job: Any = None) 
         study_job_lines(one_job[0], study.points, results, one_job[1])
     for config, name in zip(study.points, point_names(study.points), strict=True):
         for text in planned(config, results, verbose=verbose, name=name):
-            if text.startswith("#") and not text.startswith("#   #"):  # a file's line kept
+            if isinstance(text, Verbatim):  # a file's line: whole, as the file has it
+                print(text)
+            elif text.startswith("#"):
                 _comment(text, width)
             else:  # a command, to paste: continued lines in a terminal
                 print(_command(visible(text), width))
     return 0
+
+
+class Verbatim(str):
+    """A line of the dry run printed as it is, never wrapped or continued: a line of a file
+    a launcher writes (an ``#SBATCH`` line is read whole or not at all)."""
+
+
+HEREDOC_END = "DLSCALE_EOF"
+
+
+def file_lines(path: Path, text: str) -> list[str]:
+    """The file ``text`` that dlscale writes at ``path``, as the shell command that writes it:
+    a here-document whose lines are the file's own, each whole (shown literally: `visible`),
+    so that it reads as the script it is, its lines pasted into a file are that script, and
+    the whole pasted into a shell writes it (quoted delimiter: nothing in it is expanded; a
+    delimiter no line of the file is)."""
+    lines = [visible(line) for line in text.splitlines()]
+    end, number = HEREDOC_END, 1
+    while end in lines:
+        end, number = f"{HEREDOC_END}{number}", number + 1
+    head = f"cat > {visible(shell_command([str(path)]))} <<'{end}'"
+    return [Verbatim(line) for line in (head, *lines, end)]
 
 
 def _command(text: str, width: int) -> str:
@@ -254,9 +278,11 @@ def planned(config: Any, results: Path, *, verbose: bool, name: str = "") -> lis
                     f"#   rank {rank} ({process.role}) sets: {_assignments(cluster) or '-'}"
                 )
         for path, text in entry.files.items():
-            lines.append(f"# {path}" + (":" if verbose else " (written at launch)"))
             if verbose:
-                lines += [f"#   {line}" for line in text.splitlines()]
+                lines.append("# written at launch, as it is (each line whole):")
+                lines += file_lines(path, text)
+            else:
+                lines.append(f"# {path} (written at launch)")
         env = _assignments(dict(sorted(entry.env.items()))) if verbose else ""
         pinned = ("taskset", "-c", ",".join(map(str, entry.cpus))) if entry.cpus else ()
         lines.append(f"{env} {shell_command([*pinned, *entry.argv])}".lstrip())

@@ -1,9 +1,11 @@
 """dlscale report: the HTML report, paper figures and exported tables, from the store only.
 
-Every file is written whole or not at all (`dlscale.contract.files.write_atomic`: a full disk leaves
-the file there as it was, and says so in one line), and never through a symbolic link: a link
-where an output goes (``--out``, a table, ``--figures DIR`` itself or a figure file in it) is
-refused before anything is written.
+The report goes into the results directory (``DIR/dlscale-report.html``, beside the runs it
+shows and links to) unless ``-o/--out FILE`` says where. Every file is written whole or not at
+all (`dlscale.contract.files.write_atomic`: a full disk leaves the file there as it was, and
+says so in one line), and never through a symbolic link: a link where an output goes (the
+report, a table, ``--figures DIR`` itself or a figure file in it) is refused before anything
+is written.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from dlscale.contract.text import visible
 if TYPE_CHECKING:
     from dlscale.report.series import Figure
 
+REPORT_NAME = "dlscale-report.html"
+"""The report's file name in the results directory, where it goes unless ``--out`` says."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -35,11 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="results directory (default: ./dlscale-results)",
     )
     parser.add_argument(
+        "-o",
         "--out",
-        default="dlscale-report.html",
         type=Path,
         metavar="FILE",
-        help="HTML file to write (default: ./dlscale-report.html)",
+        help=f"HTML file to write (default: DIR/{REPORT_NAME}, beside the runs it shows)",
     )
     parser.add_argument(
         "--figures",
@@ -62,7 +67,14 @@ def main(args: argparse.Namespace) -> int:
     from dlscale.store.results import RunStore
 
     args.results = _results_directory(args.directory, args.results)
-    files = [(args.out, "--out"), (args.markdown, "--markdown"), (args.csv, "--csv")]
+    beside = args.out is None  # the default: in the results directory, beside its runs
+    if beside:
+        args.out = Path(args.results) / REPORT_NAME
+    files = [
+        (args.out, "the report" if beside else "--out"),
+        (args.markdown, "--markdown"),
+        (args.csv, "--csv"),
+    ]
     for path, flag in files:
         if path is not None:
             refuse_link(path, flag)  # before any work: never followed, never replaced
@@ -99,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
         rows, title=args.title, source=str(args.results), results_href=Path(href).as_posix(),
         microbench=microbench, fitted=fitted, claims=claims,
     )  # fmt: skip
-    size = _write(args.out, page)
+    size = _write_report(args.out, page, beside)
     print(
         visible(
             f"report: {args.out} ({len(rows)} points of {len(runs)} runs, "
@@ -154,6 +166,20 @@ def _write(path: Path, text: str) -> int:
     _directory(path.parent)
     write_atomic(path, data)
     return len(data)
+
+
+def _write_report(path: Path, page: str, beside: bool) -> int:
+    """Write the report to ``path``; where it goes by default (``beside``: in the results
+    directory) and that cannot be written, one line naming the directory and the fix."""
+    try:
+        return _write(path, page)
+    except OutputError as error:
+        if not beside:
+            raise
+        raise OutputError(
+            f"{error}; the report goes into the results directory {path.parent} unless told "
+            "otherwise: write it elsewhere with -o FILE"
+        ) from None
 
 
 def _figure_files(directory: Path, stem: str) -> list[Path]:

@@ -16,7 +16,7 @@ from dlscale.config.study import Study
 from dlscale.contract.files import read_small_file, write_atomic
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.run_config import RunConfig
-from dlscale.contract.text import visible
+from dlscale.contract.text import shell_command, visible
 from dlscale.launchers.one_job import JOB_ID_MARK, StudyJob
 from dlscale.store.results import RunStore
 
@@ -98,12 +98,17 @@ def running_job(one_job: StudyJob, record: Path) -> str | None:
 
 
 def study_job_lines(one_job: StudyJob, points: Any, results: Path, study: str) -> None:
-    """Print the study's one batch script (the points' own plans, srun steps, follow it)."""
+    """Print the study's one batch script, whole (`dlscale.cli.dry_run.file_lines`), and the
+    command that submits it (the points' own plans, srun steps, follow it)."""
+    from dlscale.cli.dry_run import file_lines
+
     dry = ("--dry-run", "--verbose")
     command = ["dlscale", "run", *(word for word in sys.argv[2:] if word not in dry)]
     name = job_name(study)
     out = results / ".slurm" / f"study-{name}-{JOB_ID_MARK}.out"
-    print("# the study runs as one Slurm job, this batch script:")
-    for line in one_job.script(points, command, Path.cwd(), out, name).splitlines():
-        print(visible(f"#   {line}"))
+    script = results / ".slurm" / f"study-{name}.sbatch"
+    print(visible(f"# the study runs as one Slurm job, this batch script ({script}):"))
+    for line in file_lines(script, one_job.script(points, command, Path.cwd(), out, name)):
+        print(line)
+    print(visible(shell_command(one_job.submit_argv(script))))
     print("# in which each point runs as a step:")

@@ -28,6 +28,11 @@ class StudyJob(ABC):
         """Write the batch script and submit it; the job's id."""
 
     @abstractmethod
+    def submit_argv(self, script: Path) -> list[str]:
+        """The command that submits the batch script ``script`` (what ``submit`` runs, and
+        what a dry run shows after the script)."""
+
+    @abstractmethod
     def waits(self, points: tuple[RunConfig, ...]) -> bool:
         """Whether dlscale watches the job to its end (else it submits and returns)."""
 

@@ -71,13 +71,15 @@ def study_script(
     return "\n".join(lines) + "\n"
 
 
+def submit_argv(script: Path) -> list[str]:
+    return ["sbatch", "--parsable", str(script)]
+
+
 def submit(script: Path, text: str) -> str:
     """Write the batch script and submit it; its job id."""
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text)
-    done = subprocess.run(
-        ["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run(submit_argv(script), capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise UserError(f"sbatch refused the study's job: {said(done.stderr or done.stdout)}")
     return done.stdout.strip().split(";")[0]
@@ -114,6 +116,9 @@ class SlurmStudyJob(StudyJob):
 
     def submit(self, script: Path, text: str) -> str:
         return submit(script, text)
+
+    def submit_argv(self, script: Path) -> list[str]:
+        return submit_argv(script)
 
     def waits(self, points: tuple[RunConfig, ...]) -> bool:
         return bool(points[0].typed(SlurmOptions).wait)

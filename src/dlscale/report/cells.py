@@ -4,9 +4,12 @@ function takes the value (not None) and its row; `dlscale.report.columns` puts t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
+from dlscale.contract.engine_code import stored_code
+from dlscale.contract.text import excerpt
 from dlscale.metrics.aggregate import OUTSIDE_LOAD_LIMIT, STEAL_LIMIT
 
 Row = dict[str, Any]
@@ -138,15 +141,50 @@ def status(value: Any, row: Row) -> str:
 
 
 def code(row: Row) -> str | None:
-    """The dlscale version and engine code (`dlscale.contract.engine_code`, its first 7 hex
-    digits) that made the row's runs; ``mixed (N)`` where its runs were made by N codes."""
-    made = set()
-    for run in row.get("run_rows") or [row]:
-        environment = run.get("environment") or {}
-        version, engine = environment.get("dlscale_version"), environment.get("engine_code")
-        made.add(" ".join(str(v)[:7] if k else str(v) for k, v in ((0, version), (1, engine))
-                          if v is not None))  # fmt: skip
+    """The dlscale version and the commit it was installed from (``0.1.0 at b2b2af9``, with
+    ``+changes`` where the checkout had uncommitted changes; the version alone for an install
+    without git) that made the row's runs; ``mixed (N)`` where N different ones made them."""
+    return _made_by(row, _installed_code)
+
+
+def engine_code(row: Row) -> str | None:
+    """The first 7 hex digits of the fingerprint of the engine's code that made the row's runs
+    (`dlscale.contract.engine_code`: what a resume compares); ``mixed (N)`` as :func:`code`."""
+    return _made_by(row, _engine_fingerprint)
+
+
+def _made_by(row: Row, said: Callable[[dict[str, Any]], str]) -> str | None:
+    made = {said(run.get("environment") or {}) for run in row.get("run_rows") or [row]}
     made.discard("")
     if len(made) > 1:
         return f"mixed ({len(made)})"
     return next(iter(made), None)
+
+
+_COMMIT = re.compile(r"([0-9a-f]{7,64})(\+dirty)?")
+"""A commit as `dlscale.runtime.environment.git_commit` records it."""
+
+
+def _installed_code(environment: dict[str, Any]) -> str:
+    version, commit = environment.get("dlscale_version"), environment.get("git_commit")
+    words = [] if version is None else [_stored_text(version)]
+    if commit is not None:
+        known = _COMMIT.fullmatch(commit) if isinstance(commit, str) else None
+        shown = known[1][:7] + ("+changes" if known[2] else "") if known else _stored_text(commit)
+        words.append(f"at {shown}")
+    return " ".join(words)
+
+
+def _engine_fingerprint(environment: dict[str, Any]) -> str:
+    engine = environment.get("engine_code")
+    if engine is None:
+        return ""
+    return engine[:7] if stored_code(engine) else _stored_text(engine)
+
+
+def _stored_text(value: Any, limit: int = 24) -> str:
+    """A short stored value as it is; anything else (a planted megabyte, a control character)
+    cut and quoted as :func:`~dlscale.contract.text.excerpt` quotes it."""
+    if isinstance(value, str) and len(value) <= limit and value.isprintable():
+        return value
+    return excerpt(value, limit)

@@ -310,10 +310,23 @@ COLUMNS: tuple[Column, ...] = (
         "code",
         cells.code,
         show="varying",
-        definition="the dlscale version and the first 7 hex digits of the fingerprint of the "
-        "engine's code that made the runs (mixed (N): N different ones; docs/reliability.md)",
-        short="dlscale version and engine code that made the runs",
+        definition="the dlscale version that made the runs and the commit it was installed from "
+        "(0.1.0 at b2b2af9; +changes: the checkout had uncommitted changes; the version alone "
+        "for an install without git); mixed (N): N different ones",
+        short="dlscale version and the commit it was installed from",
         keep=4,
+    ),
+    Column(
+        "engine_code",
+        "engine code",
+        cells.engine_code,
+        show="on_request",
+        definition="the first 7 hex digits of the fingerprint of the engine's code that made the "
+        "runs (its worker's and framework's folders, runtime/, datasets/, worker.py), which a "
+        "resume compares with this checkout's before reusing a point (mixed (N): N different "
+        "ones; docs/reliability.md)",
+        short="fingerprint of the engine's code that made the runs",
+        keep=1,
     ),
     Column(
         "run_id",

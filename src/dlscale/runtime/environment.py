@@ -147,9 +147,19 @@ def _read_int(path: Path) -> int | None:
 
 
 def git_commit() -> str | None:
-    """Commit of the dlscale source tree (with ``+dirty`` if it has local changes)."""
+    """Commit of the dlscale source tree (with ``+dirty`` if it has local changes); None
+    where dlscale was not installed from a checkout (a wheel installed into a virtual
+    environment inside some repository is not that repository's commit: its files are not
+    tracked there)."""
     source = Path(__file__).resolve().parents[1]
     try:
+        subprocess.run(
+            ["git", "ls-files", "--error-unmatch", "--", "__init__.py"],
+            cwd=source,
+            capture_output=True,
+            timeout=5,
+            check=True,
+        )
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"],
             cwd=source,
