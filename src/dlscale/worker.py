@@ -39,7 +39,7 @@ from dlscale.contract.plugins import load_plugins
 from dlscale.contract.records import End, Error, Start
 from dlscale.contract.registry import load_object
 from dlscale.contract.run_config import RunConfig
-from dlscale.contract.text import clip, visible
+from dlscale.contract.text import clip, one_line, visible
 from dlscale.runtime import scratch
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.placement import check_placement
@@ -154,7 +154,7 @@ def _record(
     wherever the main thread is, and it landed once inside ``traceback.format_exc()`` for the
     ConnectionResetError the same death had caused first, so the rank left no record and its
     peer, which only lost its connection, was blamed. The first failure is the one recorded."""
-    message = clip(str(error), where=_STDERR)
+    message = clip(one_line(str(error)), where=_STDERR)
     for _ in range(3):
         try:
             said = clip(traceback.format_exc(), 20_000, _STDERR) if with_traceback else None

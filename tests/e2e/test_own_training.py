@@ -233,6 +233,8 @@ FAILING = {
     "raises.py": "import torch\nopt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], 0.1)"
     "\nfor _ in range(3):\n    opt.step()\nraise KeyError('no such column')\n",
     "exits.py": "import sys\nsys.exit(3)\n",
+    "lines.py": "raise AttributeError(\"'Variable' object has no attribute 'ref'\\n\\n\"\n"
+    '    "see above")\n',  # a message over lines (as TensorFlow's): shown on one line
     "nosteps.py": "print('no optimizer here')\n",
     "hangs.py": "import time\ntime.sleep(600)\n",
 }
@@ -243,6 +245,7 @@ FAILING = {
     [
         ("raises.py", "rank 0 exited with code 2: raises.py raised KeyError: 'no such column'"),
         ("exits.py", "rank 0 exited with code 2: exits.py exited with status 3"),
+        ("lines.py", "raised AttributeError: 'Variable' object has no attribute 'ref' see above"),
         ("nosteps.py", "nosteps.py ended after 0 optimizer steps"),
         ("hangs.py", "rank 0"),
     ],

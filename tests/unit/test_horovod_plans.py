@@ -181,3 +181,30 @@ def test_ls_says_what_horovod_was_built_with_or_how_to_install_it(tmp_path):
     )
     (venv / "horovod-build.json").write_text("{damaged")
     assert horovod_build(python) == "no: make horovod"
+
+
+@pytest.mark.parametrize(
+    ("source", "keras2"),
+    [
+        ("import horovod.tensorflow as hvd\nimport tensorflow as tf\n", True),
+        ("import horovod.tensorflow.keras as hvd\n", True),
+        ("from horovod import tensorflow as hvd\n", True),
+        ("import horovod.keras as hvd\n", True),
+        ("import horovod.torch as hvd\nimport torch\n", False),
+    ],
+)
+@pytest.mark.parametrize("launcher", ["local", "horovodrun", "mpirun"])
+def test_a_horovod_tensorflow_script_runs_on_keras_2(
+    tmp_path, monkeypatch, source, keras2, launcher
+):
+    """Horovod's TensorFlow API needs Keras 2 (Variable.ref()): every rank of such a script
+    gets TF_USE_LEGACY_KERAS=1, as horovod-tf's engine runs, under every launcher."""
+    script = tmp_path / "train.py"  # a path of its own: models are looked up once by name
+    script.write_text(source)
+    cfg = RunConfig.make(
+        backend="horovod-script", model=str(script), dataset="own", workers=2, launcher=launcher
+    )
+    plan = LocalLauncher().plan(cfg, SPEC, "/py", ports=(29555,), cores=2)
+    for rank in (0, 1):
+        env = _cluster(cfg, plan, rank)
+        assert env.get("TF_USE_LEGACY_KERAS") == ("1" if keras2 else None)

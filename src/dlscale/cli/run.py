@@ -255,6 +255,12 @@ def script_study(args: argparse.Namespace) -> dict[str, Any]:
             "dlscale --batch-size N (whatever the script's own flag is called), or pass the "
             "script its --batch-size N after --"
         )
+    if backend == "horovod-script" and _on_keras2(Path(script)):
+        print(
+            f"dlscale: note: {visible(script)} uses Horovod's TensorFlow API, which needs "
+            "Keras 2: its processes run with TF_USE_LEGACY_KERAS=1 (tf-keras), as horovod-tf's",
+            file=sys.stderr,
+        )
     if by_input:
         print(
             f"dlscale: note: the images one process of {visible(script)} trains a step are read "
@@ -286,6 +292,15 @@ def script_backend(path: Path) -> str:
     if imported & {"tensorflow", "keras", "tf_keras"} and "torch" not in imported:
         return "tf-script"
     return "torch-script"
+
+
+def _on_keras2(path: Path) -> bool:
+    """Whether a script imports Horovod's TensorFlow API, which horovod-script runs on Keras
+    2 (the plan's ``TF_USE_LEGACY_KERAS=1``: frameworks/horovod/declare.horovod_script_env)."""
+    from dlscale.contract.user_models import imported_names
+
+    apis = ("horovod.tensorflow", "horovod.keras")
+    return any(n == a or n.startswith(f"{a}.") for n in imported_names([path]) for a in apis)
 
 
 def study_from(args: argparse.Namespace) -> Study:

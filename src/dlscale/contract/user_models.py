@@ -283,14 +283,22 @@ def parsed(path: Path) -> ast.Module | None:
 def imported_modules(files: list[Path]) -> set[str]:
     """The top-level modules ``files`` import anywhere (absolute imports only); a file that
     cannot be read or parsed adds none."""
+    return {name.partition(".")[0] for name in imported_names(files)}
+
+
+def imported_names(files: list[Path]) -> set[str]:
+    """The dotted names ``files`` import anywhere (absolute imports only): ``import a.b`` and
+    ``from a import b`` both give ``a.b`` (and ``from a import b`` gives ``a``); a file that
+    cannot be read or parsed adds none."""
     imported: set[str] = set()
     for path in files:
         tree = parsed(path)
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.Import):
-                imported.update(alias.name.partition(".")[0] for alias in node.names)
+                imported.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                imported.add(node.module.partition(".")[0])
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
     return imported
 
 

@@ -26,6 +26,7 @@ from dlscale.contract.errors import UserError
 from dlscale.contract.models import MODELS
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.options import declared, setting
+from dlscale.contract.text import one_line
 from dlscale.contract.user_models import ScriptModelSpec
 from dlscale.runtime.engine import worker_environment
 from dlscale.runtime.script_probe import SetSync
@@ -150,8 +151,8 @@ def _run_as_main(path: Path, args: list[str]) -> None:
     except Exception as error:
         traceback.print_exc()
         raise UserError(
-            f"{path.name} raised {type(error).__name__}: {error} (its traceback: the rank's "
-            "stderr file in the run's directory)"
+            f"{path.name} raised {type(error).__name__}: {one_line(str(error))} (its traceback: "
+            "the rank's stderr file in the run's directory)"
         ) from None
     finally:
         sys.argv, sys.path[:] = argv, sys_path

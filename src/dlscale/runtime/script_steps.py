@@ -1,7 +1,8 @@
 """Windows of a training script's steps, from the marks its steps leave (no framework here).
 
 A script's loop is its own, so dlscale cannot time a step from its start; it is told when each
-step *ends*: by the framework's hook on every optimizer step (the script backend installs it),
+step *ends*: by the framework's hook on every optimizer step (the script backend installs it:
+torch's optimizer hooks, a Keras optimizer's ``iterations``, Keras ``fit``'s batches),
 or by the script itself through :func:`dlscale.mark_step`, which turns the hook off. **A step's
 time** (ms) is the time from the end of the step before it to its end: it covers everything the
 loop does once per step (fetching the batch, forward, backward, the gradients' exchange, the
@@ -199,8 +200,8 @@ class StepRecorder:
                 f"{self.warmup} untimed and {self.steps} timed (warmup_steps, steps): train "
                 "longer, or lower --steps and --warmup-steps"
                 + (
-                    " (a script whose loop calls no torch.optim optimizer can mark its steps "
-                    "with dlscale.mark_step(samples))"
+                    " (a script whose loop steps no torch.optim or Keras optimizer can mark its "
+                    "steps with dlscale.mark_step(samples))"
                     if self.count == 0
                     else ""
                 )

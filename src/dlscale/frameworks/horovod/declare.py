@@ -141,6 +141,37 @@ def horovod_cluster_env(
     return env
 
 
+TENSORFLOW_APIS = ("horovod.tensorflow", "horovod.keras")
+"""Horovod's TensorFlow bindings (``horovod.tensorflow.keras`` is under the first)."""
+
+
+def uses_horovod_tensorflow(script: Path) -> bool:
+    """Whether a script imports Horovod's TensorFlow API (which needs Keras 2: its code calls
+    ``Variable.ref()``, which Keras 3 variables lack)."""
+    from dlscale.contract.user_models import imported_names
+
+    return any(
+        name == api or name.startswith(f"{api}.")
+        for name in imported_names([script])
+        for api in TENSORFLOW_APIS
+    )
+
+
+def horovod_script_env(
+    process: Process, layout: ProcessLayout, addresses: Addresses, config: RunConfig
+) -> dict[str, str]:
+    """horovod-script's variables: Horovod's, and legacy Keras 2 (``TF_USE_LEGACY_KERAS=1``,
+    as the horovod-tf engine runs) for a script using Horovod's TensorFlow API."""
+    from dlscale.contract.models import MODELS
+    from dlscale.contract.user_models import ScriptModelSpec
+
+    env = horovod_cluster_env(process, layout, addresses, config)
+    spec = MODELS.get(config.model)
+    if isinstance(spec, ScriptModelSpec) and uses_horovod_tensorflow(Path(spec.path)):
+        env["TF_USE_LEGACY_KERAS"] = "1"
+    return env
+
+
 def horovod_build(python: str | None) -> str:
     """What ``dlscale ls backends`` says: the build's frameworks, controllers and GPU
     operations from the record scripts/build-horovod.sh left, or how to install it."""

@@ -15,6 +15,7 @@ from dlscale.frameworks.horovod.declare import (
     check_horovod,
     check_horovod_torch,
     horovod_cluster_env,
+    horovod_script_env,
 )
 from dlscale.frameworks.mxnet import plugin as mxnet_plugin
 from dlscale.frameworks.tensorflow import declare as tfd
@@ -57,13 +58,14 @@ BACKENDS.register(
     "horovod-script",
     BackendSpec(
         name="horovod-script",
-        description="your own Horovod PyTorch training script, unmodified, with Horovod's "
-        "variables (as horovodrun sets them); measured from its optimizer steps",
+        description="your own Horovod training script (PyTorch, or TensorFlow on Keras 2), "
+        "unmodified, with Horovod's variables (as horovodrun sets them); measured from its "
+        "optimizer steps",
         worker="dlscale.frameworks.horovod.script:run",
         install="make horovod",
         requires=("horovod",),
         installed="dlscale.frameworks.horovod.declare:horovod_build",
-        cluster_env=horovod_cluster_env,
+        cluster_env=horovod_script_env,
         **torch_plugin.SCRIPT_COMMON,
     ),
 )
