@@ -107,6 +107,10 @@ def test_every_runs_table_derives_from_the_one_column_definition(rows):
 
 def test_legend_is_built_from_the_columns_and_unchanged():
     assert LEGEND == (
+        "!: a figure of the row cannot be taken as it reads: efficiency above 100% beyond its "
+        "interval, a negative exposed communication (the noise is larger than what it "
+        "measures) or a one-process point (a baseline) whose process waited for a CPU; the "
+        "notes say which; "
         "batch/w: images each worker takes a step; "
         "img/s: images per second over all workers, mean over the point's runs; "
         "±95%: half-width of its 95% confidence interval, Student t over runs "

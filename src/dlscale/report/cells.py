@@ -86,6 +86,38 @@ def comm(value: Any, row: Row) -> str:
     return text
 
 
+def waited_words(share: float) -> str:
+    """How long a process's threads waited for a CPU, as a share of a window: its threads'
+    waits add up, so past 100% it is said as a multiple of the window, with why."""
+    if share > 1:
+        return f"waited {share:.1f}x a window (its threads' waits summed)"
+    return f"waited {share * 100:.0f}%"
+
+
+def doubt_mark(row: Row) -> str | None:
+    """``!`` where a figure of the row cannot be taken as it reads (:data:`DOUBTED`), else
+    None: said in a column a narrow terminal never drops, the notes saying why."""
+    metrics = row.get("metrics") or {}
+    workers = (row.get("config") or {}).get("workers")
+    interval = row.get("speedup_ci95")
+    if isinstance(workers, int) and interval and interval[0] is not None and interval[0] > workers:
+        return "!"  # above 100% efficient beyond its interval
+    comm = metrics.get("exposed_comm_fraction")
+    if isinstance(comm, int | float) and comm < 0:
+        return "!"  # a negative share: noise larger than the communication
+    if metrics.get("waited") and len(row.get("layout") or [None]) == 1:
+        return "!"  # a one-process point (a baseline) that waited for a CPU
+    return None
+
+
+DOUBTED = (
+    "efficiency above 100% beyond its interval, a negative exposed communication (the noise "
+    "is larger than what it measures) or a one-process point (a baseline) whose process "
+    "waited for a CPU"
+)
+"""What :func:`doubt_mark` marks, in words."""
+
+
 def notes(row: Row) -> str | None:
     metrics = row.get("metrics") or {}
     notes = []
@@ -95,7 +127,7 @@ def notes(row: Row) -> str | None:
         over += [f"steal {steal * 100:.0f}%"] if steal > STEAL_LIMIT else []
         notes.extend(over or [f"loaded {load * 100:.0f}%"])
     if metrics.get("waited"):  # its own processes waited for a CPU: contention the load misses
-        notes.append(f"waited {metrics['run_delay_max'] * 100:.0f}%")
+        notes.append(waited_words(metrics["run_delay_max"]))
     if metrics.get("windows_left_out"):  # and how far leaving them out moved img/s
         shift = metrics.get("noise_guard_shift")
         moved = f" ({shift:+.1%})" if shift is not None else ""

@@ -45,11 +45,13 @@ class Column:
     keep: int = 5
     """Where the terminal is too narrow, columns of lower ``keep`` are left out first (9:
     never, the columns that tell rows apart)."""
+    missing: str = "-"
+    """The cell for people of a row without a value (a mark's column: blank)."""
 
     def text(self, row: Row) -> str:
-        """The cell for people: "-" when there is no value."""
+        """The cell for people: :attr:`missing` when there is no value."""
         value = self.value(row)
-        return "-" if value is None else self.human(value, row)
+        return self.missing if value is None else self.human(value, row)
 
     def export(self, row: Row) -> str:
         """The cell for machines: "" when there is no value."""
@@ -80,6 +82,17 @@ COLUMNS: tuple[Column, ...] = (
         "device", "device", cells.setting("device"), show="varying", keep=8, short="cpu or cuda"
     ),
     Column("workers", "workers", cells.setting("workers"), numeric=True, keep=9, short=_WORKERS),
+    Column(
+        "doubt",
+        "!",
+        cells.doubt_mark,
+        show="present",
+        definition=f"a figure of the row cannot be taken as it reads: {cells.DOUBTED}; the "
+        "notes say which",
+        short="a figure not to take as it reads (dlscale explain !)",
+        keep=9,
+        missing="",
+    ),
     Column(
         "batch_size_per_worker",
         "batch/w",
