@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 RUN_LINE = re.compile(
-    r"dlscale: run (?P<k>\d+) of (?P<n>\d+): (?P<point>torch-ddp x(?P<w>\d) tiny #0) "
+    r"dlscale: run (?P<k>\d+) of (?P<n>\d+): (?P<point>torch-ddp x(?P<w>\d), \d+ thr, tiny #0) "
     r"completed, (?P<img_s>\d+\.\d) img/s in \d+ s; (?P<elapsed>\d+:\d\d:\d\d) elapsed, "
     r"(?P<left>about \d+(\.\d)? (s|min|h) left|none left)"
 )

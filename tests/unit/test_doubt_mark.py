@@ -56,3 +56,25 @@ def test_efficiency_above_100_percent_beyond_its_interval_is_marked():
     several = {"config": {"workers": 2}, "layout": [{}, {}], "metrics": {"waited": True}}
     assert doubt_mark(several) is None  # several processes wait for each other: a note only
     assert notes({"metrics": {"waited": True, "run_delay_max": 0.3}}) == "waited 30%"
+
+
+def test_points_told_apart_by_their_threads_alone_are_named_with_them():
+    """The demo's baseline and whole-machine reference are both torch-single x1: where the
+    notes column was left out, the line naming the points with notes tells them apart."""
+    import copy
+
+    from dlscale.cli.tables import _left_out
+    from dlscale.metrics.scaling import add_scaling
+    from dlscale.store.results import RunStore
+
+    rows = add_scaling(RunStore(DATA / "results").results())
+    single = next(r for r in rows if r["config"]["backend"] == "torch-single")
+    every_core = copy.deepcopy(single)
+    every_core["threads_per_worker"] = 4  # the baseline has 2
+    noisy = {"noisy": True, "outside_load_max": 0.5}
+    for row in [*rows, every_core]:
+        row["metrics"] = {**(row.get("metrics") or {}), **noisy}
+    lines = _left_out([*rows, every_core], ["notes"], 100)
+    said = " ".join(lines)
+    assert "torch-single x1 (2 thr)" in said and "torch-single x1 (4 thr)" in said
+    assert "torch-ddp x1," in said  # a name said once stays bare

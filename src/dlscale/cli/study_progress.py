@@ -53,8 +53,11 @@ def study_description(name: str) -> str:
 
 
 def point_description(config: Any, number: int) -> str:
-    """The progress line's text while a point runs (as `study_description`)."""
-    return visible(f"{config.backend} x{config.workers} {config.model} #{number}")
+    """The progress line's text while a point runs (as `study_description`): its threads
+    per worker too, which tell the whole-machine reference from the baseline."""
+    threads = config.threads_per_worker
+    per = f", {threads} thr," if isinstance(threads, int) else ""
+    return visible(f"{config.backend} x{config.workers}{per} {config.model} #{number}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -189,14 +189,20 @@ def _left_out(rows: list[dict[str, Any]], hidden: list[str], width: int) -> list
     if "notes" in hidden:
         varying = [k for k in varying_keys(rows) if k not in ("workers", "threads_per_worker")]
         noted = [
-            (f"{series_label(row, varying)} x{row['config'].get('workers')}", notes(row))
+            (f"{series_label(row, varying)} x{row['config'].get('workers')}", notes(row), row)
             for row in rows
             if notes(row)
         ]
+        said = [name for name, _, _ in noted]
+        noted = [  # two points told apart by their threads alone (the whole-machine reference)
+            (f"{name} ({row.get('threads_per_worker')} thr)" if said.count(name) > 1 else name,
+             text, row)
+            for name, text, row in noted
+        ]  # fmt: skip
         if 0 < len(noted) <= FEW_NOTES:
-            out.append("notes: " + "; ".join(f"{name}: {text}" for name, text in noted))
+            out.append("notes: " + "; ".join(f"{name}: {text}" for name, text, _ in noted))
         elif noted:
-            names = ", ".join(name for name, _ in noted)
+            names = ", ".join(name for name, _, _ in noted)
             out.append(f"{len(noted)} points have notes (--wide shows them): {names}")
     return out
 
