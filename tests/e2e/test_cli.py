@@ -105,10 +105,15 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
         left = [p.name for p in run_dir.iterdir() if not is_output(p.name, set())]
         assert left == [], (run_dir, left)  # the lock too is gone once the point ended
 
-    listing = cli("ls", "runs", "--results", str(results))
+    # --wide: every run id whole (a narrow table shows each id's end, and a loaded machine's
+    # '!' column may be what makes it narrow)
+    listing = cli("ls", "runs", "--wide", "--results", str(results))
     assert listing.returncode == 0
     for record in records:
         assert record["run_id"] in listing.stdout
+    narrow = cli("ls", "runs", "--results", str(results), env={"COLUMNS": "100"})
+    for record in records:
+        assert record["run_id"][-10:] in narrow.stdout
 
     frame = dlscale.load_results(results)
     assert len(frame) == 3

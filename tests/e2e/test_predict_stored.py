@@ -71,3 +71,20 @@ def test_a_stored_step_measured_under_load_in_every_window_is_said(cli, store: P
         "dlscale: warning: the step of torch-single x1 was measured under load in every window "
         "(up to 42% of the machine busy outside it)"
     )
+
+
+def test_a_planted_model_name_is_one_short_line(cli, store: Path):
+    """A stored study whose model is 5,000 characters of markup and escapes: one line naming
+    it cut, exit 2; and a --results that is a file is said to be one."""
+    for path in store.glob("*/result.json"):
+        result = json.loads(path.read_text())
+        result["config"]["model"] = "evil\x1b[31m[red]x" + "A" * 5000
+        path.write_text(json.dumps(result))
+    run = cli("predict", "--workers", "2", "--bandwidth", "10Gbit", "--results", str(store))
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert run.stderr.startswith("dlscale: error: unknown model 'evil\\x1b[31m[red]xAAA")
+    assert len(run.stderr) < 400 and "\x1b" not in run.stderr
+    afile = store / "tiny-torch-single-digits-w1-749c9ebe62" / "result.json"
+    run = cli("predict", "--workers", "2", "--bandwidth", "10Gbit", "--model", "tiny",
+              "--batch", "7", "--results", str(afile))  # fmt: skip
+    assert run.returncode == 2 and "which is not a directory; give --results DIR" in run.stderr

@@ -247,6 +247,11 @@ def _check_can_store(results: Path, model: str) -> None:
     """The measured profile run is stored (and reused) in ``--results``: one line naming the
     directory and the ways out when it cannot be written (a read-only working directory)."""
     where = results.absolute()
+    if where.exists() and not where.is_dir():
+        raise UserError(
+            f"predict keeps the run that measures {model}'s step in --results {where}, which is "
+            "not a directory; give --results DIR, or --compute-ms MS to measure nothing"
+        )
     existing = where
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -49,12 +49,13 @@ class Registry(Generic[T]):
                 if name in self._resolved:
                     return self._resolved[name]
             if not self._entries:
-                raise self._none_registered(f", so {name!r} cannot be found") from None
+                raise self._none_registered(f", so {excerpt(name)} cannot be found") from None
             own = f", or your own ({self._own})" if self._own else ""
             if hint := did_you_mean(str(name), self.names()):
                 raise UserError(f"unknown {self.kind} {excerpt(name)};{hint}") from None
             raise UserError(
-                f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}{own}"
+                f"unknown {self.kind} {excerpt(name)}; choose one of: "
+                f"{', '.join(self.names())}{own}"
             ) from None
 
     def canonical(self, name: str) -> str:

@@ -35,6 +35,7 @@ from dlscale.contract.files import read_bounded
 from dlscale.contract.frameworks import frameworks_imported
 from dlscale.contract.model_libraries import library_model_or_none
 from dlscale.contract.models import ModelSpec
+from dlscale.contract.text import excerpt
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _MODULE = re.compile(rf"^(?P<module>{_IDENT}(\.{_IDENT})*):(?P<function>{_IDENT})\Z")
@@ -82,13 +83,13 @@ def resolve(name: str) -> ModelSpec:
         path, files = _locate(module)
     else:
         raise UserError(
-            f"unknown model {name!r}; name a registered model (dlscale ls models), "
+            f"unknown model {excerpt(name)}; name a registered model (dlscale ls models), "
             "MODULE:FUNCTION, FILE.py:FUNCTION, or a training script with --script FILE.py"
         )
     function = match["function"]
     if path.suffix == ".py" and not _defines(path, function):
         raise UserError(
-            f"model {name}: {path} defines no top-level {function!r}; "
+            f"model {excerpt(name)}: {path} defines no top-level {function!r}; "
             "name a function that returns the model"
         )
     frameworks = frameworks_imported(imported_modules(files))
