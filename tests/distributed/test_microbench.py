@@ -2,6 +2,7 @@
 every size, the figures recomputed from the ranks' own records, the fit, and under torchrun."""
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -132,6 +133,7 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     words = cli("predict", "--network-from", str(tmp_path), "--compute-ms", "100",
                 "--gradient-bytes", "1e6", "--workers", "2,64",
                 "--strategy", "ring,ps-sync").stdout  # fmt: skip
+    words = re.sub(r"\n {4}", " ", words)  # each line as said, before its wrapping at words
     assert f"ring: torch-ddp {median['error']:.1%} over 1 point of tiny" in words
     assert "ps-sync: never validated on this network" in words
     # the report draws the same comparison and the microbench's own figures

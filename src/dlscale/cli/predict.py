@@ -238,7 +238,7 @@ def _show(
             f"{nets[strategy].alpha_s * 1e6:g} us",
         )
     for line in trust.lines(strategies, args.servers):
-        paragraph(out, line)
+        paragraph(out, line, indent="    ")
 
 
 def _given_network(args: argparse.Namespace) -> tuple[Network, float, str]:
