@@ -22,7 +22,7 @@ from rich.table import Table
 from dlscale.cli.arguments import decimal, whole, whole_list
 from dlscale.cli.predict_trust import Trust, stored_rows, validation_rows
 from dlscale.cli.profile import compute_profile, message_count
-from dlscale.cli.stored_profile import study_profile
+from dlscale.cli.stored_profile import stored_points, study_profile
 from dlscale.cli.tables import cell, console, paragraph, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import excerpt, shell_command
@@ -154,7 +154,8 @@ def main(args: argparse.Namespace) -> int:
         nets = dict.fromkeys(strategies, given)
     keep = args.results is not None  # a measured profile is kept only where the user said
     args.results = args.results or DEFAULT_RESULTS
-    stored = study_profile(args, DEFAULT_MODEL, DEFAULT_BATCH)
+    points = stored_points(Path(args.results)) if args.compute_ms is None else []  # read once
+    study_profile(args, DEFAULT_MODEL, DEFAULT_BATCH, points)
     validated_in = Path(args.network_from or args.results)
     rows = stored_rows(validated_in, warn=args.network_from is None)  # read above if so
     trust = Trust(validated_in, rows, kind)
@@ -162,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
     if len(batches) > 1 and args.compute_ms is not None:
         raise UserError("--compute-ms is one batch's step: give one --batch with it")
     messages = message_count(args.messages, args.model, validated_in)
-    profiles = [compute_profile(args, batch, messages, stored, keep) for batch in batches]
+    profiles = [compute_profile(args, batch, messages, points, keep) for batch in batches]
     for profile, source in profiles:
         _show(args, profile, source, workers, strategies, nets, network_source, trust)
     if len(profiles) > 1 and not args.json:

@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dlscale.cli.stored_profile import StoredProfile, stored_profile, under_load
+from dlscale.cli.stored_profile import stored_profile, under_load
 from dlscale.cli.tables import console, say
 from dlscale.contract.errors import UserError
-from dlscale.contract.numbers import whole_number
+from dlscale.contract.numbers import finite_number, whole_number
 from dlscale.contract.registry import load_object
 from dlscale.contract.text import excerpt, shell_command
 from dlscale.perfmodel.predict import MAX_MESSAGES, Profile
@@ -35,22 +35,21 @@ def compute_profile(
     args: argparse.Namespace,
     batch: int,
     messages: tuple[int, str],
-    stored: StoredProfile | None,
+    points: list[dict[str, Any]],
     keep: bool,
 ) -> tuple[Profile, list[str]]:
     """The profile at ``batch`` and where each of its figures comes from, a line each;
     ``messages``: the count a step's gradient travels in and where it comes from
-    (:func:`message_count`); ``stored``: the study's own 1-worker point, used where it is of
-    ``args.model`` at ``batch``; else measured, and kept in ``args.results`` only if ``keep``
-    (the user named it)."""
+    (:func:`message_count`); ``points``: the study's stored points (its own 1-worker point
+    of ``args.model`` at ``batch`` is used where there is one); else measured, and kept in
+    ``args.results`` only if ``keep`` (the user named it)."""
     compute_ms, gradient = args.compute_ms, args.gradient_bytes
     sources = [] if compute_ms is None else [f"step: {compute_ms:g} ms (given)"]
     measured: dict[str, Any] = {}
-    if compute_ms is None and (
-        stored is None or (stored.model, stored.batch) != (args.model, batch)
-    ):
-        stored = stored_profile(Path(args.results), args.model, batch, args.framework)
-    if compute_ms is None and stored is not None:
+    stored = None
+    if compute_ms is None:
+        stored = stored_profile(points, args.model, batch, args.framework)
+    if stored is not None:
         measured = stored.metrics
         compute_ms = stored.step_ms
         sources.append(f"step: {compute_ms:.1f} ms, {stored.said(Path(args.results))}")
@@ -101,7 +100,7 @@ def _speed_moved(metrics: dict[str, Any]) -> str | None:
     """A line when the probe's plain step and the windows' median step of one run differ by
     more than :data:`SPEED_MOVED` (the same step, timed twice: the machine's speed moved)."""
     step, plain = metrics.get("step_time_p50_ms"), metrics.get("step_time_nosync_p50_ms")
-    if not (step and plain and math.isfinite(step) and math.isfinite(plain)):
+    if not (finite_number(step, low=1e-9) and finite_number(plain, low=1e-9)):
         return None
     if abs(plain / step - 1) <= SPEED_MOVED:
         return None

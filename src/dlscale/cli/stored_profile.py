@@ -12,13 +12,12 @@ framework's reference backend first). A point's figures combine its runs (median
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
-from dlscale.cli.arguments import whole_list
 from dlscale.cli.tables import console, say
+from dlscale.contract.numbers import finite_number
 from dlscale.contract.text import excerpt
 from dlscale.metrics.noise import OUTSIDE_LOAD_LIMIT
 
@@ -68,7 +67,7 @@ def under_load(metrics: dict[str, Any], backend: str) -> str | None:
     if loaded < windows:
         return None
     load = metrics.get("outside_load_max")
-    share = f" (up to {load:.0%} of the machine busy outside it)" if _finite(load) else ""
+    share = f" (up to {load:.0%} of the machine busy outside it)" if finite_number(load) else ""
     return (
         f"the step of {backend} x1 was measured under load in every window{share}, beyond "
         f"the {OUTSIDE_LOAD_LIMIT:.0%} `dlscale run` trusts: it is slower than on a quiet "
@@ -77,16 +76,16 @@ def under_load(metrics: dict[str, Any], backend: str) -> str | None:
     )
 
 
-def study_profile(args: argparse.Namespace, model: str, batch: int) -> StoredProfile | None:
-    """The stored study's profile (:mod:`dlscale.cli.stored_profile`), with ``args.model``,
-    ``args.batch`` and ``args.framework`` filled in from it where not given (else ``model``,
-    ``batch`` and torch); None where nothing stored fits or the step is given."""
+def study_profile(
+    args: argparse.Namespace, model: str, batch: int, points: list[dict[str, Any]]
+) -> StoredProfile | None:
+    """The stored study's profile among ``points`` (:func:`stored_points`), with
+    ``args.model``, ``args.batch`` and ``args.framework`` filled in from it where not given
+    (else ``model``, ``batch`` and torch); None where nothing stored fits or the step is
+    given."""
     stored = None
-    if args.compute_ms is None:
-        batches = whole_list(args.batch, low=0) if args.batch is not None else None
-        stored = stored_profile(
-            Path(args.results), args.model, batches[0] if batches else None, args.framework
-        )
+    if args.compute_ms is None:  # the study's model, at any batch (each is looked up after)
+        stored = stored_profile(points, args.model, None, args.framework)
     if args.model is None:
         args.model = stored.model if stored is not None else model
         if stored is not None and stored.others:
@@ -106,22 +105,26 @@ def _framework_of(backend: str) -> str:
     return BACKENDS.get(backend).framework
 
 
-def stored_profile(
-    results: Path, model: str | None, batch: int | None, framework: str | None = None
-) -> StoredProfile | None:
-    """The stored profile of ``results`` (the module docstring says which), or None where no
-    completed 1-worker point of ``model`` at ``batch`` of ``framework`` (each where given) is
-    stored there."""
+def stored_points(results: Path) -> list[dict[str, Any]]:
+    """The completed points of ``results`` with their baselines (:func:`add_scaling`), read
+    once a command (a damaged file warned about once); none where there is no such
+    directory."""
     if not results.is_dir():
-        return None
+        return []
     from dlscale.metrics.scaling import add_scaling
     from dlscale.store.results import RunStore
 
-    completed = [result for result in RunStore(results).results() if result.completed]
+    return add_scaling([result for result in RunStore(results).results() if result.completed])
+
+
+def stored_profile(
+    every: list[dict[str, Any]], model: str | None, batch: int | None, framework: str | None
+) -> StoredProfile | None:
+    """The stored profile among the points ``every`` (:func:`stored_points`; the module
+    docstring says which), or None where none is a completed 1-worker point of ``model`` at
+    ``batch`` of ``framework`` (each where given)."""
     points = [
-        p
-        for p in add_scaling(completed)
-        if _usable(p) and (framework is None or p.get("framework") == framework)
+        p for p in every if _usable(p) and (framework is None or p.get("framework") == framework)
     ]
     singles = [p for p in points if p["config"].get("workers") == 1]
     fitting = [p for p in singles if _fits(p, model, batch)]
@@ -162,7 +165,7 @@ def _usable(point: dict[str, Any]) -> bool:
         isinstance(point.get("config", {}).get("model"), str)
         and isinstance(batch, int)
         and batch >= 1
-        and _finite(step)
+        and finite_number(step)
         and step > 0
     )
 
@@ -180,8 +183,4 @@ def _workers(point: dict[str, Any]) -> int:
 
 def _finished(point: dict[str, Any]) -> float:
     finished = point.get("finished_at")
-    return float(finished) if _finite(finished) else 0.0
-
-
-def _finite(value: Any) -> TypeGuard[float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(finished) if finite_number(finished) else 0.0

@@ -3,8 +3,8 @@ runs done, the time elapsed and left) redrawn in place; anywhere else (a pipe, `
 batch job's log file) one plain line per finished run, written and flushed as the run ends,
 with no escape code, so that a log shows the study moving while it runs:
 
-    dlscale: run 2 of 6: torch-ddp x2 tiny #0 completed, 812.3 img/s in 9 s; 0:00:17 elapsed,
-    about 40 s left
+    dlscale: run 2 of 6: torch-ddp x2, 1 thr, tiny #0 completed, 812.3 img/s in 9 s; 0:00:17
+    elapsed, about 40 s left
 
 (one line). Under ``--json`` neither: stdout's records say it."""
 
