@@ -88,3 +88,19 @@ def test_a_planted_model_name_is_one_short_line(cli, store: Path):
     run = cli("predict", "--workers", "2", "--bandwidth", "10Gbit", "--model", "tiny",
               "--batch", "7", "--results", str(afile))  # fmt: skip
     assert run.returncode == 2 and "which is not a directory; give --results DIR" in run.stderr
+
+
+def test_the_studys_model_is_taken_at_a_batch_the_store_lacks(store: Path):
+    """--batch 16 without --model: the study's model (tiny), whose step at 16 is then
+    measured; never the default model. The store is read once for every batch."""
+    import argparse
+
+    from dlscale.cli.stored_profile import stored_points, stored_profile, study_profile
+
+    args = argparse.Namespace(model=None, batch="16,32", framework=None, compute_ms=None,
+                              results=str(store))  # fmt: skip
+    points = stored_points(store)
+    study_profile(args, "resnet50", 32, points)
+    assert (args.model, args.batch, args.framework) == ("tiny", "16,32", "torch")
+    assert stored_profile(points, "tiny", 16, "torch") is None  # measured, then
+    assert stored_profile(points, "tiny", 32, "torch").run_ids == (BASELINE,)
