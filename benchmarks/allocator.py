@@ -41,7 +41,7 @@ def stored_run(results: Path) -> dict[str, float]:
     metrics = json.loads(stored.read_text()).get("metrics") or {}
     faults = metrics.get("page_faults_per_step")
     return {
-        "throughput_img_s": float(metrics["throughput_img_s"]),
+        "throughput_samples_s": float(metrics["throughput_samples_s"]),
         "page_faults_per_step": float(faults) if faults is not None else float("nan"),
         # other processes' load during the run, where the results record it
         "noisy": float(bool(metrics.get("noisy"))),
@@ -49,7 +49,7 @@ def stored_run(results: Path) -> dict[str, float]:
 
 
 def summary(runs: list[dict[str, float]]) -> str:
-    rates = [run["throughput_img_s"] for run in runs]
+    rates = [run["throughput_samples_s"] for run in runs]
     spread = statistics.stdev(rates) / statistics.mean(rates) if len(rates) > 1 else float("nan")
     faults = [run["page_faults_per_step"] for run in runs]
     faults = [value for value in faults if not math.isnan(value)]
@@ -104,7 +104,7 @@ def main() -> int:
             run = run_once(work, study, name, round_index)
             runs[name].append(run)
             print(
-                f"round {round_index} {name:12} {run['throughput_img_s']:8.1f} img/s "
+                f"round {round_index} {name:12} {run['throughput_samples_s']:8.1f} img/s "
                 f"{run['page_faults_per_step']:10,.0f} faults/step"
                 + ("  (noisy: other load on the machine)" if run["noisy"] else ""),
                 flush=True,

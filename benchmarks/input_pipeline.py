@@ -108,7 +108,7 @@ def main() -> None:
             (point,) = run(results, [*base, *data], "--backend", args.backend,
                            "--workers", "1", "--loader-only", "true",
                            "--set", f"loader_workers={loaders}")  # fmt: skip
-            rates[loaders] = point["throughput_img_s"]
+            rates[loaders] = point["throughput_samples_s"]
             print(f"   loader_workers={loaders}: {rates[loaders]:.1f} img/s")
         print(f"   2 loaders / 1 loader: {rates[2] / rates[1]:.2f}x")
         print(f"3. training {args.model} ({args.backend}, batch {args.batch} per worker):")
@@ -118,9 +118,9 @@ def main() -> None:
         for disk, fake in zip(folder, synthetic, strict=True):
             comm = disk.get("exposed_comm_fraction")
             print(
-                f"   x{disk['workers']}: JPEG folder {disk['throughput_img_s']:.2f} img/s, "
-                f"synthetic {fake['throughput_img_s']:.2f} img/s, ratio "
-                f"{disk['throughput_img_s'] / fake['throughput_img_s']:.2f}; input wait "
+                f"   x{disk['workers']}: JPEG folder {disk['throughput_samples_s']:.2f} img/s, "
+                f"synthetic {fake['throughput_samples_s']:.2f} img/s, ratio "
+                f"{disk['throughput_samples_s'] / fake['throughput_samples_s']:.2f}; input wait "
                 f"{disk['input_wait_fraction']:.1%}, exposed comm "
                 f"{'-' if comm is None else f'{comm:.1%}'}, step p50 "
                 f"{disk['step_time_p50_ms']:.0f} ms (synthetic {fake['step_time_p50_ms']:.0f} ms)"

@@ -97,7 +97,7 @@ def main() -> int:
             m, rate = r["metrics"], r["config"]["options"]["launcher"]["network"]
             floor = m["gradient_bytes"] * 8 / Link.parse(rate).rate_bit_s * 1e3
             print(
-                f"{rate:12} {m['throughput_img_s']:7.1f} {m['step_time_p50_ms']:12.1f}"
+                f"{rate:12} {m['throughput_samples_s']:7.1f} {m['step_time_p50_ms']:12.1f}"
                 f" {floor:10.2f}   {m['exposed_comm_fraction']:.0%}"
             )
     return 0

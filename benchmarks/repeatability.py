@@ -6,7 +6,7 @@ point's throughput hold the mean of the other K-1 studies' means? Two intervals 
 from the same runs, side by side:
 
   before  the interval over the windows of one run (what dlscale reported before repeats):
-          each study's first run of the point, ``throughput_ci95_img_s`` of that run
+          each study's first run of the point, ``throughput_ci95_samples_s`` of that run
   after   the interval over the study's independent runs of the point (``--repeats``)
 
 A 95% interval should hold another study's mean most of the time (it is an interval of the
@@ -54,10 +54,10 @@ def study_points(results: Path) -> dict[str, dict]:
         first = min(point["all_run_rows"], key=lambda r: r["config"].get("repeat_id", 0))
         name = f"{cfg['backend']} x{cfg['workers']} ({point['threads_per_worker']} thr)"
         found[name] = {
-            "mean": metrics["throughput_img_s"],
-            "after": metrics["throughput_ci95_img_s"] if point["interval"] == "runs" else None,
-            "before_mean": first["metrics"]["throughput_img_s"],
-            "before": first["metrics"]["throughput_ci95_img_s"],
+            "mean": metrics["throughput_samples_s"],
+            "after": metrics["throughput_ci95_samples_s"] if point["interval"] == "runs" else None,
+            "before_mean": first["metrics"]["throughput_samples_s"],
+            "before": first["metrics"]["throughput_ci95_samples_s"],
             "runs": point["runs"],
             "left_out": len(point["runs_left_out"]),
             "noisy": metrics.get("noisy"),

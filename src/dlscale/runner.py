@@ -19,6 +19,7 @@ from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.events import events_path, read_records
 from dlscale.contract.files import read_json
 from dlscale.contract.launchers import LAUNCHERS
+from dlscale.contract.models import MODELS
 from dlscale.contract.records import Environment, Error, Record, Start, Window
 from dlscale.contract.result import Result
 from dlscale.contract.run_config import RunConfig
@@ -75,6 +76,9 @@ def check_inputs(points: tuple[RunConfig, ...], *, unchecked: tuple[str, ...] = 
         if config.data_dir in unchecked:
             continue
         options = config.grouped_options()["dataset"]
+        if DATASETS.get(config.dataset).sample == "tokens":  # the model's sequence and vocabulary
+            block, vocab = MODELS.get(config.model).input_shape(config.options)
+            options = {**options, "block_size": block, "vocab_size": vocab}
         key = (config.dataset, config.data_dir, tuple(sorted(options.items())))
         if key not in seen:
             seen.add(key)
@@ -222,14 +226,20 @@ def result_of(
     after a watched run, or in the point's own finishing step (:mod:`dlscale.finish`)."""
     from dlscale.contract.engine_code import engine_code
     from dlscale.contract.shapes import ENVIRONMENT
+    from dlscale.contract.workload import workload_of
     from dlscale.metrics.impossible import impossible_figures
     from dlscale.store.validate import without_problems
 
     layout = config.layout()
     per_rank = rank_records(config, run_dir)
     metrics = aggregate(
-        per_rank, target_accuracy=config.target_accuracy, training_ranks=layout.training_ranks
+        per_rank,
+        target_accuracy=config.target_accuracy,
+        target_loss=config.target_loss,
+        training_ranks=layout.training_ranks,
     )
+    workload = workload_of(config)  # what a sample is: its throughput is read in its unit
+    metrics.update(sample_unit=workload.unit, units_per_sample=workload.units_per_sample)
     error = launch_error(outcome, per_rank)
     if error is None and not metrics["windows"]:
         error = "the workers exited without recording a measurement window"

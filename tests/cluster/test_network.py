@@ -57,7 +57,7 @@ def _slower_link_study(cli, tmp_path: Path) -> None:
     stored = [json.loads(f.read_text()) for f in tmp_path.glob("*/result.json")]
     results = {r["config"]["options"]["launcher"]["network"]: r for r in stored}
     slow, fast = results["1mbit"]["metrics"], results["1gbit"]["metrics"]
-    assert slow["throughput_img_s"] < 0.6 * fast["throughput_img_s"]
+    assert slow["throughput_samples_s"] < 0.6 * fast["throughput_samples_s"]
     # the floor physics sets: each node sends the whole gradient each step (a ring of 2
     # sends 2(N-1)/N of it), which takes bytes * 8 / 1e6 s at 1 Mbit/s
     floor_ms = slow["gradient_bytes"] * 8 / 1e6 * 1e3
@@ -97,7 +97,7 @@ def test_horovod_and_a_parameter_server_run_across_the_namespaces(tmp_path: Path
             cli, tmp_path / "-".join((backend, *extra)), "--backend", backend,
             "--set", "network=unshaped", "--set", "resource_guard=false", *extra,
         )  # fmt: skip
-        assert point["throughput_img_s"] > 0 and point["eval_accuracy"] is not None
+        assert point["throughput_samples_s"] > 0 and point["eval_accuracy"] is not None
 
 
 def test_a_latency_needs_tcs_netem_and_says_so_where_the_kernel_lacks_it(tmp_path: Path, cli):

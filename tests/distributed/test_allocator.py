@@ -76,7 +76,7 @@ def test_a_run_under_jemalloc_completes(tmp_path: Path):
     )
     result, run_dir = run_completed(cfg, RunStore(tmp_path))
     assert result.config["allocator"] == "jemalloc"
-    assert result.metrics["throughput_img_s"] > 0
+    assert result.metrics["throughput_samples_s"] > 0
     stderr = (run_dir / "rank0.stderr").read_text()
     assert "jemalloc" not in stderr, stderr  # its settings were taken without a complaint
 

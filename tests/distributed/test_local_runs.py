@@ -52,8 +52,8 @@ def test_two_worker_ddp_run_records_everything(tmp_path: Path):
     assert m["windows_recorded"] == 2 and m["windows"] == windows_used(m, 2)
     assert m["measured_steps"] == 4 * m["windows"]
     assert m["measured_images"] == m["windows"] * 2 * 4 * 64  # windows x ranks x steps x batch
-    assert m["throughput_img_s"] > 0
-    assert (m["throughput_ci95_img_s"] is not None) == (m["windows"] >= 2)
+    assert m["throughput_samples_s"] > 0
+    assert (m["throughput_ci95_samples_s"] is not None) == (m["windows"] >= 2)
     # not clipped: noise can take it below 0 (docs/metrics.md); its interval says how much
     assert -1 < m["exposed_comm_fraction"] < 1 and m["exposed_comm_ci95"] is not None
     assert m["step_time_nosync_p50_ms"] > 0

@@ -114,8 +114,8 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     images = 2 * point["batch_size_per_worker"]  # a step of both workers
     backward = compute * row["backward_share"]
     overlap = images / (compute - backward + max(backward, comm))
-    assert row["overlap_img_s"] == pytest.approx(overlap, rel=1e-12)
-    assert row["overlap_img_s"] >= row["predicted_img_s"] > 0
+    assert row["overlap_samples_s"] == pytest.approx(overlap, rel=1e-12)
+    assert row["overlap_samples_s"] >= row["predicted_samples_s"] > 0
     (median,) = [r for r in records if r["kind"] == "median_abs_error"]
     (engine,) = [r for r in records if r["kind"] == "engine_median_abs_error"]
     assert engine["backend"] == "torch-ddp" and engine["error"] == median["error"]
@@ -143,7 +143,7 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     assert "1 microbench runs" in report.stdout
     text = page.read_text()
     assert 'data-figure="predicted"' in text and 'data-figure="allreduce_time"' in text
-    assert f"ring predicts {row['predicted_img_s']:,.1f} ({row['error']:+.1%})" in text
+    assert f"ring predicts {row['predicted_samples_s']:,.1f} ({row['error']:+.1%})" in text
     basis = "1 point, every one flagged noisy" if row["noisy"] else "1 point"  # load here
     every = f"{median['error']:.1%} (overlap bound {median['overlap_error']:.1%}) over {basis}"
     assert f"every engine: median absolute error {every}" in text

@@ -58,7 +58,7 @@ def test_mxnet_workers_end_where_pytorch_ends(tmp_path: Path, reference: Referen
     packages = result.environment["packages"]
     assert packages["mxnet"] == "1.9.1" and packages["numpy"] == "1.23.5"  # its own venv
     assert result.environment["worker"]["python"].endswith(".venv-mxnet/bin/python")
-    assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
+    assert metrics["throughput_samples_s"] > 0 and metrics["eval_accuracy"] is not None
     strategy = next(
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
     )

@@ -59,17 +59,21 @@ def test_repeats_are_independent_runs_in_abba_order_with_a_stopping_rule(tmp_pat
     ]
     for point in points:
         assert point["interval"] == ("runs" if point["runs"] >= 2 else "windows")
-        assert len(point["throughput_runs_img_s"]) == point["runs"]
+        assert len(point["throughput_runs_samples_s"]) == point["runs"]
     single, ddp = points
-    mean = sum(single["throughput_runs_img_s"]) / single["runs"]
-    assert single["throughput_img_s"] == pytest.approx(mean)  # one run: its own
+    mean = sum(single["throughput_runs_samples_s"]) / single["runs"]
+    assert single["throughput_samples_s"] == pytest.approx(mean)  # one run: its own
     assert ddp["baseline_run_ids"] == single["run_ids"]
     # recomputed from the runs' throughputs (Fieller over runs; None when the baseline's runs
     # scatter too much for a bounded interval)
     if single["runs"] >= 2 and ddp["runs"] >= 2:
-        _, interval = ratio_ci95(ddp["throughput_runs_img_s"], single["throughput_runs_img_s"])
+        _, interval = ratio_ci95(
+            ddp["throughput_runs_samples_s"], single["throughput_runs_samples_s"]
+        )
         assert ddp["speedup_ci95"] == (None if interval is None else pytest.approx(list(interval)))
-    assert ddp["speedup"] == pytest.approx(ddp["throughput_img_s"] / single["throughput_img_s"])
+    assert ddp["speedup"] == pytest.approx(
+        ddp["throughput_samples_s"] / single["throughput_samples_s"]
+    )
     assert "after 2 runs (max_repeats)" in run.stderr.splitlines()[-1]
     # the public loader gives the same points, and the runs behind them
     frame = dlscale.load_results(results, per="point").set_index("backend")

@@ -93,7 +93,7 @@ def check_the_whole_loop(
     metrics = point["metrics"]
     assert row["backend"] == backend and row["algorithm"] == algorithm
     assert row["network"] == "" and row["launcher"] == "local"
-    assert row["measured_img_s"] == metrics["throughput_img_s"]
+    assert row["measured_samples_s"] == metrics["throughput_samples_s"]
     own = metrics  # where the compute and the backward's share come from
     if baseline:  # the baseline's step (it synchronizes nothing) and its probe
         (reference,) = [p for p in points if p["config"]["backend"] == baseline]
@@ -126,8 +126,8 @@ def check_the_whole_loop(
     assert row["comm_ms"] == pytest.approx(comm * 1e3, rel=1e-9)
     images = 2 * point["batch_size_per_worker"]  # a step of both workers, neither overlapped
     step = row["compute_ms"] / 1e3 + row["comm_ms"] / 1e3
-    assert row["predicted_img_s"] == pytest.approx(images / step, rel=1e-12)
-    assert row["error"] == pytest.approx(row["predicted_img_s"] / row["measured_img_s"] - 1)
+    assert row["predicted_samples_s"] == pytest.approx(images / step, rel=1e-12)
+    assert row["error"] == pytest.approx(row["predicted_samples_s"] / row["measured_samples_s"] - 1)
     # the ideal overlap: forward, then backward beside the synchronization (a ps-sync's half),
     # backward's share measured by the probe where the engine times a forward alone
     forward_ms = own["forward_time_p50_ms"]  # every engine here times one
@@ -145,7 +145,7 @@ def check_the_whole_loop(
         overlapped = row["compute_ms"] / 1e3 + exposed
     else:
         assert "overlap_from" not in row
-    assert row["overlap_img_s"] == pytest.approx(images / overlapped, rel=1e-12)
+    assert row["overlap_samples_s"] == pytest.approx(images / overlapped, rel=1e-12)
     (median,) = [r for r in records if r["kind"] == "median_abs_error"]
     assert median["error"] == abs(row["error"])
     # a forward prediction on that network: that strategy validated by this engine, here

@@ -23,8 +23,8 @@ JSON_KEYS = {
     "workers",
     "batch_size_per_worker",
     "global_batch_size",
-    "throughput_img_s",
-    "throughput_ci95_img_s",
+    "throughput_samples_s",
+    "throughput_ci95_samples_s",
     "step_time_p50_ms",
     "epoch_time_s",
     "final_train_loss",
@@ -86,14 +86,16 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     for record in records:
         assert record.keys() >= JSON_KEYS
         assert record["status"] == "completed"
-        assert record["throughput_img_s"] > 0
+        assert record["throughput_samples_s"] > 0
     single, _ddp1, ddp2 = records
     # torch-single synchronizes nothing: exposed communication is 0 by definition
     assert single["speedup"] == 1.0 and single["exposed_comm_fraction"] == 0.0
     assert ddp2["baseline_run_ids"] == single["run_ids"] == [single["run_id"]]
     assert ddp2["baseline"] == f"torch-single x1, {single['threads_per_worker']} thr"
     assert ddp2["interval"] == "windows" and ddp2["runs"] == 1  # one run: windows, marked
-    assert ddp2["speedup"] == pytest.approx(ddp2["throughput_img_s"] / single["throughput_img_s"])
+    assert ddp2["speedup"] == pytest.approx(
+        ddp2["throughput_samples_s"] / single["throughput_samples_s"]
+    )
     assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
     assert ddp2["global_batch_size"] == 128
     assert "skipped" not in run.stderr  # torch-single at 2 workers: the grid's shape, unsaid
@@ -118,7 +120,7 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     frame = dlscale.load_results(results)
     assert len(frame) == 3
     assert set(frame["run_id"]) == {r["run_id"] for r in records}
-    assert {"throughput_img_s", "speedup", "efficiency", "torch_version", "cpu_model"} <= set(
+    assert {"throughput_samples_s", "speedup", "efficiency", "torch_version", "cpu_model"} <= set(
         frame.columns
     )
 

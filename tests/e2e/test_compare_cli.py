@@ -36,8 +36,8 @@ def write_results(root: Path, *, slowdown: float = 1.0, seed: int = 0) -> Path:
                 batch_size_per_worker=config.batch_per_worker,
                 global_batch_size=config.global_batch,
                 metrics={
-                    "throughput_img_s": float(np.mean(windows)),
-                    "throughput_windows_img_s": windows,
+                    "throughput_samples_s": float(np.mean(windows)),
+                    "throughput_windows_samples_s": windows,
                     "time_to_accuracy_s": None,
                 },
                 finished_at=time.time(),
@@ -96,7 +96,7 @@ def test_nothing_matched_names_the_differing_key(tmp_path: Path):
             run_id=config.run_id(),
             status="completed",
             config=config.to_dict(),
-            metrics={"throughput_img_s": 100.0, "throughput_windows_img_s": [100.0, 101.0]},
+            metrics={"throughput_samples_s": 100.0, "throughput_windows_samples_s": [100.0, 101.0]},
             finished_at=time.time(),
         ),
     )

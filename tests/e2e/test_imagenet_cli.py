@@ -62,10 +62,10 @@ def test_a_jpeg_folder_shows_the_input_share_and_the_loaders_cap(tmp_path: Path,
         by_hand = [
             sum(w.samples for w in ws) / max(w.duration_s for w in ws) for ws in windows.values()
         ]
-        kept = metrics["throughput_windows_img_s"]  # the noise guard may leave windows out
+        kept = metrics["throughput_windows_samples_s"]  # the noise guard may leave windows out
         assert 1 <= len(kept) <= len(by_hand) == 2
         assert all(any(v == pytest.approx(h) for h in by_hand) for v in kept)
-        assert metrics["throughput_img_s"] == pytest.approx(sum(kept) / len(kept))
+        assert metrics["throughput_samples_s"] == pytest.approx(sum(kept) / len(kept))
     report = cli("report", "--results", str(results), "--out", str(tmp_path / "report.html"))
     assert report.returncode == 0, report.stderr
     page = (tmp_path / "report.html").read_text()
@@ -81,7 +81,7 @@ def test_tfrecord_shards_train_on_every_framework(tmp_path: Path, cli, backend):
               timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stderr
     (point,) = _points(run.stdout)
-    assert point["status"] == "completed" and point["throughput_img_s"] > 0
+    assert point["status"] == "completed" and point["throughput_samples_s"] > 0
     assert 0 < point["input_wait_fraction"] < 1
     assert point["eval_accuracy"] is not None  # the validation shards were read too
 

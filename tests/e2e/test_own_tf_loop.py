@@ -54,7 +54,7 @@ def test_horovods_tensorflow_benchmark_is_measured(tmp_path: Path, cli):
         1: ("horovod-script", "completed"),
         2: ("horovod-script", "completed"),
     }
-    assert points[1]["throughput_img_s"] > 0 and points[2]["speedup"] > 0
+    assert points[1]["throughput_samples_s"] > 0 and points[2]["speedup"] > 0
     for workers in (1, 2):
         (run_dir,) = (tmp_path / "dlscale-results").glob(f"tf_hvd_benchmark.py-*-w{workers}-*")
         for rank in range(workers):
@@ -74,7 +74,7 @@ def test_a_plain_tensorflow_loop_is_measured(tmp_path: Path, cli):
     assert run.returncode == 0, run.stderr
     (point,) = _points(run.stdout).values()
     assert point["backend"] == "tf-script" and point["status"] == "completed"
-    assert point["throughput_img_s"] > 0
+    assert point["throughput_samples_s"] > 0
     (run_dir,) = (tmp_path / "dlscale-results").glob("tf_custom_loop.py-*")
     assert _windows(run_dir, 0) == [(3, 48), (3, 48)]
     out = (run_dir / "rank0.stdout").read_text()

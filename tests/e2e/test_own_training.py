@@ -75,7 +75,7 @@ def test_an_unmodified_ddp_script_gets_a_speedup_table(work: Path, cli):
         sum(rank[i]["samples"] for rank in windows) / max(rank[i]["duration_s"] for rank in windows)
         for i in range(2)
     ]
-    assert stored["metrics"]["throughput_img_s"] == pytest.approx(
+    assert stored["metrics"]["throughput_samples_s"] == pytest.approx(
         sum(per_window) / 2, rel=0.35
     )  # the kernel's definition (docs/metrics.md) is checked exactly by its own tests
     # stopped once measured: the script's third epoch never began on rank 0
@@ -340,7 +340,7 @@ def test_a_script_without_an_optimizer_marks_its_steps(work: Path, cli):
     assert run.returncode == 0, run.stderr
     (row,) = _rows(run.stdout)
     assert row["status"] == "completed"
-    assert 8 / 0.02 < row["throughput_img_s"] < 8 / 0.009  # sleeps of 10 ms a step
+    assert 8 / 0.02 < row["throughput_samples_s"] < 8 / 0.009  # sleeps of 10 ms a step
 
 
 def test_hostile_script_name_and_arguments_stay_data(work: Path, cli):
@@ -373,4 +373,4 @@ def test_a_script_under_each_launcher(work: Path, cli, script, backend, launcher
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     (row,) = _rows(run.stdout)
-    assert row["status"] == "completed" and row["throughput_img_s"] > 0
+    assert row["status"] == "completed" and row["throughput_samples_s"] > 0

@@ -32,7 +32,7 @@ def test_a_script_that_records_no_loss_is_never_said_to_diverge(tmp_path: Path, 
     assert "ddp_train.py" in run.stdout  # the run's table was printed, notes and all
     assert "diverged" not in run.stdout + run.stderr
     metrics = json.loads((run_dir / "result.json").read_text())["metrics"]
-    assert metrics["windows"] == 2 and metrics["throughput_img_s"] > 0
+    assert metrics["windows"] == 2 and metrics["throughput_samples_s"] > 0
     assert metrics["loss_diverged"] is None and metrics["final_train_loss"] is None
     listed = cli("ls", "runs", "--wide", "--results", str(results), cwd=tmp_path)
     assert listed.returncode == 0 and "torch-script" in listed.stdout, listed.stderr

@@ -29,7 +29,7 @@ def test_single_gpu_bf16_channels_last(tmp_path: Path):
     outcome = run_point(cfg, RunStore(tmp_path), force=False, command=["t"], study="gpu")
     assert outcome.state == "completed", outcome.result and outcome.result.error
     assert outcome.result.environment["gpu_names"]
-    assert outcome.result.metrics["throughput_img_s"] > 0
+    assert outcome.result.metrics["throughput_samples_s"] > 0
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")

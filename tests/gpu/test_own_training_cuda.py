@@ -37,7 +37,7 @@ def test_an_unmodified_ddp_script_on_cuda(tmp_path: Path):
     assert run.returncode == 0, run.stderr
     [row] = _points(run.stdout)
     assert row["status"] == "completed" and row["backend"] == "torch-script"
-    assert row["throughput_img_s"] > 0
+    assert row["throughput_samples_s"] > 0
     result = json.loads(next((tmp_path / "dlscale-results").glob("*/result.json")).read_text())
     assert result["environment"]["gpu_names"] and result["environment"]["device"] == "cuda"
 

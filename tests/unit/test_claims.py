@@ -43,8 +43,8 @@ def run(backend: str, workers: int, windows: list[float], **config: object) -> R
         study="s",
         config=cfg.to_dict(),
         metrics={
-            "throughput_img_s": float(np.mean(windows)),
-            "throughput_windows_img_s": windows,
+            "throughput_samples_s": float(np.mean(windows)),
+            "throughput_windows_samples_s": windows,
         },
     )
 

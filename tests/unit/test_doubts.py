@@ -11,7 +11,7 @@ from dlscale.report.finding import findings
 
 
 def _point(backend, workers, img_s, *, half=None, **fields):
-    metrics = {"throughput_img_s": img_s, "throughput_ci95_img_s": half,
+    metrics = {"throughput_samples_s": img_s, "throughput_ci95_samples_s": half,
                **fields.pop("metrics", {})}  # fmt: skip
     return {
         "run_id": f"{backend}-{workers}",
@@ -89,7 +89,7 @@ def test_the_same_machine_as_one_worker_is_not_compared_with_a_reference_that_ca
         "the same machine as one 2-thread worker: not measured reliably (its runs disagree "
         "(±1864.5 img/s around 940.6))"
     ) in first
-    whole["metrics"]["throughput_ci95_img_s"] = 20.0  # a reference whose runs agree
+    whole["metrics"]["throughput_ci95_samples_s"] = 20.0  # a reference whose runs agree
     (first, *_) = findings([base, whole, dict(point, machine_speedup_ci95=[-0.2, 3.0])])
     assert (
         "the same machine as one 2-thread worker: not measured reliably (the ratio's "

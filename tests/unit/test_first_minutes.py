@@ -92,7 +92,7 @@ def test_the_finding_is_the_stored_figures(rows):
 
 
 def _point(backend, workers, img_s, **fields):
-    metrics = {"throughput_img_s": img_s, **fields.pop("metrics", {})}
+    metrics = {"throughput_samples_s": img_s, **fields.pop("metrics", {})}
     return {
         "run_id": f"{backend}-{workers}",
         "run_ids": [f"{backend}-{workers}"],
@@ -131,7 +131,7 @@ def test_the_finding_says_only_what_was_measured():
         "same machine as one 2-thread worker (1.04x [0.97, 1.12], not distinguishable)"
     )
     # no communication measured, no machine point, no interval: none of it is claimed
-    bare = dict(ddp, speedup_ci95=None, machine_speedup=None, metrics={"throughput_img_s": 1.0})
+    bare = dict(ddp, speedup_ci95=None, machine_speedup=None, metrics={"throughput_samples_s": 1.0})
     (said,) = findings([base, bare])
     assert said.endswith("1.92x (no interval: too few samples) over torch-single at 1 worker "
                          "(96% efficient)")  # fmt: skip
@@ -153,7 +153,9 @@ def test_the_finding_compares_backends_side_by_side():
         _point("b", 2, 100.0),
     ]
     for row in rows:
-        row["metrics"]["throughput_windows_img_s"] = [row["metrics"]["throughput_img_s"]] * 3
+        row["metrics"]["throughput_windows_samples_s"] = [
+            row["metrics"]["throughput_samples_s"]
+        ] * 3
     said = findings(rows)
     assert said[0].startswith("at 2 workers the fastest was a (200.0 img/s); of its speed: b 0.50x")
     assert said[1:] == ["a at 2 workers: 200.0 img/s", "b at 2 workers: 100.0 img/s"]

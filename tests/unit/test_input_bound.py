@@ -33,7 +33,7 @@ def _point(
         "config": {"backend": backend, "workers": workers, "dataset": data, "batch_size": 32,
                    "loader_only": loader_only, "repeat_id": 0},
         "config_options": {"dataset": {"loader_workers": loaders}},
-        "metrics": {"throughput_img_s": throughput, "input_wait_fraction": wait},
+        "metrics": {"throughput_samples_s": throughput, "input_wait_fraction": wait},
     }  # fmt: skip
 
 

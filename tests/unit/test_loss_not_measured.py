@@ -33,7 +33,7 @@ def test_no_loss_in_any_window_is_not_measured_not_diverged():
         typed({r: [_script_window(r, 0), _script_window(r, 1)] for r in (0, 1)}),
         target_accuracy=None,
     )
-    assert m["windows"] == 2 and m["throughput_img_s"] == 40.0  # the timing holds
+    assert m["windows"] == 2 and m["throughput_samples_s"] == 40.0  # the timing holds
     assert m["loss_diverged"] is None
     assert m["final_train_loss"] is None and m["train_loss_by_window"] == []
 
@@ -58,7 +58,7 @@ def _run(run_id: str, diverged: bool | None) -> dict:
         "run_id": run_id,
         "status": "completed",
         "config": {"backend": "torch-script", "workers": 1, "repeat_id": int(run_id[-1])},
-        "metrics": {"throughput_img_s": 10.0, "loss_diverged": diverged},
+        "metrics": {"throughput_samples_s": 10.0, "loss_diverged": diverged},
     }
 
 

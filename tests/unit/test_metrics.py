@@ -49,8 +49,8 @@ def test_aggregate_takes_max_over_ranks_and_sums_images():
     }
     m = aggregate(typed(per_rank), target_accuracy=None)
     # window 0: 40 images in max(1.0, 1.25) s = 32 img/s; window 1: 40 in 2.0 s = 20 img/s
-    assert m["throughput_windows_img_s"] == [32.0, 20.0]
-    assert m["throughput_img_s"] == 26.0
+    assert m["throughput_windows_samples_s"] == [32.0, 20.0]
+    assert m["throughput_samples_s"] == 26.0
     # per-step max over ranks: [120, 110, 95, 130] -> p50 = 115
     assert m["step_time_p50_ms"] == 115.0
     assert m["measured_images"] == 80 and m["measured_steps"] == 4
@@ -105,7 +105,7 @@ def test_a_restarted_run_keeps_each_windows_latest_record_and_counts_its_restart
     m = aggregate(typed(per_rank), target_accuracy=None)
     # 20 images a window over both ranks: 20/1.0, 20/2.0, 20/2.0 (the first attempt's window 1
     # is replaced by the second's, not counted beside it)
-    assert m["throughput_windows_img_s"] == [20.0, 10.0, 10.0]
+    assert m["throughput_windows_samples_s"] == [20.0, 10.0, 10.0]
     assert m["windows"] == 3 and m["windows_recorded"] == 3
     assert m["restarts"] == 1 and m["restart_lost_s"] == 7.5
     plain = aggregate(typed({0: per_rank[0][:3]}), target_accuracy=None)
@@ -183,7 +183,7 @@ def row(
         framework=framework,
         reference=reference,
         config=cfg,
-        metrics={"throughput_img_s": throughput},
+        metrics={"throughput_samples_s": throughput},
     )
 
 
@@ -214,7 +214,7 @@ def test_a_diverged_window_keeps_its_timing_and_is_flagged():
     bad = window(0, 1, 1.0, [10.0])
     bad["loss_sum"] = None
     m = aggregate(typed({0: [window(0, 0, 1.0, [10.0]), bad]}), target_accuracy=None)
-    assert m["windows"] == 2 and m["throughput_img_s"] == 10.0
+    assert m["windows"] == 2 and m["throughput_samples_s"] == 10.0
     assert m["loss_diverged"] is True and m["final_train_loss"] == 2.0
 
 

@@ -90,8 +90,8 @@ def run(run_id, throughput, repeat, **metrics):
         threads_per_worker=1,
         config={"backend": "torch-single", "workers": 1, "model": "m", "repeat_id": repeat},
         metrics={
-            "throughput_img_s": throughput,
-            "throughput_windows_img_s": [throughput, throughput],
+            "throughput_samples_s": throughput,
+            "throughput_windows_samples_s": [throughput, throughput],
             **metrics,
         },
     )
@@ -114,14 +114,17 @@ def test_a_point_counts_the_windows_left_out_of_its_runs_and_the_whole_guards_sh
     (point,) = combine([r.row() for r in rows])
     assert point["run_ids"] == ["a0", "a1"] and point["runs_left_out"] == ["a2"]
     m = point["metrics"]
-    assert m["throughput_img_s"] == pytest.approx(105.0)
+    assert m["throughput_samples_s"] == pytest.approx(105.0)
     assert m["windows_left_out"] == 1  # over the runs the point uses
     # 105 img/s against (80 + 110 + 50) / 3 = 80 img/s with nothing left out at either level
     assert m["noise_guard_shift"] == pytest.approx(105 / 80 - 1)
     (single,) = combine([rows[0].row()])
     assert single["metrics"]["noise_guard_shift"] == 0.25
     # results stored before these figures: nothing made up
-    old = [replace(r, metrics={"throughput_img_s": r.metrics["throughput_img_s"]}) for r in rows]
+    old = [
+        replace(r, metrics={"throughput_samples_s": r.metrics["throughput_samples_s"]})
+        for r in rows
+    ]
     (point,) = combine([r.row() for r in old])
     assert point["metrics"]["windows_left_out"] is None
     assert point["metrics"]["noise_guard_shift"] is None

@@ -137,7 +137,7 @@ def test_prediction_by_hand_for_two_workers_with_and_without_overlap():
     one, two = predict(profile, "ring", [1, 2], net)
     assert one.speedup == pytest.approx(1.0) and one.step_s == pytest.approx(0.1)
     assert two.step_s == pytest.approx(0.18) and two.efficiency == pytest.approx(0.1 / 0.18)
-    assert two.throughput_img_s == pytest.approx(64 / 0.18)
+    assert two.throughput_samples_s == pytest.approx(64 / 0.18)
     # overlapped with backward (2/3 of compute): 1/30 s forward + max(1/15 s, 80 ms)
     (hidden,) = predict(profile, "ring-overlap", [2], net)
     assert hidden.step_s == pytest.approx(0.1 / 3 + 0.08)
@@ -175,7 +175,7 @@ def _point(workers=2, nosync=20.0, gradient=1e6, measured=3000.0, status="comple
                    "workers": workers, "launcher": "local", "options": {}},
         "batch_size_per_worker": 32,
         "metrics": {"step_time_nosync_p50_ms": nosync, "gradient_bytes": gradient,
-                    "throughput_img_s": measured, "step_time_p50_ms": 21.0,
+                    "throughput_samples_s": measured, "step_time_p50_ms": 21.0,
                     "sync_pattern": more.pop("pattern", "ring"), **more},
     }  # fmt: skip
 
@@ -194,10 +194,10 @@ def test_validation_predicts_each_point_from_its_own_compute_and_the_network():
     assert row["algorithm"] == "ring" and row["compute_from"] == "no-sync probe"
     assert row["comm_from"] == "ring fit" and row["comm_ms"] == pytest.approx(1.0)
     # no overlap: 20 ms + 1 ms; 2 * 32 / 0.021 = 3047.6 img/s against 3000 measured
-    assert row["predicted_img_s"] == pytest.approx(64 / 0.021)
+    assert row["predicted_samples_s"] == pytest.approx(64 / 0.021)
     assert row["error"] == pytest.approx(64 / 0.021 / 3000 - 1)
     # overlap: 1 ms hides behind 13.3 ms of backward: 64 / 0.020
-    assert row["overlap_img_s"] == pytest.approx(64 / 0.020)
+    assert row["overlap_samples_s"] == pytest.approx(64 / 0.020)
     medians = median_errors(rows)
     assert medians["error"] == pytest.approx(abs(64 / 0.021 / 3000 - 1))
     assert median_errors([]) == {"error": None, "overlap_error": None}
@@ -220,15 +220,17 @@ def test_the_ideal_overlap_hides_behind_the_backward_share_the_probe_measured():
     assert measured["backward_share_from"] == "measured: forward 15.0 ms of 20.0 ms"
     assert share_words(measured) == "ideal: backward 25% measured"
     # 15 ms forward + max(5 ms backward, 6 ms ring): 1 ms of the ring stays exposed
-    assert measured["overlap_img_s"] == pytest.approx(64 / 0.021)
-    assert longer["backward_share"] == 0.0 and longer["overlap_img_s"] == pytest.approx(64 / 0.026)
+    assert measured["overlap_samples_s"] == pytest.approx(64 / 0.021)
+    assert longer["backward_share"] == 0.0 and longer["overlap_samples_s"] == pytest.approx(
+        64 / 0.026
+    )
     for assumed in (nan, none):
         assert assumed["backward_share"] == pytest.approx(2 / 3)
         assert share_words(assumed) == "ideal: backward 67% assumed"
-        assert assumed["overlap_img_s"] == pytest.approx(64 / 0.020)  # 6 ms behind 13.3 ms
+        assert assumed["overlap_samples_s"] == pytest.approx(64 / 0.020)  # 6 ms behind 13.3 ms
     # the plain prediction takes no share at all
     for row in (measured, longer, nan, none):
-        assert row["predicted_img_s"] == pytest.approx(64 / 0.026)
+        assert row["predicted_samples_s"] == pytest.approx(64 / 0.026)
 
 
 def test_each_engine_is_predicted_on_its_own_algorithm_by_hand():
@@ -251,16 +253,16 @@ def test_each_engine_is_predicted_on_its_own_algorithm_by_hand():
         lambda point: link,
     )  # fmt: skip
     assert fsdp["comm_ms"] == pytest.approx(2 * 2 + 3) and fsdp["comm_from"] == "measured"
-    assert fsdp["predicted_img_s"] == pytest.approx(64 / 0.027)
-    assert fsdp["overlap_img_s"] == pytest.approx(64 / (0.020 / 3 + 0.040 / 3))  # 7 ms hidden
+    assert fsdp["predicted_samples_s"] == pytest.approx(64 / 0.027)
+    assert fsdp["overlap_samples_s"] == pytest.approx(64 / (0.020 / 3 + 0.040 / 3))  # 7 ms hidden
     assert no_reshard["comm_ms"] == pytest.approx(2 + 3)
-    assert sync["comm_ms"] == pytest.approx(5.0) and sync["predicted_img_s"] == pytest.approx(
+    assert sync["comm_ms"] == pytest.approx(5.0) and sync["predicted_samples_s"] == pytest.approx(
         64 / 0.025
     )
     # its ideal: push and pull in the link's two directions at once (2.5 ms), behind 13.3 ms of
     # backward: 64 / 0.020
-    assert sync["overlap_img_s"] == pytest.approx(64 / 0.020)
-    assert async_["overlap_img_s"] is None  # a worker's own push and pull: no bound of it
+    assert sync["overlap_samples_s"] == pytest.approx(64 / 0.020)
+    assert async_["overlap_samples_s"] is None  # a worker's own push and pull: no bound of it
     assert sync["algorithm"] == "ps-sync" and sync["servers"] == 2
     # 1 server was never measured: the fit, 2 alpha + 2 max(n, p n / k) beta = 4 ms
     assert (
@@ -270,7 +272,7 @@ def test_each_engine_is_predicted_on_its_own_algorithm_by_hand():
     # asynchronous, 4 workers, 1 server: the server's link carries 4 MB a round (4 ms); a
     # worker's own step is 20 ms + push and pull (2 ms): 22 ms
     assert async_["comm_ms"] == pytest.approx(2.0)
-    assert async_["predicted_img_s"] == pytest.approx(4 * 32 / 0.022)
+    assert async_["predicted_samples_s"] == pytest.approx(4 * 32 / 0.022)
 
 
 def test_an_engine_without_a_probe_takes_its_baselines_step():
@@ -286,7 +288,7 @@ def test_an_engine_without_a_probe_takes_its_baselines_step():
     base["metrics"]["step_time_p50_ms"] = 25.0
     (row,) = compare([point, base], lambda p: Link(net))
     assert row["compute_ms"] == 25.0 and row["compute_from"] == "tf-single x1, 1 thr step"
-    assert row["predicted_img_s"] == pytest.approx(64 / 0.029)  # 25 ms + 4 ms of push and pull
+    assert row["predicted_samples_s"] == pytest.approx(64 / 0.029)  # 25 ms + 4 ms of push and pull
     assert compare([{**point, "baseline_threads_differ": True}, base], lambda p: Link(net)) == []
     assert compare([point], lambda p: Link(net)) == []
     # a ring synchronizes nothing at 1 worker: keras-fit's own 1-worker step is its compute
@@ -328,7 +330,7 @@ def test_an_engine_without_a_probe_takes_its_backward_share_from_its_compute_poi
     assert row["backward_share_from"] == "measured: forward 10.0 ms of 40.0 ms"
     assert share_words(row) == "ideal: backward 75% measured"
     # FSDP's all-gathers and reduce-scatter (fit: 2 x 1 ms + 1 ms at 1 MB) behind 30 ms
-    assert row["overlap_img_s"] == pytest.approx(64 / 0.040)
+    assert row["overlap_samples_s"] == pytest.approx(64 / 0.040)
     bare = {**alone, "metrics": {k: v for k, v in alone["metrics"].items()
                                  if k != "forward_time_p50_ms"}}  # fmt: skip
     (row,) = compare([fsdp, bare], lambda p: Link(net))
@@ -473,10 +475,10 @@ def test_validation_uses_the_measured_all_reduce_where_the_microbench_measured_i
     point = {"status": "completed", "run_id": "a", "batch_size_per_worker": 32,
              "config": {"workers": 2, "launcher": "local"},
              "metrics": {"step_time_nosync_p50_ms": 20.0, "gradient_bytes": 10_000,
-                         "throughput_img_s": 2000.0, "sync_pattern": "ring"}}  # fmt: skip
+                         "throughput_samples_s": 2000.0, "sync_pattern": "ring"}}  # fmt: skip
     (row,) = compare([point], lambda p: link)
     assert row["comm_from"] == "measured" and row["comm_ms"] == pytest.approx(10.0)
-    assert row["predicted_img_s"] == pytest.approx(64 / 0.030)
+    assert row["predicted_samples_s"] == pytest.approx(64 / 0.030)
     four = {**point, "config": {"workers": 4, "launcher": "local"}}
     (row,) = compare([four], lambda p: link)  # no measurement at 4: the fitted ring
     ring = 2 * 3 / 4 * 10_000 * 8 / 1e9
@@ -506,7 +508,7 @@ def test_a_step_that_sends_many_messages_pays_each_ones_time():
     assert small == pytest.approx(1e-3 * 3 ** (2 / 5))  # 1000 B: 2/5 of the way on log axes
     assert ring["comm_ms"] == pytest.approx((10 * small + large) * 1e3)
     assert ring["comm_from"] == "measured, 11 messages" and ring["messages"] == 11
-    assert ring["predicted_img_s"] == pytest.approx(64 / (0.020 + 10 * small + large))
+    assert ring["predicted_samples_s"] == pytest.approx(64 / (0.020 + 10 * small + large))
     assert ps["comm_ms"] == pytest.approx(ring["comm_ms"]) and ps["algorithm"] == "ps-sync"
     # 5 B lies below what was measured, 2 MB above: both on the fit, a latency each
     fitted = 2 * 1e-4 + 5 * 1e-9 + 2 * 1e-4 + (2e6 - 5) * 1e-9

@@ -57,7 +57,7 @@ def _point(**metrics):
                    "launcher": "local", "options": {}},
         "batch_size_per_worker": 32,
         "metrics": {"step_time_nosync_p50_ms": 20.0, "gradient_bytes": 3e6,
-                    "throughput_img_s": 3000.0, "step_time_p50_ms": 21.0,
+                    "throughput_samples_s": 3000.0, "step_time_p50_ms": 21.0,
                     "sync_pattern": "ring", "forward_time_p50_ms": 10.0, **metrics},
     }  # fmt: skip
 
@@ -71,13 +71,13 @@ def test_validation_replays_the_cycle_where_the_engine_saw_its_messages_go_out()
             "sync_fusion_bytes": 64 << 20}  # fmt: skip
     (row,) = compare([_point(**sent)], lambda point: Link(net))
     # -8 the first (done -6); -3 the second (done -1); 0 the third (done 2): 2 ms exposed
-    assert row["overlap_img_s"] == pytest.approx(64 / (0.020 + 0.002))
+    assert row["overlap_samples_s"] == pytest.approx(64 / (0.020 + 0.002))
     assert row["overlap_error"] == pytest.approx(64 / 0.022 / 3000 - 1)
     assert row["overlap_from"] == "cycle replayed"
     assert share_words(row) == "cycle replayed"
     # without overlap: every message after the compute, as before
     assert row["comm_ms"] == pytest.approx(6.0) and row["messages"] == 3
-    assert row["predicted_img_s"] == pytest.approx(64 / 0.026)
+    assert row["predicted_samples_s"] == pytest.approx(64 / 0.026)
     # what is not a replay's input leaves the ideal overlap (backward 50% measured)
     for bad in ({"sync_message_ready_ms": [8.0, 3.0]}, {"sync_message_ready_ms": None},
                 {"sync_message_ready_ms": [8.0, float("nan"), 0.0]},
@@ -86,7 +86,7 @@ def test_validation_replays_the_cycle_where_the_engine_saw_its_messages_go_out()
                 {"sync_fusion_bytes": "<b>x</b>"}, {"sync_cycle_ms": None}):  # fmt: skip
         (ideal,) = compare([_point(**{**sent, **bad})], lambda point: Link(net))
         assert "overlap_from" not in ideal, bad
-        assert ideal["overlap_img_s"] == pytest.approx(64 / (0.010 + max(0.010, 0.006)))
+        assert ideal["overlap_samples_s"] == pytest.approx(64 / (0.010 + max(0.010, 0.006)))
         assert share_words(ideal) == "ideal: backward 50% measured"
 
 

@@ -59,9 +59,9 @@ def run(run_id, backend, workers, throughputs, *, repeat=0, threads=1, **config)
             **config,
         },
         metrics={
-            "throughput_img_s": mean,
-            "throughput_windows_img_s": list(throughputs),
-            "throughput_ci95_img_s": mean_ci95(throughputs)[1],
+            "throughput_samples_s": mean,
+            "throughput_windows_samples_s": list(throughputs),
+            "throughput_ci95_samples_s": mean_ci95(throughputs)[1],
         },
     )
 
@@ -115,16 +115,15 @@ def test_a_point_interval_is_over_its_runs_and_a_single_run_falls_back_to_window
     ]
     a, b, c = combine([r.row() for r in rows])
     assert a["runs"] == 3 and a["interval"] == "runs" and a["run_ids"] == ["a0", "a1", "a2"]
-    assert a["metrics"]["throughput_img_s"] == pytest.approx(110.5)
-    assert a["metrics"]["throughput_ci95_img_s"] == pytest.approx(
+    assert a["metrics"]["throughput_samples_s"] == pytest.approx(110.5)
+    assert a["metrics"]["throughput_ci95_samples_s"] == pytest.approx(
         mean_ci95([100.5, 110.5, 120.5])[1]
     )
     assert relative_half_width(a) == pytest.approx(
-        100 * a["metrics"]["throughput_ci95_img_s"] / 110.5
+        100 * a["metrics"]["throughput_ci95_samples_s"] / 110.5
     )
-    assert b["interval"] == "windows" and b["metrics"]["throughput_ci95_img_s"] == pytest.approx(
-        mean_ci95([200.0, 220.0])[1]
-    )
+    assert b["interval"] == "windows"
+    assert b["metrics"]["throughput_ci95_samples_s"] == pytest.approx(mean_ci95([200.0, 220.0])[1])
     assert relative_half_width(b) is None  # windows are not what the stopping rule asks for
     assert c["status"] == "failed" and c["run_ids"] == ["c0"]
 
@@ -162,7 +161,7 @@ def test_speedup_interval_over_runs_and_baseline_with_the_same_threads():
     assert two_1["machine_speedup"] == pytest.approx(1.4) and two_1["machine_speedup_ci95"] is None
     assert two_1["baseline_run_ids"] == ["one1-0", "one1-1", "one1-2"]
     assert two_1["runs"] == 3 and two_1["run_ids"] == ["two-0", "two-1", "two-2"]
-    assert two_1["metrics"]["throughput_img_s"] == 210.0
+    assert two_1["metrics"]["throughput_samples_s"] == 210.0
     # a baseline run over its own point's mean: not 1 by definition
     assert per_run["one1-1"]["speedup"] == pytest.approx(1.04)
     assert per_run["one1-2"]["speedup"] == pytest.approx(0.96)
@@ -189,7 +188,7 @@ def test_a_run_loaded_in_every_window_is_left_out_while_a_clean_run_remains():
     points = {p["config"]["backend"]: p for p in add_scaling(rows)}
     single, ddp = points["torch-single"], points["torch-ddp"]
     assert single["run_ids"] == ["a0", "a2"] and single["runs_left_out"] == ["a1"]
-    assert single["runs"] == 2 and single["metrics"]["throughput_img_s"] == pytest.approx(103.0)
+    assert single["runs"] == 2 and single["metrics"]["throughput_samples_s"] == pytest.approx(103.0)
     assert single["metrics"]["runs_loaded"] == 1 and single["metrics"]["noisy"] is True
     # every run loaded throughout: all kept (nothing cleaner to measure)
     assert ddp["run_ids"] == ["b0", "b1"] and ddp["runs_left_out"] == []
@@ -226,7 +225,7 @@ def test_a_window_under_outside_load_is_flagged_and_left_out():
         ]
     }
     m = aggregate(typed(per_rank), target_accuracy=None)
-    assert m["windows"] == 1 and m["throughput_img_s"] == 20.0  # only the clean window
+    assert m["windows"] == 1 and m["throughput_samples_s"] == 20.0  # only the clean window
     assert m["windows_loaded"] == 2 and m["noisy"] is True
     assert m["outside_load_max"] == pytest.approx(0.25) and m["steal_max"] == pytest.approx(0.1)
     assert m["page_faults_per_step"] == pytest.approx(50.0)  # 100 faults / 2 steps, clean window

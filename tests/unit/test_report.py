@@ -227,7 +227,7 @@ def test_throughput_ideal_line_is_baseline_times_workers(rows):
     figure = next(f for f in study_figures(rows) if f.key == "throughput")
     single = next(r for r in rows if r["config"]["backend"] == "torch-single")
     ideal = next(s for s in figure.series if s.name == "torch-ddp: ideal (linear)")
-    base = single["metrics"]["throughput_img_s"]
+    base = single["metrics"]["throughput_samples_s"]
     assert ideal.x == [1, 2]
     assert ideal.y == pytest.approx([base, 2 * base])
 
@@ -241,7 +241,7 @@ def test_tta_split_is_hardware_times_statistics(rows):
         single["metrics"]["time_to_accuracy_s"] / ddp2["metrics"]["time_to_accuracy_s"]
     )
     assert hardware == pytest.approx(
-        ddp2["metrics"]["throughput_img_s"] / single["metrics"]["throughput_img_s"]
+        ddp2["metrics"]["throughput_samples_s"] / single["metrics"]["throughput_samples_s"]
     )
     assert stats == pytest.approx(
         single["metrics"]["epochs_to_accuracy"] / ddp2["metrics"]["epochs_to_accuracy"]

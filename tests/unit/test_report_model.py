@@ -36,7 +36,7 @@ def point(run_id: str, model: str, throughput: float, *, workers: int = 2) -> di
             "scaling": "weak",
         },
         metrics={
-            "throughput_img_s": throughput,
+            "throughput_samples_s": throughput,
             "step_time_nosync_p50_ms": 100.0,
             "gradient_bytes": 1e6,
             "step_time_p50_ms": 110.0,

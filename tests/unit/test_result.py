@@ -19,7 +19,7 @@ def written(tmp_path: Path, **changes) -> tuple[Path, dict]:
         framework="torch",
         config=config.to_dict(),
         command=("dlscale", "run", "--workers", "2"),
-        metrics={"throughput_img_s": 10.0, "throughput_windows_img_s": [10.0]},
+        metrics={"throughput_samples_s": 10.0, "throughput_windows_samples_s": [10.0]},
         environment={"packages": {"torch": "2.13.0+cpu"}, "gpu_names": []},
         finished_at=1.7e9,
     )

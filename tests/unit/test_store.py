@@ -21,7 +21,7 @@ def test_atomic_write_and_schema_checks(tmp_path: Path):
     path = tmp_path / "r" / "result.json"
     path.parent.mkdir()  # the run directory is made (and checked) by the store, not the writer
     write_json_atomic(path, "result", {"status": "completed"})
-    assert read_json(path, "result") == {"schema": "dlscale.result/3", "status": "completed"}
+    assert read_json(path, "result") == {"schema": "dlscale.result/4", "status": "completed"}
     assert [p.name for p in path.parent.iterdir()] == ["result.json"]  # no temp file left
     path.write_text(json.dumps({"schema": "dlscale.result/99"}))
     with pytest.raises(SchemaError, match="newer dlscale"):

@@ -36,7 +36,7 @@ def good_result(workers: int = 1, seed: int = 0) -> tuple[str, Result]:
         config=config.to_dict(),
         batch_size_per_worker=config.batch_per_worker,
         global_batch_size=config.global_batch,
-        metrics={"throughput_img_s": 100.0 * workers, "throughput_windows_img_s": [100.0]},
+        metrics={"throughput_samples_s": 100.0 * workers, "throughput_windows_samples_s": [100.0]},
         environment={"hostname": "h", "engine_code": engine_code("torch-ddp")},  # made here
         finished_at=time.time(),
     )
@@ -180,7 +180,7 @@ def _fake_launch(calls: list[str]) -> Callable[..., Result]:
     def launch(config: RunConfig, store: RunStore, run_id: str, **_: Any) -> Result:
         calls.append(run_id)
         _, result = good_result(config.workers, config.seed)
-        return replace(result, metrics={"throughput_img_s": 1.0}, study="fresh")
+        return replace(result, metrics={"throughput_samples_s": 1.0}, study="fresh")
 
     return launch
 

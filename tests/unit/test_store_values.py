@@ -248,12 +248,12 @@ def test_run_reruns_its_own_point_stored_with_a_nan_throughput(tmp_path: Path, m
     store.write_result(run_id, result)
     path = tmp_path / run_id / "result.json"
     path.write_text(
-        path.read_text().replace('"throughput_img_s": 100.0', '"throughput_img_s": NaN')
+        path.read_text().replace('"throughput_samples_s": 100.0', '"throughput_samples_s": NaN')
     )
     outcome = run_point(config, store, force=False, command=["t"], study="t")
     assert outcome.state == "completed" and calls == [run_id]
     (message,) = warnings
-    assert str(path) in message and "throughput_img_s is nan" in message
+    assert str(path) in message and "throughput_samples_s is nan" in message
 
 
 # ------------------------------------------------------------------------------------------
@@ -328,20 +328,21 @@ def test_a_run_with_an_impossible_window_is_recorded_as_failed(tmp_path, duratio
     assert result.status == "failed"
     assert result.error.startswith(f"{said}: a measured figure must be a number in (0, 1e+15]")
     metrics = result.metrics
-    assert metrics["throughput_img_s"] is None and metrics["throughput_windows_img_s"] is None
+    assert metrics["throughput_samples_s"] is None
+    assert metrics["throughput_windows_samples_s"] is None
 
 
 def test_a_run_with_good_windows_is_completed(tmp_path: Path):
     result = _run_with(tmp_path, [1.0, 2.0])
     assert result.status == "completed" and result.error is None
-    assert result.metrics["throughput_windows_img_s"] == [40.0, 20.0]
+    assert result.metrics["throughput_windows_samples_s"] == [40.0, 20.0]
 
 
 def test_compare_lists_a_completed_run_without_a_usable_throughput():
     """Rows handed to compare() directly (not through a store's checks): a run with a
     negative window is listed as unusable, never silently dropped."""
     good, bad = (good_result(w)[1].row() for w in (1, 2))  # unchecked rows
-    bad["metrics"]["throughput_windows_img_s"] = [200.0, -5.0]
+    bad["metrics"]["throughput_windows_samples_s"] = [200.0, -5.0]
     result = compare([good], [good, bad])
     (failed,) = result.failed
     assert failed.status == "unusable" and failed.side == "B"

@@ -66,7 +66,7 @@ def test_a_runs_line_says_its_figure_its_time_and_the_time_left():
     clock = StudyClock(workers=[1, 2], runs_each=1)
     clock.record(0, 10.0)
     run = FinishedRun(number=1, total=2, name="torch-ddp x1 tiny #0", state="completed",
-                      throughput_img_s=1234.56, took_s=10.2)  # fmt: skip
+                      throughput=1234.56, took_s=10.2)  # fmt: skip
     assert run_line(run, 71.6, clock) == (
         "dlscale: run 1 of 2: torch-ddp x1 tiny #0 completed, 1234.6 img/s in 10 s; "
         "0:01:12 elapsed, about 10 s left"

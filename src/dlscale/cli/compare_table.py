@@ -2,12 +2,13 @@
 
 One row per matched point: the settings that tell the points apart (backend and workers always,
 the others where they differ; a setting the same in every point is said once under the table),
-then the figures: each side's img/s, the ratio with its 95% interval, the p-value, the samples,
-the verdict in words, and the time-to-accuracy ratio where a point has one. Where the table is
-wider than the terminal, the figures least needed to read it go first (samples, p, A's and B's
-img/s), lowest `CompareColumn.keep` first, and the sentence under the table names them, as
-under the runs table (`dlscale.cli.tables`); ``--wide`` shows every column. The statistics are
-`dlscale.metrics.compare`'s, defined in docs/metrics.md.
+then the figures: each side's img/s (tok/s for token sequences, samples/s where the points
+count different units: `dlscale.metrics.units`), the ratio with its 95% interval, the p-value,
+the samples, the verdict in words, and the time-to-accuracy ratio where a point has one. Where
+the table is wider than the terminal, the figures least needed to read it go first (samples, p,
+A's and B's img/s), lowest `CompareColumn.keep` first, and the sentence under the table names
+them, as under the runs table (`dlscale.cli.tables`); ``--wide`` shows every column. The
+statistics are `dlscale.metrics.compare`'s, defined in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from dlscale.report.layout import options_set, settings_column
 
 if TYPE_CHECKING:
     from dlscale.metrics.compare import Comparison, PointComparison, RatioEstimate
+    from dlscale.metrics.units import Rate
 
 SETTINGS = ("backend", "model", "dataset", "scaling", "device", "workers", "threads_per_worker")
 """The runs table's setting columns a comparison shows (where they differ), in its order."""
 
-_BATCH = "images per worker per step (weak scaling) or per step in all (strong)"
+_BATCH = "{} per worker per step (weak scaling) or per step in all (strong)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,7 +106,8 @@ def _layout(points: Sequence[PointComparison]) -> tuple[list[CompareColumn], lis
             columns.append(_setting(column))
     batches = {str(p.config.get("batch_size")) for p in points}
     if len(batches) > 1:
-        batch = CompareColumn("batch", _config_text("batch_size"), 8, numeric=True, short=_BATCH)
+        said = _BATCH.format(_rate(points).noun)
+        batch = CompareColumn("batch", _config_text("batch_size"), 8, numeric=True, short=said)
         columns.append(batch)
     else:
         same.append(f"batch {batches.pop()}")
@@ -113,35 +116,55 @@ def _layout(points: Sequence[PointComparison]) -> tuple[list[CompareColumn], lis
     return columns, same + options_set(rows)
 
 
+def _rate(points: Sequence[PointComparison]) -> Rate:
+    """The rate the points' throughputs are shown in: their unit, or samples/s where the
+    points count different units."""
+    from dlscale.metrics.units import rate_for
+
+    return rate_for(p.sample_unit for p in points)
+
+
+def _mean(rate: Rate, side: str) -> Callable[[PointComparison], str]:
+    """A side's mean throughput (samples per second) in ``rate``."""
+
+    def text(p: PointComparison) -> str:
+        mean = p.throughput.mean_a if side == "A" else p.throughput.mean_b
+        unit = {"sample_unit": p.sample_unit, "units_per_sample": p.units_per_sample}
+        return f"{rate.per_second(mean, unit):.1f}"
+
+    return text
+
+
 def _figures(points: Sequence[PointComparison]) -> list[CompareColumn]:
+    rate = _rate(points)
     figures = [
         CompareColumn(
-            "A img/s",
-            lambda p: f"{p.throughput.mean_a:.1f}",
+            f"A {rate.label}",
+            _mean(rate, "A"),
             keep=5,
             numeric=True,
-            short="mean images per second in A, the baseline",
+            short=f"mean {rate.words} per second in A, the baseline",
         ),
         CompareColumn(
-            "B img/s",
-            lambda p: f"{p.throughput.mean_b:.1f}",
+            f"B {rate.label}",
+            _mean(rate, "B"),
             keep=6,
             numeric=True,
-            short="mean images per second in B, the candidate",
+            short=f"mean {rate.words} per second in B, the candidate",
         ),
         CompareColumn(
             "ratio [95% CI]",
             lambda p: _ratio(p.throughput),
             numeric=True,
-            short="B/A mean img/s (above 1: B faster) [95% interval of the ratio of geometric "
-            "means: Welch t on log img/s; none: too few samples]",
+            short=f"B/A mean {rate.label} (above 1: B faster) [95% interval of the ratio of "
+            f"geometric means: Welch t on log {rate.label}; none: too few samples]",
         ),
         CompareColumn(
             "p",
             lambda p: _p(p.throughput.p_value),
             keep=4,
             numeric=True,
-            short="two-sided Mann-Whitney U test of the img/s samples",
+            short=f"two-sided Mann-Whitney U test of the {rate.label} samples",
         ),
         CompareColumn(
             "n A/B",

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 
 from dlscale.cli.tables import console, paragraph, say
 from dlscale.contract.errors import UserError
 from dlscale.report.columns import COLUMNS, Column
-from dlscale.report.layout import find_column
+from dlscale.report.layout import every_column, find_column
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         column = find_column(args.column)
     except KeyError:
-        names = [c.label for c in COLUMNS] + [c.name for c in COLUMNS]
+        names = [c.label for c in every_column()] + [c.name for c in every_column()]
         close = difflib.get_close_matches(args.column.lower(), list(dict.fromkeys(names)), 3, 0.5)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise UserError(
@@ -44,10 +45,25 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+UNITS = (
+    "in the rows' unit: img/s for images, tok/s for token sequences (their samples per second x "
+    "the tokens in each, block_size: sample_unit and units_per_sample in --json); samples/s "
+    "where one table holds both"
+)
+"""What `dlscale explain` adds of a throughput column: its unit follows the rows'."""
+
+
 def describe(column: Column) -> list[str]:
     """The lines `dlscale explain` prints for one column."""
-    lines = [f"{column.label} ({column.name} in Markdown, CSV and --json)"]
+    stored = re.sub(r"_[a-z]+_s$", "_samples_s", column.name)
+    if column.name.startswith("throughput_"):  # --json says what is stored, and its unit
+        where = f"{column.name} in Markdown and CSV, {stored} in --json"
+    else:
+        where = f"{column.name} in Markdown, CSV and --json"
+    lines = [f"{column.label} ({where})"]
     lines.append(column.definition or f"the run's {column.label}, as set")
+    if column.name.startswith("throughput_"):
+        lines.append(UNITS)
     shown = {
         "always": "always shown",
         "varying": "shown when it differs between rows, else said once under the table",

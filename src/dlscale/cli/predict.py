@@ -167,8 +167,13 @@ def main(args: argparse.Namespace) -> int:
     for profile, source in profiles:
         _show(args, profile, source, workers, strategies, nets, network_source, trust)
     if len(profiles) > 1 and not args.json:
+        from dlscale.metrics.units import rate_of
+
+        unit = model_unit(args.model)
+        rate = rate_of(unit)
         curve = ", ".join(
-            f"{p.batch}: {p.compute_s * 1e3:.1f} ms ({p.batch / p.compute_s:,.1f} img/s)"
+            f"{p.batch}: {p.compute_s * 1e3:.1f} ms "
+            f"({rate.per_second(p.batch / p.compute_s, unit):,.1f} {rate.label})"
             for p, _ in profiles
         )
         say(console(), f"compute profile against batch (1 worker): {curve}")
@@ -207,9 +212,10 @@ def _show(
     if args.json:
         for strategy, predicted in rows.items():
             validated = trust.record(strategy, args.servers)  # [] where never validated
+            unit = model_unit(args.model)
             for row in predicted:
                 record = {"kind": "prediction", "batch": profile.batch,
-                          "messages": profile.messages, **row.__dict__}  # fmt: skip
+                          "messages": profile.messages, **row.__dict__, **unit}  # fmt: skip
                 print(json.dumps({**record, "validated": validated}))
         for strategy, value in needed.items():
             record = {"kind": "bandwidth_needed", "strategy": strategy, "workers": workers[-1],
@@ -240,6 +246,23 @@ def _show(
         )
     for line in trust.lines(strategies, args.servers):
         paragraph(out, line, indent="    ")
+
+
+def model_unit(model: str) -> dict[str, Any]:
+    """What a sample of ``model`` is, as a result says it (``sample_unit``: image, token;
+    ``units_per_sample``: a token model's declared ``block_size``): a prediction's throughput
+    is in samples (images, sequences), read in this unit (:mod:`dlscale.metrics.units`)."""
+    from dlscale.contract.models import MODELS
+    from dlscale.contract.workload import KINDS
+
+    try:
+        spec = MODELS.get(model)
+    except UserError:
+        spec = None
+    kind = KINDS.get(spec.sample) if spec is not None else None
+    if spec is None or kind is None or kind.unit == "image":
+        return {"sample_unit": "image", "units_per_sample": 1}
+    return {"sample_unit": kind.unit, "units_per_sample": spec.input_shape()[0]}
 
 
 def _given_network(args: argparse.Namespace) -> tuple[Network, float, str]:
@@ -297,28 +320,35 @@ def _validate(results: Path, args: argparse.Namespace) -> int:
 
 
 def _validation_table(rows: list[dict[str, Any]]) -> Table:
+    """The validation rows, each throughput in the rows' unit (img/s, tok/s; samples/s for
+    rows of several: :mod:`dlscale.metrics.units`)."""
+    from dlscale.metrics.units import rate_for, sample_unit
     from dlscale.perfmodel.validate import share_words
 
+    rate = rate_for(sample_unit(row) for row in rows)
     table = Table()
-    for column in ("backend", "model", "workers", "network", "algorithm", "measured img/s",
-                   "compute ms (from)", "sync ms (from)", "predicted img/s (error)",
-                   "overlap bound"):  # fmt: skip
-        right = "img/s" in column or "ms" in column or column == "overlap bound"
+    for column in ("backend", "model", "workers", "network", "algorithm",
+                   f"measured {rate.label}", "compute ms (from)", "sync ms (from)",
+                   f"predicted {rate.label} (error)", "overlap bound"):  # fmt: skip
+        right = "/s" in column or "ms" in column or column == "overlap bound"
         table.add_column(column, justify="right" if right else "left")
     for row in rows:
         algorithm = row["algorithm"] + (f", {row['servers']} srv" if row["servers"] else "")
+        measured, predicted, bound = (
+            rate.of(row, f"{which}_samples_s") for which in ("measured", "predicted", "overlap")
+        )
         overlap = (
-            f"{row['overlap_img_s']:,.1f} ({row['overlap_error']:+.1%}; {share_words(row)})"
-            if row["overlap_img_s"] is not None
+            f"{bound:,.1f} ({row['overlap_error']:+.1%}; {share_words(row)})"
+            if bound is not None
             else "-"
         )
         table.add_row(
             cell(row["backend"]), cell(row["model"]) + (" (noisy)" if row["noisy"] else ""),
             str(row["workers"]), cell(row["network"] or row["launcher"]), cell(algorithm),
-            f"{row['measured_img_s']:,.1f}",
+            f"{measured:,.1f}",
             f"{row['compute_ms']:.1f} ({cell(row['compute_from'])})",
             f"{row['comm_ms']:.2f} ({cell(row['comm_from'])})",
-            f"{row['predicted_img_s']:,.1f} ({row['error']:+.1%})", overlap,
+            f"{predicted:,.1f} ({row['error']:+.1%})", overlap,
         )  # fmt: skip
     return table
 

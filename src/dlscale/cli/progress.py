@@ -44,8 +44,10 @@ from dlscale.store.claims import claims_path, write_claims
 from dlscale.store.results import RunStore, describe_owner
 
 JSON_KEYS = (
-    "throughput_img_s",
-    "throughput_ci95_img_s",
+    "throughput_samples_s",
+    "throughput_ci95_samples_s",
+    "sample_unit",
+    "units_per_sample",
     "step_time_p50_ms",
     "step_time_p95_ms",
     "epoch_time_s",
@@ -87,7 +89,7 @@ def json_record(row: dict[str, Any], kind: str = "run") -> dict[str, Any]:
         record["runs_left_out"] = row.get("runs_left_out")
         record["runs"] = row.get("runs")
         record["interval"] = row.get("interval")
-        record["throughput_runs_img_s"] = metrics.get("throughput_runs_img_s")
+        record["throughput_runs_samples_s"] = metrics.get("throughput_runs_samples_s")
         record["oversubscribed"] = row.get("oversubscribed")
         record.update({key: row.get(key) for key in SCALING_KEYS})
     return {
@@ -268,9 +270,9 @@ def _wide_points(store: RunStore, run_ids: dict[int, list[str]], target: float) 
 def relative_half_width(point: dict[str, Any]) -> float | None:
     """Half-width of the point's throughput interval over runs, in percent of its mean."""
     metrics = point["metrics"]
-    if point.get("interval") != "runs" or metrics.get("throughput_ci95_img_s") is None:
+    if point.get("interval") != "runs" or metrics.get("throughput_ci95_samples_s") is None:
         return None
-    return 100 * metrics["throughput_ci95_img_s"] / metrics["throughput_img_s"]
+    return 100 * metrics["throughput_ci95_samples_s"] / metrics["throughput_samples_s"]
 
 
 def _stop_reason(wide: list[int], number: int, plan: Repeats, started: float) -> str | None:

@@ -6,7 +6,8 @@ with no escape code, so that a log shows the study moving while it runs:
     dlscale: run 2 of 6: torch-ddp x2, 1 thr, tiny #0 completed, 812.3 img/s in 9 s; 0:00:17
     elapsed, about 40 s left
 
-(one line). Under ``--json`` neither: stdout's records say it."""
+(one line; a run of token sequences says tok/s). Under ``--json`` neither: stdout's records say
+it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dlscale.cli.eta import StudyClock, TimeLeftColumn
 from dlscale.contract.text import visible
+from dlscale.metrics.units import IMAGES, rate_of
 
 OUTCOME_WORDS = {
     "completed": "completed",
@@ -72,8 +74,10 @@ class FinishedRun:
     """`point_description`'s text."""
     state: str
     """The outcome's state (`OUTCOME_WORDS`)."""
-    throughput_img_s: float | None = None
-    """The run's figure, for a run that completed."""
+    throughput: float | None = None
+    """The run's figure, for a run that completed, in ``rate``."""
+    rate: str = "img/s"
+    """Its unit (:mod:`dlscale.metrics.units`: ``tok/s`` for a run of token sequences)."""
     took_s: float | None = None
     """Seconds the run took here; ``None`` for one that did not run here."""
 
@@ -83,8 +87,8 @@ def run_line(run: FinishedRun, elapsed_s: float, clock: StudyClock) -> str:
     figure and time, the study's time elapsed and left. One line, control characters written
     as escapes (`visible`)."""
     said = OUTCOME_WORDS.get(run.state, run.state)
-    if run.state == "completed" and run.throughput_img_s is not None:
-        said += f", {run.throughput_img_s:.1f} img/s"
+    if run.state == "completed" and run.throughput is not None:
+        said += f", {run.throughput:.1f} {run.rate}"
     if run.took_s is not None:
         said += f" in {run.took_s:.0f} s"
     elapsed = datetime.timedelta(seconds=round(elapsed_s))
@@ -117,21 +121,25 @@ class RunLines:
         self.count += 1
         if not self.on:
             return
+        throughput, rate = figure_of(outcome)
         run = FinishedRun(
             number=self.count,
             total=max(total, self.count),
             name=name,
             state=outcome.state,
-            throughput_img_s=figure_of(outcome),
+            throughput=throughput,
+            rate=rate,
             took_s=took_s,
         )
         self.err.out(run_line(run, now - self.started, self.clock), highlight=False)
 
 
-def figure_of(outcome: Any) -> float | None:
-    """A completed run's throughput (img/s), else ``None``."""
+def figure_of(outcome: Any) -> tuple[float | None, str]:
+    """A completed run's throughput in its unit and the unit (``img/s``, ``tok/s``:
+    :mod:`dlscale.metrics.units`), else ``None``."""
     result = getattr(outcome, "result", None)
     if outcome.state != "completed" or result is None:
-        return None
-    value = result.metrics.get("throughput_img_s")
-    return float(value) if isinstance(value, int | float) else None
+        return None, IMAGES.label
+    rate = rate_of(result.metrics)
+    value = rate.of(result.metrics)
+    return (None if value is None else float(value)), rate.label

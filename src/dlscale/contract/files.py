@@ -16,10 +16,13 @@ from dlscale.contract.numbers import whole_number
 from dlscale.contract.text import shell_command
 
 SCHEMAS = {
-    "spec": 3, "result": 3, "checkpoint": 1, "microbench": 1, "claims": 1, "points": 1
+    "spec": 3, "result": 4, "checkpoint": 1, "microbench": 1, "claims": 1, "points": 2
 }  # fmt: skip
 """Current version of each persisted document kind; bump on an incompatible change.
 2: plug-in options grouped under ``config.options``, process layout, worker environment.
+``result`` 4 and ``points`` 2: throughput stored in samples per second
+(``throughput_samples_s``, was ``throughput_img_s``...) with its ``sample_unit`` and
+``units_per_sample`` (:mod:`dlscale.store.migrate` reads the older names).
 ``checkpoint``: the pointer to a restartable run's latest saved state
 (:mod:`dlscale.runtime.checkpoint`); ``claims``: a study's published claims
 (:mod:`dlscale.store.claims`); ``points``: a study's points as it printed them

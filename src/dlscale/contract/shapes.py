@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 MAX_QUANTITY = 1e15
-"""The largest throughput (img/s), time (ms or s), byte count or count a stored result may
+"""The largest throughput (samples/s), time (ms or s), byte count or count a stored result may
 hold. Far beyond any machine (a petabyte per step, 31 million years), and far inside a float's
 range, so sums, means and ratios of such figures never overflow."""
 TIMESTAMP_RANGE_S = (0.0, 4e9)
@@ -84,7 +84,7 @@ def records(**fields: Shape) -> Shape:
 
 
 FLAG, TEXT, ANY = Shape("flag"), Shape("text"), Shape("any")
-SECONDS, MS, RATE, BYTES = number("s"), number("ms"), number("img/s"), number("bytes")
+SECONDS, MS, RATE, BYTES = number("s"), number("ms"), number("samples/s"), number("bytes")
 SIGNED = number(low=-MAX_QUANTITY)
 """A figure that may be below 0 (exposed communication: noise; an outside load or steal,
 the probe's too: counters read a moment apart; seconds lost to a restart: clocks of two
@@ -94,9 +94,11 @@ TIMESTAMP = number("s since the epoch", *TIMESTAMP_RANGE_S)
 LOSS = number("nats", low=-MAX_QUANTITY)
 
 METRICS: dict[str, Shape] = {
-    "throughput_img_s": RATE,
-    "throughput_ci95_img_s": RATE,
-    "throughput_windows_img_s": list_of(RATE),
+    "throughput_samples_s": RATE,
+    "throughput_ci95_samples_s": RATE,
+    "throughput_windows_samples_s": list_of(RATE),
+    "sample_unit": TEXT,
+    "units_per_sample": Shape("count", "units", low=1),
     "step_time_p50_ms": MS,
     "step_time_p95_ms": MS,
     "input_time_p50_ms": MS,
@@ -134,6 +136,8 @@ METRICS: dict[str, Shape] = {
         images=Shape("count", nullable=False),
     ),
     "time_to_accuracy_s": SECONDS,
+    "eval_loss": number("nats"),
+    "time_to_loss_s": SECONDS,
     "epochs_to_accuracy": count("epochs"),
     "measured_steps": count("steps"),
     "measured_images": count("images"),
@@ -159,11 +163,22 @@ METRICS: dict[str, Shape] = {
 :func:`dlscale.metrics.aggregate.aggregate` writes exactly these keys; readers check them
 (:mod:`dlscale.store.validate`)."""
 
-MEASURED = ("throughput_windows_img_s", "throughput_img_s")
+RENAMED_METRICS = {
+    "throughput_img_s": "throughput_samples_s",
+    "throughput_ci95_img_s": "throughput_ci95_samples_s",
+    "throughput_windows_img_s": "throughput_windows_samples_s",
+}
+"""Metrics a result stored before schema 4 holds under another name (it measured images, one a
+sample: its images per second are its samples per second); checked under the name it holds,
+then read under today's (:mod:`dlscale.store.migrate`)."""
+
+MEASURED = ("throughput_windows_samples_s", "throughput_samples_s")
 """A completed run's measurement: above 0 (an empty or backwards clock is no measurement)."""
 COMPLETED = {
-    "throughput_img_s": Shape("number", "img/s", positive=True),
-    "throughput_windows_img_s": list_of(Shape("number", "img/s", positive=True, nullable=False)),
+    "throughput_samples_s": Shape("number", "samples/s", positive=True),
+    "throughput_windows_samples_s": list_of(
+        Shape("number", "samples/s", positive=True, nullable=False)
+    ),
 }
 
 ENVIRONMENT: dict[str, Shape] = {

@@ -44,6 +44,7 @@ def aggregate(
     all_ranks: dict[int, Events],
     *,
     target_accuracy: float | None,
+    target_loss: float | None = None,
     training_ranks: Iterable[int] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one run from every rank's records; missing pieces give ``None``, not zero.
@@ -70,8 +71,8 @@ def aggregate(
     if measure:  # every figure below is over these windows, the ones the guard kept
         per_window = [rates[id(w)] for w in measure]
         with np.errstate(all="ignore"):  # an impossible window is named by the result's check
-            out["throughput_img_s"], out["throughput_ci95_img_s"] = mean_ci95(per_window)
-        out["throughput_windows_img_s"] = per_window
+            out["throughput_samples_s"], out["throughput_ci95_samples_s"] = mean_ci95(per_window)
+        out["throughput_windows_samples_s"] = per_window
         steps, per_step = _step_times(measure)
         out["step_time_p50_ms"] = percentile(steps, 50)
         out["step_time_p95_ms"] = percentile(steps, 95) if per_step else None
@@ -125,6 +126,11 @@ def aggregate(
                 out["time_to_accuracy_s"] = reached[0]["elapsed_s"]
                 if any(w["epoch"] is not None for w in every):  # epoch mode only
                     out["epochs_to_accuracy"] = reached[0]["epoch"]
+        out["eval_loss"] = evals[-1]["loss"]
+        if target_loss is not None:  # the first evaluation at or below the target loss
+            low = [e for e in evals if e["loss"] is not None and e["loss"] <= target_loss]
+            if low:
+                out["time_to_loss_s"] = low[0]["elapsed_s"]
     return out
 
 

@@ -208,7 +208,7 @@ def _workers(point: Row) -> int:
 
 
 def _throughput(point: Row) -> bool:
-    return bool((point.get("metrics") or {}).get("throughput_img_s"))
+    return bool((point.get("metrics") or {}).get("throughput_samples_s"))
 
 
 def _pair_key(point: Row, named: set[str]) -> tuple[tuple[str, str], ...]:

@@ -9,7 +9,8 @@ Definitions (also in docs/metrics.md, "Comparing two sets of runs"):
   runs' per-window throughputs are pooled. Points with completed runs on one side only, and
   every run that did not complete or has no usable throughput (its mean or a window not a
   finite number above 0), are listed, never silently dropped.
-- **Throughput ratio** ``mean(B samples) / mean(A samples)`` (above 1: B is faster).
+- **Throughput ratio** ``mean(B samples) / mean(A samples)`` (above 1: B is faster); the
+  throughputs are samples per second (``throughput_samples_s``), the same ratio in any unit.
 - **Its 95% confidence interval** is computed on log throughput: Welch's t interval
   (Welch 1947; Welch-Satterthwaite degrees of freedom) for the difference of the means of
   ``log(samples)``, exponentiated. That is the CI of the *ratio of geometric means* B/A, not of
@@ -51,6 +52,7 @@ from dlscale.contract.numbers import finite_number
 from dlscale.contract.run_config import NOT_MATCHED_KEYS
 from dlscale.contract.text import excerpt
 from dlscale.metrics.points import PointKey, point_key, run_throughputs
+from dlscale.metrics.units import sample_unit, units_per_sample
 
 NOT_IN_POINT_KEY = NOT_MATCHED_KEYS
 """Config keys that label a run without changing what is measured: ignored when matching."""
@@ -100,6 +102,10 @@ class PointComparison:
     throughput_verdict: Verdict
     tta: RatioEstimate | None
     tta_verdict: Verdict | None
+    sample_unit: str | None = "image"
+    """What the throughput samples count (:mod:`dlscale.metrics.units`): the means are
+    samples per second, read in this unit."""
+    units_per_sample: int = 1
 
     @property
     def regressed(self) -> bool:
@@ -184,6 +190,8 @@ def compare_point(
         throughput_verdict=verdict(throughput, threshold, alpha, higher_is_better=True),
         tta=tta,
         tta_verdict=None if tta is None else verdict(tta, threshold, alpha, higher_is_better=False),
+        sample_unit=sample_unit(runs_a[0].get("metrics")),
+        units_per_sample=units_per_sample(runs_a[0].get("metrics")),
     )
 
 
@@ -303,8 +311,8 @@ def _unusable(run: dict[str, Any]) -> str | None:
     never dropped unseen (a reader's checks keep them out of a store: this guards callers
     that pass rows of their own)."""
     metrics = run.get("metrics") or {}
-    windows = metrics.get("throughput_windows_img_s") or []
-    values = [("throughput", metrics.get("throughput_img_s"))]
+    windows = metrics.get("throughput_windows_samples_s") or []
+    values = [("throughput", metrics.get("throughput_samples_s"))]
     values += [(f"throughput of window {i + 1}", w) for i, w in enumerate(windows)]
     for name, value in values:
         if not (finite_number(value) and value > 0):
@@ -362,8 +370,8 @@ def _windows(runs: Iterable[dict[str, Any]]) -> list[float]:
     pooled: list[float] = []
     for run in runs:
         metrics = run.get("metrics") or {}
-        windows = metrics.get("throughput_windows_img_s")
-        pooled.extend(float(w) for w in windows or [metrics["throughput_img_s"]])
+        windows = metrics.get("throughput_windows_samples_s")
+        pooled.extend(float(w) for w in windows or [metrics["throughput_samples_s"]])
     return pooled
 
 

@@ -22,7 +22,7 @@ def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.Dat
     ``per="run"`` (default): one row per run, with its own metrics and its own ratios over its
     point's baseline (docs/metrics.md, "Speedup and efficiency": per run, without intervals);
     ``per="point"``: one row per point, its runs combined (docs/metrics.md, "Runs and
-    points"): the throughput is the mean over runs and ``throughput_ci95_img_s`` its interval
+    points"): the throughput is the mean over runs and ``throughput_ci95_samples_s`` its interval
     over runs (``interval`` says ``runs``, or ``windows`` for a point with one run).
 
     Columns: run_id (a point's: its first run's), status, error, the resolved config keys,

@@ -9,6 +9,7 @@ from typing import Any
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.shapes import COMPLETED, MEASURED, METRICS
 from dlscale.contract.text import excerpt
+from dlscale.metrics.units import CI95, THROUGHPUT, WINDOWS, rate_of
 from dlscale.store.validate import Problem, problems
 
 
@@ -30,20 +31,23 @@ def impossible_figures(metrics: dict[str, Any]) -> tuple[dict[str, Any], str | N
     rest = [p for p in found[1:] if not (p.key in _THROUGHPUT and first.key in _THROUGHPUT)]
     more = f" (and {len(rest)} more)" if rest else ""
     return {**metrics, **dict.fromkeys(bad)}, (
-        f"{_said(first)}{more}: a measured figure must be {first.shape.expected} (a clock or "
-        "counter gave an impossible reading); the run is recorded as failed, not completed"
+        f"{_said(first, metrics)}{more}: a measured figure must be {first.shape.expected} (a "
+        "clock or counter gave an impossible reading); the run is recorded as failed, not "
+        "completed"
     )
 
 
-_THROUGHPUT = ("throughput_img_s", "throughput_ci95_img_s", "throughput_windows_img_s")
+_THROUGHPUT = (THROUGHPUT, CI95, WINDOWS)
 
 
-def _said(problem: Problem) -> str:
-    """One stored figure in words: ``throughput of window 2 is nan img/s``."""
+def _said(problem: Problem, metrics: dict[str, Any]) -> str:
+    """One stored figure in words, a throughput in the run's unit (:mod:`.units`):
+    ``throughput of window 2 is nan img/s``."""
     value, unit = excerpt(problem.value), problem.shape.unit
     window = whole_number(problem.where[1:-1])
-    if problem.key == "throughput_windows_img_s" and window is not None:
-        return f"throughput of window {window + 1} is {value} img/s"
-    if problem.key == "throughput_img_s":
-        return f"throughput is {value} img/s"
+    if problem.key in (WINDOWS, THROUGHPUT) and isinstance(problem.value, int | float):
+        rate = rate_of(metrics)
+        value = excerpt(rate.per_second(problem.value, metrics))
+        where = f" of window {window + 1}" if problem.key == WINDOWS and window is not None else ""
+        return f"throughput{where} is {value} {rate.label}"
     return f"{problem.key}{problem.where} is {value}" + (f" {unit}" if unit else "")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlscale.contract.run_config import NOT_MATCHED_KEYS
+from dlscale.metrics.units import rate_of
 
 Row = dict[str, Any]
 
@@ -27,11 +28,13 @@ class InputFinding:
     """``backend xN``."""
     dataset: str
     train_per_worker: float
-    """Images per second per worker while training."""
+    """Images (tokens: :mod:`.units`) per second per worker while training."""
     wait_fraction: float | None
     """Share of step time spent waiting for a batch (``input_wait_fraction``)."""
     loader_per_worker: float | None
-    """Images per second per worker of the same point with ``loader_only``; ``None``: not run."""
+    """The same, of the same point with ``loader_only``; ``None``: not run."""
+    rate: str = "img/s"
+    """The unit of both (:func:`dlscale.metrics.units.rate_of`)."""
 
     def sentence(self) -> str:
         wait = (
@@ -40,13 +43,13 @@ class InputFinding:
             else "its input wait was not measured"
         )
         text = (
-            f"{self.label} on {self.dataset}: trains at {self.train_per_worker:.1f} img/s per "
-            f"worker; {wait}"
+            f"{self.label} on {self.dataset}: trains at {self.train_per_worker:.1f} {self.rate} "
+            f"per worker; {wait}"
         )
         if self.loader_per_worker is not None:
             used = self.train_per_worker / self.loader_per_worker
             text += (
-                f"; input caps you at {self.loader_per_worker:.1f} img/s per worker "
+                f"; input caps you at {self.loader_per_worker:.1f} {self.rate} per worker "
                 f"(training uses {share(used)} of it)"
             )
         if self.wait_fraction is not None and self.wait_fraction >= INPUT_BOUND:
@@ -67,9 +70,20 @@ def _key(row: Row) -> tuple[tuple[str, Any], ...]:
 
 
 def _per_worker(row: Row) -> float | None:
-    throughput = (row.get("metrics") or {}).get("throughput_img_s")
+    metrics = row.get("metrics") or {}
+    throughput = rate_of(metrics).of(metrics)
     workers = (row.get("config") or {}).get("workers") or 0
     return throughput / workers if throughput is not None and workers > 0 else None
+
+
+def _generated(dataset: object) -> bool:
+    """A data set made in memory (or none, or one this dlscale does not know): no input to
+    judge."""
+    from dlscale.contract.datasets import DATASETS
+
+    if not isinstance(dataset, str) or dataset not in DATASETS:
+        return dataset is None
+    return DATASETS.get(dataset).generated
 
 
 def input_findings(points: list[Row]) -> list[InputFinding]:
@@ -80,7 +94,7 @@ def input_findings(points: list[Row]) -> list[InputFinding]:
     findings = []
     for point in done:
         config = point.get("config") or {}
-        if config.get("loader_only") or config.get("dataset") in (None, "synthetic"):
+        if config.get("loader_only") or _generated(config.get("dataset")):
             continue
         loader = loaders.get(_key(point))
         train = _per_worker(point)
@@ -92,6 +106,7 @@ def input_findings(points: list[Row]) -> list[InputFinding]:
                 train_per_worker=train,
                 wait_fraction=(point.get("metrics") or {}).get("input_wait_fraction"),
                 loader_per_worker=_per_worker(loader) if loader is not None else None,
+                rate=rate_of(point.get("metrics")).label,
             )
         )
     return findings
@@ -116,6 +131,11 @@ def input_lines(findings: list[InputFinding]) -> list[str]:
         f"{', '.join(bound) or 'none'}"
     )
     if capped:
-        caps = ", ".join(f"{f.label} {f.loader_per_worker:.1f}" for f in capped)
-        text += f"; the loaders alone deliver (img/s per worker): {caps}"
+        rates = {f.rate for f in capped}
+        each = "" if len(rates) == 1 else " {}"  # one unit: said once
+        caps = ", ".join(
+            f"{f.label} {f.loader_per_worker:.1f}{each.format(f.rate)}" for f in capped
+        )
+        per = f"{rates.pop()} per worker" if len(rates) == 1 else "per worker"
+        text += f"; the loaders alone deliver ({per}): {caps}"
     return [text]

@@ -52,7 +52,7 @@ def point_key(config: dict[str, Any]) -> PointKey:
 
 
 def run_throughputs(runs: Sequence[Row]) -> list[float]:
-    return [float(r["metrics"]["throughput_img_s"]) for r in runs]
+    return [float(r["metrics"]["throughput_samples_s"]) for r in runs]
 
 
 def window_throughputs(runs: Sequence[Row]) -> list[float]:
@@ -60,7 +60,7 @@ def window_throughputs(runs: Sequence[Row]) -> list[float]:
     return [
         float(w)
         for r in runs
-        for w in (r["metrics"].get("throughput_windows_img_s") or [])
+        for w in (r["metrics"].get("throughput_windows_samples_s") or [])
         if w is not None
     ]
 
@@ -79,7 +79,7 @@ def combine(results: Sequence[Row]) -> list[Row]:
     groups: dict[tuple[Any, Any, PointKey], list[Row]] = defaultdict(list)
     order: list[tuple[str, Any]] = []
     for row in results:
-        if row["status"] == "completed" and row["metrics"].get("throughput_img_s"):
+        if row["status"] == "completed" and row["metrics"].get("throughput_samples_s"):
             key = (row.get("study"), row.get("framework"), point_key(row["config"]))
             if key not in groups:
                 order.append(("point", key))
@@ -123,10 +123,10 @@ def _point(every_run: list[Row]) -> Row:
         mean = float(np.mean(values))
     metrics: dict[str, Any] = {
         **first["metrics"],  # histories and per-rank figures: the first run's
-        "throughput_img_s": mean,
-        "throughput_ci95_img_s": half,
-        "throughput_runs_img_s": run_throughputs(runs),
-        "throughput_windows_img_s": window_throughputs(runs),
+        "throughput_samples_s": mean,
+        "throughput_ci95_samples_s": half,
+        "throughput_runs_samples_s": run_throughputs(runs),
+        "throughput_windows_samples_s": window_throughputs(runs),
         "throughput_cv": _cv(run_throughputs(runs)),
     }
     for key in MEAN_OVER_RUNS:
@@ -234,7 +234,7 @@ def _guard(runs: list[Row], every_run: list[Row], throughput: float) -> dict[str
         shift = shifts[0]
     elif None not in shifts and all(s > -1 for s in shifts):
         unguarded = [  # each run's mean over every window it recorded
-            float(r["metrics"]["throughput_img_s"]) / (1.0 + s)
+            float(r["metrics"]["throughput_samples_s"]) / (1.0 + s)
             for r, s in zip(every_run, shifts, strict=True)
         ]
         shift = throughput / float(np.mean(unguarded)) - 1.0

@@ -7,6 +7,9 @@ rows the finding and the table are written from (:func:`dlscale.metrics.scaling.
 for each point its settings, the runs it combines and leaves out, the figures combined over
 them (:data:`POINT_FIGURES`) and its ratios (:data:`~dlscale.metrics.scaling.SCALING_KEYS`).
 Each figure is defined in docs/metrics.md; a figure that is not a finite number is ``null``.
+Throughputs are samples per second, beside the point's ``sample_unit`` and ``units_per_sample``
+(:mod:`dlscale.metrics.units`); a file written before (schema 1: ``throughput_img_s``...) reads
+with :func:`read_points` as one of today's, in images.
 """
 
 from __future__ import annotations
@@ -15,19 +18,21 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dlscale.contract.files import write_json_atomic
+from dlscale.contract.files import read_json, schema_version, write_json_atomic
+from dlscale.contract.shapes import RENAMED_METRICS
 from dlscale.metrics.points import MEAN_OVER_RUNS
 from dlscale.metrics.scaling import SCALING_KEYS
+from dlscale.metrics.units import sample_unit, units_per_sample
 from dlscale.store.claims import study_file
 from dlscale.store.results import RunStore
 
 PREFIX = "points-"
 
 POINT_FIGURES = (
-    "throughput_img_s",
-    "throughput_ci95_img_s",
-    "throughput_runs_img_s",
-    "throughput_windows_img_s",
+    "throughput_samples_s",
+    "throughput_ci95_samples_s",
+    "throughput_runs_samples_s",
+    "throughput_windows_samples_s",
     "throughput_cv",
     *MEAN_OVER_RUNS,
     "exposed_comm_fraction",
@@ -69,6 +74,8 @@ def point_document(row: dict[str, Any]) -> dict[str, Any]:
         "interval": row.get("interval"),
         "threads_per_worker": row.get("threads_per_worker"),
         "batch_size_per_worker": row.get("batch_size_per_worker"),
+        "sample_unit": sample_unit(metrics),
+        "units_per_sample": units_per_sample(metrics),
         "figures": {key: metrics.get(key) for key in POINT_FIGURES},
         **{key: row.get(key) for key in SCALING_KEYS},
     }
@@ -84,6 +91,26 @@ def write_points(store: RunStore, study: str, rows: list[dict[str, Any]]) -> Pat
     document = {"study": study, "points": [point_document(row) for row in rows]}
     write_json_atomic(path, "points", document)
     return path
+
+
+_RENAMED = {**RENAMED_METRICS, "throughput_runs_img_s": "throughput_runs_samples_s"}
+"""The figures schema 2 renamed (a point stored before measured images, one a sample)."""
+
+
+def read_points(path: Path) -> dict[str, Any]:
+    """A points file (``UnreadableFile`` where it is no readable one), in today's names: a
+    file of schema 1 with its figures renamed and each point's unit said (``image``, 1)."""
+    document = read_json(path, "points")
+    if schema_version(document) < 2:
+        for point in document.get("points") or []:
+            if not isinstance(point, dict):
+                continue
+            figures = point.get("figures")
+            if isinstance(figures, dict):
+                point["figures"] = {_RENAMED.get(k, k): v for k, v in figures.items()}
+            point.setdefault("sample_unit", "image")
+            point.setdefault("units_per_sample", 1)
+    return document
 
 
 def _finite(value: Any) -> Any:

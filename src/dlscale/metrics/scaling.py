@@ -141,15 +141,15 @@ def _own_ratios(run: Row, base: Row | None, machine: Row | None) -> Row:
     if not _usable(run):
         return run
     run["interval"] = "windows"
-    throughput = run["metrics"]["throughput_img_s"]
+    throughput = run["metrics"]["throughput_samples_s"]
     if base is not None:
-        ratio = throughput / base["metrics"]["throughput_img_s"]
+        ratio = throughput / base["metrics"]["throughput_samples_s"]
         workers = run["config"]["workers"]
         run.update(speedup=ratio, speedup_ci95=None, efficiency=ratio / workers)
         run["efficiency_ci95"] = None
         run.update(_accuracy_ratios(run["metrics"], base["metrics"]))
     if machine is not None:
-        run["machine_speedup"] = throughput / machine["metrics"]["throughput_img_s"]
+        run["machine_speedup"] = throughput / machine["metrics"]["throughput_samples_s"]
         run["machine_speedup_ci95"] = None
     return run
 
@@ -161,7 +161,7 @@ def describe(point: Row) -> str:
 
 
 def _usable(point: Row) -> bool:
-    return point["status"] == "completed" and bool(point["metrics"].get("throughput_img_s"))
+    return point["status"] == "completed" and bool(point["metrics"].get("throughput_samples_s"))
 
 
 def _fill(point: Row, base: Row) -> None:
@@ -200,7 +200,7 @@ def throughput_ratio(point: Row, base: Row) -> tuple[float, list[float] | None]:
     if kind_mine != kind_theirs:  # one side has a single run: windows against windows
         mine, theirs = window_throughputs(runs_point), window_throughputs(runs_base)
     ratio, interval = ratio_ci95(mine, theirs)
-    ratio = point["metrics"]["throughput_img_s"] / base["metrics"]["throughput_img_s"]
+    ratio = point["metrics"]["throughput_samples_s"] / base["metrics"]["throughput_samples_s"]
     return ratio, None if interval is None else list(interval)
 
 

@@ -80,7 +80,7 @@ class Predicted:
     step_s: float
     comm_s: float
     """The synchronization's own time (hidden or not)."""
-    throughput_img_s: float
+    throughput_samples_s: float
     speedup: float
     efficiency: float
 
@@ -154,11 +154,11 @@ def predict(
             workers=p,
             step_s=step,
             comm_s=comm_s(profile, strategy, p, net, servers),
-            throughput_img_s=throughput,
+            throughput_samples_s=throughput,
             speedup=throughput / single,
             efficiency=throughput / single / p,
         )
-        figures = (row.step_s, row.comm_s, row.throughput_img_s, row.speedup, row.efficiency)
+        figures = (row.step_s, row.comm_s, row.throughput_samples_s, row.speedup, row.efficiency)
         if not all(finite_number(figure) for figure in figures) or not row.step_s > 0:
             raise UserError(
                 f"{strategy} at {p} workers gives no finite prediction on this network "

@@ -192,7 +192,7 @@ def compare(
     for point in points:
         metrics, config = point.get("metrics") or {}, point.get("config") or {}
         workers = int(config.get("workers") or 0)
-        pattern, measured = metrics.get("sync_pattern"), metrics.get("throughput_img_s")
+        pattern, measured = metrics.get("sync_pattern"), metrics.get("throughput_samples_s")
         batch = point.get("batch_size_per_worker")
         if point.get("status") != "completed" or workers < 2 or pattern not in SYNC_PATTERNS:
             continue  # a pattern the model does not know (a damaged file's) is not predicted
@@ -218,8 +218,8 @@ def compare(
         if pattern == "ring" and (sent := _sent_on_cycle(metrics, messages)):
             backward = profile.compute_s * profile.backward_share
             exposed = replayed_comm(pattern, payload, workers, servers, link, sent, backward)
-            row["overlap_img_s"] = workers * profile.batch / (profile.compute_s + exposed)
-            row["overlap_error"] = row["overlap_img_s"] / float(measured) - 1
+            row["overlap_samples_s"] = workers * profile.batch / (profile.compute_s + exposed)
+            row["overlap_error"] = row["overlap_samples_s"] / float(measured) - 1
             row["overlap_from"] = REPLAYED
         rows.append({**row, "backward_share_from": share_from, "messages": len(messages) or None})
     return rows
@@ -309,7 +309,9 @@ def _row(
         "nodes": nodes,
         "algorithm": pattern,
         "servers": servers if pattern.startswith("ps-") else None,
-        "measured_img_s": measured,
+        "measured_samples_s": measured,
+        "sample_unit": metrics.get("sample_unit") or "image",  # shown in it: metrics.units
+        "units_per_sample": metrics.get("units_per_sample") or 1,
         "measured_step_ms": metrics.get("step_time_p50_ms"),
         "compute_ms": compute.ms,
         "compute_from": compute.source,
@@ -323,11 +325,11 @@ def _row(
         step = pattern_step(pattern, profile, comm.seconds, workers, servers, link, overlap)
         return workers * profile.batch / step
 
-    row["predicted_img_s"] = predicted(False)
-    row["error"] = row["predicted_img_s"] / measured - 1
+    row["predicted_samples_s"] = predicted(False)
+    row["error"] = row["predicted_samples_s"] / measured - 1
     overlaps = pattern in OVERLAPS or pattern in PIPELINED
-    row["overlap_img_s"] = predicted(True) if overlaps else None
-    row["overlap_error"] = row["overlap_img_s"] / measured - 1 if overlaps else None
+    row["overlap_samples_s"] = predicted(True) if overlaps else None
+    row["overlap_error"] = row["overlap_samples_s"] / measured - 1 if overlaps else None
     return row
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from dlscale.contract.engine_code import stored_code
 from dlscale.contract.text import excerpt
 from dlscale.metrics.aggregate import OUTSIDE_LOAD_LIMIT, STEAL_LIMIT
+from dlscale.metrics.units import Rate
 
 Row = dict[str, Any]
 
@@ -31,6 +32,12 @@ def metric(key: str) -> Callable[[Row], Any]:
     return lambda row: (row.get("metrics") or {}).get(key)
 
 
+def rate(shown: Rate, key: str) -> Callable[[Row], Any]:
+    """The stored throughput figure ``key`` (samples per second) of a row, in ``shown``
+    (:mod:`dlscale.metrics.units`: img/s, tok/s, samples/s)."""
+    return lambda row: shown.of(row.get("metrics"), key)
+
+
 def fixed(spec: str) -> Callable[[Any, Row], str]:
     return lambda value, row: format(value, spec)
 
@@ -41,8 +48,8 @@ def percent(digits: int) -> Callable[[Any, Row], str]:
 
 def interval(key: str, spec: str, scale: float = 1.0, unit: str = "") -> Callable[[Any, Row], str]:
     """A ratio with its interval from ``row[key]`` (low, high) in brackets, when it has one;
-    a low end below 0 (runs that disagree: Fieller's set reaches where no ratio of img/s can
-    be) is shown as 0, the interval's feasible part."""
+    a low end below 0 (runs that disagree: Fieller's set reaches where no ratio of throughputs
+    can be) is shown as 0, the interval's feasible part."""
 
     def text(value: Any, row: Row) -> str:
         bounds = row.get(key)
@@ -56,7 +63,8 @@ def interval(key: str, spec: str, scale: float = 1.0, unit: str = "") -> Callabl
 
 
 def feasible(bounds: Any) -> tuple[float, float]:
-    """A ratio of img/s's interval from 0 up: the part of Fieller's set a ratio can be in."""
+    """A ratio of throughputs' interval from 0 up: the part of Fieller's set a ratio can be
+    in."""
     return max(bounds[0], 0.0), bounds[1]
 
 
@@ -128,7 +136,7 @@ def notes(row: Row) -> str | None:
         notes.extend(over or [f"loaded {load * 100:.0f}%"])
     if metrics.get("waited"):  # its own processes waited for a CPU: contention the load misses
         notes.append(waited_words(metrics["run_delay_max"]))
-    if metrics.get("windows_left_out"):  # and how far leaving them out moved img/s
+    if metrics.get("windows_left_out"):  # and how far leaving them out moved the throughput
         shift = metrics.get("noise_guard_shift")
         moved = f" ({shift:+.1%})" if shift is not None else ""
         notes.append(f"{metrics['windows_left_out']} loaded window(s) left out{moved}")

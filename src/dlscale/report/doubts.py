@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from dlscale.metrics.scaling import baseline_key
+from dlscale.metrics.units import CI95, THROUGHPUT, rate_of
 
 Row = dict[str, Any]
 
@@ -79,30 +80,32 @@ def _against(point: Row, whose: str) -> tuple[list[str], bool]:
     if metrics.get("waited") and len(point.get("layout") or [None]) == 1:
         waited = metrics["run_delay_max"]
         out.append(f"{whose} process waited for a CPU {waited:.0%} of a window")
-    mean, half = metrics.get("throughput_img_s"), metrics.get("throughput_ci95_img_s")
+    rate = rate_of(metrics)  # said in the point's unit: the comparison is unit-free
+    mean, half = rate.of(metrics), rate.of(metrics, CI95)
     disagree = bool(mean and half is not None and half >= mean)
     if disagree:
-        out.append(f"{whose} runs disagree (±{half:.1f} img/s around {mean:.1f})")
+        out.append(f"{whose} runs disagree (±{half:.1f} {rate.label} around {mean:.1f})")
     return out, disagree
 
 
 def _siblings(base: Row, rows: list[Row], name: Any) -> list[str]:
-    own = (base.get("metrics") or {}).get("throughput_img_s")
+    own = (base.get("metrics") or {}).get(THROUGHPUT)
     if not own:
         return []
     key, out = baseline_key(base), []
     for other in rows:
-        img_s = (other.get("metrics") or {}).get("throughput_img_s")
+        samples_s = (other.get("metrics") or {}).get(THROUGHPUT)
         if (
             other is base
             or other["status"] != "completed"
             or other["config"]["workers"] != 1
             or other["config"].get("loader_only")
-            or not img_s
+            or not samples_s
             or baseline_key(other) != key
         ):
             continue
-        ratio = img_s / own
+        ratio = samples_s / own  # the same work: the same unit and samples
         if ratio > SIBLINGS_APART:
-            out.append(f"{name(other)} runs {ratio:.2f}x the baseline's img/s")
+            label = rate_of(base.get("metrics")).label
+            out.append(f"{name(other)} runs {ratio:.2f}x the baseline's {label}")
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from dlscale.metrics.units import CI95, THROUGHPUT, Rate, common_rate
 from dlscale.report.series import Figure, Row, Series, by_series, series_label, varying_keys
 
 STRAGGLER_RATIO = 1.05
@@ -24,22 +25,32 @@ def _scaling_word(rows: list[Row]) -> str:
     return "/".join(sorted(modes)) + " scaling"
 
 
+def _rate_of(rate: Rate, row: Row, key: str = THROUGHPUT) -> Any:
+    return rate.of(row.get("metrics"), key)
+
+
+def _axis(rate: Rate) -> str:
+    """A throughput axis's words: ``images/s (all workers)``, ``tokens/s``, ``samples/s``."""
+    return f"{rate.words}/s (all workers)"
+
+
 def throughput(rows: list[Row]) -> Figure | None:
     series = []
+    rate = common_rate(rows)  # each point in the rows' unit (samples/s where they mix)
     for name, group in by_series(rows).items():
         x = [r["config"]["workers"] for r in group]
-        y = [_m(r, "throughput_img_s") for r in group]
-        ci = [_m(r, "throughput_ci95_img_s") for r in group]
+        y = [_rate_of(rate, r) for r in group]
+        ci = [_rate_of(rate, r, CI95) for r in group]
         low = [None if c is None or v is None else v - c for v, c in zip(y, ci, strict=True)]
         high = [None if c is None or v is None else v + c for v, c in zip(y, ci, strict=True)]
         cut = [w for w, b in zip(x, low, strict=True) if b is not None and b < 0]
-        low = [None if b is None else max(b, 0.0) for b in low]  # no img/s is below 0
+        low = [None if b is None else max(b, 0.0) for b in low]  # no rate is below 0
         label = name + _marked(cut, "interval wider than the mean, cut at 0")
         label += _doubted(group, rows)
         series.append(Series(name=label, x=x, y=y, low=low, high=high, group=name))
         base = next((r for r in group if r.get("speedup") is not None), None)
         if base is not None and base.get("speedup") and len(x) > 1:
-            one = _m(base, "throughput_img_s") / base["speedup"]  # the baseline's throughput
+            one = _rate_of(rate, base) / base["speedup"]  # the baseline's throughput
             series.append(
                 Series(
                     name=f"{name}: ideal (linear)",
@@ -55,7 +66,7 @@ def throughput(rows: list[Row]) -> Figure | None:
         key="throughput",
         title=f"Throughput against workers ({_scaling_word(rows)})",
         x_label="workers",
-        y_label="images/s (all workers)",
+        y_label=_axis(rate),
         series=series,
         note="Bands: 95% confidence interval over runs (over windows for a point with a "
         "single run). Dashed: the 1-worker baseline times the number of workers.",
@@ -316,13 +327,12 @@ def comparison(rows: list[Row]) -> Figure | None:
     if len(groups) < 2:
         return None
     workers = sorted({r["config"]["workers"] for g in groups.values() for r in g})
+    rate = common_rate(rows)
     series = []
     for name, group in groups.items():
         by_workers = {r["config"]["workers"]: r for r in group}
-        ys = [_m(by_workers[w], "throughput_img_s") if w in by_workers else None for w in workers]
-        ci = [
-            _m(by_workers[w], "throughput_ci95_img_s") if w in by_workers else None for w in workers
-        ]
+        ys = [_rate_of(rate, by_workers[w]) if w in by_workers else None for w in workers]
+        ci = [_rate_of(rate, by_workers[w], CI95) if w in by_workers else None for w in workers]
         series.append(
             Series(
                 name=name,
@@ -341,7 +351,7 @@ def comparison(rows: list[Row]) -> Figure | None:
         key="side_by_side",
         title="Backends side by side",
         x_label="",
-        y_label="images/s (all workers)",
+        y_label=_axis(rate),
         series=series,
         x_categorical=True,
         note="Same model and data; error bars: 95% confidence interval.",

@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from dlscale.metrics.scaling import describe, throughput_ratio
+from dlscale.metrics.units import CI95, THROUGHPUT, rate_of, shown
 from dlscale.report import cells
 from dlscale.report.doubts import doubts, reference_doubts
 from dlscale.report.series import series_label, varying_keys
@@ -38,7 +39,7 @@ def findings(rows: list[Row]) -> list[str]:
     baseline with its efficiency, exposed communication and the same machine as one worker;
     then, where several backends ran at one worker count, which was fastest and how the others
     compare; then what failed."""
-    done = [r for r in rows if r["status"] == "completed" and _finite(_img_s(r))]
+    done = [r for r in rows if r["status"] == "completed" and _finite(_samples_s(r))]
     varying = [k for k in varying_keys(rows) if k not in _NOT_IN_A_NAME]
     out: list[str] = []
     scaled = sorted(
@@ -68,8 +69,13 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
-def _img_s(row: Row) -> float | None:
-    return (row.get("metrics") or {}).get("throughput_img_s")
+def _samples_s(row: Row) -> float | None:
+    return (row.get("metrics") or {}).get(THROUGHPUT)
+
+
+def _rate(row: Row) -> str:
+    """The row's throughput in its unit: ``240.0 img/s``, ``15360.0 tok/s``."""
+    return shown(row.get("metrics"))
 
 
 def _name(row: Row, varying: list[str], *, workers: bool = False) -> str:
@@ -187,10 +193,10 @@ def _accuracy(row: Row) -> list[str]:
 def _single(row: Row, varying: list[str]) -> str:
     """A point of a study that scaled nothing: its throughput and what else it measured."""
     metrics = row.get("metrics") or {}
-    half = metrics.get("throughput_ci95_img_s")
+    half = rate_of(metrics).of(metrics, CI95)
     over = " over one run's windows" if row.get("interval") == "windows" else ""
     spread = f" ±{half:.1f}{over}" if half is not None else ""
-    parts = [f"{_name(row, varying, workers=True)}: {_img_s(row):.1f} img/s{spread}"]
+    parts = [f"{_name(row, varying, workers=True)}: {_rate(row)}{spread}"]
     return "; ".join(parts + _accuracy(row))
 
 
@@ -204,7 +210,7 @@ def _side_by_side(done: list[Row], varying: list[str], *, intervals: bool) -> li
             by_workers[row["config"]["workers"]].append(row)
     out = []
     for workers in sorted(by_workers, reverse=True):
-        group = sorted(by_workers[workers], key=lambda r: -(_img_s(r) or 0))
+        group = sorted(by_workers[workers], key=lambda r: -(_samples_s(r) or 0))
         if len(group) < 2:
             continue
         best, others = group[0], group[1:]
@@ -216,7 +222,7 @@ def _side_by_side(done: list[Row], varying: list[str], *, intervals: bool) -> li
         more = f", and {len(others) - MOST} more" if len(others) > MOST else ""
         out.append(
             f"at {workers} workers the fastest was {_name(best, varying)} "
-            f"({_img_s(best):.1f} img/s); of its speed: {', '.join(compared)}{more}"
+            f"({_rate(best)}); of its speed: {', '.join(compared)}{more}"
         )
     return out
 

@@ -6,14 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dlscale.report.columns import COLUMNS, Column, Row
-
-_PER_RUN = {
-    "throughput_ci95_img_s": "its 95% interval's half-width over the run's windows (w)",
-    "speedup": "the run's img/s over its baseline point's mean (*: a run of the baseline)",
-    "machine_speedup": "the run's img/s over this machine as 1 worker with every core",
-}
-"""The legend's words for a column whose row is one run (`dlscale ls runs`), not a point."""
+from dlscale.metrics.units import Rate
+from dlscale.report.columns import COLUMNS, Column, Row, columns_for, columns_in
 
 
 def legend(columns: Sequence[Column], *, per_run: bool = False) -> str:
@@ -21,7 +15,7 @@ def legend(columns: Sequence[Column], *, per_run: bool = False) -> str:
     ``per_run``: each row is one run."""
 
     def words(c: Column) -> str:
-        return (_PER_RUN.get(c.name) if per_run else None) or c.short or c.definition
+        return (c.per_run if per_run else "") or c.short or c.definition
 
     said = [f"{c.term or c.label}: {words(c)}" for c in columns if c.definition]
     more = "More: dlscale explain COLUMN, docs/metrics.md."
@@ -29,10 +23,10 @@ def legend(columns: Sequence[Column], *, per_run: bool = False) -> str:
 
 
 def find_column(name: str) -> Column:
-    """The column a person names by its label (``eff.``, ``vs 1×all``, ``TTA``) or its
-    machine name (``efficiency``), case and a trailing dot aside; KeyError otherwise."""
+    """The column a person names by its label (``eff.``, ``vs 1×all``, ``TTA``, ``tok/s``) or
+    its machine name (``efficiency``), case and a trailing dot aside; KeyError otherwise."""
     wanted = name.strip().lower().rstrip(".")
-    for column in COLUMNS:
+    for column in every_column():
         if wanted and wanted in {
             column.name,
             column.label.lower().rstrip("."),
@@ -47,7 +41,8 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
     that are the same in every row."""
     shown: list[Column] = []
     caption: list[str] = []
-    for column in (*COLUMNS[:2], *settings_column(rows), *COLUMNS[2:]):
+    columns = columns_for(rows)  # the throughput in the rows' unit
+    for column in (*columns[:2], *settings_column(rows), *columns[2:]):
         if column.show == "exports" or (column.show == "on_request" and not run_ids):
             continue
         if column.show == "present" and all(column.value(row) is None for row in rows):
@@ -59,6 +54,17 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
             continue
         shown.append(column)
     return shown, caption + options_set(rows)
+
+
+def every_column() -> list[Column]:
+    """Every column of every rate, those of images first, each name once."""
+    from dlscale.contract.workload import KINDS
+
+    found: dict[str, Column] = {}
+    for rate in [Rate(kind.unit) for kind in KINDS.values()] + [Rate(None)]:
+        for column in columns_in(rate):
+            found.setdefault(column.name, column)
+    return list(found.values())
 
 
 _SHOWN_ELSEWHERE = {c.name for c in COLUMNS} | {"batch_size"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dlscale.metrics.units import rate_of
 from dlscale.perfmodel.costs import ring_allreduce_s
 from dlscale.perfmodel.networks import finite_number, stored_fit
 from dlscale.perfmodel.validate import (
@@ -55,15 +56,18 @@ def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Fig
             labels.append(label)
             plain.append(c["error"])
             overlap.append(c["overlap_error"])
+            rate = rate_of(c)  # the point's unit (img/s, tok/s)
+            bound = rate.of(c, "overlap_samples_s")
             with_overlap = (
-                f", with its overlap bound {c['overlap_img_s']:,.1f} ({c['overlap_error']:+.1%}; "
+                f", with its overlap bound {bound:,.1f} ({c['overlap_error']:+.1%}; "
                 f"{share_words(c)})"
-                if c["overlap_img_s"] is not None
+                if bound is not None
                 else ""
             )
+            measured, predicted = (rate.of(c, f"{k}_samples_s") for k in ("measured", "predicted"))
             flags.append(
-                f"{label}: measured {c['measured_img_s']:,.1f} img/s; {c['algorithm']} "
-                f"predicts {c['predicted_img_s']:,.1f} ({c['error']:+.1%}){with_overlap}; "
+                f"{label}: measured {measured:,.1f} {rate.label}; {c['algorithm']} "
+                f"predicts {predicted:,.1f} ({c['error']:+.1%}){with_overlap}; "
                 f"compute from its {c['compute_from']}, synchronization {c['comm_from']}"
             )
     chosen = list(compared.values())

@@ -4,7 +4,11 @@ of the current schema.
 A result's ``config`` is stored as ``to_dict`` writes it: the core keys and ``options``
 grouped by plug-in kind (``{"backend": {...}, "dataset": {...}, "launcher": {...}}``); core
 keys added since a result was written read as their defaults. Schema 3 renamed the windows of
-one run from ``repeats`` to ``windows`` (``repeats`` are independent runs now). Schema 1
+one run from ``repeats`` to ``windows`` (``repeats`` are independent runs now). Schema 4
+stores throughput in samples per second (``throughput_samples_s``, ``throughput_ci95_samples_s``,
+``throughput_windows_samples_s``) with the sample's ``sample_unit`` and ``units_per_sample``: a
+result stored before (``throughput_img_s``...) counted images, and reads as ``image``, 1
+(:data:`RENAMED_METRICS`). Schema 1
 (before plug-in options) stored every key flat; its plug-in keys are regrouped here by what the
 backend and data set declare today. Readers (tables, figures, scaling, compare) see
 :meth:`Result.row`: the config flat, core keys and options side by side, with
@@ -23,7 +27,7 @@ from dlscale.contract.numbers import finite_number
 from dlscale.contract.result import Result
 from dlscale.contract.run_checks import STORED_CONFIG, WHOLE_KEYS
 from dlscale.contract.run_config import config_defaults, core_keys
-from dlscale.contract.shapes import MAX_QUANTITY
+from dlscale.contract.shapes import MAX_QUANTITY, RENAMED_METRICS
 from dlscale.contract.text import excerpt
 from dlscale.store.validate import ShapeError, check, check_result  # readers catch ShapeError
 
@@ -52,7 +56,7 @@ def result_view(document: dict[str, Any]) -> Result:
     shape (:mod:`dlscale.store.validate`: a number that is not finite or out of its range, a
     nested metric of the wrong type). ``metrics`` and ``environment`` left out read as empty.
     """
-    check_stored(document)
+    check_stored(document)  # under the names it holds: a message names what the file says
     try:
         result = Result.from_document(current(document, schema_version(document)))
         settings = result.settings
@@ -140,12 +144,28 @@ def current(document: dict[str, Any], schema: int) -> dict[str, Any]:
         if "repeats" in config:  # schema 3 renamed a run's windows
             config.setdefault("windows", config.pop("repeats"))
         config.setdefault("allocator", "system")  # before the key: glibc as is
+    in_samples(document, schema)
     defaults = {k: v for k, v in config_defaults().items() if k != "options"}
     document["config"] = {**defaults, **config, "options": _with_later_options(config, grouped)}
     if document.get("framework") is None:
         document["framework"] = _framework(config.get("backend"))
     _no_loss_not_diverged(document, config.get("backend"))
     return document
+
+
+def in_samples(document: dict[str, Any], schema: int) -> None:
+    """A result stored before schema 4 with its throughput under the names of samples per
+    second (:data:`RENAMED_METRICS`) and its unit said: ``image``, 1 a sample (what every run
+    measured then). A name stored under both is left as the newer one holds it."""
+    metrics = document.get("metrics")
+    if schema >= 4 or not isinstance(metrics, dict):
+        return
+    for old, new in RENAMED_METRICS.items():
+        if old in metrics:
+            value = metrics.pop(old)
+            metrics.setdefault(new, value)
+    metrics.setdefault("sample_unit", "image")
+    metrics.setdefault("units_per_sample", 1)
 
 
 def _no_loss_not_diverged(document: dict[str, Any], backend: Any) -> None:

@@ -14,12 +14,20 @@ cannot drift. Definitions and units: docs/metrics.md ("Stored values" gives thes
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dlscale.contract.numbers import finite_number, whole_number
 from dlscale.contract.result import RESULT
-from dlscale.contract.shapes import ANY, COMPLETED, ENVIRONMENT, MEASURED, METRICS, Shape
+from dlscale.contract.shapes import (
+    ANY,
+    COMPLETED,
+    ENVIRONMENT,
+    MEASURED,
+    METRICS,
+    RENAMED_METRICS,
+    Shape,
+)
 from dlscale.contract.text import excerpt
 
 
@@ -33,7 +41,7 @@ class Problem:
     """One stored value outside its shape."""
 
     field: str
-    """``metric throughput_img_s``, ``environment memory_gib``, ``finished_at``."""
+    """``metric throughput_samples_s``, ``environment memory_gib``, ``finished_at``."""
     key: str
     where: str
     """Inside the value: ``[2]`` (a list's third item), ``['0'].accuracy``; "" for itself."""
@@ -72,13 +80,28 @@ def without_problems(values: Mapping[str, Any], shapes: Mapping[str, Shape]) -> 
 
 def check_result(document: dict[str, Any]) -> None:
     """A stored result's own fields, metrics (a completed run's measurement above 0) and
-    environment against their shapes (``metrics`` and ``environment`` are objects already)."""
+    environment against their shapes (``metrics`` and ``environment`` are objects already);
+    a metric stored under its older name (:data:`RENAMED_METRICS`) as it is under today's."""
     check({k: document.get(k) for k in RESULT}, RESULT)
     metrics = document["metrics"]
     if document.get("status") == "completed":  # its measurement first: the likeliest damage
-        check({k: metrics.get(k) for k in MEASURED}, COMPLETED, "metric")
-    check(metrics, METRICS, "metric")
+        check({k: metrics.get(k) for k in _MEASURED}, _COMPLETED, "metric")
+    check(metrics, _METRICS, "metric")
     check(document["environment"], ENVIRONMENT, "environment")
+
+
+def _in_images(shape: Shape) -> Shape:
+    """A throughput's shape as a result stored before schema 4 holds it: in images/s."""
+    item = None if shape.item is None else replace(shape.item, unit="img/s")
+    return replace(shape, unit="img/s" if shape.unit else "", item=item)
+
+
+_METRICS = {**METRICS, **{old: _in_images(METRICS[new]) for old, new in RENAMED_METRICS.items()}}
+_COMPLETED = {
+    **COMPLETED,
+    **{old: _in_images(COMPLETED[new]) for old, new in RENAMED_METRICS.items() if new in COMPLETED},
+}
+_MEASURED = (*MEASURED, *(old for old, new in RENAMED_METRICS.items() if new in MEASURED))
 
 
 def _first(value: Any, shape: Shape) -> tuple[str, Any, Shape] | None:
