@@ -160,3 +160,27 @@ def follows_torch_ddp(
     )
     assert len(set(ours)) == len(ours)  # the steps moved the loss
     return store
+
+
+GPT_POINT = dict(
+    model="gpt-nano",
+    dataset="tokens",
+    n_layer=2,
+    n_embd=32,
+    n_head=2,
+    block_size=16,
+    vocab_size=64,
+    batch_size=4,
+    steps=3,
+    windows=1,
+    warmup_steps=0,
+    comm_probe_steps=0,
+    workers=2,
+    optimizer="adamw",
+    lr=3e-3,
+    weight_decay=0.1,
+    save_params=True,
+)
+"""A small GPT at 2 workers, as every engine's GPT twin is held to torch-ddp's steps: two blocks
+of width 32 over 64 random tokens (every parameter kind of a GPT: embeddings, a tied head,
+LayerNorms, attention, MLP), AdamW with decoupled weight decay, 3 steps."""

@@ -111,9 +111,10 @@ def shapes(name: str) -> dict:
     spec = MODELS.get(name)
     size = spec.input_size
     built = spec.build(spec.default_classes, "jax")
-    tree = jax.eval_shape(
-        lambda: built.init(jax.random.PRNGKey(0), np.zeros((1, 3, size, size)), train=False)
+    sample = (  # a GPT takes token ids, the others images
+        np.zeros((1, size), np.int32) if spec.sample == "tokens" else np.zeros((1, 3, size, size))
     )
+    tree = jax.eval_shape(lambda: built.init(jax.random.PRNGKey(0), sample, train=False))
     ours = {k: v.shape for k, v in transfer.flatten(dict(tree["params"])).items()}
     theirs = {n: tuple(p.shape) for n, p in spec.build(spec.default_classes).named_parameters()}
     return {"model": name, "names": ours == theirs}

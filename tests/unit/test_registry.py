@@ -80,7 +80,10 @@ def test_the_built_ins_come_through_the_plugin_door():
         "imagenet",
         "imagenet-subset",
         "own",
+        "python-source",
         "synthetic",
+        "token-file",
+        "tokens",
     ]
     assert FRAMEWORKS.names() == ["horovod", "jax", "mxnet", "tensorflow", "torch"]
     frameworks = {spec.framework for _, spec in BACKENDS}
@@ -89,6 +92,11 @@ def test_the_built_ins_come_through_the_plugin_door():
 
     for model in BUILT_IN:  # every built-in framework builds every built-in model
         assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "mxnet", "jax"}
+    from dlscale.contract.models import TOKEN_MODELS
+
+    for model in TOKEN_MODELS:  # the GPT's twins; MXNet has no next-token task (refused)
+        assert set(MODELS.get(model).builders) == {"torch", "tensorflow", "jax"}
+    assert "next-token" not in FRAMEWORKS.get("mxnet").tasks
     assert set(recorded_packages()) >= {
         "numpy",
         "torch",

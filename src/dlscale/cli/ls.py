@@ -77,16 +77,19 @@ def _options(options: tuple[Option, ...]) -> str:
 
 def _datasets() -> Table:
     from dlscale.contract.datasets import DATASETS
+    from dlscale.contract.workload import KINDS
 
-    table = Table(title="datasets")
-    for column in ("name", "needs --data-dir", "accuracy", "options", "description"):
+    table = Table(title="datasets (sample: what one sample is, and its task)")
+    for column in ("name", "sample", "needs --data-dir", "held-out", "options", "description"):
         table.add_column(column)
     for name, spec in DATASETS.listed():
+        kind = KINDS[spec.sample]
         _add(
             table,
             name,
+            f"{kind.unit} ({kind.task})",
             "yes" if spec.needs_data_dir else "no",
-            "yes" if spec.has_eval else "no",
+            ("accuracy" if spec.sample == "image" else "loss") if spec.has_eval else "no",
             _options(spec.options),
             spec.description,
         )

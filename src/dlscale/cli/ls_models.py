@@ -43,14 +43,16 @@ def models(name: str | None, width: int) -> list[Table]:
         ))  # fmt: skip
     frameworks = sorted({f for _, spec in MODELS for f in spec.builders})
     title = (
-        "models (dlscale ls models NAME: one in full; parameters and forward FLOPs per image at "
-        f"the native size; twins in {', '.join(frameworks)})"
+        "models (dlscale ls models NAME: one in full; parameters and forward FLOPs per sample, "
+        f"an image at the native size or a sequence; twins in {', '.join(frameworks)})"
     )
-    headers = ("name", "params (M)", "GFLOPs/image", "input", "classes", "description")
+    headers = ("name", "params (M)", "GFLOPs/sample", "input", "classes", "description")
     return [one_row_each(title, headers, rows, width), _libraries()]
 
 
 def _input(spec: ModelSpec) -> str:
+    if spec.sample == "tokens":
+        return f"{spec.input_size} tokens"
     return f"3x{spec.input_size}x{spec.input_size}"
 
 
@@ -83,6 +85,8 @@ def _counted(model: str, spec: ModelSpec) -> dict[str, str] | None:
 
 
 def _one(model: str, spec: ModelSpec, width: int) -> Table:
+    if spec.sample == "tokens":
+        return one_in_full(f"model {model}", _token_model(spec), width)
     sizes = _declared(spec) or _counted(model, spec) or {}
     fields = [
         ("description", spec.description),
@@ -96,6 +100,32 @@ def _one(model: str, spec: ModelSpec, width: int) -> Table:
         ("dropout", "none" if spec.dropout is None else f"{spec.dropout} (--set dropout=P)"),
     ]
     return one_in_full(f"model {model}", fields, width)
+
+
+def _token_model(spec: ModelSpec) -> list[tuple[str, str]]:
+    """A token model's fields: its sizes with and without embeddings, per sequence and per
+    token, and the options that set its dimensions."""
+    params, embeddings, flops = spec.sized({})
+    block, vocab = spec.input_shape()
+    size = f"{(params or 0) / 1e6:.2f} M"
+    if embeddings is not None and params is not None:
+        size += f" ({(params - embeddings) / 1e6:.2f} M without the token and position embeddings)"
+    cost = "-"
+    if flops is not None:
+        per_token = f"{flops / block / 1e6:.2f} M per token"
+        cost = f"{flops / 1e9:.3f} G per sequence of {block} tokens ({per_token})"
+    options = ", ".join(f"{o.name} {o.default}" for o in spec.options)
+    return [
+        ("description", spec.description),
+        ("twins", ", ".join(spec.builders)),
+        ("parameters", size),
+        ("forward FLOPs", cost),
+        ("input", f"{block} tokens (block_size)"),
+        ("vocabulary", f"{vocab} (vocab_size; python-source: its 256 bytes)"),
+        ("counted on", "declared: dlscale.contract.gpt"),
+        ("dimensions", f"{options} (--set NAME=VALUE)"),
+        ("dropout", f"{spec.dropout} (--set dropout=P)"),
+    ]
 
 
 def _libraries() -> Table:

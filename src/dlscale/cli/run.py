@@ -54,6 +54,8 @@ FLAGS = {
     "--warmup-steps": "warmup_steps",
     "--lr": "lr",
     "--target-accuracy": "target_accuracy",
+    "--target-loss": "target_loss",
+    "--optimizer": "optimizer",
     "--device": "device",
     "--windows": "windows",
     "--seed": "seed",

@@ -34,9 +34,8 @@ def machine_points(points: tuple[RunConfig, ...], facts: list[NodeFacts]) -> lis
         reference = BACKENDS.reference_of(point.framework)
         if reference is None:
             continue
-        dataset_options = {
-            k: v for k, v in point.grouped_options()["dataset"].items()
-        } | point.grouped_options()["launcher"]
+        grouped = point.grouped_options()  # the backend's own options are another backend's
+        dataset_options = grouped["dataset"] | grouped["launcher"] | grouped["model"]
         try:
             candidate = on_one_machine(
                 dataclasses.replace(

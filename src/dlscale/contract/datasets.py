@@ -27,15 +27,25 @@ class DatasetSpec:
     has_eval: bool
     """Whether an accuracy on held-out data means anything (not for synthetic data)."""
     num_classes: int | None
-    """Classes of the data set; ``None`` follows the model (synthetic data)."""
+    """Classes of the data set (a token data set: its vocabulary); ``None`` follows the model
+    (synthetic data, random tokens)."""
+    sample: str = "image"
+    """The kind of sample it holds (:data:`dlscale.contract.workload.KINDS`: ``image``, one
+    image of C x H x W with its class; ``tokens``, a sequence of the model's ``block_size``
+    tokens with its next-token targets). Its loader's ``input_size`` is then the sequence's
+    length and ``num_classes`` the vocabulary."""
     checker: str | None = None
     """``module:function(data_dir: Path | None, options: dict) -> list[str] | None`` run by the
-    parent before launching, with the data set's resolved options; raises
+    parent before launching, with the data set's resolved options (and, for a token data set,
+    the model's ``block_size`` and ``vocab_size``); raises
     :class:`dlscale.contract.errors.DataError` naming the bad file, or returns notes for the user
     (what it left out). Needs no framework."""
 
     options: tuple[Option, ...] = ()
     """The data set's own settings (study keys)."""
+    generated: bool = False
+    """Made in memory by the loader (random images or tokens), not read from files: no input
+    pipeline to judge (the input findings leave its points out)."""
     script_data: bool = False
     """The data a training script reads itself (``own``): the only data set of a script
     backend's points, and none of any other's."""

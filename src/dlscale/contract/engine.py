@@ -108,6 +108,11 @@ class Engine:
         """What the framework says about itself and the device (versions, GPUs)."""
         return {}
 
+    def sample_facts(self) -> dict[str, Any]:
+        """What the run records about its data (a corpus' hash and source); by default
+        nothing."""
+        return {}
+
 
 class SyncStrategy:
     """How a training process keeps its replicas in step. The defaults are those of one

@@ -47,6 +47,16 @@ class FrameworkSpec:
     framework's twin starts from when its ``weights`` option names this framework (TensorFlow
     and MXNet: ``weights = "torch"``). ``None``: no other twin can start from it."""
 
+    tasks: tuple[str, ...] = ("classification",)
+    """The tasks its engines' loops have (:data:`dlscale.contract.workload.KINDS`), each
+    written once in the framework's folder (``tasks.py``): a point of another task is refused
+    before launch."""
+
+    optimizers: tuple[str, ...] = ("sgd",)
+    """The ``optimizer`` values its engines implement (:mod:`dlscale.contract.optimizers`)."""
+    schedules: tuple[str, ...] = ("constant",)
+    """The ``lr_schedule`` values its engines implement."""
+
     def installed(self) -> bool:
         return importlib.util.find_spec(self.module) is not None
 

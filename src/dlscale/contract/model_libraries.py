@@ -14,6 +14,7 @@ another size is refused with one line naming ``image_size``); the classes are th
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +79,11 @@ class LibraryModelSpec(ModelSpec):
     model_name: str
 
     def build(
-        self, num_classes: int, framework: str = "torch", dropout: float | None = None
+        self,
+        num_classes: int,
+        framework: str = "torch",
+        dropout: float | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> Any:
         if framework != self.library.framework:
             raise KeyError(f"model {self.name} has no {framework} builder")

@@ -8,9 +8,11 @@ frameworks have each model; a backend whose framework has no builder for a model
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlscale.contract.options import Option
 from dlscale.contract.registry import Registry, load_object
 
 
@@ -24,10 +26,27 @@ class ModelSpec:
     """Framework -> ``module:function`` taking ``num_classes`` and returning that framework's
     model (``torch``: a ``torch.nn.Module``)."""
     input_size: int
-    """Native input height = width in pixels (32 for CIFAR nets, 224 for ImageNet nets)."""
+    """Native input height = width in pixels (32 for CIFAR nets, 224 for ImageNet nets); a
+    token model's context (tokens per sample), unless its ``block_size`` option says."""
     default_classes: int
-    """Classes used with synthetic data (10 for CIFAR nets, 1000 for ImageNet nets)."""
+    """Classes used with synthetic data (10 for CIFAR nets, 1000 for ImageNet nets); a token
+    model's vocabulary, unless its ``vocab_size`` option says."""
     has_batchnorm: bool
+    sample: str = "image"
+    """The kind of sample it takes (:data:`dlscale.contract.workload.KINDS`): a data set of
+    another kind refuses the point."""
+    options: tuple[Option, ...] = ()
+    """The model's own settings (a GPT's dimensions), passed to every framework's builder as
+    keyword arguments."""
+    embedding_params: int | None = None
+    """Of :attr:`params`, those of the token and position embeddings (a token model)."""
+    sizer: str | None = None
+    """``module:function(values) -> (params, embedding_params, forward_flops_per_sample)``
+    given the model's resolved options: the sizes of a model whose options change them."""
+    checker: str | None = None
+    """``module:function(values)`` given the model's resolved options: raises
+    :class:`~dlscale.contract.errors.UserError` for a combination no option alone can refuse
+    (heads that do not divide the width)."""
     dropout: float | None = None
     """The dropout probability the model trains with (``None``: it has no dropout); a run's
     ``dropout`` key sets another, which every framework's builder takes as ``dropout=``."""
@@ -54,12 +73,43 @@ class ModelSpec:
     launch: ``""`` where the model can be built there, else why not, in one line."""
 
     def build(
-        self, num_classes: int, framework: str = "torch", dropout: float | None = None
+        self,
+        num_classes: int,
+        framework: str = "torch",
+        dropout: float | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> Any:
+        """The framework's twin for ``num_classes`` outputs (a vocabulary, for a token model),
+        with the run's dropout and the model's own ``options`` (a run's resolved options: only
+        those the model declares are passed)."""
         reference = self.builders.get(framework)
         if reference is None:
             raise KeyError(f"model {self.name} has no {framework} builder")
-        return load_object(reference)(num_classes, **self.dropout_kwargs(dropout))
+        own = {o.name: (options or {}).get(o.name, o.default) for o in self.options}
+        own.pop("vocab_size", None)  # the vocabulary is num_classes
+        return load_object(reference)(num_classes, **self.dropout_kwargs(dropout), **own)
+
+    def check(self, options: Mapping[str, Any]) -> None:
+        """The model's own check of its resolved options (none without a :attr:`checker`)."""
+        if self.checker is not None:
+            load_object(self.checker)({o.name: options[o.name] for o in self.options})
+
+    def sized(self, options: Mapping[str, Any]) -> tuple[int | None, int | None, int | None]:
+        """``(params, embedding_params, forward_flops_per_sample)`` under a run's options: the
+        declared ones, or a token model's counted from its dimensions."""
+        if self.sizer is None:
+            return self.params, self.embedding_params, self.forward_flops_per_sample
+        values = {o.name: options.get(o.name, o.default) for o in self.options}
+        return tuple(load_object(self.sizer)(values))
+
+    def input_shape(self, options: Mapping[str, Any] | None = None) -> tuple[int, int]:
+        """``(input_size, default_classes)`` under a run's options: a token model's
+        ``block_size`` and ``vocab_size`` where it declares them."""
+        values = {o.name: (options or {}).get(o.name, o.default) for o in self.options}
+        return (
+            int(values.get("block_size", self.input_size)),
+            int(values.get("vocab_size", self.default_classes)),
+        )
 
     def dropout_kwargs(self, dropout: float | None) -> dict[str, float]:
         """``{"dropout": p}`` for a builder when a run sets another dropout than the model's."""
@@ -165,3 +215,35 @@ BUILT_IN = (
     "tiny",
 )
 """The models registered above (each built-in framework builds every one of them)."""
+
+
+def _register_gpts() -> None:
+    from dlscale.contract.gpt import SIZES, dimensions, forward_flops, options_of, parameter_counts
+
+    for size, (description, _) in SIZES.items():
+        options = options_of(size)
+        values = dimensions({}, size)
+        params, embeddings = parameter_counts(values, values["vocab_size"])
+        MODELS.register(
+            size,
+            ModelSpec(
+                name=size,
+                description=description,
+                input_size=values["block_size"],
+                default_classes=values["vocab_size"],
+                has_batchnorm=False,
+                dropout=0.0,
+                sample="tokens",
+                options=options,
+                params=params,
+                embedding_params=embeddings,
+                forward_flops_per_sample=forward_flops(values, values["vocab_size"]),
+                checker="dlscale.contract.gpt:check",
+                sizer="dlscale.contract.gpt:sizes",
+            ),
+        )
+
+
+_register_gpts()
+TOKEN_MODELS = ("gpt", "gpt-mini", "gpt-nano", "nanogpt-char", "gpt2-small")
+"""The GPTs registered above (:mod:`dlscale.contract.gpt`): twins where a framework has one."""

@@ -72,6 +72,9 @@ class Environment(Record):
     scheduler: dict[str, str] = field(default_factory=dict)
     """The batch scheduler's ids of the job and step the process ran in (``slurm_job_id``,
     ``slurm_step_id``), where a scheduler started it; recorded in result.json's environment."""
+    data: dict[str, Any] = field(default_factory=dict)
+    """What the data set says of the data the process read (``python-source``: the Python
+    version, files, tokens and SHA-256 of its corpus); empty where it says nothing."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,17 +23,22 @@ ALLOCATORS = ("system", "glibc-tuned", "jemalloc", "tcmalloc")
 
 
 PRECISIONS = ("float32", "float64")
+OPTIMIZERS = ("sgd", "adamw")
+LR_SCHEDULES = ("constant", "cosine")
+EVALUATE = ("end", "window")
 
 WHOLE_KEYS = {
     "workers": 1, "batch_size": 1, "steps": 1, "windows": 1,
     "warmup_steps": 0, "comm_probe_steps": 0, "seed": 0, "repeat_id": 0,
-    "epochs": 1, "threads_per_worker": 1, "image_size": 1,
+    "epochs": 1, "threads_per_worker": 1, "image_size": 1, "lr_warmup_steps": 0,
 }  # fmt: skip
 """The core keys that are whole numbers, each with its least value (at most
 :data:`~dlscale.contract.shapes.MAX_QUANTITY`): checked when a config is built and when a
 stored one is read (:data:`STORED_CONFIG`), so a result no config could have made
 (``batch_size = 0.5``) is one damaged file, not a profile that fails every reader."""
-OPTIONAL_KEYS = ("epochs", "threads_per_worker", "image_size", "target_accuracy", "dropout")
+OPTIONAL_KEYS = (
+    "epochs", "threads_per_worker", "image_size", "target_accuracy", "dropout", "target_loss"
+)  # fmt: skip
 """Core keys that may be unset (``None``)."""
 POSITIVE_KEYS = ("lr", "timeout_s")
 NON_NEGATIVE_KEYS = ("momentum", "weight_decay")
@@ -45,6 +50,7 @@ STORED_CONFIG: dict[str, Shape] = {
     **{name: number() for name in NON_NEGATIVE_KEYS},
     "target_accuracy": Shape("number", high=1.0, positive=True),
     "dropout": Shape("number", high=1.0),
+    "target_loss": Shape("number", positive=True),
 }  # fmt: skip
 """What a stored result's core config keys may be (``steps`` unset in epoch runs of earlier
 schemas): the bounds of :func:`check_core_values`, which every config was built under."""
@@ -57,6 +63,23 @@ def check_core_values(config: RunConfig) -> None:
     check_choice("lr_scaling", config.lr_scaling, ("none", "linear"))
     check_choice("allocator", config.allocator, ALLOCATORS)
     check_choice("precision", config.precision, PRECISIONS)
+    check_choice("optimizer", config.optimizer, OPTIMIZERS)
+    check_choice("lr_schedule", config.lr_schedule, LR_SCHEDULES)
+    check_choice("evaluate", config.evaluate, EVALUATE)
+    if config.target_loss is not None:
+        check_positive("target_loss", config.target_loss)
+    if config.target_accuracy is not None:
+        check_finite("target_accuracy", config.target_accuracy)
+        if not 0 < config.target_accuracy <= 1:
+            raise UserError(
+                f"target_accuracy must be in (0, 1], got {config.target_accuracy} "
+                "(write 0.9 for 90%)"
+            )
+    if config.lr_warmup_steps and config.lr_schedule != "cosine":
+        raise UserError(
+            f"lr_warmup_steps = {config.lr_warmup_steps} needs lr_schedule = cosine "
+            "(constant has no warm-up)"
+        )
     for name, low in WHOLE_KEYS.items():
         if name not in OPTIONAL_KEYS or getattr(config, name) is not None:
             check_min(name, getattr(config, name), low)
@@ -64,6 +87,18 @@ def check_core_values(config: RunConfig) -> None:
         check_positive(name, getattr(config, name))
     for name in NON_NEGATIVE_KEYS:
         check_finite(name, getattr(config, name), minimum=0.0)
+
+
+def check_dropout(config: RunConfig, model: ModelSpec) -> bool:
+    """A set ``dropout`` fits the model; ``True`` where it is what the model does anyway (the
+    config then holds none)."""
+    assert config.dropout is not None
+    check_finite("dropout", config.dropout, minimum=0.0)
+    if config.dropout >= 1:
+        raise UserError(f"dropout must be below 1, got {excerpt(config.dropout)} (0.5: half)")
+    if model.dropout is None and config.dropout > 0:
+        raise UnsupportedPoint(f"model {config.model} has no dropout to set")
+    return model.dropout in (None, config.dropout)
 
 
 def check_engine_fits(config: RunConfig, backend: BackendSpec, model: ModelSpec) -> None:

@@ -26,13 +26,14 @@ from typing import Any, TypeVar
 
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
-from dlscale.contract.errors import UnsupportedPoint, UserError
+from dlscale.contract.errors import UserError
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import ProcessLayout
 from dlscale.contract.models import MODELS
 from dlscale.contract.options import Option, resolve, typed
-from dlscale.contract.run_checks import check_core_values, check_engine_fits, check_finite
+from dlscale.contract.run_checks import check_core_values, check_dropout, check_engine_fits
 from dlscale.contract.text import excerpt
+from dlscale.contract.workload import check_task, workload_of
 
 T = TypeVar("T")
 
@@ -81,9 +82,40 @@ class RunConfig:
         default="none", metadata=_doc("none, or linear: multiply lr by workers (weak scaling)")
     )
     momentum: float = field(default=0.9, metadata=_doc("SGD momentum"))
-    weight_decay: float = field(default=5e-4, metadata=_doc("SGD weight decay (L2)"))
+    weight_decay: float = field(
+        default=5e-4,
+        metadata=_doc("weight decay: SGD's L2 term, AdamW's decoupled decay (torch's definitions)"),
+    )
+    optimizer: str = field(
+        default="sgd",
+        metadata=_doc(
+            "sgd (momentum, L2 weight decay) or adamw (decoupled weight decay, bias correction; "
+            "betas 0.9, 0.999, eps 1e-8), each as torch.optim defines it"
+        ),
+    )
+    lr_schedule: str = field(
+        default="constant",
+        metadata=_doc(
+            "constant, or cosine: linear warm-up over lr_warmup_steps, then cosine decay to 0 "
+            "at the run's last step"
+        ),
+    )
+    lr_warmup_steps: int = field(
+        default=0, metadata=_doc("steps of linear learning-rate warm-up (lr_schedule = cosine)")
+    )
     target_accuracy: float | None = field(
         default=None, metadata=_doc("evaluation accuracy in (0, 1] for time-to-accuracy")
+    )
+    target_loss: float | None = field(
+        default=None,
+        metadata=_doc("held-out loss (per sample or token) for time to a target loss"),
+    )
+    evaluate: str = field(
+        default="end",
+        metadata=_doc(
+            "when held-out data is evaluated in step mode: end (after the last window) or "
+            "window (after every window; epoch mode evaluates after every epoch)"
+        ),
     )
     device: str = field(default="cpu", metadata=_doc("cpu or cuda"))
     seed: int = field(default=0, metadata=_doc("seed for initial weights and data order"))
@@ -169,25 +201,15 @@ class RunConfig:
         DATASETS.get(self.dataset)
         LAUNCHERS.get(self.launcher)
         check_core_values(self)
-        if self.target_accuracy is not None:
-            check_finite("target_accuracy", self.target_accuracy)
-            if not 0 < self.target_accuracy <= 1:
-                raise UserError(
-                    f"target_accuracy must be in (0, 1], got {self.target_accuracy} "
-                    "(write 0.9 for 90%)"
-                )
-        if self.dropout is not None:
-            check_finite("dropout", self.dropout, minimum=0.0)
-            if self.dropout >= 1:
-                raise UserError(f"dropout must be below 1, got {excerpt(self.dropout)} (0.5: half)")
-            if model.dropout is None and self.dropout > 0:
-                raise UnsupportedPoint(f"model {self.model} has no dropout to set")
-            if model.dropout in (None, self.dropout):  # what the model does anyway
-                object.__setattr__(self, "dropout", None)
+        if self.dropout is not None and check_dropout(self, model):
+            object.__setattr__(self, "dropout", None)  # what the model does anyway
         if not isinstance(self.options, dict):
             raise UserError(f"options must be a mapping, got {excerpt(self.options)}")
         given = {k: v for k, v in self.options.items() if not _ignorable(k, v, self)}
         object.__setattr__(self, "options", resolve(self._option_owners(), given))
+        model.check(self.options)
+        workload_of(self)  # the model takes the data set's samples
+        check_task(self, backend.framework)
         check_engine_fits(self, backend, model)
         if self.scaling == "strong" and self.batch_size % self.workers:
             raise UserError(
@@ -224,6 +246,7 @@ class RunConfig:
             "backend": (self.backend, BACKENDS.get(self.backend).options),
             "dataset": (self.dataset, DATASETS.get(self.dataset).options),
             "launcher": (self.launcher, LAUNCHERS.get(self.launcher).options),
+            "model": (self.model, MODELS.get(self.model).options),
         }
 
     def typed(self, options: type[T]) -> T:
@@ -285,6 +308,8 @@ class RunConfig:
             for option in declared:
                 if not option.in_identity(resolved):
                     group.pop(option.name)
+        if not data["options"]["model"]:  # a model without options: ids as before models had
+            data["options"].pop("model")
         return data
 
     def run_id(self) -> str:
@@ -295,7 +320,10 @@ class RunConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
-_LATER_KEYS: dict[str, Any] = {"loader_only": False, "dropout": None, "precision": "float32"}
+_LATER_KEYS: dict[str, Any] = {
+    "loader_only": False, "dropout": None, "precision": "float32", "optimizer": "sgd",
+    "lr_schedule": "constant", "lr_warmup_steps": 0, "target_loss": None, "evaluate": "end",
+}  # fmt: skip
 """Core keys added after results were stored, with the value every earlier run had."""
 
 
@@ -324,7 +352,10 @@ def fields_doc() -> dict[str, str]:
 def declared_options() -> dict[str, list[tuple[str, Option]]]:
     """Every option any registered plug-in declares: name -> [(owner, declaration)]."""
     out: dict[str, list[tuple[str, Option]]] = {}
-    for kind, registry in (("backend", BACKENDS), ("dataset", DATASETS), ("launcher", LAUNCHERS)):
+    registries: tuple[tuple[str, Any], ...] = (
+        ("backend", BACKENDS), ("dataset", DATASETS), ("launcher", LAUNCHERS), ("model", MODELS)
+    )  # fmt: skip
+    for kind, registry in registries:
         for name, spec in registry:
             for option in spec.options:
                 out.setdefault(option.name, []).append((f"{kind} {name}", option))

@@ -26,6 +26,7 @@ import importlib.machinery
 import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,11 @@ class UserModelSpec(ModelSpec):
     source_sha256: str
 
     def build(
-        self, num_classes: int, framework: str = "torch", dropout: float | None = None
+        self,
+        num_classes: int,
+        framework: str = "torch",
+        dropout: float | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> Any:
         if framework not in self.builders:
             raise KeyError(f"model {self.name} has no {framework} builder")

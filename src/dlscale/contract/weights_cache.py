@@ -113,12 +113,14 @@ def cache_key(framework: FrameworkSpec, config: Any) -> str | None:
         "packages": packages,
         "model": config.model,
         "builder": reference,
-        "classes": DATASETS.get(config.dataset).num_classes or model.default_classes,
+        "classes": DATASETS.get(config.dataset).num_classes or model.input_shape(config.options)[1],
         "seed": config.seed,
         "dropout": model.dropout_kwargs(config.dropout),
         "dlscale": source,
         "builder_source": builder,
     }
+    if model.options:  # a GPT's dimensions (image models have none: their keys as before)
+        facts["options"] = {o.name: config.options.get(o.name, o.default) for o in model.options}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
 
 

@@ -115,7 +115,8 @@ class NumpyDataset(ABC):
 
     name: str
     num_classes: int
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
+    """An image's ``(C, H, W)``, a token sequence's ``(T,)``."""
     steps_per_epoch: int
     has_eval: bool
 

@@ -20,6 +20,13 @@ class SyntheticOptions:
 
 
 @dataclass(frozen=True)
+class RandomTokenOptions:
+    samples_per_epoch: int = setting(
+        4096, "sequences per epoch over all workers (at least a batch per worker)", minimum=1
+    )
+
+
+@dataclass(frozen=True)
 class ImageOptions:
     """The settings of the data sets read from image files (:mod:`dlscale.datasets.imagenet`)."""
 

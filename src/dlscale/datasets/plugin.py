@@ -9,7 +9,14 @@ from typing import Any
 from dlscale.contract.datasets import DATASETS, DatasetSpec
 from dlscale.contract.errors import UserError
 from dlscale.contract.options import declared
-from dlscale.datasets.options import ImageOptions, ImageSubsetOptions, SyntheticOptions
+from dlscale.datasets.options import (
+    ImageOptions,
+    ImageSubsetOptions,
+    RandomTokenOptions,
+    SyntheticOptions,
+)
+from dlscale.datasets.python_source import PythonSourceOptions
+from dlscale.datasets.token_files import TokenFileOptions
 
 DATASETS.register(
     "synthetic",
@@ -20,6 +27,7 @@ DATASETS.register(
         needs_data_dir=False,
         has_eval=False,
         num_classes=None,
+        generated=True,
         options=declared(SyntheticOptions),
     ),
 )
@@ -89,6 +97,50 @@ DATASETS.register(
         needs_data_dir=False,
         has_eval=True,
         num_classes=10,
+    ),
+)
+DATASETS.register(
+    "tokens",
+    DatasetSpec(
+        name="tokens",
+        description="seeded random tokens below the model's vocabulary, each worker its own "
+        "(throughput; nothing held out)",
+        loader="dlscale.datasets.tokens:load_random",
+        needs_data_dir=False,
+        has_eval=False,
+        num_classes=None,
+        sample="tokens",
+        generated=True,
+        options=declared(RandomTokenOptions),
+    ),
+)
+DATASETS.register(
+    "python-source",
+    DatasetSpec(
+        name="python-source",
+        description="the bytes of the running Python's standard library .py files (about "
+        "10 MB, every 10th file held out), a byte vocabulary of 256; no download",
+        loader="dlscale.datasets.python_source:load",
+        needs_data_dir=False,
+        has_eval=True,
+        num_classes=256,
+        sample="tokens",
+        options=declared(PythonSourceOptions),
+    ),
+)
+DATASETS.register(
+    "token-file",
+    DatasetSpec(
+        name="token-file",
+        description="your corpus: train.bin and val.bin of flat uint16/uint32 token ids in "
+        "--data-dir (nanoGPT's prepare.py format)",
+        loader="dlscale.datasets.token_files:load",
+        checker="dlscale.datasets.token_files:check",
+        needs_data_dir=True,
+        has_eval=True,
+        num_classes=None,
+        sample="tokens",
+        options=declared(TokenFileOptions),
     ),
 )
 

@@ -48,6 +48,9 @@ class LoaderOnly(Engine):
     def framework_facts(self) -> dict[str, Any]:
         return self.engine.framework_facts()
 
+    def sample_facts(self) -> dict[str, Any]:
+        return self.engine.sample_facts()
+
 
 class ModelledSyncEngine(Engine):
     """An engine whose steps skip synchronization while :meth:`no_sync` holds (the flag
@@ -106,7 +109,9 @@ class ModelledSyncEngine(Engine):
         return None if self._step_payload is None else modelled
 
 
-def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) -> Environment:
+def worker_environment(
+    framework: dict[str, Any], *, synchronizes: bool = True, data: dict[str, Any] | None = None
+) -> Environment:
     """The process's own interpreter, package versions and allocator (never the parent's)."""
     from dlscale.runtime.environment import framework_versions
 
@@ -118,6 +123,7 @@ def worker_environment(framework: dict[str, Any], *, synchronizes: bool = True) 
         synchronizes=synchronizes,
         allocator=loaded_allocator(),
         scheduler=scheduler_ids(),
+        data=data or {},
     )
 
 

@@ -58,7 +58,11 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
         engine = LoaderOnly(engine)
     if ctx.rank == ctx.layout.training_ranks[0]:
         ctx.events.write(
-            worker_environment(engine.framework_facts(), synchronizes=engine.synchronizes)
+            worker_environment(
+                engine.framework_facts(),
+                synchronizes=engine.synchronizes,
+                data=engine.sample_facts(),
+            )
         )
     timer = _WindowTimer(ctx, engine)
     checkpoints = Checkpoints(ctx, engine) if Checkpoints.wanted(engine) else None
@@ -87,10 +91,13 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
         else:
             skip(batches, cfg.warmup_steps + done * cfg.steps)
         resumed()
+        each = cfg.evaluate == "window" and engine.has_eval
         for window in range(done, cfg.windows):
             timer.window(batches, cfg.steps, kind="measure", index=window)
+            if each:  # numbered 1.. as epochs are; its time is outside the window's
+                _evaluate(ctx, engine, epoch=window + 1, started=started)
             kept(window, cfg.windows - 1)
-        if engine.has_eval:
+        if engine.has_eval and not each:
             _evaluate(ctx, engine, epoch=0, started=started)
     else:
         resumed()

@@ -28,6 +28,7 @@ from dlscale.datasets.arrays import (
 )
 from dlscale.datasets.imagenet import BadImage, ImageFiles
 from dlscale.datasets.loader_pool import LOADER_DIED
+from dlscale.datasets.tokens import TokenArrays
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -41,7 +42,7 @@ class TorchDataset(ABC):
     """
 
     num_classes: int
-    input_shape: tuple[int, int, int]
+    input_shape: tuple[int, ...]
 
     @property
     @abstractmethod
@@ -102,6 +103,8 @@ def to_torch(
         return TorchSynthetic(data, device)
     if isinstance(data, ImageFiles):
         return TorchImageFiles(data, device)
+    if isinstance(data, TokenArrays):
+        return TorchTokens(data, device)
     raise TypeError(f"no torch adapter for {type(data).__name__}")
 
 
@@ -166,6 +169,28 @@ class TorchArrays(TorchDataset):
         if self.prepared:
             return self.transform.finish(images)
         return self.transform(images)
+
+
+class TorchTokens(TorchDataset):
+    """A :class:`TokenArrays`: each batch's int64 token ids, made by numpy (the same tokens in
+    every framework) and moved to the device."""
+
+    def __init__(self, data: TokenArrays, device: torch.device) -> None:
+        self.data, self.device = data, device
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.data.steps_per_epoch
+
+    def train_batches(self, epoch: int) -> Iterator[Batch]:
+        for x, y in self.data.train_batches(epoch):
+            yield torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+
+    def eval_batches(self) -> Iterator[Batch]:
+        for x, y in self.data.eval_batches():
+            yield torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
 
 
 class TorchSynthetic(TorchDataset):

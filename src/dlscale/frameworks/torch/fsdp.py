@@ -88,14 +88,30 @@ class _CountedReduceScatter(DefaultReduceScatter):
         return super().__call__(output_tensor, input_tensor, group, op, async_op)
 
 
-def shard_units(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+def shard_units(
+    model: torch.nn.Module, shared: set[int] | None = None
+) -> Iterator[torch.nn.Module]:
     """The blocks sharded one by one, in model order: children holding parameters, a
-    container's children in its place."""
+    container's children in its place (a GPT: each transformer block). A child sharing a
+    parameter with another (a head tied to the token embedding) is left to the model's own
+    unit, which holds both, as torchtitan does."""
+    shared = _shared_parameters(model) if shared is None else shared
     for child in model.children():
         if isinstance(child, _CONTAINERS):
-            yield from shard_units(child)
-        elif any(True for _ in child.parameters()):
+            yield from shard_units(child, shared)
+        elif any(True for _ in child.parameters()) and not any(
+            id(p) in shared for p in child.parameters()
+        ):
             yield child
+
+
+def _shared_parameters(model: torch.nn.Module) -> set[int]:
+    """The ids of parameters that more than one module of ``model`` holds."""
+    holders: dict[int, int] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            holders[id(p)] = holders.get(id(p), 0) + 1
+    return {key for key, count in holders.items() if count > 1}
 
 
 def unit_bytes(model: torch.nn.Module) -> list[int]:

@@ -13,23 +13,26 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.engine import Engine, SyncStrategy
 from dlscale.contract.errors import UserError
 from dlscale.contract.models import MODELS
+from dlscale.contract.optimizers import ADAMW_BETAS, ADAMW_EPS, lr_factor, training_steps
 from dlscale.contract.records import Strategy
 from dlscale.contract.run_config import RunConfig
 from dlscale.contract.user_models import classes_from_output, refused_input
 from dlscale.frameworks.torch.data import TorchDataset, loader_death_pending, loader_died, to_torch
 from dlscale.frameworks.torch.env import torch_environment
 from dlscale.frameworks.torch.options import TorchLoopOptions
+from dlscale.frameworks.torch.tasks import task_of
 from dlscale.runtime.context import WorkerContext
+from dlscale.runtime.samples import load_samples, model_outputs
 from dlscale.runtime.schedule import run_schedule
 
 LossOf = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -99,7 +102,16 @@ def run_dtype(cfg: RunConfig) -> torch.dtype:
 
 
 def sgd(params: Any, cfg: RunConfig) -> torch.optim.Optimizer:
-    """The optimizer of every backend: SGD with momentum and weight decay, one definition."""
+    """The optimizer of every backend, one definition: the run's ``optimizer``, SGD with
+    momentum and weight decay or AdamW (:mod:`dlscale.contract.optimizers`)."""
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(
+            params,
+            lr=cfg.effective_lr,
+            betas=ADAMW_BETAS,
+            eps=ADAMW_EPS,
+            weight_decay=cfg.weight_decay,
+        )
     return torch.optim.SGD(
         params, lr=cfg.effective_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
     )
@@ -154,9 +166,7 @@ def build_model(cfg: RunConfig) -> torch.nn.Module:
     the data set's classes (the model's default for synthetic data)."""
     spec = MODELS.get(cfg.model)
     torch.manual_seed(cfg.seed)
-    model = spec.build(
-        DATASETS.get(cfg.dataset).num_classes or spec.default_classes, "torch", cfg.dropout
-    )
+    model = spec.build(model_outputs(cfg), "torch", cfg.dropout, cfg.options)
     if not isinstance(model, torch.nn.Module):
         raise UserError(f"model {cfg.model} returned {type(model).__name__}, not a torch.nn.Module")
     return model
@@ -243,14 +253,10 @@ class TorchEngine(Engine):
         model_spec = MODELS.get(cfg.model)
         dataset = DATASETS.get(cfg.dataset)
         built = None if model_spec.builtin else build_model(cfg)  # the user's: its classes
-        loaded = dataset.load(
-            cfg,
-            shard=ctx.layout.first_replica(ctx.rank),
-            shards=cfg.workers,  # servers hold no data
-            replicas=ctx.process.replicas,
-            input_size=cfg.image_size or model_spec.input_size,
-            num_classes=model_spec.default_classes if built is None else output_classes(cfg, built),
-        )
+        classes = None if built is None else output_classes(cfg, built)
+        loaded = load_samples(ctx, num_classes=classes)
+        self.task = task_of(cfg)
+        self.data_facts = dict(getattr(loaded, "facts", {}))
         self.dtype = run_dtype(cfg)
         self.data: TorchDataset = to_torch(loaded, device, self.dtype)
         self.steps_per_epoch = self.data.steps_per_epoch
@@ -267,6 +273,14 @@ class TorchEngine(Engine):
         model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]
         self.model = strategy.wrap(model, device)
         self.optimizer = strategy.make_optimizer(self.model, cfg)
+        self.schedule = (
+            None
+            if self.optimizer is None or cfg.lr_schedule == "constant"
+            else torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer,
+                partial(lr_factor, cfg, total=training_steps(cfg, self.steps_per_epoch)),
+            )
+        )
         # Listed once: Module.zero_grad walks every module at every step (ResNet-44: 134
         # modules, about 200 us a step more than clearing this list; docs/benchmarks.md).
         self.params = list(self.model.parameters())
@@ -292,22 +306,24 @@ class TorchEngine(Engine):
 
     def step(self, batch: Any) -> torch.Tensor:
         x, y = batch
-        x = x.to(self.dtype)  # the same tensor when it is float32 already
+        x = self.task.inputs(x, self.dtype, self.memory_format)  # as is when it fits already
         for param in self.params:
             param.grad = None
         loss = self.strategy.backward(self._loss, x, y)
         self.strategy.update(self.model, self.optimizer)
+        if self.schedule is not None:
+            self.schedule.step()
         return loss
 
     def forward_only(self, batch: Any) -> None:
         """The forward of :meth:`step` (the schedule runs it in :meth:`no_sync`, so DDP
         prepares no reduction), its graph dropped."""
         x, y = batch
-        self._loss(x.to(self.dtype), y)
+        self._loss(self.task.inputs(x, self.dtype, self.memory_format), y)
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with self.autocast:
-            return F.cross_entropy(self.forward(x.to(memory_format=self.memory_format)), y)
+            return self.task.loss(self.forward(x), y)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -324,10 +340,9 @@ class TorchEngine(Engine):
         loss_sum = 0.0
         for x, y in self.data.eval_batches():
             with self.autocast:
-                logits = model(x.to(self.dtype))
-            loss_sum += float(F.cross_entropy(logits.float(), y, reduction="sum"))
-            correct += int((logits.argmax(1) == y).sum())
-            total += int(y.numel())
+                output = model(self.task.inputs(x, self.dtype, self.memory_format))
+            right, count, summed = self.task.counts(output, y)
+            correct, total, loss_sum = correct + right, total + count, loss_sum + summed
         model.train()
         return correct, total, loss_sum
 
@@ -346,6 +361,8 @@ class TorchEngine(Engine):
         unwrapped = getattr(self.model, "module", self.model)
         optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
         state = {"model": unwrapped.state_dict(), "optimizer": optimizer}
+        if self.schedule is not None:
+            state["schedule"] = self.schedule.state_dict()
         temporary = path.with_name(f".{path.name}.tmp")
         torch.save(state, temporary)
         os.replace(temporary, path)
@@ -355,6 +372,8 @@ class TorchEngine(Engine):
         getattr(self.model, "module", self.model).load_state_dict(state["model"])
         if self.optimizer is not None:
             self.optimizer.load_state_dict(state["optimizer"])
+        if self.schedule is not None:
+            self.schedule.load_state_dict(state["schedule"])
 
     def barrier(self) -> None:
         import torch.distributed as dist
@@ -370,3 +389,6 @@ class TorchEngine(Engine):
 
     def framework_facts(self) -> dict[str, Any]:
         return torch_environment(self.device)
+
+    def sample_facts(self) -> dict[str, Any]:
+        return self.data_facts

@@ -110,6 +110,18 @@ def check_ring(config: RunConfig) -> None:
     refuse_float64_with(config, "compression", config.typed(RingOptions).compression, "none")
 
 
+def check_ps(config: RunConfig) -> None:
+    """torch-ps's: the loop's, and a learning-rate schedule, which its servers (who apply
+    the updates) do not follow."""
+    check_torch_loop(config)
+    if config.lr_schedule != "constant":
+        raise UnsupportedPoint(
+            f"torch-ps applies updates at its servers with a constant learning rate, not "
+            f"lr_schedule = {config.lr_schedule}; use torch-ddp, torch-ring, torch-fsdp or "
+            "horovod-torch for a schedule"
+        )
+
+
 def ps_roles(config: RunConfig) -> tuple[Role, ...]:
     """Workers take ranks 0..N-1, servers the ranks after them; servers end by themselves
     once every worker has told them it is done."""

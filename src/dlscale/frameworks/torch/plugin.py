@@ -7,7 +7,7 @@ from typing import Any
 
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
-from dlscale.contract.models import register_builder
+from dlscale.contract.models import TOKEN_MODELS, register_builder
 from dlscale.frameworks.torch.cluster import torch_cluster_env
 from dlscale.frameworks.torch.library_models import register as register_model_libraries
 from dlscale.frameworks.torch.options import (
@@ -17,10 +17,12 @@ from dlscale.frameworks.torch.options import (
     RING_OPTIONS,
     TORCH_LOOP_OPTIONS,
     check_ddp,
+    check_ps,
     check_ring,
     check_torch_loop,
     ps_roles,
 )
+from dlscale.frameworks.torch.task_names import TASKS
 from dlscale.runtime.script_run import SCRIPT_OPTIONS
 
 INSTALL = "pip install 'dlscale[torch]' -c constraints.txt"
@@ -36,6 +38,9 @@ FRAMEWORKS.register(
         facts="dlscale.frameworks.torch.env:this_interpreter",
         profile="dlscale.frameworks.torch.profile:profile",
         initial_state="dlscale.frameworks.torch.weights:initial_state",
+        tasks=TASKS,
+        optimizers=("sgd", "adamw"),
+        schedules=("constant", "cosine"),
     ),
 )
 FLOAT64_TOO = ("float32", "float64")
@@ -128,7 +133,7 @@ BACKENDS.register(
         collectives_everywhere=True,
         measures_exposed_comm=True,
         install=INSTALL,
-        check=check_torch_loop,
+        check=check_ps,
         options=TORCH_LOOP_OPTIONS + PS_OPTIONS,
         roles=ps_roles,
         cluster_env=torch_cluster_env,
@@ -171,4 +176,6 @@ for _model, _reference in (
     ("tiny", "tiny:tiny"),
 ):
     register_builder(_model, "torch", f"dlscale.frameworks.torch.models.{_reference}")
+for _model in TOKEN_MODELS:
+    register_builder(_model, "torch", "dlscale.frameworks.torch.models.gpt:gpt")
 register_model_libraries()
