@@ -42,7 +42,7 @@ def test_jax_workers_end_where_pytorch_ends(tmp_path: Path, reference: Reference
     result, run_dir = run_and_compare(tmp_path, reference, backend, workers, {})
     np.testing.assert_allclose(step_losses(result), reference.losses, rtol=0, atol=1e-4)
     metrics = result.metrics
-    assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
+    assert metrics["throughput_samples_s"] > 0 and metrics["eval_accuracy"] is not None
     assert result.environment["packages"]["jax"] and result.environment["packages"]["flax"]
     strategy = next(
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
-from dlscale.contract.models import register_builder
+from dlscale.contract.models import TOKEN_MODELS, register_builder
 
 INSTALL = "pip install 'dlscale[jax]' -c constraints.txt"
 SMALL = ("tiny", "resnet20", "resnet32", "resnet44", "resnet56", "resnet110")
 """Twins in :mod:`dlscale.frameworks.jax.models`."""
 IMAGENET = ("resnet50", "alexnet", "googlenet")
 """Twins in :mod:`dlscale.frameworks.jax.imagenet_models`."""
-TWINS = SMALL + IMAGENET
+TWINS = SMALL + IMAGENET + TOKEN_MODELS
+"""Every model with a Flax twin (the GPTs': :mod:`dlscale.frameworks.jax.gpt`)."""
 FLOAT64_TOO = ("float32", "float64")
 
 FRAMEWORKS.register(
@@ -23,6 +24,9 @@ FRAMEWORKS.register(
         packages=("jax", "jaxlib", "flax"),
         install=INSTALL,
         builds_models=False,  # no user's own model yet: a point of one is refused before launch
+        tasks=("classification", "next-token"),  # dlscale.frameworks.jax.tasks
+        optimizers=("sgd", "adamw"),  # dlscale.frameworks.jax.steps
+        schedules=("constant", "cosine"),
     ),
 )
 for _spec in (
@@ -59,3 +63,5 @@ for _model in SMALL:
     register_builder(_model, "jax", f"dlscale.frameworks.jax.models:{_model}")
 for _model in IMAGENET:
     register_builder(_model, "jax", f"dlscale.frameworks.jax.imagenet_models:{_model}")
+for _model in TOKEN_MODELS:
+    register_builder(_model, "jax", "dlscale.frameworks.jax.gpt:gpt")

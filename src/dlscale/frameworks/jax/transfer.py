@@ -3,28 +3,34 @@ back.
 
 A twin's variables are two trees, ``params`` (weights and biases, BatchNorm's ``weight`` and
 ``bias``) and ``batch_stats`` (``running_mean``, ``running_var``), whose paths are PyTorch's keys
-with ``_`` for ``.`` before an index. Every PyTorch tensor must find its variable and every
-variable its tensor (``num_batches_tracked`` aside), with the same shape, else the copy
-refuses: a twin that drifted from its model is a bug to see, not to train on. The state is numpy
-arrays (:func:`dlscale.frameworks.torch.weights.torch_state`, or the weights cache).
+with ``_`` for ``.`` before an index (but :data:`LITERAL`'s names). Every PyTorch tensor must
+find its variable and every variable its tensor (``num_batches_tracked`` aside, and a tied
+tensor's second name), with the same shape, else the copy refuses: a twin that drifted from its
+model is a bug to see, not to train on. The state is numpy arrays
+(:func:`dlscale.frameworks.torch.weights.torch_state`, or the weights cache).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-_INDEX = re.compile(r"_(\d+)(?=\.|$)")
+_INDEX = re.compile(r"_(\d+)$")
+LITERAL = frozenset({"ln_1", "ln_2"})
+"""PyTorch names whose ``_<digits>`` is part of the name, not an index (the GPT's LayerNorms):
+kept as they are."""
 COLLECTIONS = ("params", "batch_stats")
 SKIPPED = ("num_batches_tracked",)
 """PyTorch buffers no twin has (BatchNorm's step counter: its momentum is fixed)."""
 
 
 def torch_key(path: tuple[str, ...]) -> str:
-    """``("layer1_0", "conv1", "weight")`` -> ``"layer1.0.conv1.weight"``."""
-    return _INDEX.sub(r".\1", ".".join(path))
+    """``("layer1_0", "conv1", "weight")`` -> ``"layer1.0.conv1.weight"``; a name of
+    :data:`LITERAL` stays (``("h_0", "ln_1")`` -> ``"h.0.ln_1"``)."""
+    return ".".join(name if name in LITERAL else _INDEX.sub(r".\1", name) for name in path)
 
 
 def flatten(tree: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -48,13 +54,23 @@ def _rebuild(tree: dict[str, Any], values: dict[str, Any], path: tuple[str, ...]
 
 
 def load_torch_state(
-    variables: dict[str, Any], state: dict[str, np.ndarray], dtype: str
+    variables: dict[str, Any],
+    state: dict[str, np.ndarray],
+    dtype: str,
+    tied: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The twin's ``variables`` (as ``init`` made them: the tree to fill) set from ``state``
-    (PyTorch's keys), as numpy arrays of ``dtype``."""
+    (PyTorch's keys), as numpy arrays of ``dtype``. ``tied``: PyTorch keys that name the
+    tensor of another key (a GPT's tied head, ``lm_head.weight`` -> ``wte.weight``), which
+    the twin holds once: each must equal its twin's tensor, and is then left out."""
     ours = {collection: flatten(dict(variables.get(collection, {}))) for collection in COLLECTIONS}
     keys = {key for leaves in ours.values() for key in leaves}
     theirs = {key: value for key, value in state.items() if key.rpartition(".")[2] not in SKIPPED}
+    for alias, key in (tied or {}).items():
+        if alias in theirs and key in theirs:
+            if not np.array_equal(theirs[alias], theirs[key]):
+                raise ValueError(f"{alias} is not {key}: the PyTorch model's are not tied")
+            del theirs[alias]
     missing = sorted(keys - set(theirs))
     if missing:
         raise ValueError(f"Flax variables with no PyTorch tensor: {', '.join(missing[:5])}")
