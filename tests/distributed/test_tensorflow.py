@@ -60,7 +60,7 @@ def test_tensorflow_workers_end_where_pytorch_ends(tmp_path: Path, reference: Re
         ours, theirs = step_losses(result), reference.losses
         np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
     assert result.environment["packages"]["tensorflow"] == "2.21.0"
-    assert metrics["throughput_img_s"] > 0 and metrics["eval_accuracy"] is not None
+    assert metrics["throughput_samples_s"] > 0 and metrics["eval_accuracy"] is not None
     strategy = next(
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
     )

@@ -31,6 +31,7 @@ from dlscale.datasets.arrays import (
 from dlscale.datasets.imagenet import (
     ImageFiles,
 )
+from dlscale.datasets.tokens import TokenArrays
 from dlscale.frameworks.tensorflow.env import import_tensorflow
 
 tf = import_tensorflow()
@@ -86,7 +87,7 @@ def checked_batches(data: TFDataset, pipeline: Any, epoch: int) -> Iterator[Any]
 def to_tf(data: NumpyDataset, dtype: str = "float32") -> TFDataset:
     """``data`` as tf.data pipelines; stored images scaled, normalized and resized in
     ``dtype`` (float64: as the PyTorch pipeline does them then; other sources give float32
-    images, which the model's first layer casts)."""
+    images, which the model's first layer casts); token ids stay int64 whatever ``dtype``."""
     if isinstance(data, ArrayDataset):
         return TFArrays(data, dtype)
     if isinstance(data, SyntheticArrays):
@@ -95,6 +96,8 @@ def to_tf(data: NumpyDataset, dtype: str = "float32") -> TFDataset:
         from dlscale.frameworks.tensorflow.image_data import TFImageFiles  # it builds on TFDataset
 
         return TFImageFiles(data)
+    if isinstance(data, TokenArrays):
+        return TFTokens(data)
     raise TypeError(f"no TensorFlow adapter for {type(data).__name__}")
 
 
@@ -255,3 +258,59 @@ class TFSynthetic(TFDataset):
 
     def train_stream(self, epoch: int, start: int) -> Any:
         return tf.data.Dataset.from_tensors(self._batch).repeat()
+
+
+class TFTokens(TFDataset):
+    """A :class:`TokenArrays`: int64 ``(B, T)`` token ids and next-token targets, never cast
+    to a float. The replicas' training parts are one constant (their own integer type); each
+    epoch the numpy order of sequences (the same in every framework) becomes a tf.data
+    pipeline of steps, and a ``map`` gathers each step's windows of ``T + 1`` tokens, so the
+    batches equal :meth:`TokenArrays.train_batches` and a parameter-server worker can build
+    them from a graph (``part``)."""
+
+    def __init__(self, data: TokenArrays) -> None:
+        self.data = data
+        self.num_classes = data.num_classes
+        self.input_shape = data.input_shape  # type: ignore[assignment]  # (T,)
+        self.steps_per_epoch = data.steps_per_epoch
+        size = min(len(part) for part in data.train)  # equal parts, by construction
+        self._parts = tf.constant(np.stack([part[:size] for part in data.train]))
+        self._offsets = tf.range(data.block_size + 1, dtype=tf.int64)
+
+    def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
+        order = self.data.order(epoch).reshape(self.steps_per_epoch, self.data.batch)
+        steps = tf.data.Dataset.from_tensor_slices(order.astype(np.int64))
+        return self._batches(steps, part)
+
+    def train_stream(self, epoch: int, start: int) -> Any:
+        def rows() -> Iterator[np.ndarray]:
+            for e in itertools.count(epoch):
+                order = self.data.order(e).reshape(self.steps_per_epoch, self.data.batch)
+                yield from order[start if e == epoch else 0 :].astype(np.int64)
+
+        spec = tf.TensorSpec((self.data.batch,), tf.int64)
+        return self._batches(tf.data.Dataset.from_generator(rows, output_signature=spec), None)
+
+    def _batches(self, steps: Any, part: tuple[Any, int] | None) -> Any:
+        def gather(sequences: Any) -> tuple[Any, Any]:
+            starts = sequences * self.data.block_size
+            windows = starts[:, None] + self._offsets  # (B, T + 1)
+            parts = self._parts if part is None else self._parts[part[0]][None]
+            tokens = tf.cast(tf.gather(parts, windows, axis=1), tf.int64)  # (R, B, T + 1)
+            tokens = tf.reshape(tokens, (-1, self.data.block_size + 1))  # replica order
+            return tokens[:, :-1], tokens[:, 1:]
+
+        mapped = steps.map(_plain(gather), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return mapped.prefetch(tf.data.AUTOTUNE)
+
+    def eval_batches(self) -> Any:
+        batches = list(self.data.eval_batches())
+        if not batches:
+            return None
+        width = self.data.block_size
+
+        def rows() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            yield from batches
+
+        spec = (tf.TensorSpec((None, width), tf.int64), tf.TensorSpec((None, width), tf.int64))
+        return tf.data.Dataset.from_generator(rows, output_signature=spec)

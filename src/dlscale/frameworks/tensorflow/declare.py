@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlscale.contract.algorithms import async_update_setting
-from dlscale.contract.errors import UserError
+from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.layout import Addresses, Process, ProcessLayout, Role
 from dlscale.contract.options import declared, setting
 
@@ -95,6 +95,18 @@ def check_cpu_collectives(config: RunConfig) -> None:
         raise UserError(
             f"dlscale microbench --backend {config.backend} measures CPU collectives only: "
             "use --device cpu"
+        )
+
+
+def check_ps_optimizer(config: RunConfig) -> None:
+    """tf-ps' point (``BackendSpec.check``): TF1's synchronous parameter server applies its
+    updates with TF1's own SGD (frameworks/tensorflow/ps_sync.py), so ``ps_mode = sync`` takes
+    no other optimizer; ``async`` steps with the engines' Keras optimizers, AdamW too."""
+    if config.optimizer != "sgd" and config.typed(TFPSOptions).ps_mode == "sync":
+        raise UnsupportedPoint(
+            f"backend tf-ps with ps_mode = sync (TF1's SyncReplicasOptimizer) steps with SGD "
+            f"only, not optimizer = {config.optimizer}: use ps_mode = async, or another "
+            "TensorFlow backend (tf-mwms, tf-mirrored, keras-fit, horovod-tf)"
         )
 
 

@@ -58,6 +58,7 @@ from dlscale.frameworks.tensorflow.loop import (
 )
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
 from dlscale.frameworks.tensorflow.strategies import MultiWorker
+from dlscale.frameworks.tensorflow.tasks import task_of
 from dlscale.frameworks.tensorflow.user_model import initial_weights
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import run_schedule
@@ -94,7 +95,7 @@ class FitEngine(Engine):
                 optimizer = horovod.DistributedOptimizer(optimizer, compression=compression)
             self.model.compile(
                 optimizer=optimizer,
-                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                loss=task_of(cfg).keras_loss(),
                 steps_per_execution=options.steps_per_execution,
             )
         self._eval_step = make_eval_step(self.model, cfg)

@@ -34,6 +34,7 @@ from dlscale.frameworks.tensorflow.data import TFDataset, checked_batches, to_tf
 from dlscale.frameworks.tensorflow.declare import TFLoopOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
+from dlscale.frameworks.tensorflow.tasks import task_of
 from dlscale.frameworks.tensorflow.transfer import keras_state, load_torch_weights
 from dlscale.frameworks.tensorflow.user_model import (
     build_own,
@@ -44,6 +45,7 @@ from dlscale.frameworks.tensorflow.user_model import (
 )
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.engine import ModelledSyncEngine
+from dlscale.runtime.samples import load_samples, model_outputs
 from dlscale.runtime.schedule import run_schedule
 
 tf = import_tensorflow()
@@ -84,7 +86,6 @@ def build_keras_model(cfg: RunConfig, *, transfer: bool = True) -> Any:
     spec = MODELS.get(cfg.model)
     if not spec.builtin:
         return build_own(cfg)  # the user's: no PyTorch twin to start from
-    classes = DATASETS.get(cfg.dataset).num_classes or spec.default_classes
     tf.keras.utils.set_random_seed(cfg.seed)
     # precision = float64: every layer's variables and computation (Keras casts each layer's
     # floating inputs, the float32 images included, to the layer's dtype), so its gradients
@@ -92,11 +93,14 @@ def build_keras_model(cfg: RunConfig, *, transfer: bool = True) -> Any:
     floatx, previous = cfg.precision, tf.keras.backend.floatx()
     tf.keras.backend.set_floatx(floatx)
     try:
-        model = load_object(spec.builders["tensorflow"])(
-            classes,
-            input_size=cfg.image_size or spec.input_size,
-            **spec.dropout_kwargs(cfg.dropout),
-        )
+        if spec.options:  # a model of its own dimensions (a GPT): the run's, its vocabulary
+            model = spec.build(model_outputs(cfg), "tensorflow", cfg.dropout, cfg.options)
+        else:
+            model = load_object(spec.builders["tensorflow"])(
+                model_outputs(cfg),
+                input_size=cfg.image_size or spec.input_size,
+                **spec.dropout_kwargs(cfg.dropout),
+            )
     finally:
         tf.keras.backend.set_floatx(previous)
     if transfer and cfg.typed(TFLoopOptions).weights == "torch":
@@ -109,29 +113,14 @@ def load_tf_data(ctx: WorkerContext, *, replicas: int | None = None) -> tuple[TF
     """This process's shard of the run's data set as tf.data (``replicas`` of the run's
     replicas from its first one), and whether the data set has held-out data."""
     cfg = ctx.config
-    spec = MODELS.get(cfg.model)
-    dataset = DATASETS.get(cfg.dataset)
-    data = dataset.load(
-        cfg,
-        shard=ctx.layout.first_replica(ctx.rank),
-        shards=cfg.workers,
-        replicas=replicas or ctx.process.replicas,
-        input_size=cfg.image_size or spec.input_size,
-        num_classes=data_classes(cfg),
-    )
+    own = None if MODELS.get(cfg.model).builtin else data_classes(cfg)  # the user's: asked
+    data = load_samples(ctx, replicas=replicas or None, num_classes=own)
     tf_data = to_tf(data, cfg.precision)
-    return tf_data, dataset.has_eval and data.has_eval  # e.g. a folder without val/
+    return tf_data, DATASETS.get(cfg.dataset).has_eval and data.has_eval  # e.g. no val/
 
 
 def trainable_bytes(model: Any) -> int:
     return sum(int(v.shape.num_elements()) * v.dtype.size for v in model.trainable_variables)
-
-
-def mean_loss(labels: Any, logits: Any) -> Any:
-    """The batch's mean cross-entropy, as ``torch.nn.functional.cross_entropy``."""
-    return tf.reduce_mean(
-        tf.keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-    )
 
 
 def needs_autograph(cfg: RunConfig) -> bool:
@@ -144,14 +133,13 @@ def needs_autograph(cfg: RunConfig) -> bool:
 
 
 def make_eval_step(model: Any, cfg: RunConfig) -> Any:
-    """``(correct, loss_sum)`` of one held-out batch (a tf.function)."""
+    """``(correct, total, loss_sum)`` of one held-out batch under the point's task (a
+    tf.function)."""
+    task = task_of(cfg)
 
     @tf.function(reduce_retracing=True, autograph=needs_autograph(cfg))
-    def eval_step(x: Any, y: Any) -> tuple[Any, Any]:
-        logits = model(x, training=False)
-        losses = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-        hits = tf.cast(tf.equal(tf.argmax(logits, axis=1), tf.cast(y, tf.int64)), tf.int64)
-        return tf.reduce_sum(hits), tf.reduce_sum(tf.cast(losses, tf.float64))
+    def eval_step(x: Any, y: Any) -> tuple[Any, Any, Any]:
+        return task.counts(y, model(x, training=False))
 
     return eval_step
 
@@ -165,11 +153,11 @@ def evaluate_model(data: TFDataset, eval_step: Any, dist: Any = None) -> tuple[i
     for x, y in pipeline if pipeline is not None else ():
         if dist is not None:
             result = dist.run(eval_step, args=(x, y))
-            hits, losses = (dist.experimental_local_results(value)[0] for value in result)
+            hits, count, losses = (dist.experimental_local_results(v)[0] for v in result)
         else:
-            hits, losses = eval_step(x, y)
+            hits, count, losses = eval_step(x, y)
         correct, loss_sum = correct + int(hits), loss_sum + float(losses)
-        total += int(y.shape[0])
+        total += int(count)
     return correct, total, loss_sum
 
 
@@ -242,10 +230,11 @@ class TFEngine(ModelledSyncEngine):
         dist, model, optimizer, strategy = self.dist, self.model, self.optimizer, self.strategy
         in_sync = dist.num_replicas_in_sync
         skip = not (sync and strategy.aggregates_in_optimizer)
+        task = task_of(self.ctx.config)
 
         def replica_step(x: Any, y: Any) -> Any:
             with tf.GradientTape() as tape:
-                loss = mean_loss(y, model(x, training=True))
+                loss = task.loss(y, model(x, training=True))
                 scaled = loss / in_sync  # summed over the replicas: the global batch's mean
             variables = model.trainable_variables
             grads = strategy.gradients(tape, scaled, variables, sync)
@@ -286,10 +275,10 @@ class TFEngine(ModelledSyncEngine):
 
     def _make_forward(self) -> Any:
         """A step's forward and loss alone (traced at its first call: the probe's warm-up)."""
-        dist, model = self.dist, self.model
+        dist, model, task = self.dist, self.model, task_of(self.ctx.config)
 
         def replica_forward(x: Any, y: Any) -> Any:
-            return mean_loss(y, model(x, training=True))
+            return task.loss(y, model(x, training=True))
 
         @tf.function(autograph=needs_autograph(self.ctx.config))
         def forward(batch: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.frameworks import FRAMEWORKS, FrameworkSpec
-from dlscale.contract.models import BUILT_IN, register_builder
+from dlscale.contract.models import BUILT_IN, TOKEN_MODELS, register_builder
 from dlscale.frameworks.tensorflow import declare as tfd
 from dlscale.runtime.script_run import SCRIPT_OPTIONS
 
@@ -25,6 +25,8 @@ FRAMEWORKS.register(
         packages=("tensorflow", "tensorflow-cpu", "tf-keras", "keras"),
         imports=("tf_keras", "keras"),
         install=tfd.INSTALL,
+        tasks=("classification", "next-token"),  # frameworks/tensorflow/tasks.py
+        optimizers=("sgd", "adamw"),  # frameworks/tensorflow/sgd.py (tf-ps sync: SGD only)
     ),
 )
 COMMON: dict[str, Any] = {  # every backend on TensorFlow, Horovod's too
@@ -89,6 +91,7 @@ for _spec in (
         collectives="dlscale.frameworks.tensorflow.ps_collectives:run",
         collectives_check=tfd.check_ps_collectives,
         collectives_options=(("ps_mode", "sync"),),
+        check=tfd.check_ps_optimizer,
         options=tfd.TF_LOOP_OPTIONS + tfd.PS_OPTIONS,
         roles=tfd.ps_roles,
         cluster_env=tfd.tf_config_env,
@@ -113,3 +116,5 @@ for _spec in (
 
 for _model in BUILT_IN:  # a twin of every built-in model, under the same name
     register_builder(_model, "tensorflow", f"dlscale.frameworks.tensorflow.models:{_model}")
+for _model in TOKEN_MODELS:  # the GPT's twin, every size
+    register_builder(_model, "tensorflow", "dlscale.frameworks.tensorflow.gpt:gpt")

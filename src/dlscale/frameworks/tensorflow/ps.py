@@ -46,12 +46,12 @@ from dlscale.frameworks.tensorflow.loop import (
     evaluate_model,
     load_tf_data,
     make_eval_step,
-    mean_loss,
     needs_autograph,
     save_keras_params,
     trainable_bytes,
 )
 from dlscale.frameworks.tensorflow.sgd import torch_sgd
+from dlscale.frameworks.tensorflow.tasks import task_of
 from dlscale.frameworks.tensorflow.user_model import initial_weights
 from dlscale.runtime.context import WorkerContext
 from dlscale.runtime.schedule import run_schedule
@@ -163,10 +163,11 @@ class PSEngine(Engine):
         dist, model, optimizer = self.dist, self.model, self.optimizer
         cfg = self.ctx.config
         scale = async_gradient_scale(cfg.typed(TFPSOptions).async_update, cfg.workers)
+        task = task_of(cfg)
 
         def replica_step(x: Any, y: Any) -> Any:
             with tf.GradientTape() as tape:
-                loss = mean_loss(y, model(x, training=True))
+                loss = task.loss(y, model(x, training=True))
             variables = model.trainable_variables
             grads = tape.gradient(loss, variables)
             if scale != 1.0:  # the asynchronous rule (contract/algorithms.py)

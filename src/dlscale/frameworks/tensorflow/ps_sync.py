@@ -59,10 +59,10 @@ from dlscale.frameworks.tensorflow.loop import (
     build_keras_model,
     evaluate_model,
     load_tf_data,
-    mean_loss,
     save_keras_params,
     trainable_bytes,
 )
+from dlscale.frameworks.tensorflow.tasks import task_of
 from dlscale.frameworks.tensorflow.transfer import torch_values
 from dlscale.frameworks.tensorflow.user_model import initial_weights
 from dlscale.runtime.context import WorkerContext
@@ -205,12 +205,13 @@ class SyncPSEngine(ModelledSyncEngine):
         )
         with v1.device(place):
             self.model = build_keras_model(cfg, transfer=False)
-            size = self.data.input_shape
-            floatx = tf.as_dtype(cfg.precision)  # the images as the pipeline made them
-            self._x = v1.placeholder(floatx, (None, size[1], size[2], size[0]), name="x")
-            self._y = v1.placeholder(tf.int64, (None,), name="y")
+            task = task_of(cfg)
+            floatx = tf.as_dtype(cfg.precision)
+            kind, shape, targets = task.input_spec(self.data.input_shape, cfg.precision)
+            self._x = v1.placeholder(kind, shape, name="x")  # as the pipeline made them
+            self._y = v1.placeholder(tf.int64, targets, name="y")
             built = {id(op) for op in self.model.updates}  # on the model's own Input
-            self._loss = mean_loss(self._y, self.model(self._x, training=True))
+            self._loss = task.loss(self._y, self.model(self._x, training=True))
             # BatchNorm's running statistics, as this step's batch updates them
             bn_updates = [op for op in self.model.updates if id(op) not in built]
             variables = self.model.trainable_variables
@@ -236,15 +237,7 @@ class SyncPSEngine(ModelledSyncEngine):
             )
             # one op for the statistics: nothing of theirs is fetched back to Python per step
             self._train = [self._loss, train, tf.group(*bn_updates), barrier.arrived()]
-            logits = self.model(self._x, training=False)
-            losses = tf.keras.losses.sparse_categorical_crossentropy(
-                self._y, logits, from_logits=True
-            )
-            hits = tf.equal(tf.argmax(logits, axis=1), self._y)
-            self._eval = [
-                tf.reduce_sum(tf.cast(hits, tf.int64)),
-                tf.reduce_sum(tf.cast(losses, tf.float64)),
-            ]
+            self._eval = list(task.counts(self._y, self.model(self._x, training=False)))
             self._ready = v1.Variable(False, trainable=False, name="dlscale_weights_set")
             self._set_ready = self._ready.assign(True)
             self._init = v1.global_variables_initializer()

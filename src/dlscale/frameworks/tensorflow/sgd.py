@@ -79,7 +79,90 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
         return config
 
 
-def torch_sgd(cfg: Any) -> TorchSGD:
+class TorchAdamW(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
+    """``torch.optim.AdamW(lr, betas, eps, weight_decay)`` (its single-tensor rule, written as
+    torch writes it): at step ``t``, ``w *= 1 - lr wd`` (decoupled), ``m = lerp(m, g, 1 -
+    b1)``, ``v = b2 v + (1 - b2) g^2``, ``w -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 -
+    b2^t) + eps)``; the bias corrections in float64, as torch takes them from Python floats.
+    The rate, like :class:`TorchSGD`'s, is used as given in a float64 run."""
+
+    def __init__(
+        self,
+        learning_rate: float = 1e-3,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-8,
+        decay: float = 0.01,
+        name: str = "TorchAdamW",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("jit_compile", False)
+        super().__init__(name=name, **kwargs)
+        self._learning_rate = self._build_learning_rate(learning_rate)
+        self._lr_value = learning_rate
+        self.beta_1, self.beta_2, self.epsilon, self.decay = beta_1, beta_2, epsilon, decay
+
+    def build(self, var_list: Any) -> None:
+        super().build(var_list)
+        if getattr(self, "_built", False):
+            return
+        self.exp_avgs = [
+            self.add_variable_from_reference(model_variable=var, variable_name="m")
+            for var in var_list
+        ]
+        self.exp_avg_sqs = [
+            self.add_variable_from_reference(model_variable=var, variable_name="v")
+            for var in var_list
+        ]
+        self._built = True
+
+    def update_step(self, gradient: Any, variable: Any) -> None:
+        kind = variable.dtype
+        if isinstance(self._lr_value, float):
+            lr = tf.constant(self._lr_value, tf.float64)
+        else:
+            lr = tf.cast(self.learning_rate, tf.float64)
+        step = tf.cast(self.iterations + 1, tf.float64)  # counted after this step, as torch's
+        bias1 = 1.0 - tf.pow(tf.constant(self.beta_1, tf.float64), step)
+        bias2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(self.beta_2, tf.float64), step))
+        index = self._index_dict[self._var_key(variable)]
+        m, v = self.exp_avgs[index], self.exp_avg_sqs[index]
+        g = tf.convert_to_tensor(gradient)
+        if self.decay:
+            variable.assign(variable * tf.cast(1.0 - lr * self.decay, kind))
+        m.assign(m + tf.constant(1.0 - self.beta_1, kind) * (g - m))  # lerp, weight < 0.5
+        v.assign(v * tf.constant(self.beta_2, kind) + tf.constant(1.0 - self.beta_2, kind) * g * g)
+        denom = tf.sqrt(v) / tf.cast(bias2_sqrt, kind) + tf.constant(self.epsilon, kind)
+        variable.assign_add(tf.cast(-(lr / bias1), kind) * (m / denom))
+
+    def get_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = super().get_config()
+        exact = isinstance(self._lr_value, float)
+        config.update(
+            learning_rate=self._lr_value
+            if exact
+            else self._serialize_hyperparameter(self._learning_rate),
+            beta_1=self.beta_1,
+            beta_2=self.beta_2,
+            epsilon=self.epsilon,
+            decay=self.decay,
+        )
+        return config
+
+
+def torch_sgd(cfg: Any) -> Any:
     """The optimizer of every TensorFlow backend, from the run's config (as
-    ``dlscale.frameworks.torch.loop.sgd``)."""
+    ``dlscale.frameworks.torch.loop.sgd``): the run's ``optimizer``, PyTorch's SGD (momentum,
+    L2 weight decay) or its AdamW (:mod:`dlscale.contract.optimizers`)."""
+    if getattr(cfg, "optimizer", "sgd") == "adamw":
+        from dlscale.contract.optimizers import ADAMW_BETAS, ADAMW_EPS
+
+        beta_1, beta_2 = ADAMW_BETAS
+        return TorchAdamW(
+            learning_rate=cfg.effective_lr,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=ADAMW_EPS,
+            decay=cfg.weight_decay,
+        )
     return TorchSGD(learning_rate=cfg.effective_lr, momentum=cfg.momentum, l2=cfg.weight_decay)

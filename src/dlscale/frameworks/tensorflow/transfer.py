@@ -3,8 +3,11 @@
 The twin's layers carry the names of the PyTorch modules they mirror, so the copy goes by name:
 a convolution's weight (out, in, kh, kw) becomes Keras' kernel (kh, kw, in, out), a linear
 layer's (out, in) becomes (in, out), and BatchNorm's weight, bias, running mean and running
-variance become gamma, beta, moving mean and moving variance. Every PyTorch tensor must find its
-layer and every Keras weight its tensor (``num_batches_tracked`` aside), else the copy refuses:
+variance become gamma, beta, moving mean and moving variance; LayerNorm's weight and bias
+become gamma and beta, an embedding's weight its table (the GPT's: its tied ``lm_head.weight``
+is ``wte.weight``, one Keras variable, checked to be the same tensor). Every PyTorch tensor
+must find its layer and every Keras weight its tensor (``num_batches_tracked`` aside), else the
+copy refuses:
 a twin that drifted from its model is a bug to see, not to train on.
 
 The state is plain numpy arrays, so a TensorFlow process needs no torch to load one that a torch
@@ -32,9 +35,20 @@ def _keras_weights(layer: Any, state: dict[str, np.ndarray], used: set[str]) -> 
         weights = [take("weight").transpose(2, 3, 1, 0)]
         return weights + ([take("bias")] if layer.use_bias else [])
     if kind == "Dense":
-        return [take("weight").T, take("bias")]
+        return [take("weight").T] + ([take("bias")] if layer.use_bias else [])
     if kind == "BatchNormalization":
         return [take("weight"), take("bias"), take("running_mean"), take("running_var")]
+    if kind == "LayerNormalization":
+        return [take("weight")] + ([take("bias")] if layer.center else [])
+    if kind == "PositionEmbedding":
+        return [take("weight")]
+    if kind == "TokenEmbedding":  # the GPT's wte, and the head tied to it (one tensor)
+        weight = take("weight")
+        if layer.tied and "lm_head.weight" in state:
+            used.add("lm_head.weight")
+            if not np.array_equal(state["lm_head.weight"], weight):
+                raise ValueError("PyTorch's lm_head.weight is not wte.weight: the head is not tied")
+        return [weight]
     raise ValueError(f"Keras layer {name} ({kind}) has weights the transfer does not know")
 
 
@@ -92,7 +106,17 @@ def keras_state(
             if layer.use_bias:
                 state[f"{name}.bias"] = weights[1]
         elif kind == "Dense":
-            state[f"{name}.weight"], state[f"{name}.bias"] = weights[0].T, weights[1]
+            state[f"{name}.weight"] = weights[0].T
+            if layer.use_bias:
+                state[f"{name}.bias"] = weights[1]
+        elif kind == "LayerNormalization":
+            state[f"{name}.weight"] = weights[0]
+            if layer.center:
+                state[f"{name}.bias"] = weights[1]
+        elif kind in ("PositionEmbedding", "TokenEmbedding"):
+            state[f"{name}.weight"] = weights[0]
+            if kind == "TokenEmbedding" and layer.tied and not parameters_only:
+                state["lm_head.weight"] = weights[0]  # PyTorch's state dict holds both names
         elif kind == "BatchNormalization":
             names = ("weight", "bias", "running_mean", "running_var")
             state.update({f"{name}.{k}": w for k, w in zip(names, weights, strict=False)})
