@@ -18,6 +18,10 @@ round, and the ratio of the two is taken within each round (the machine's drift 
   jax1     1-worker dlscale (jax-single)   / bare JAX loop              target >= 0.97
            (benchmarks/bare_jax.py: Flax twin, jit step, optax SGD)
   jax-torch 1-worker jax-single            / 1-worker torch-single      recorded
+  gpt1     1-worker dlscale (torch-single) / bare nanoGPT-style loop    target >= 0.98
+  gpt-ddp  2-worker dlscale (torch-ddp)    / bare torchrun DDP GPT      target >= 0.97
+           (both: gpt-mini on `tokens`, GPT_BATCH sequences of 256 per worker, AdamW;
+           benchmarks/bare_gpt.py, --ddp under torchrun; --model does not apply)
 
 Usage: python benchmarks/run_all.py [--rounds 3] [--model resnet44] [--only harness,ddp]
 Prints each round's throughputs and the median ratio; exits 1 if a median misses its target.
@@ -35,6 +39,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from dlscale.runtime.allocator import allocator_env
+
 HERE = Path(__file__).resolve().parent
 STEPS, WARMUP, WINDOWS = 8, 3, 3  # dlscale windows: WINDOWS x STEPS measured steps
 TARGETS: dict[str, float | None] = {
@@ -51,6 +57,8 @@ TARGETS: dict[str, float | None] = {
     "tf-torch": None,
     "jax1": 0.97,
     "jax-torch": None,
+    "gpt1": 0.98,
+    "gpt-ddp": 0.97,
 }
 """None: no target; the ratio is recorded and explained in docs/benchmarks.md."""
 CIFAR10_PAIR_ALLOCATOR = "glibc-tuned"
@@ -96,7 +104,7 @@ def dlscale(results: Path, *args: str) -> float:
     )
     if record["status"] != "completed":
         sys.exit(f"dlscale run failed: {record['error']}")
-    return float(record["throughput_img_s"])
+    return float(record["throughput_samples_s"])
 
 
 def bare(launch: list[str], script: str, model: str, threads: int) -> float:
@@ -133,6 +141,50 @@ def bare_horovod(model: str, workers: int, threads: int) -> float:
     horovodrun = str(Path(sys.executable).parent / "horovodrun")
     launch = [horovodrun, "-np", str(workers), "-H", f"localhost:{workers}", "--gloo"]
     return bare([*launch, sys.executable], "bare_horovod.py", model, threads)
+
+
+GPT_PAIR_ALLOCATOR = "glibc-tuned"
+"""The bare gpt loops run under the allocator dlscale's workers default to (``allocator``)."""
+GPT_BATCH, GPT_LR, GPT_WEIGHT_DECAY = 4, 1e-3, 0.1
+GPT_TOKENS = 256
+"""gpt-mini's block_size: tokens per sequence (the rounds print tokens/s)."""
+"""The gpt pairs' sequences per worker (a step well under a second's work on 2 cores) and
+AdamW's settings (nanoGPT's Shakespeare-char lr and weight decay), on both sides."""
+
+
+def dlscale_gpt(results: Path, backend: str, workers: int) -> float:
+    """A dlscale run of gpt-mini on ``tokens`` as bare_gpt.py trains it (no probe steps after
+    the windows: they do not change the figure, only the wall time)."""
+    return dlscale(
+        results,
+        *("--backend", backend, "--model", "gpt-mini", "--dataset", "tokens"),
+        *("--workers", str(workers), "--batch-size", str(GPT_BATCH), "--lr", str(GPT_LR)),
+        *("--set", "optimizer=adamw", "--set", f"weight_decay={GPT_WEIGHT_DECAY}"),
+        *("--set", "comm_probe_steps=0"),
+    )
+
+
+def bare_gpt(workers: int, threads: int) -> float:
+    """benchmarks/bare_gpt.py: alone for 1 worker, under torchrun with --ddp for more."""
+    launch = [sys.executable]
+    if workers > 1:
+        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}"]
+    return _json_line(
+        [
+            *launch,
+            str(HERE / "bare_gpt.py"),
+            *("--model", "gpt-mini", "--threads", str(threads), "--batch", str(GPT_BATCH)),
+            *("--steps", str(STEPS * WINDOWS), "--warmup", str(WARMUP)),
+            *("--lr", str(GPT_LR), "--weight-decay", str(GPT_WEIGHT_DECAY)),
+            *(["--ddp"] if workers > 1 else []),
+        ],
+        # the allocator dlscale's workers run under by default, so that only the loop differs
+        env={
+            "OMP_NUM_THREADS": str(threads),
+            "MKL_NUM_THREADS": str(threads),
+            **allocator_env(GPT_PAIR_ALLOCATOR, {}),
+        },
+    )["throughput_samples_s"]
 
 
 def main() -> int:
@@ -206,6 +258,14 @@ def main() -> int:
             point("jax-single", 1),
             point("torch-single", 1),
         ),
+        "gpt1": (
+            lambda: dlscale_gpt(results, "torch-single", 1),
+            lambda: bare_gpt(1, cores),
+        ),
+        "gpt-ddp": (
+            lambda: dlscale_gpt(results, "torch-ddp", 2),
+            lambda: bare_gpt(2, max(1, cores // 2)),
+        ),
         "cifar10": (
             lambda: dlscale(
                 results,
@@ -237,7 +297,8 @@ def main() -> int:
     if "cifar10" in chosen:
         _write_cifar10(cifar_dir)
     print(
-        f"# {cores} cores, model {args.model}, batch 64/worker, {STEPS * WINDOWS} measured "
+        f"# {cores} cores, model {args.model}, batch 64/worker (gpt pairs: gpt-mini, "
+        f"{GPT_BATCH} sequences of {GPT_TOKENS} tokens/worker), {STEPS * WINDOWS} measured "
         f"steps after {WARMUP} warm-up, {args.rounds} rounds"
     )
     failed = False
@@ -251,9 +312,10 @@ def main() -> int:
             else:
                 a, b = ours(), reference()
             ratios.append(a / b)
+            unit, per = ("tok/s", GPT_TOKENS) if name.startswith("gpt") else ("img/s", 1)
             print(
-                f"{name:8} round {round_index}: dlscale {a:8.1f} img/s  reference {b:8.1f} "
-                f"img/s  ratio {a / b:.3f}",
+                f"{name:8} round {round_index}: dlscale {a * per:8.1f} {unit}  reference "
+                f"{b * per:8.1f} {unit}  ratio {a / b:.3f}",
                 flush=True,
             )
         median = statistics.median(ratios)
