@@ -179,14 +179,24 @@ def _machine(row: Row, rows: list[Row]) -> str:
 def _accuracy(row: Row) -> list[str]:
     metrics, config = row.get("metrics") or {}, row.get("config") or {}
     out = []
+    tokens = metrics.get("sample_unit") == "token"
     if metrics.get("eval_accuracy") is not None:
-        out.append(f"accuracy {metrics['eval_accuracy']:.1%}")
+        what = "next-token accuracy" if tokens else "accuracy"
+        out.append(f"{what} {metrics['eval_accuracy']:.1%}")
     if metrics.get("time_to_accuracy_s") is not None:
         target = config.get("target_accuracy")
         to = f" to {target:.0%}" if isinstance(target, float) else ""
         out.append(f"{metrics['time_to_accuracy_s']:.1f} s{to}")
     elif config.get("target_accuracy") is not None and metrics.get("eval_accuracy") is not None:
         out.append(f"never reached {config['target_accuracy']:.0%}")
+    loss = metrics.get("eval_loss")
+    if isinstance(loss, float) and tokens:  # a language model's
+        out.append(f"held-out loss {loss:.3f} a token (perplexity {math.exp(min(loss, 700)):.1f})")
+    target = config.get("target_loss")
+    if metrics.get("time_to_loss_s") is not None:
+        out.append(f"{metrics['time_to_loss_s']:.1f} s to loss {target}")
+    elif target is not None and loss is not None:
+        out.append(f"never reached loss {target}")
     return out
 
 
