@@ -8,6 +8,7 @@ import pytest
 
 from dlscale.config import RunConfig
 from dlscale.contract.engine import Engine
+from dlscale.contract.errors import UserError
 from dlscale.contract.events import EventWriter, events_path
 from dlscale.contract.records import Start
 from dlscale.runtime import checkpoint
@@ -86,6 +87,14 @@ def test_without_a_saved_state_the_time_lost_counts_from_the_first_start(tmp_pat
 def test_no_checkpoints_unless_the_launcher_asks_and_the_engine_can(monkeypatch):
     monkeypatch.delenv(checkpoint.ENABLED_ENV, raising=False)
     assert not Checkpoints.wanted(TextEngine())
-    monkeypatch.setenv(checkpoint.ENABLED_ENV, "1")
     assert not Checkpoints.wanted(Engine())
+    monkeypatch.setenv(checkpoint.ENABLED_ENV, "1")
     assert Checkpoints.wanted(TextEngine())
+
+
+def test_an_engine_that_cannot_checkpoint_under_a_resumable_backend_is_said(monkeypatch):
+    """The launcher asks for checkpoints only of a backend that declares itself resumable; an
+    engine that cannot checkpoint then is a plug-in whose declarations disagree: one line."""
+    monkeypatch.setenv(checkpoint.ENABLED_ENV, "1")
+    with pytest.raises(UserError, match=r"backend toy declares itself resumable .* but its engine"):
+        Checkpoints.wanted(Engine(), "toy")

@@ -97,3 +97,16 @@ def test_the_cosine_schedule_warms_up_linearly_then_decays_to_zero_at_the_last_s
     assert factors[4] == 1.0 and factors[14] == pytest.approx(0.5 * (1 + math.cos(math.pi / 2)))
     assert factors[24] == factors[25] == pytest.approx(0.0)
     assert lr_factor(_gpt(), 7, total) == 1.0
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "tensorflow"])
+def test_a_frameworks_declared_tasks_are_the_tasks_its_loop_has(framework):
+    """What a framework declares (read by the parent, which imports no framework) is what its
+    folder's tasks.py implements (what its loops call)."""
+    import importlib
+
+    from dlscale.contract.frameworks import FRAMEWORKS
+
+    pytest.importorskip(FRAMEWORKS.get(framework).module)
+    tasks = importlib.import_module(f"dlscale.frameworks.{framework}.tasks")
+    assert set(FRAMEWORKS.get(framework).tasks) == set(tasks.TASKS)

@@ -59,8 +59,6 @@ class BackendSpec:
     reference: bool = False
     """A plain single-process baseline of its framework: preferred as the 1-worker point and
     run as the whole machine's one worker. One per framework (a second is refused)."""
-    measures_exposed_comm: bool = False
-    """Whether the worker measures steps without gradient synchronization (exposed comm)."""
     options: tuple[Option, ...] = ()
     """The backend's own settings; setting another backend's is refused (skipped in grids)."""
     roles: Callable[[RunConfig], tuple[Role, ...]] = one_worker_role
@@ -80,7 +78,8 @@ class BackendSpec:
     resumable: bool = False
     """Its replicas hold one training state that its engine checkpoints and restores, so a run
     whose ranks a launcher restarts resumes from the last saved window (``max_restarts``);
-    the engine says the same (``Engine.resumable``)."""
+    the engine must say the same (``Engine.resumable``): a restarted run whose engine cannot
+    checkpoint fails in one line naming the disagreement (``runtime/checkpoint.py``)."""
     collectives: str | None = None
     """``module:function(ctx, settings)`` running ``dlscale microbench``'s collectives on this
     engine's communication library (:mod:`dlscale.microbench`); ``None``: none to measure."""

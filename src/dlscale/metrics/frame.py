@@ -10,6 +10,7 @@ from dlscale.contract.facts import FrameworkFacts
 from dlscale.contract.plugins import load_plugins
 from dlscale.contract.text import excerpt
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
+from dlscale.metrics.units import sample_unit, units_per_sample
 from dlscale.store.results import DEFAULT_ROOT, RunStore
 
 if TYPE_CHECKING:
@@ -32,8 +33,9 @@ def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.Dat
     baseline and baseline_run_ids (the 1-worker point with the same threads per worker),
     machine_speedup (over the whole machine as one worker, when measured), threads_per_worker,
     oversubscribed, framework_version and gpus (the framework's version and the GPUs its
-    workers saw, read alike for every framework), and environment columns (hostname,
-    cpu_model, torch_version, dlscale_version, git_commit).
+    workers saw, read alike for every framework), throughput_units_s (the throughput in the
+    run's unit, ``sample_unit``: images/s, or tokens/s = samples/s x ``units_per_sample``), and
+    environment columns (hostname, cpu_model, torch_version, dlscale_version, git_commit).
     """
     import pandas as pd
 
@@ -62,6 +64,11 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
     flat["threads_per_worker"] = row.get("threads_per_worker") or config.get("threads_per_worker")
     flat["oversubscribed"] = row.get("oversubscribed")
     flat.update({k: v for k, v in metrics.items() if not isinstance(v, list | dict)})
+    samples = metrics.get("throughput_samples_s")  # in the run's unit (img/s, tok/s)
+    units = units_per_sample(metrics)
+    flat["sample_unit"] = sample_unit(metrics) or "image"
+    flat["units_per_sample"] = units
+    flat["throughput_units_s"] = None if samples is None else samples * units
     for key in SCALING_KEYS:
         value = row.get(key)
         if key.endswith("_ci95"):

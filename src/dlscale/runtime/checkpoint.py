@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlscale.contract.errors import SchemaError
+from dlscale.contract.errors import SchemaError, UserError
 from dlscale.contract.events import events_path, read_events
 from dlscale.contract.files import make_directory, read_json, write_json_atomic
 
@@ -75,8 +75,19 @@ class Checkpoints:
         self.training_started_at = time.time()
 
     @staticmethod
-    def wanted(engine: Engine) -> bool:
-        return os.environ.get(ENABLED_ENV) == "1" and engine.resumable
+    def wanted(engine: Engine, backend: str = "") -> bool:
+        """Whether this run keeps checkpoints: the launcher restarts ranks (it asked only
+        because the backend declares itself resumable) and the engine can. An engine that
+        cannot, under a backend that says it can, is a plug-in's error: said, not ignored."""
+        if os.environ.get(ENABLED_ENV) != "1":
+            return False
+        if not engine.resumable:
+            raise UserError(
+                f"backend {backend} declares itself resumable (BackendSpec.resumable) but its "
+                f"engine {type(engine).__name__} cannot checkpoint (Engine.resumable is false): "
+                "a plug-in's declarations disagree; run without max_restarts"
+            )
+        return True
 
     def begin(self) -> Saved | None:
         """The state to resume from (restored into the engine), or ``None`` to start afresh

@@ -65,7 +65,8 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
             )
         )
     timer = _WindowTimer(ctx, engine)
-    checkpoints = Checkpoints(ctx, engine) if Checkpoints.wanted(engine) else None
+    wanted = not cfg.loader_only and Checkpoints.wanted(engine, cfg.backend)  # loader: no state
+    checkpoints = Checkpoints(ctx, engine) if wanted else None
     saved = checkpoints.begin() if checkpoints else None
     done = saved.windows_done if saved else 0  # windows (epochs) kept from an earlier attempt
     # time to accuracy counts from the first attempt's start of training

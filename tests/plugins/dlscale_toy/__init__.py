@@ -113,7 +113,6 @@ BACKENDS.register(
         name="toy-ps",
         description="numpy workers and one parameter server over localhost TCP (toy plug-in)",
         worker="dlscale_toy.engine:run_ps",
-        measures_exposed_comm=True,
         options=declared(ToyPsOptions),
         roles=toy_roles,
         cluster_env=toy_cluster_env,

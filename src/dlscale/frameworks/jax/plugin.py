@@ -49,7 +49,6 @@ for _spec in (
         framework="jax",
         worker="dlscale.frameworks.jax.loop:run_dp",
         collectives="dlscale.frameworks.jax.collectives:run",
-        measures_exposed_comm=True,
         devices=("cpu",),
         install=INSTALL,
         ports=1,

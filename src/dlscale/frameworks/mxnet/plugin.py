@@ -50,7 +50,6 @@ for _spec in (
         "step leaves every parameter 3e-8 to 1e-7 off)",
         collectives="dlscale.frameworks.mxnet.collectives:run",
         collectives_check=mxd.check_kv_collectives,
-        measures_exposed_comm=True,
         options=mxd.MX_LOOP_OPTIONS + mxd.KV_OPTIONS,
         roles=mxd.kv_roles,
         cluster_env=mxd.dmlc_env,

@@ -64,7 +64,6 @@ for _spec in (
         description="TensorFlow MirroredStrategy: every replica in one process (logical CPU "
         "devices on a CPU)",
         worker="dlscale.frameworks.tensorflow.strategies:run_mirrored",
-        measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS,
         roles=tfd.mirrored_roles,
         **COMMON,
@@ -76,7 +75,6 @@ for _spec in (
         worker="dlscale.frameworks.tensorflow.strategies:run_mwms",
         collectives="dlscale.frameworks.tensorflow.collectives:run",
         collectives_check=tfd.check_cpu_collectives,
-        measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS,
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,
@@ -104,7 +102,6 @@ for _spec in (
         precisions=FLOAT64_TOO,
         description="Keras model.fit under MultiWorkerMirroredStrategy (legacy Keras 2)",
         worker="dlscale.frameworks.tensorflow.keras_fit:run_mwms",
-        measures_exposed_comm=True,
         options=tfd.TF_LOOP_OPTIONS + tfd.MWMS_OPTIONS + tfd.FIT_OPTIONS,
         cluster_env=tfd.tf_config_env,
         ports=tfd.one_port_per_process,

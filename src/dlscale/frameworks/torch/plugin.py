@@ -76,7 +76,6 @@ BACKENDS.register(
         framework="torch",
         worker="dlscale.frameworks.torch.ddp:run",
         collectives="dlscale.frameworks.torch.collectives:run",
-        measures_exposed_comm=True,
         install=INSTALL,
         check=check_ddp,
         options=TORCH_LOOP_OPTIONS + DDP_OPTIONS,
@@ -112,7 +111,6 @@ BACKENDS.register(
         framework="torch",
         worker="dlscale.frameworks.torch.ring:run",
         collectives="dlscale.frameworks.torch.ring_collectives:run",
-        measures_exposed_comm=True,
         install=INSTALL,
         check=check_ring,
         options=TORCH_LOOP_OPTIONS + RING_OPTIONS,
@@ -131,7 +129,6 @@ BACKENDS.register(
         worker="dlscale.frameworks.torch.ps:run",
         collectives="dlscale.frameworks.torch.ps_collectives:run",
         collectives_everywhere=True,
-        measures_exposed_comm=True,
         install=INSTALL,
         check=check_ps,
         options=TORCH_LOOP_OPTIONS + PS_OPTIONS,
@@ -158,7 +155,6 @@ BACKENDS.register(
         description="your own PyTorch training script (DDP or none), unmodified, with "
         "torchrun's variables; measured from its optimizer steps (dlscale run --script)",
         worker="dlscale.frameworks.torch.script:run",
-        measures_exposed_comm=True,  # where the script has a DDP module
         install=INSTALL,
         cluster_env=torch_cluster_env,
         **SCRIPT_COMMON,
