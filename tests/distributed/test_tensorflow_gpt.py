@@ -43,24 +43,30 @@ def _pair(tmp_path: Path, shared: RunStore, precision: str, **changes: object):
 
 ADAMW = dict(optimizer="adamw", lr=3e-3, weight_decay=0.1)
 """torch.optim.AdamW's rule (frameworks/tensorflow/sgd.py: TorchAdamW)."""
+COSINE = dict(lr_schedule="cosine", lr_warmup_steps=2, steps=4)
+"""The learning rate warmed up over 2 steps, then cosine to 0 at the run's last step: factors
+0.5, 1, 1 and 0.5 at the 4 measured steps (sgd.Schedule against torch's LambdaLR)."""
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "sgd-cosine", "adamw-cosine"])
 def test_tf_mwms_takes_torch_ddps_float64_gpt_steps_rank_by_rank(
     tmp_path: Path, shared_store: RunStore, optimizer
 ):
-    changes = ADAMW if optimizer == "adamw" else {}
+    changes = dict(ADAMW if optimizer.startswith("adamw") else {})
+    if optimizer.endswith("cosine"):
+        changes.update(COSINE)
     ddp_dir, run_dir = _pair(tmp_path, shared_store, "float64", **changes)
     ddp, ours = per_rank_losses(ddp_dir), per_rank_losses(run_dir)
-    assert len(ours[0]) == 3 and ours[0] != ours[1]  # each rank its own tokens
-    assert len(set(ddp[0])) == 3  # the steps moved the loss
+    steps = changes.get("steps", 3)
+    assert len(ours[0]) == steps and ours[0] != ours[1]  # each rank its own tokens
+    assert len(set(ddp[0])) == steps  # the steps moved the loss
     for rank in (0, 1):
         assert ours[rank] == pytest.approx(ddp[rank], abs=1e-9, rel=0), rank
     theirs, mine = final_params(ddp_dir), final_params(run_dir)
     assert set(theirs) == set(mine)  # torch's names; the tied head once, as wte.weight
     for name, value in theirs.items():  # AdamW: m / sqrt(v) of a near-0 gradient: 1e-8
         assert mine[name].dtype == value.dtype == np.float64, name
-        bound = 1e-8 if optimizer == "adamw" else 1e-9
+        bound = 1e-8 if optimizer.startswith("adamw") else 1e-9
         np.testing.assert_allclose(mine[name], value, rtol=0, atol=bound, err_msg=name)
 
 
@@ -100,3 +106,19 @@ def test_tf_single_learns_python_source(tmp_path: Path):
     (held_out,) = result.metrics["eval_history"]  # evaluated once, at the end, per token
     assert np.isfinite(held_out["loss"]) and held_out["loss"] < np.log(256), held_out
     assert 0 < held_out["accuracy"] < 1, held_out
+
+
+def test_keras_fit_takes_torch_ddps_float64_adamw_cosine_steps_by_its_parameters(
+    tmp_path: Path, shared_store: RunStore
+):
+    """Keras fit logs a running mean of the losses, so it is held by its parameters; its
+    optimizer is the same TorchAdamW with the same schedule."""
+    point = {**GPT, **ADAMW, **COSINE}
+    ddp = RunConfig.make(backend="torch-ddp", precision="float64", **point)
+    _, ddp_dir = run_completed(ddp, shared_store, study="tf-gpt-reference")
+    fit = RunConfig.make(backend="keras-fit", precision="float64", **point)
+    _, run_dir = run_completed(fit, RunStore(tmp_path))
+    theirs, mine = final_params(ddp_dir), final_params(run_dir)
+    assert set(theirs) == set(mine)
+    for name, value in theirs.items():
+        np.testing.assert_allclose(mine[name], value, rtol=0, atol=1e-8, err_msg=name)

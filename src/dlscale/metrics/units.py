@@ -108,12 +108,12 @@ def rate_of(metrics: Mapping[str, Any] | None) -> Rate:
 
 def common_rate(rows: Iterable[Mapping[str, Any]]) -> Rate:
     """The rate rows (results, points) shown together are read in: the unit of every row with
-    a throughput (:func:`rate_for`)."""
-    return rate_for(
-        sample_unit(row.get("metrics"))
-        for row in rows
-        if (row.get("metrics") or {}).get(THROUGHPUT) is not None
-    )
+    a throughput (:func:`rate_for`); where none has one (every run failed), the unit the rows
+    recorded (a failed GPT study's table still says tok/s)."""
+    rows = list(rows)
+    measured = [r for r in rows if (r.get("metrics") or {}).get(THROUGHPUT) is not None]
+    recorded = measured or [r for r in rows if sample_unit(r.get("metrics")) is not None]
+    return rate_for(sample_unit(row.get("metrics")) for row in recorded)
 
 
 def rate_for(units: Iterable[str | None]) -> Rate:

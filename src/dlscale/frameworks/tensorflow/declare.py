@@ -101,7 +101,14 @@ def check_cpu_collectives(config: RunConfig) -> None:
 def check_ps_optimizer(config: RunConfig) -> None:
     """tf-ps' point (``BackendSpec.check``): TF1's synchronous parameter server applies its
     updates with TF1's own SGD (frameworks/tensorflow/ps_sync.py), so ``ps_mode = sync`` takes
-    no other optimizer; ``async`` steps with the engines' Keras optimizers, AdamW too."""
+    no other optimizer; ``async`` steps with the engines' Keras optimizers, AdamW too. Neither
+    follows a learning-rate schedule (the servers apply the updates, as torch-ps')."""
+    if config.lr_schedule != "constant":
+        raise UnsupportedPoint(
+            f"backend tf-ps applies updates at its parameter servers with a constant learning "
+            f"rate, not lr_schedule = {config.lr_schedule}; use tf-mwms, tf-mirrored, keras-fit "
+            "or horovod-tf for a schedule"
+        )
     if config.optimizer != "sgd" and config.typed(TFPSOptions).ps_mode == "sync":
         raise UnsupportedPoint(
             f"backend tf-ps with ps_mode = sync (TF1's SyncReplicasOptimizer) steps with SGD "

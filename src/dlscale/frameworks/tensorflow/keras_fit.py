@@ -90,7 +90,7 @@ class FitEngine(Engine):
         self.steps_per_epoch = self.data.steps_per_epoch
         with dist.scope():
             self.model = build_keras_model(cfg)
-            optimizer = torch_sgd(cfg)
+            optimizer = torch_sgd(cfg, self.steps_per_epoch)
             if horovod is not None:
                 optimizer = horovod.DistributedOptimizer(optimizer, compression=compression)
             self.model.compile(

@@ -209,7 +209,7 @@ class TFEngine(ModelledSyncEngine):
         self.local_replicas = ctx.process.replicas
         with dist.scope():
             self.model = build_keras_model(cfg)
-            self.optimizer = torch_sgd(cfg)
+            self.optimizer = torch_sgd(cfg, self.steps_per_epoch)
             self.optimizer.build(self.model.trainable_variables)
         self._steps = {sync: self._make_step(sync) for sync in (True, False)}
         self._forward = self._make_forward()

@@ -27,6 +27,7 @@ FRAMEWORKS.register(
         install=tfd.INSTALL,
         tasks=("classification", "next-token"),  # frameworks/tensorflow/tasks.py
         optimizers=("sgd", "adamw"),  # frameworks/tensorflow/sgd.py (tf-ps sync: SGD only)
+        schedules=("constant", "cosine"),  # sgd.Schedule (tf-ps: constant only)
     ),
 )
 COMMON: dict[str, Any] = {  # every backend on TensorFlow, Horovod's too

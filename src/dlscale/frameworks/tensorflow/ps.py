@@ -102,7 +102,7 @@ class PSEngine(Engine):
         self.steps_per_epoch = self.data.steps_per_epoch
         with self.dist.scope():
             self.model = build_keras_model(cfg)
-            self.optimizer = torch_sgd(cfg)
+            self.optimizer = torch_sgd(cfg, self.steps_per_epoch)
             self.optimizer.build(self.model.trainable_variables)
             # the steps' losses summed where the variables live: nothing to collect per step
             self._losses = tf.Variable(0.0, dtype=tf.float64, trainable=False)

@@ -14,11 +14,51 @@ against ``torch.optim.SGD``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dlscale.frameworks.tensorflow.env import import_tensorflow
 
 tf = import_tensorflow()
+
+
+class Schedule:
+    """The run's learning-rate factor at an optimizer's step, in TensorFlow ops on float64:
+    :func:`dlscale.contract.optimizers.lr_factor` (what torch's ``LambdaLR`` multiplies by),
+    at the step ``iterations`` counts (the applied steps before this one, as the scheduler
+    has stepped after each of them). ``None`` where the rate is constant."""
+
+    def __init__(self, warmup: int, total: int) -> None:
+        self.warmup, self.total = warmup, total
+
+    @staticmethod
+    def of(warmup: int, total: int | None) -> Schedule | None:
+        """An optimizer's schedule from its settings, which its config keeps (so that a copy,
+        as Horovod's ``DistributedOptimizer`` makes, keeps it); ``None``: a constant rate."""
+        return None if total is None else Schedule(warmup, total)
+
+    def factor(self, iterations: Any) -> Any:
+        k = tf.cast(iterations, tf.float64)
+        warm = float(self.warmup)
+        progress = tf.minimum(
+            tf.constant(1.0, tf.float64), (k - warm) / float(max(1, self.total - self.warmup))
+        )
+        decay = 0.5 * (1.0 + tf.cos(tf.constant(math.pi, tf.float64) * progress))
+        if not self.warmup:
+            return decay
+        return tf.where(k < warm, (k + 1.0) / warm, decay)
+
+
+def _rate(optimizer: Any, dtype: Any) -> Any:
+    """The optimizer's rate at this step in ``dtype``: as given (a float64 run must not take
+    Keras' float32 copy of it) times the schedule's factor, computed in float64."""
+    if isinstance(optimizer._lr_value, float):
+        lr = tf.constant(optimizer._lr_value, tf.float64)
+    else:
+        lr = tf.cast(optimizer.learning_rate, tf.float64)
+    if optimizer.schedule is not None:
+        lr = lr * optimizer.schedule.factor(optimizer.iterations)
+    return lr if dtype == tf.float64 else tf.cast(lr, dtype)
 
 
 class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
@@ -28,6 +68,8 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
         momentum: float = 0.0,
         l2: float = 0.0,
         name: str = "TorchSGD",
+        schedule_warmup: int = 0,
+        schedule_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("jit_compile", False)  # the same kernels as the rest of the step
@@ -38,6 +80,7 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
         relatively, which a float64 run (``precision``) must not take for the rate."""
         self.momentum = momentum
         self.l2 = l2
+        self.schedule = Schedule.of(schedule_warmup, schedule_steps)
 
     def build(self, var_list: Any) -> None:
         super().build(var_list)
@@ -52,11 +95,7 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
     def update_step(self, gradient: Any, variable: Any) -> None:
         # Python numbers become tensors of the variable's dtype directly: tf.cast would make a
         # float32 tensor first (0.01 -> 0.0099999998), 2e-8 off each float64 update
-        exact = variable.dtype == tf.float64 and isinstance(self._lr_value, float)
-        if exact:
-            lr = tf.constant(self._lr_value, variable.dtype)
-        else:
-            lr = tf.cast(self.learning_rate, variable.dtype)
+        lr = _rate(self, variable.dtype)
         g = tf.convert_to_tensor(gradient)
         if self.l2:
             g = g + tf.constant(self.l2, variable.dtype) * variable
@@ -75,6 +114,7 @@ class TorchSGD(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
             else self._serialize_hyperparameter(self._learning_rate),
             momentum=self.momentum,
             l2=self.l2,
+            **_schedule_config(self),
         )
         return config
 
@@ -94,6 +134,8 @@ class TorchAdamW(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
         epsilon: float = 1e-8,
         decay: float = 0.01,
         name: str = "TorchAdamW",
+        schedule_warmup: int = 0,
+        schedule_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("jit_compile", False)
@@ -101,6 +143,7 @@ class TorchAdamW(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
         self._learning_rate = self._build_learning_rate(learning_rate)
         self._lr_value = learning_rate
         self.beta_1, self.beta_2, self.epsilon, self.decay = beta_1, beta_2, epsilon, decay
+        self.schedule = Schedule.of(schedule_warmup, schedule_steps)
 
     def build(self, var_list: Any) -> None:
         super().build(var_list)
@@ -118,10 +161,7 @@ class TorchAdamW(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
 
     def update_step(self, gradient: Any, variable: Any) -> None:
         kind = variable.dtype
-        if isinstance(self._lr_value, float):
-            lr = tf.constant(self._lr_value, tf.float64)
-        else:
-            lr = tf.cast(self.learning_rate, tf.float64)
+        lr = _rate(self, tf.float64)
         step = tf.cast(self.iterations + 1, tf.float64)  # counted after this step, as torch's
         bias1 = 1.0 - tf.pow(tf.constant(self.beta_1, tf.float64), step)
         bias2_sqrt = tf.sqrt(1.0 - tf.pow(tf.constant(self.beta_2, tf.float64), step))
@@ -146,14 +186,29 @@ class TorchAdamW(tf.keras.optimizers.Optimizer):  # type: ignore[name-defined]
             beta_2=self.beta_2,
             epsilon=self.epsilon,
             decay=self.decay,
+            **_schedule_config(self),
         )
         return config
 
 
-def torch_sgd(cfg: Any) -> Any:
+def _schedule_config(optimizer: Any) -> dict[str, Any]:
+    schedule = optimizer.schedule
+    if schedule is None:
+        return {}
+    return {"schedule_warmup": schedule.warmup, "schedule_steps": schedule.total}
+
+
+def torch_sgd(cfg: Any, steps_per_epoch: int = 1) -> Any:
     """The optimizer of every TensorFlow backend, from the run's config (as
     ``dlscale.frameworks.torch.loop.sgd``): the run's ``optimizer``, PyTorch's SGD (momentum,
-    L2 weight decay) or its AdamW (:mod:`dlscale.contract.optimizers`)."""
+    L2 weight decay) or its AdamW (:mod:`dlscale.contract.optimizers`), at the run's
+    ``lr_schedule`` over its steps (``steps_per_epoch``: the epochs' length, epoch mode)."""
+    from dlscale.contract.optimizers import training_steps
+
+    schedule: dict[str, Any] = {}
+    if getattr(cfg, "lr_schedule", "constant") == "cosine":
+        total = training_steps(cfg, steps_per_epoch)
+        schedule = {"schedule_warmup": cfg.lr_warmup_steps, "schedule_steps": total}
     if getattr(cfg, "optimizer", "sgd") == "adamw":
         from dlscale.contract.optimizers import ADAMW_BETAS, ADAMW_EPS
 
@@ -164,5 +219,11 @@ def torch_sgd(cfg: Any) -> Any:
             beta_2=beta_2,
             epsilon=ADAMW_EPS,
             decay=cfg.weight_decay,
+            **schedule,
         )
-    return TorchSGD(learning_rate=cfg.effective_lr, momentum=cfg.momentum, l2=cfg.weight_decay)
+    return TorchSGD(
+        learning_rate=cfg.effective_lr,
+        momentum=cfg.momentum,
+        l2=cfg.weight_decay,
+        **schedule,
+    )
