@@ -54,8 +54,7 @@ class RunConfig:
         default=1, metadata=_doc("data-parallel replicas (worker processes for most backends)")
     )
     batch_size: int = field(
-        default=64,
-        metadata=_doc("images per worker per step (weak scaling) or per step in all (strong)"),
+        default=64, metadata=_doc("samples per worker per step (weak) or per step in all (strong)")
     )
     scaling: str = field(
         default="weak",
@@ -77,7 +76,9 @@ class RunConfig:
             "inside a run: independent runs are `dlscale run --repeats`)"
         ),
     )
-    lr: float = field(default=0.1, metadata=_doc("SGD learning rate for the global batch"))
+    lr: float = field(
+        default=0.1, metadata=_doc("learning rate (SGD or AdamW) for the global batch")
+    )
     lr_scaling: str = field(
         default="none", metadata=_doc("none, or linear: multiply lr by workers (weak scaling)")
     )
@@ -107,8 +108,7 @@ class RunConfig:
         default=None, metadata=_doc("evaluation accuracy in (0, 1] for time-to-accuracy")
     )
     target_loss: float | None = field(
-        default=None,
-        metadata=_doc("held-out loss (per sample or token) for time to a target loss"),
+        default=None, metadata=_doc("held-out loss (per sample or token) for time to that loss")
     )
     evaluate: str = field(
         default="end",
