@@ -23,7 +23,7 @@ import numpy as np
 
 from dlscale.contract.errors import DataError
 from dlscale.contract.options import setting
-from dlscale.datasets.tokens import TokenArrays, parts
+from dlscale.datasets.tokens import TokenArrays, from_corpus
 
 if TYPE_CHECKING:
     from dlscale.contract.run_config import RunConfig
@@ -100,16 +100,7 @@ def load(
     train, held_out, facts = corpus()
     cap = cfg.typed(PythonSourceOptions).held_out_tokens
     held_out = held_out[:cap] if cap else held_out
-    return TokenArrays(
-        name="python-source",
-        train=parts(train, shard=shard, replicas=replicas, shards=shards),
-        held_out=held_out,
-        block_size=input_size,
-        num_classes=VOCABULARY,
-        batch=cfg.batch_per_worker,
-        seed=cfg.seed,
-        shard=shard,
-        shards=shards,
-        replicas=replicas,
-        facts=dict(facts),
-    )
+    return from_corpus(
+        "python-source", cfg, train, held_out, shard=shard, shards=shards, replicas=replicas,
+        block_size=input_size, vocab=VOCABULARY, facts=dict(facts),
+    )  # fmt: skip

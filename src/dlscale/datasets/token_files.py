@@ -19,7 +19,7 @@ import numpy as np
 
 from dlscale.contract.errors import DataError
 from dlscale.contract.options import setting
-from dlscale.datasets.tokens import TokenArrays, check_vocabulary, parts
+from dlscale.datasets.tokens import TokenArrays, check_vocabulary, from_corpus
 
 if TYPE_CHECKING:
     from dlscale.contract.run_config import RunConfig
@@ -109,16 +109,7 @@ def load(
     train, held_out = _arrays(data_dir, dtype)
     facts: dict[str, Any] = {"corpus": "token-file", "train_tokens": len(train)}
     facts["train_sha256_head"] = _fingerprint(data_dir / TRAIN)
-    return TokenArrays(
-        name="token-file",
-        train=parts(train, shard=shard, replicas=replicas, shards=shards),
-        held_out=held_out,
-        block_size=input_size,
-        num_classes=num_classes,
-        batch=cfg.batch_per_worker,
-        seed=cfg.seed,
-        shard=shard,
-        shards=shards,
-        replicas=replicas,
-        facts=facts,
-    )
+    return from_corpus(
+        "token-file", cfg, train, held_out, shard=shard, shards=shards, replicas=replicas,
+        block_size=input_size, vocab=num_classes, facts=facts,
+    )  # fmt: skip

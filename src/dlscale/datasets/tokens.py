@@ -118,6 +118,37 @@ def parts(tokens: np.ndarray, *, shard: int, replicas: int, shards: int) -> tupl
     return tuple(tokens[r * size : (r + 1) * size] for r in range(shard, shard + replicas))
 
 
+def from_corpus(
+    name: str,
+    cfg: RunConfig,
+    train: np.ndarray,
+    held_out: np.ndarray,
+    *,
+    shard: int,
+    shards: int,
+    replicas: int,
+    block_size: int,
+    vocab: int,
+    facts: dict[str, Any],
+) -> TokenArrays:
+    """A process's view of a corpus of one training and one held-out token array: its
+    replicas' contiguous parts of the training tokens (:func:`parts`), the whole held-out
+    array, the run's batch and seed."""
+    return TokenArrays(
+        name=name,
+        train=parts(train, shard=shard, replicas=replicas, shards=shards),
+        held_out=held_out,
+        block_size=block_size,
+        num_classes=vocab,
+        batch=cfg.batch_per_worker,
+        seed=cfg.seed,
+        shard=shard,
+        shards=shards,
+        replicas=replicas,
+        facts=facts,
+    )
+
+
 def check_vocabulary(name: str, tokens: np.ndarray, vocab: int, where: str) -> None:
     """:class:`DataError` naming the first token id at or above ``vocab``."""
     if len(tokens) and int(tokens.max()) >= vocab:
