@@ -10,61 +10,15 @@ rows; `COLUMNS` are those of images, and `LEGEND` is built from their definition
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Iterable
 
 from dlscale.metrics.input_bound import share
 from dlscale.metrics.units import CI95, IMAGES, THROUGHPUT, Rate, common_rate
 from dlscale.report import cells
+from dlscale.report.column import Column, Row, Show
+from dlscale.report.outcome_columns import OUTCOMES
 
-Row = dict[str, Any]
-Show = Literal["always", "varying", "present", "on_request", "exports"]
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    """Machine name: the Markdown and CSV header."""
-    label: str
-    """Short human label: the terminal and HTML header, and the caption's word for a setting."""
-    value: Callable[[Row], Any]
-    """Reads the value from a result row; None when the row has none."""
-    human: Callable[[Any, Row], str] = cells.plain
-    """Text for people, given a value that is not None (and its row)."""
-    machine: str = ""
-    """Format spec for Markdown and CSV ("" writes str(value))."""
-    numeric: bool = False
-    """Right-aligned in tables for people."""
-    show: Show = "always"
-    """In tables for people: always; only when it differs between rows ("varying", else it goes to
-    the caption); only when some row has a value ("present"); only when asked for
-    ("on_request"); or never ("exports": Markdown/CSV only)."""
-    definition: str = ""
-    """Its unit and meaning, for the LEGEND; "" when the label says it all."""
-    term: str = ""
-    """The word the LEGEND defines, where it is not the label."""
-    short: str = ""
-    """A few words for the legend under a terminal table ("" uses the definition)."""
-    keep: int = 5
-    """Where the terminal is too narrow, columns of lower ``keep`` are left out first (9:
-    never, the columns that tell rows apart)."""
-    missing: str = "-"
-    """The cell for people of a row without a value (a mark's column: blank)."""
-    per_run: str = ""
-    """Its words in the legend of a table whose rows are runs (``dlscale ls runs``), where they
-    differ from :attr:`short`."""
-
-    def text(self, row: Row) -> str:
-        """The cell for people: :attr:`missing` when there is no value."""
-        value = self.value(row)
-        return self.missing if value is None else self.human(value, row)
-
-    def export(self, row: Row) -> str:
-        """The cell for machines: "" when there is no value."""
-        value = self.value(row)
-        return "" if value is None else format(value, self.machine)
-
+__all__ = ["COLUMNS", "LEGEND", "Column", "Row", "Show", "columns_for", "columns_in"]
 
 _BACKEND = "the engine that trained (dlscale ls backends)"
 _MODEL = "the model trained (dlscale ls models)"
@@ -75,7 +29,7 @@ _WORKERS = "training processes, each with its replica of the model"
 @functools.cache
 def columns_in(rate: Rate) -> tuple[Column, ...]:
     """Every column of a table whose throughputs are shown in ``rate``."""
-    return (*_SETTINGS, *_figures(rate), *_ratios(rate), *_LAST)
+    return (*_SETTINGS, *_figures(rate), *_ratios(rate), *OUTCOMES, _notes(rate), *_LAST)
 
 
 def columns_for(rows: Iterable[Row]) -> tuple[Column, ...]:
@@ -172,7 +126,7 @@ def _figures(rate: Rate) -> tuple[Column, ...]:
 
 
 def _ratios(rate: Rate) -> tuple[Column, ...]:
-    """The columns from the runs to the notes, whose words name the rate."""
+    """The columns from the runs to exposed communication, whose words name the rate."""
     return (
         Column(
             "runs",
@@ -312,81 +266,35 @@ def _ratios(rate: Rate) -> tuple[Column, ...]:
             short="exposed communication, share of a step ±95% (n.s.: not significant)",
             keep=6,
         ),
-        Column(
-            "eval_accuracy",
-            "acc.",
-            cells.metric("eval_accuracy"),
-            cells.percent(1),
-            ".4f",
-            numeric=True,
-            show="present",
-            definition="evaluation accuracy",
-            keep=7,
-        ),
-        Column(
-            "eval_loss",
-            "loss",
-            cells.metric("eval_loss"),
-            cells.fixed(".3f"),
-            ".4f",
-            numeric=True,
-            show="present",
-            definition="held-out loss after the last evaluation, per image or per token "
-            "(perplexity: exp of it)",
-            short="held-out loss (per token for token runs)",
-            keep=7,
-        ),
-        Column(
-            "time_to_loss_s",
-            "TTL s",
-            cells.metric("time_to_loss_s"),
-            cells.fixed(".1f"),
-            ".1f",
-            numeric=True,
-            show="present",
-            definition="seconds to the target held-out loss",
-            term="TTL",
-            short="seconds to the target loss",
-            keep=7,
-        ),
-        Column(
-            "time_to_accuracy_s",
-            "TTA s",
-            cells.metric("time_to_accuracy_s"),
-            cells.fixed(".1f"),
-            ".1f",
-            numeric=True,
-            show="present",
-            definition="seconds to the target accuracy",
-            term="TTA",
-            short="seconds to the target accuracy",
-            keep=7,
-        ),
-        Column(
-            "notes",
-            "notes",
-            cells.notes,
-            show="present",
-            definition="loaded: other processes used that share of the machine in a window, "
-            "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
-            "guard); waited: a training process's threads waited that share of a window for a "
-            "CPU (the kernel's run delay: contention on its own cores, which the machine's load "
-            "misses); loaded windows left out: windows the noise guard dropped, and how much that "
-            f"moved {rate.label} (noise_guard_shift); loaded runs left out: runs loaded in every "
-            "window, not in the point's figures; comm probe loaded: other processes or the "
-            "hypervisor took more "
-            "than the limits while exposed communication was measured; "
-            "oversubscribed: threads exceed the cores; "
-            "baseline threads differ: no 1-worker point had the same threads per worker; "
-            "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
-            "seconds that cost; loss diverged: a recorded training loss became NaN, infinite or "
-            "beyond 1e15 nats (in that many of the runs; a run that records no loss, as a "
-            "script's own loop, never says it): the speed holds, the loss and accuracy mean "
-            "nothing (lower lr); loader only: the input pipeline timed alone (loader_only), "
-            f"{rate.label} is what the loaders deliver",
-            short="what the figures need to be read with (dlscale explain notes)",
-            keep=5,
-        ),
+    )
+
+
+def _notes(rate: Rate) -> Column:
+    """The notes column, whose words name the rate."""
+    return Column(
+        "notes",
+        "notes",
+        cells.notes,
+        show="present",
+        definition="loaded: other processes used that share of the machine in a window, "
+        "steal: the hypervisor gave that share to other machines (docs/metrics.md, noise "
+        "guard); waited: a training process's threads waited that share of a window for a "
+        "CPU (the kernel's run delay: contention on its own cores, which the machine's load "
+        "misses); loaded windows left out: windows the noise guard dropped, and how much that "
+        f"moved {rate.label} (noise_guard_shift); loaded runs left out: runs loaded in every "
+        "window, not in the point's figures; comm probe loaded: other processes or the "
+        "hypervisor took more "
+        "than the limits while exposed communication was measured; "
+        "oversubscribed: threads exceed the cores; "
+        "baseline threads differ: no 1-worker point had the same threads per worker; "
+        "restarted: ranks restarted (max_restarts) and resumed from a checkpoint, and the "
+        "seconds that cost; loss diverged: a recorded training loss became NaN, infinite or "
+        "beyond 1e15 nats (in that many of the runs; a run that records no loss, as a "
+        "script's own loop, never says it): the speed holds, the loss and accuracy mean "
+        "nothing (lower lr); loader only: the input pipeline timed alone (loader_only), "
+        f"{rate.label} is what the loaders deliver",
+        short="what the figures need to be read with (dlscale explain notes)",
+        keep=5,
     )
 
 
