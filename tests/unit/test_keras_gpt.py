@@ -84,22 +84,8 @@ def test_keras_gpt_takes_the_torch_gpts_steps(case: str) -> None:
     opt = torch.optim.SGD(
         torch_model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY
     )
-    tf, task = _tf().tf, _tf().task["next-token"]
     keras_opt = _tf().TorchSGD(learning_rate=LR, momentum=MOMENTUM, l2=WEIGHT_DECAY)
-    theirs, ours = [], []
-    for x, y in _batches(3):
-        logits = torch_model(torch.from_numpy(x))
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), torch.from_numpy(y).reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        theirs.append(loss.item())
-        with tf.GradientTape() as tape:
-            keras_loss = task.loss(y, keras64(x, training=True))
-        variables = keras64.trainable_weights
-        grads = tape.gradient(keras_loss, variables)
-        keras_opt.apply_gradients(zip(grads, variables, strict=True))
-        ours.append(float(keras_loss))
+    theirs, ours = _step_both(torch_model, opt, keras64, keras_opt, _batches(3))
     assert len(set(theirs)) == 3
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-9)
     saved = _tf().transfer.keras_state(keras64, parameters_only=True)
@@ -173,9 +159,23 @@ def test_torch_adamw_in_keras_takes_torch_adamws_steps(precision: str) -> None:
     )
     beta_1, beta_2 = ADAMW_BETAS
     keras_opt = TorchAdamW(lr, beta_1, beta_2, ADAMW_EPS, decay)
+    # one batch again and again: its loss must fall
+    theirs, ours = _step_both(torch_model, opt, keras_model, keras_opt, _batches(1) * 5)
+    bound = 1e-9 if precision == "float64" else 1e-4
+    assert theirs == sorted(theirs, reverse=True) and len(set(theirs)) == 5
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=bound)
+    # a parameter whose gradient is near 0 moves by m / sqrt(v), which turns the gradients'
+    # float64 rounding (1e-16 of the loss) into 2e-9 for a few of them (measured): 1e-8
+    saved = _tf().transfer.keras_state(keras_model, parameters_only=True)
+    for name, p in torch_model.named_parameters():
+        np.testing.assert_allclose(saved[name], p.detach().numpy(), rtol=0, atol=bound * 10)
+
+
+def _step_both(torch_model, opt, keras_model, keras_opt, batches):
+    """Each batch's next-token loss and step, in torch and in Keras: the two loss lists."""
     tf, task = _tf().tf, _tf().task["next-token"]
     theirs, ours = [], []
-    for x, y in _batches(1) * 5:  # one batch again and again: its loss must fall
+    for x, y in batches:
         logits = torch_model(torch.from_numpy(x))
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), torch.from_numpy(y).reshape(-1))
         opt.zero_grad()
@@ -188,11 +188,4 @@ def test_torch_adamw_in_keras_takes_torch_adamws_steps(precision: str) -> None:
         grads = tape.gradient(keras_loss, variables)
         keras_opt.apply_gradients(zip(grads, variables, strict=True))
         ours.append(float(keras_loss))
-    bound = 1e-9 if precision == "float64" else 1e-4
-    assert theirs == sorted(theirs, reverse=True) and len(set(theirs)) == 5
-    np.testing.assert_allclose(ours, theirs, rtol=0, atol=bound)
-    # a parameter whose gradient is near 0 moves by m / sqrt(v), which turns the gradients'
-    # float64 rounding (1e-16 of the loss) into 2e-9 for a few of them (measured): 1e-8
-    saved = _tf().transfer.keras_state(keras_model, parameters_only=True)
-    for name, p in torch_model.named_parameters():
-        np.testing.assert_allclose(saved[name], p.detach().numpy(), rtol=0, atol=bound * 10)
+    return theirs, ours
