@@ -186,11 +186,19 @@ class TorchTokens(TorchDataset):
 
     def train_batches(self, epoch: int) -> Iterator[Batch]:
         for x, y in self.data.train_batches(epoch):
-            yield torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+            yield self._put(x), self._put(y)
 
     def eval_batches(self) -> Iterator[Batch]:
         for x, y in self.data.eval_batches():
-            yield torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+            yield self._put(x), self._put(y)
+
+    def _put(self, array: Any) -> torch.Tensor:
+        """A batch on the device; to a GPU from pinned memory without waiting (as nanoGPT's
+        loader does), so the copy does not hold the host until the device is idle."""
+        tensor = torch.from_numpy(array)
+        if self.device.type != "cuda":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
 
 class TorchSynthetic(TorchDataset):
