@@ -154,7 +154,7 @@ class RunConfig:
         metadata=_doc(
             "floating-point type of the model, its inputs, gradients and collectives: float32, "
             "or float64 to prove two engines take the same steps where float32's rounding "
-            "cannot tell (the PyTorch engines torch-single, torch-ddp, torch-ring, torch-fsdp)"
+            "cannot tell (every engine but mxnet-kv, whose servers hold float32)"
         ),
     )
     save_params: bool = field(
