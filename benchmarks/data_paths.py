@@ -15,7 +15,7 @@ taken within each round for throughput and for 1 / CPU time.
 The allocator is set as the ``allocator`` key sets it (:func:`dlscale.runtime.allocator.
 allocator_env`): ``system`` leaves glibc's dynamic mmap and trim thresholds to the history of
 the process, which the loader is part of; ``glibc-tuned`` fixes them. Findings and numbers:
-docs/benchmarks.md ("Real data against synthetic data").
+docs/benchmarks.md, "Harness and DDP overhead, real-data path".
 
 ``--paired`` runs both paths in one process instead, their steps alternated (A B B A), and
 gives the throughput ratio over pairs of steps: the machine's drift between processes, larger

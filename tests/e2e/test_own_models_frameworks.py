@@ -1,7 +1,7 @@
 """A model of the user's own on TensorFlow and MXNet engines, as a new user would try it
-(README, "Your model in dlscale's loop"): a tf.keras model from their module on tf-single and
-tf-mwms, a Gluon block on mxnet-single and mxnet-kv (with its server), each trained on the
-digits (accuracy well above chance), and the ways such a model is refused. Every engine builds
+(docs/own-training.md, "Your model in dlscale's loop"): a tf.keras model from their module on
+tf-single and tf-mwms, a Gluon block on mxnet-single and mxnet-kv (with its server), each trained on
+the digits (accuracy well above chance), and the ways such a model is refused. Every engine builds
 the model through the one function these reach (tensorflow/loop.build_keras_model,
 mxnet/user_model.build_own); keras-fit, tf-mirrored, tf-ps, horovod-tf, horovod-keras and
 horovod-mxnet were tried by hand (issue 29's note), not here, to keep CI's time."""

@@ -1,7 +1,8 @@
-"""A user's own training, measured as a new user would try it (README, "Measure your own
-training"): an unmodified DDP script and a Horovod one at 1 and 2 workers, a model from the
-user's module on torch-ddp and horovod-torch, and every way such a script or model fails.
-The scripts in tests/scripts are written the way people write them, not for dlscale."""
+"""A user's own training, measured as a new user would try it (docs/own-training.md,
+"Measure your own training"): an unmodified DDP script and a Horovod one at 1 and 2 workers,
+a model from the user's module on torch-ddp and horovod-torch, and every way such a script or
+model fails. The scripts in tests/scripts are written the way people write them, not for
+dlscale."""
 
 import json
 import shutil

@@ -1,8 +1,8 @@
 """A user's own training on a GPU: an unmodified DDP script measured on CUDA (its windows
 timed after the device's queue is drained), and models from torchvision and timm in dlscale's
 loop. Skipped without a CUDA GPU; the library cases also without torchvision or timm, which
-the CPU build of torch pinned for CI has no matching build of (README, "Models from
-torchvision and timm")."""
+the CPU build of torch pinned for CI has no matching build of (docs/own-training.md,
+"Models from torchvision and timm")."""
 
 import json
 import shutil

@@ -5,7 +5,8 @@ num_classes=N)`` and ``create_model(NAME, pretrained=False, num_classes=N)`` bui
 Both need a torchvision built for the installed torch. PyPI's x86-64 torchvision wheels are
 built against CUDA builds of torch and do not import beside the CPU build dlscale pins
 (``operator torchvision::nms does not exist``): these models run where torch came with its
-torchvision, as on a CUDA machine (README, "Models from torchvision and timm").
+torchvision, as on a CUDA machine (docs/own-training.md, "Models from torchvision and
+timm").
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dlscale.contract.model_libraries import MODEL_LIBRARIES, ModelLibrary
 
 INSTALL = (
     "pip install 'dlscale[vision]' beside a torch that has a matching torchvision "
-    "(README, 'Models from torchvision and timm')"
+    "(docs/own-training.md, 'Models from torchvision and timm')"
 )
 
 
