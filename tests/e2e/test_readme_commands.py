@@ -1,6 +1,7 @@
-"""The README cannot drift from the command line: every ``dlscale`` command of its shell code
-blocks (read as a shell reads them: ``shell_commands``) runs here, one test each, named by the
-command, in-process (``dlscale.cli.main``) from an empty folder, with HOME another.
+"""The README and the manual cannot drift from the command line: every ``dlscale`` command of
+the shell code blocks of README.md and docs/ (read as a shell reads them: ``shell_commands``)
+runs here, one test each, named by the command, in-process (``dlscale.cli.main``) from an empty
+folder, with HOME another.
 
 ``dlscale run`` gets ``--dry-run`` (its whole plan is built, nothing trains); ``ls``,
 ``explain``, ``env``, ``--help`` and ``--keys`` run as they are; ``report``, ``compare``,
@@ -33,6 +34,7 @@ from tests.docs_check import ROOT, tokens
 pytestmark = pytest.mark.e2e  # dry runs only, no worker started: in make check
 
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 FIXTURE = ROOT / "tests" / "data" / "results"
 
 NOT_RUN = [
@@ -43,6 +45,7 @@ NOT_RUN = [
     (r"--script ", "runs the reader's own training script"),
     (r"--model (?!(torchvision|timm):)\S+:", "imports the reader's own model module"),
     (r"^dlscale run \S+\.toml", "reads the reader's own study file"),
+    (r"--set '?(hosts|hostfile)=", "places the ranks on the reader's hosts (ssh, their names)"),
     (r"^dlscale predict (?!.*--compute-ms).*--model ", "measures the model's compute first"),
 ]
 """(pattern searched in the command, why it is not run here)."""
@@ -65,6 +68,8 @@ class ShellCommand:
     words: tuple[str, ...]
     comment: str
     """What follows its ``#``: a note for the reader (it may say the exit status)."""
+    file: str = "README.md"
+    """The doc it is in, from the repository's root."""
 
 
 SHELLS = ("", "bash", "sh", "console", "shell")
@@ -72,7 +77,7 @@ SHELLS = ("", "bash", "sh", "console", "shell")
 _OPERATORS = ("&&", "||", ";", "|")
 
 
-def shell_commands(text: str) -> list[ShellCommand]:
+def shell_commands(text: str, file: str = "README.md") -> list[ShellCommand]:
     """The commands of the shell code blocks (``SHELLS``): lines continued with a trailing
     backslash joined, a ``$`` prompt dropped, a ``#`` comment kept apart, the lines of a
     here-document skipped, commands joined by ``&&``, ``||``, ``;`` or ``|`` (as words of
@@ -101,7 +106,7 @@ def shell_commands(text: str) -> list[ShellCommand]:
             if start := re.search(r"<<-?\s*['\"]?(\w+)", code):
                 heredoc = start[1]
             for command in _split(words):
-                found.append(ShellCommand(block.map[0] + 2 + first, command, comment))
+                found.append(ShellCommand(block.map[0] + 2 + first, command, comment, file))
     return found
 
 
@@ -151,15 +156,25 @@ def _expanded(command: ShellCommand) -> list[ShellCommand]:
     for at, word in enumerate(words):
         if re.fullmatch(r"[\w-]+(\|[\w-]+)+", word):
             return [
-                ShellCommand(command.line, (*words[:at], one, *words[at + 1 :]), command.comment)
+                ShellCommand(
+                    command.line,
+                    (*words[:at], one, *words[at + 1 :]),
+                    command.comment,
+                    command.file,
+                )
                 for one in word.split("|")
             ]
-    return [ShellCommand(command.line, tuple(words), command.comment)]
+    return [ShellCommand(command.line, tuple(words), command.comment, command.file)]
 
 
 def readme_commands() -> tuple[list[ShellCommand], list[ShellCommand]]:
-    """The README's dlscale commands (each once, in order) and its make commands."""
-    found = shell_commands(README.read_text(encoding="utf-8"))
+    """The dlscale commands of the README and docs/ (each once, in order) and their make
+    commands."""
+    found = [
+        command
+        for doc in DOCS
+        for command in shell_commands(doc.read_text(encoding="utf-8"), str(doc.relative_to(ROOT)))
+    ]
     dlscale: dict[tuple[str, ...], ShellCommand] = {}
     for command in found:
         if Path(command.words[0]).name == "dlscale":
@@ -242,11 +257,11 @@ def outcome(
 ) -> Outcome:
     """Run one README command in ``work`` (the current directory) as the module says."""
     argv, why = planned(command, home)
-    where = f"README.md:{command.line}: dlscale {shlex.join(argv)}"
+    where = f"{command.file}:{command.line}: dlscale {shlex.join(argv)}"
     if refused := _refused(argv, capsys):
         return Outcome(failed=f"{where}: dlscale's parser refuses it: {refused}")
     if why:
-        return Outcome(skipped=f"README command not run here: {why}; its flags parse")
+        return Outcome(skipped=f"{command.file} command not run here: {why}; its flags parse")
     if argv[:1] != ["run"]:
         _stores(argv, work)
     try:
@@ -255,7 +270,7 @@ def outcome(
         code = exit_.code
     out, err = capsys.readouterr()
     if code and (gap := NOT_INSTALLED.search(err)):
-        return Outcome(skipped=f"README command not run here, not installed: {gap[0]}")
+        return Outcome(skipped=f"{command.file} command not run here, not installed: {gap[0]}")
     expected = int(said[1]) if (said := EXIT.search(command.comment)) else 0
     if code != expected or "Traceback" in out + err:
         return Outcome(
@@ -296,7 +311,9 @@ def test_the_readme_has_commands_to_run():
 def test_a_make_target_the_readme_names_exists(command: ShellCommand):
     named = {w for w in command.words[1:] if not w.startswith("-") and "=" not in w}
     missing = named - make_targets(ROOT / "Makefile")
-    assert not missing, f"README.md:{command.line}: no target {sorted(missing)} in the Makefile"
+    assert not missing, (
+        f"{command.file}:{command.line}: no target {sorted(missing)} in the Makefile"
+    )
 
 
 @pytest.mark.parametrize(
