@@ -352,3 +352,27 @@ def _toc(parsed: list[Token]) -> tuple[int, set[str]] | None:
         if anchors:
             return start + 1, {unquote(a) for a in anchors}
     return None
+
+
+CITED_TEST = re.compile(r"(?<![\w./-])(tests/[\w/.-]+?\.py)(?:::(\w+))?")
+"""A test the docs cite as evidence: ``tests/unit/test_x.py`` or ``...py::test_name``."""
+
+
+def citation_problems(files: Iterable[Path], root: Path = ROOT) -> list[str]:
+    """Every test file the docs cite exists, and a cited ``::name`` is defined in it (a
+    function or class of that name), in prose, tables and code alike."""
+    problems = []
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in CITED_TEST.finditer(line):
+                cited, name = root / match[1], match[2]
+                where = f"{rel(path, root)}:{number}: {match[0]}"
+                if not cited.is_file():
+                    problems.append(f"{where}: no such file")
+                elif name and not re.search(
+                    rf"^\s*(?:async\s+)?(?:def|class)\s+{name}\b",
+                    cited.read_text(encoding="utf-8"),
+                    re.M,
+                ):
+                    problems.append(f"{where}: no test {name} in {match[1]}")
+    return problems

@@ -1,6 +1,7 @@
 """The docs stay a manual a reader can follow (tests/docs_check.py holds the checks): every
 relative link and ``#anchor`` leads somewhere, every mention of a doc and of its heading in the
-code, tests, scripts and docs is one that exists, no line of prose runs past 200 characters,
+code, tests, scripts and docs is one that exists, every test cited as evidence is there (its
+file, and its name where one is given), no line of prose runs past 200 characters,
 README.md stays at most 250 lines, and a long file of docs/ opens with a table of contents.
 
 Each check reports every problem of its kind at once, one line each (``FILE:LINE: what``). The
@@ -15,6 +16,7 @@ import pytest
 
 from tests.docs_check import (
     ROOT,
+    citation_problems,
     headings,
     link_problems,
     long_line_problems,
@@ -57,6 +59,11 @@ def test_the_readme_is_at_most_250_lines():
 
 def test_a_long_file_of_docs_opens_with_a_table_of_contents():
     problems = toc_problems(markdown()[1:])
+    assert not problems, _listed(problems)
+
+
+def test_every_test_the_docs_cite_as_evidence_exists():
+    problems = citation_problems(markdown())
     assert not problems, _listed(problems)
 
 
@@ -194,4 +201,17 @@ def test_a_heading_missing_from_the_contents_is_reported(tree: Path):
     assert toc_problems([guide], tree) == [
         "docs/guide.md:1: 267 lines and no table of contents (a list of links to its ## "
         "headings) starting in its first 40 lines"
+    ]
+
+
+def test_a_cited_test_that_is_gone_or_renamed_is_reported(tree: Path):
+    (tree / "tests").mkdir()
+    (tree / "tests" / "test_x.py").write_text("def test_kept():\n    pass\n")
+    (tree / "docs" / "other.md").write_text(
+        "# Other\n\nProven by `tests/test_x.py::test_kept`, `tests/test_x.py` and\n"
+        "`tests/test_x.py::test_renamed`; | tests/test_gone.py | in a table |\n"
+    )
+    assert citation_problems([tree / "docs" / "other.md"], tree) == [
+        "docs/other.md:4: tests/test_x.py::test_renamed: no test test_renamed in tests/test_x.py",
+        "docs/other.md:4: tests/test_gone.py: no such file",
     ]
