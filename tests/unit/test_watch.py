@@ -59,3 +59,32 @@ def test_of_several_dead_commands_the_first_to_record_its_error_is_the_cause(tmp
     assert cause({0: -9, 1: 1}, first={0, 1}) == 0  # killed by a signal
     events_path(tmp_path, 1).write_text("")  # no error recorded: the lowest index
     assert cause({0: 1, 1: 1}, first={0, 1}) == 0
+
+
+def test_a_rank_that_only_lost_its_peer_is_not_blamed_for_the_silent_one(tmp_path):
+    """mpirun across two hosts: rank 1 was killed on its host (no error, no end); rank 0 then
+    failed on the closed connection and mpirun saw it exit first, so it reported rank 0 (a CI
+    run blamed it). The silent rank is the cause; a rank whose own error is anything else is
+    still blamed as reported."""
+    from dlscale.contract.records import Error
+
+    def record(message: str) -> None:
+        for rank, host in ((0, "dlsnode1"), (1, "dlsnode2")):
+            events_path(tmp_path, rank).unlink(missing_ok=True)
+            writer = EventWriter(events_path(tmp_path, rank), rank)
+            writer.host = host
+            writer.write(Start(pid=1, world_size=2))
+            if rank == 0:
+                writer.write(Error(kind="RuntimeError", message=message))
+            writer.close()
+
+    entry = PlanEntry(
+        ranks=range(2), argv=("x",), env={}, stdout=tmp_path / "o", stderr=tmp_path / "e"
+    )
+    record("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.98.0.102]:54437")
+    assert failed_rank(entry, 1, tmp_path, 0) == (
+        1,
+        "rank 1 (command of ranks [0, 1]) exited with code 1 (role worker, on host dlsnode2)",
+    )
+    record("KeyError: 'label'")  # its own failure: the rank mpirun names
+    assert failed_rank(entry, 1, tmp_path, 0)[0] == 0

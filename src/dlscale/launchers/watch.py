@@ -16,6 +16,7 @@ on a timeout.
 from __future__ import annotations
 
 import math
+import re
 import signal
 import socket
 import time
@@ -180,13 +181,19 @@ def failed_rank(
     entry: PlanEntry, code: int | None, run_dir: Path, reported: int | None
 ) -> tuple[int, str]:
     """The rank to blame for a failed command, and why: the one its launcher reports, else one
-    that recorded an error, else one that did not record its end."""
+    that recorded an error, else one that did not record its end. A rank whose only error is
+    a lost connection to its peers is not blamed while a silent rank (no error, no end: killed
+    on another host) was the peer it lost: its launcher may see the survivor exit first."""
     ranks = list(entry.ranks)
     events = {rank: read_events(events_path(run_dir, rank)) for rank in ranks}
-    with_error = [r for r in ranks if any(e.get("event") == "error" for e in events[r])]
+    errors = {r: [e for e in events[r] if e.get("event") == "error"] for r in ranks}
+    with_error = [r for r in ranks if errors[r]]
     without_end = [r for r in ranks if not any(e.get("event") == "end" for e in events[r])]
+    silent = [r for r in without_end if not errors[r]]
     reported_list = [reported] if reported in ranks else []
     rank = (reported_list or with_error or without_end or ranks)[0]
+    if silent and errors[rank] and all(_lost_peer(e) for e in errors[rank]):
+        rank = silent[0]
     what = f"rank {rank}" if len(ranks) == 1 else f"rank {rank} (command of ranks {ranks})"
     assert code is not None
     if code < 0:
@@ -201,6 +208,14 @@ def failed_rank(
     if rank not in without_end:
         why += " after recording the end of its run"
     return rank, why
+
+
+LOST_PEER = re.compile(r"connection (closed|reset) by peer|broken pipe|socket closed", re.I)
+"""A collective's words for a peer that went away (gloo, TensorFlow's gRPC, MPI's TCP)."""
+
+
+def _lost_peer(error: dict[str, Any]) -> bool:
+    return bool(LOST_PEER.search(str(error.get("message") or "")))
 
 
 def quietest_rank(ranks: list[int], run_dir: Path) -> int | None:
