@@ -74,6 +74,9 @@ def test_a_gpts_dimensions_are_settings_and_change_its_sizes_and_run_id():
         ({"optimizer": "adam"}, UserError, "optimizer must be one of sgd, adamw"),
         ({"backend": "torch-ps", "lr_schedule": "cosine"}, UnsupportedPoint,
          "torch-ps applies updates at its servers with a constant learning rate"),
+        # it would cut the sequences to 16 tokens while tok/s counted block_size's 256
+        ({"image_size": 16}, UnsupportedPoint,
+         r"image_size is the side of an image.*--set block_size=N"),
     ],
 )  # fmt: skip
 def test_a_bad_gpt_point_is_refused_in_one_line_before_launch(settings, error, said):

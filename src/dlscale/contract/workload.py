@@ -95,6 +95,11 @@ def workload_of(config: RunConfig) -> Workload:
             f"{', '.join(fits) or 'none'}"
         )
     if dataset.sample == "tokens":
+        if config.image_size is not None:  # it would cut the sequences, counted at block_size
+            raise UnsupportedPoint(
+                f"image_size is the side of an image, and dataset {config.dataset} holds "
+                "tokens: a sequence's length is the model's block_size (--set block_size=N)"
+            )
         return Workload("tokens", model.input_shape(config.options)[0])
     return Workload(dataset.sample, 1)
 
