@@ -2,11 +2,8 @@
 twin is: tf-mwms at 2 workers takes torch-ddp's steps on a small GPT over random tokens, from
 the PyTorch twin's initial weights, rank by rank and step by step: in float64 to 1e-9 (and to
 its trained parameters), in float32 within the image proofs' bound; tf-single learns bytes of
-Python source (finite, falling losses; a held-out loss per token below the uniform one).
-
-The points' seeds are their own: the cache of initial weights (contract/weights_cache.py) keys
-a model by name, seed and classes, not yet by its dimensions (n_layer, n_embd...), so another
-file's gpt-nano of other dimensions at the same seed would hand these runs its weights.
+Python source (finite, falling losses; a held-out loss per token below the uniform one) and
+records the corpus it read, as the torch engines do.
 """
 
 from pathlib import Path
@@ -106,6 +103,8 @@ def test_tf_single_learns_python_source(tmp_path: Path):
     (held_out,) = result.metrics["eval_history"]  # evaluated once, at the end, per token
     assert np.isfinite(held_out["loss"]) and held_out["loss"] < np.log(256), held_out
     assert 0 < held_out["accuracy"] < 1, held_out
+    corpus = result.environment["worker"]["data"]
+    assert corpus["corpus"] == "python-source" and len(corpus["sha256"]) == 64, corpus
 
 
 def test_keras_fit_takes_torch_ddps_float64_adamw_cosine_steps_by_its_parameters(

@@ -15,7 +15,8 @@ Batches come out NHWC (TensorFlow's CPU convolutions want channels last) and equ
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,8 @@ class TFDataset:
     steps_per_epoch: int
     same_every_epoch = False
     """Every epoch gives the same batches (synthetic data): a long run repeats one epoch."""
+    facts: Mapping[str, Any] = MappingProxyType({})
+    """What the numpy data set says of its samples (a corpus' source and hash), for the run."""
 
     def train_batches(self, epoch: int, part: tuple[Any, int] | None = None) -> Any:
         """The epoch's batches of this process; ``part = (replica, batch)``: only that

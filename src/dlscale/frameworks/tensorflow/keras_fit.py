@@ -49,6 +49,7 @@ from dlscale.frameworks.tensorflow.fit_windows import (
     unsynchronized_train_function,
 )
 from dlscale.frameworks.tensorflow.loop import (
+    TFDataFacts,
     build_keras_model,
     evaluate_model,
     load_tf_data,
@@ -66,7 +67,7 @@ from dlscale.runtime.schedule import run_schedule
 tf = import_tensorflow()
 
 
-class FitEngine(Engine):
+class FitEngine(TFDataFacts, Engine):
     times_steps = False
     times_forward = True
 

@@ -116,7 +116,18 @@ def load_tf_data(ctx: WorkerContext, *, replicas: int | None = None) -> tuple[TF
     own = None if MODELS.get(cfg.model).builtin else data_classes(cfg)  # the user's: asked
     data = load_samples(ctx, replicas=replicas or None, num_classes=own)
     tf_data = to_tf(data, cfg.precision)
+    tf_data.facts = dict(getattr(data, "facts", {}))
     return tf_data, DATASETS.get(cfg.dataset).has_eval and data.has_eval  # e.g. no val/
+
+
+class TFDataFacts:
+    """What every TensorFlow engine's run records about its data (a corpus' source and hash,
+    from ``load_tf_data``)."""
+
+    data: TFDataset
+
+    def sample_facts(self) -> dict[str, Any]:
+        return dict(self.data.facts)
 
 
 def trainable_bytes(model: Any) -> int:
@@ -193,7 +204,7 @@ def run_training(ctx: WorkerContext, strategy: TFStrategy) -> None:
         strategy.teardown(completed)
 
 
-class TFEngine(ModelledSyncEngine):
+class TFEngine(TFDataFacts, ModelledSyncEngine):
     """One TensorFlow training process: model, optimizer and data under a strategy."""
 
     strategy: TFStrategy

@@ -42,6 +42,7 @@ from dlscale.contract.records import Strategy
 from dlscale.frameworks.tensorflow.declare import TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
+    TFDataFacts,
     build_keras_model,
     evaluate_model,
     load_tf_data,
@@ -84,7 +85,7 @@ def serve(ctx: WorkerContext) -> None:
     server.join()
 
 
-class PSEngine(Engine):
+class PSEngine(TFDataFacts, Engine):
     """The coordinator: every replica's steps, scheduled on the workers, timed per window."""
 
     times_steps = False

@@ -56,6 +56,7 @@ from dlscale.frameworks.tensorflow.data import checked_batches
 from dlscale.frameworks.tensorflow.declare import TFPSOptions
 from dlscale.frameworks.tensorflow.env import import_tensorflow, set_threads, tensorflow_environment
 from dlscale.frameworks.tensorflow.loop import (
+    TFDataFacts,
     build_keras_model,
     evaluate_model,
     load_tf_data,
@@ -161,7 +162,7 @@ class StepBarrier:
         )
 
 
-class SyncPSEngine(ModelledSyncEngine):
+class SyncPSEngine(TFDataFacts, ModelledSyncEngine):
     """One worker of the synchronous parameter server: its replica's steps in a TF1 graph."""
 
     resumable = False
