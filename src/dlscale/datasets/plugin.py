@@ -15,7 +15,7 @@ from dlscale.datasets.options import (
     RandomTokenOptions,
     SyntheticOptions,
 )
-from dlscale.datasets.python_source import PythonSourceOptions
+from dlscale.datasets.python_source import VOCABULARY, PythonSourceOptions
 from dlscale.datasets.token_files import TokenFileOptions
 
 DATASETS.register(
@@ -123,7 +123,7 @@ DATASETS.register(
         loader="dlscale.datasets.python_source:load",
         needs_data_dir=False,
         has_eval=True,
-        num_classes=256,
+        num_classes=VOCABULARY,
         sample="tokens",
         options=declared(PythonSourceOptions),
     ),

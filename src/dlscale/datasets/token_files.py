@@ -70,7 +70,7 @@ def check(data_dir: Path | None, options: dict[str, Any]) -> list[str]:
     file holds at least one sequence of ``block_size`` tokens (the model's, passed in)."""
     if data_dir is None:
         raise DataError("token-file needs --data-dir DIR holding train.bin (and val.bin)")
-    dtype = str(options.get("token_dtype", "uint16"))
+    dtype = str(options.get("token_dtype", TokenFileOptions().token_dtype))
     train, held_out = _arrays(data_dir, dtype)
     vocab, block = options.get("vocab_size"), options.get("block_size")
     for array, name in ((train, TRAIN), (held_out, HELD_OUT)):

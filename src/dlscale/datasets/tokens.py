@@ -172,9 +172,10 @@ def load_random(
     """``tokens``: for each replica its own seeded random tokens below the vocabulary
     (``num_classes``), ``samples_per_epoch / shards`` sequences of ``input_size`` (at least a
     batch); nothing held out."""
-    from dlscale.datasets.options import SyntheticOptions
+    from dlscale.datasets.options import RandomTokenOptions
 
-    per_replica = max(cfg.batch_per_worker, cfg.typed(SyntheticOptions).samples_per_epoch // shards)
+    per_epoch = cfg.typed(RandomTokenOptions).samples_per_epoch
+    per_replica = max(cfg.batch_per_worker, per_epoch // shards)
     length = per_replica * input_size + 1
     dtype = np.uint16 if num_classes <= 1 << 16 else np.uint32
     train = tuple(

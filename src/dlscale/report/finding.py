@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from dlscale.metrics.scaling import describe, throughput_ratio
-from dlscale.metrics.units import CI95, THROUGHPUT, rate_of, shown
+from dlscale.metrics.units import CI95, THROUGHPUT, rate_of, sample_unit, shown
 from dlscale.report import cells
 from dlscale.report.doubts import doubts, reference_doubts
 from dlscale.report.series import series_label, varying_keys
@@ -179,7 +179,7 @@ def _machine(row: Row, rows: list[Row]) -> str:
 def _accuracy(row: Row) -> list[str]:
     metrics, config = row.get("metrics") or {}, row.get("config") or {}
     out = []
-    tokens = metrics.get("sample_unit") == "token"
+    tokens = sample_unit(metrics) == "token"
     if metrics.get("eval_accuracy") is not None:
         what = "next-token accuracy" if tokens else "accuracy"
         out.append(f"{what} {metrics['eval_accuracy']:.1%}")
