@@ -194,6 +194,21 @@ def test_compare_shows_each_sides_mean_in_tok_s(stored):
     assert "A img/s" in _cells(images)
 
 
+def test_compare_shows_samples_s_where_the_sides_count_other_units(stored):
+    """A side stored with another unit or sequence length (a damaged or foreign result) is
+    not multiplied by the other side's: both are shown in samples/s."""
+    rows = [r.row() for r in stored]
+    tokens = [{**r, "metrics": {**r["metrics"], **TOKENS}} for r in rows]
+    other = [{**r, "metrics": {**r["metrics"], "sample_unit": "token", "units_per_sample": 7}}
+             for r in rows]  # fmt: skip
+    comparison = compare(tokens, other)
+    point = comparison.matched[0]
+    assert point.sample_unit is None and point.units_per_sample == 1
+    cells = _cells(comparison_table(comparison, width=200, wide=True)[0])
+    assert "B samples/s" in cells, cells.keys()
+    assert float(cells["B samples/s"][0]) == pytest.approx(point.throughput.mean_b, abs=0.05)
+
+
 def test_an_impossible_window_of_a_token_run_is_said_in_tok_s():
     metrics = {
         "throughput_samples_s": 10.0,

@@ -182,6 +182,11 @@ def compare_point(
     throughput = ratio_estimate(*_throughput_samples(runs_a, runs_b), alpha=alpha)
     tta_a, tta_b = _tta(runs_a), _tta(runs_b)
     tta = ratio_estimate(tta_a, tta_b, alpha=alpha) if tta_a and tta_b else None
+    counted = {
+        (sample_unit(r.get("metrics")), units_per_sample(r.get("metrics")))
+        for r in (*runs_a, *runs_b)
+    }  # both sides in one unit, else in samples (a damaged or foreign result)
+    unit, per_sample = counted.pop() if len(counted) == 1 else (None, 1)
     return PointComparison(
         config=dict(point_key(runs_a[0]["config"])),
         run_ids_a=tuple(r["run_id"] for r in runs_a),
@@ -190,8 +195,8 @@ def compare_point(
         throughput_verdict=verdict(throughput, threshold, alpha, higher_is_better=True),
         tta=tta,
         tta_verdict=None if tta is None else verdict(tta, threshold, alpha, higher_is_better=False),
-        sample_unit=sample_unit(runs_a[0].get("metrics")),
-        units_per_sample=units_per_sample(runs_a[0].get("metrics")),
+        sample_unit=unit,
+        units_per_sample=per_sample,
     )
 
 
