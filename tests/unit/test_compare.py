@@ -161,6 +161,7 @@ def test_matching_ignores_run_labels_and_pools_repeats():
         "comm_probe_steps",
         "save_params",
         "resource_guard",
+        "peak_tflops",
     }
     runs_a = [
         result(BASE[:4], repeat_id=0, run_id="a0"),

@@ -27,7 +27,8 @@ _DEFAULT_SAID = re.compile(r"\(default[: ]", re.IGNORECASE)
 
 def key_lines(width: int, default_study: dict[str, Any]) -> list[str]:
     """The listing, each line at most ``width`` columns (a key's text wrapped under itself)."""
-    from dlscale.contract.run_config import config_defaults, declared_options, fields_doc
+    from dlscale.contract.declared_options import declared_options
+    from dlscale.contract.run_config import config_defaults, fields_doc
 
     defaults = config_defaults()
     lines = ["core keys (every run):"]

@@ -7,10 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 from dlscale.contract.backends import BACKENDS
+from dlscale.contract.declared_options import on_one_machine
 from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.nodes import NodeFacts
-from dlscale.contract.run_config import RunConfig, on_one_machine
+from dlscale.contract.run_config import RunConfig
 
 
 def node_facts(point: RunConfig, cores: int | None = None) -> NodeFacts:

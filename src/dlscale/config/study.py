@@ -19,11 +19,12 @@ from dlscale.config.claims import Claim, parse_claims
 from dlscale.config.repeats import Repeats, coerce_study
 from dlscale.config.resources import machine_points, node_facts, thread_budget
 from dlscale.contract.backends import BACKENDS
+from dlscale.contract.declared_options import declared_options, on_one_machine
 from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.files import read_bounded, unreadable
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.options import parse_value
-from dlscale.contract.run_config import RunConfig, core_keys, declared_options, on_one_machine
+from dlscale.contract.run_config import RunConfig, core_keys
 from dlscale.contract.text import did_you_mean, excerpt
 
 _HINTS = typing.get_type_hints(RunConfig)
@@ -131,6 +132,11 @@ def _checked(key: str, value: Any, origin: str) -> Any:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise UserError(f"{origin}: key {excerpt(key)} has an empty list")
+    if key == "peak_tflops" and len(values) > 1:  # not in the run id: its runs would be one
+        raise UserError(
+            f"{origin}: peak_tflops takes one value, not a list: it changes how MFU is read, not "
+            "what is measured (every value would be the same point); run again with the other"
+        )
     return [coerce(key, item) for item in values] if isinstance(value, list) else coerce(key, value)
 
 
@@ -189,8 +195,7 @@ def parse_set(items: list[str]) -> dict[str, Any]:
             out[key] = coerce(key, text)  # a host list: its commas are its own
             continue
         parts = [part.strip() for part in text.split(",")]
-        values = [coerce(key, part) for part in parts]
-        out[key] = values if len(values) > 1 else values[0]
+        out[key] = _checked(key, parts if len(parts) > 1 else parts[0], "--set")
     return out
 
 

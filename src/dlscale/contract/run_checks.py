@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from dlscale.contract.backends import BACKENDS, BackendSpec
 from dlscale.contract.datasets import DATASETS
 from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
+from dlscale.contract.gpu_peaks import check_peak_tflops
 from dlscale.contract.models import ModelSpec
 from dlscale.contract.numbers import finite_number
 from dlscale.contract.shapes import MAX_QUANTITY, Shape, number
@@ -37,7 +38,8 @@ WHOLE_KEYS = {
 stored one is read (:data:`STORED_CONFIG`), so a result no config could have made
 (``batch_size = 0.5``) is one damaged file, not a profile that fails every reader."""
 OPTIONAL_KEYS = (
-    "epochs", "threads_per_worker", "image_size", "target_accuracy", "dropout", "target_loss"
+    "epochs", "threads_per_worker", "image_size", "target_accuracy", "dropout", "target_loss",
+    "peak_tflops",
 )  # fmt: skip
 """Core keys that may be unset (``None``)."""
 POSITIVE_KEYS = ("lr", "timeout_s")
@@ -51,6 +53,7 @@ STORED_CONFIG: dict[str, Shape] = {
     "target_accuracy": Shape("number", high=1.0, positive=True),
     "dropout": Shape("number", high=1.0),
     "target_loss": Shape("number", positive=True),
+    "peak_tflops": Shape("number", positive=True),
 }  # fmt: skip
 """What a stored result's core config keys may be (``steps`` unset in epoch runs of earlier
 schemas): the bounds of :func:`check_core_values`, which every config was built under."""
@@ -75,6 +78,8 @@ def check_core_values(config: RunConfig) -> None:
                 f"target_accuracy must be in (0, 1], got {config.target_accuracy} "
                 "(write 0.9 for 90%)"
             )
+    if config.peak_tflops is not None:
+        check_peak_tflops(config.peak_tflops)
     if config.lr_warmup_steps and config.lr_schedule != "cosine":
         raise UserError(
             f"lr_warmup_steps = {config.lr_warmup_steps} needs lr_schedule = cosine "

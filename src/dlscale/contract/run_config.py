@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from dlscale.contract.backends import BACKENDS
 from dlscale.contract.datasets import DATASETS
+from dlscale.contract.declared_options import declared_options
 from dlscale.contract.errors import UserError
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.layout import ProcessLayout
@@ -180,6 +181,14 @@ class RunConfig:
         metadata=_doc(
             "refuse a point the machine cannot sensibly run (docs/reliability.md); "
             "false: run it anyway",
+            kind=OPERATIONAL,
+        ),
+    )
+    peak_tflops: float | None = field(
+        default=None,
+        metadata=_doc(
+            "dense peak TFLOP/s of one worker's device, MFU's denominator (default: a CPU's "
+            "measured matmul peak, a known GPU's datasheet figure)",
             kind=OPERATIONAL,
         ),
     )
@@ -347,41 +356,6 @@ def config_defaults() -> dict[str, Any]:
 
 def fields_doc() -> dict[str, str]:
     return {name: f.metadata["doc"] for name, f in _FIELDS.items() if name != "options"}
-
-
-def declared_options() -> dict[str, list[tuple[str, Option]]]:
-    """Every option any registered plug-in declares: name -> [(owner, declaration)]."""
-    out: dict[str, list[tuple[str, Option]]] = {}
-    registries: tuple[tuple[str, Any], ...] = (
-        ("backend", BACKENDS), ("dataset", DATASETS), ("launcher", LAUNCHERS), ("model", MODELS)
-    )  # fmt: skip
-    for kind, registry in registries:
-        for name, spec in registry:
-            for option in spec.options:
-                out.setdefault(option.name, []).append((f"{kind} {name}", option))
-    return out
-
-
-def scale_keys() -> tuple[str, ...]:
-    """The options any registered plug-in declares as spreading processes over machines
-    (:attr:`Option.scale`), which tell no point apart from its 1-worker baseline."""
-    return tuple(
-        name for name, owners in declared_options().items() if any(o.scale for _, o in owners)
-    )
-
-
-def on_one_machine(config: RunConfig) -> RunConfig:
-    """A 1-worker point with its scale options (:func:`scale_keys`) at their defaults: one
-    worker runs on one machine; any other point as it is."""
-    if config.workers != 1:
-        return config
-    defaults = {
-        o.name: o.default for _, declared in config._option_owners().values() for o in declared
-    }
-    reset = {
-        k: defaults[k] for k in scale_keys() if k in defaults and config.options[k] != defaults[k]
-    }
-    return dataclasses.replace(config, options={**config.options, **reset}) if reset else config
 
 
 def _ignorable(key: str, value: Any, config: RunConfig) -> bool:

@@ -35,8 +35,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from dlscale.contract.backends import BACKENDS
+from dlscale.contract.declared_options import scale_keys
 from dlscale.contract.result import Result
-from dlscale.contract.run_config import NOT_MATCHED_KEYS, scale_keys
+from dlscale.contract.run_config import NOT_MATCHED_KEYS
 from dlscale.metrics.points import combine, samples, window_throughputs
 from dlscale.metrics.stats import ratio_ci95
 

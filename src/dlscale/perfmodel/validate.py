@@ -38,8 +38,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dlscale.contract.algorithms import SYNC_PATTERNS
+from dlscale.contract.declared_options import scale_keys
 from dlscale.contract.errors import UserError
-from dlscale.contract.run_config import scale_keys
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.engines import (
     OVERLAPS,

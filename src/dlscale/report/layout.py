@@ -49,7 +49,7 @@ def human_layout(rows: Sequence[Row], *, run_ids: bool = False) -> tuple[list[Co
             continue
         listed = run_ids and column.name == "status"  # a list of runs says each one's state
         if column.show == "varying" and not listed and len({column.text(r) for r in rows}) <= 1:
-            if rows:
+            if rows and column.text(rows[0]):  # an empty mark (no MFU's basis) is not said
                 caption.append(f"{column.label} {column.text(rows[0])}")
             continue
         shown.append(column)
@@ -74,7 +74,8 @@ def options_set(rows: Sequence[Row]) -> list[str]:
     """Caption items for the plug-ins' options (and the core keys of :data:`_CORE_SAID`) every
     row that has them ran away from their default, the same in each (``compression fp16``,
     ``precision float64``): a setting the table does not tell apart is still said."""
-    from dlscale.contract.run_config import config_defaults, declared_options
+    from dlscale.contract.declared_options import declared_options
+    from dlscale.contract.run_config import config_defaults
     from dlscale.report.series import varying_keys
 
     defaults = {key: owners[0][1].default for key, owners in declared_options().items()}

@@ -7,7 +7,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from dlscale.contract.run_config import NOT_MATCHED_KEYS, scale_keys
+from dlscale.contract.declared_options import scale_keys
+from dlscale.contract.run_config import NOT_MATCHED_KEYS
 
 Row = dict[str, Any]
 _NOT_A_SERIES_KEY = {"backend", "workers", *NOT_MATCHED_KEYS}
