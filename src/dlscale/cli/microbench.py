@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.table import Table
 
+from dlscale.cli import peak
 from dlscale.cli.arguments import whole, whole_list
 from dlscale.cli.tables import cell, console, literal, say
 from dlscale.contract.errors import UserError
@@ -45,9 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--results", default="dlscale-results", help="where results are stored")
     parser.add_argument("--json", action="store_true", help="one JSON record per row")
+    peak.add_arguments(parser)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.peak:  # this machine's CPU matmul peak, MFU's denominator: no ranks launched
+        return peak.main(args)
+    peak.refuse_without_peak(args)
     from dlscale.config.study import parse_set
     from dlscale.contract.backends import BACKENDS
     from dlscale.contract.launchers import LAUNCHERS

@@ -61,11 +61,29 @@ def tensorflow_environment() -> dict[str, Any]:
     tf = import_tensorflow()
     import tf_keras
 
+    devices = tf.config.list_physical_devices("GPU")
     return {
         "tensorflow": tf.__version__,
         "keras": tf_keras.__version__,
         "built_with_cuda": tf.test.is_built_with_cuda(),
-        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+        "gpus": [d.name for d in devices],
+        "gpu_names": gpu_names(tf, devices),
         "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
         "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
     }
+
+
+def gpu_names(tf: Any, devices: list[Any]) -> list[str]:
+    """The GPUs' own names (``NVIDIA H100 80GB HBM3``), as a GPU datasheet knows them: TensorFlow
+    names its devices ``/physical_device:GPU:0``. A device whose details lack a name, or
+    cannot be read (details are read on GPUs only), is left out."""
+    names = []
+    for device in devices:
+        try:
+            details = tf.config.experimental.get_device_details(device)
+        except Exception:  # TensorFlow's own errors, a build without the call: no name
+            continue
+        name = details.get("device_name") if isinstance(details, dict) else None
+        if isinstance(name, str) and name.strip():
+            names.append(name)
+    return names
