@@ -228,6 +228,7 @@ def result_of(
     from dlscale.contract.shapes import ENVIRONMENT
     from dlscale.contract.workload import workload_of
     from dlscale.metrics.impossible import impossible_figures
+    from dlscale.metrics.utilization import utilization_metrics
     from dlscale.store.validate import without_problems
 
     layout = config.layout()
@@ -249,6 +250,7 @@ def result_of(
     environment = host_environment()
     first = per_rank.get(layout.training_ranks[0], [])
     worker = next((r for r in first if isinstance(r, Environment)), None)
+    metrics.update(utilization_metrics(config, worker))  # what MFU is derived from
     if worker is not None:
         environment["worker"] = worker.payload()
         environment["packages"] = worker.packages

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import dlscale
+from dlscale.contract.models import MODELS
 from tests.image_data import write_folder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,17 @@ def test_run_then_ls_then_load_results(tmp_path: Path, cli):
     )
     assert ddp2["efficiency"] == pytest.approx(ddp2["speedup"] / 2)
     assert ddp2["global_batch_size"] == 128
+    # MFU (docs/metrics.md, "MFU"), recomputed by hand from the facts beside it: tiny's
+    # training FLOPs per image, the images per second, the peak of each of the 2 workers
+    flops = 3 * MODELS.get("tiny").forward_flops_per_sample
+    assert ddp2["train_flops_per_sample"] == flops
+    threads = ddp2["threads_per_worker"]
+    assert ddp2["peak_basis"].startswith(f"of measured fp32 matmul peak, {threads} thread")
+    assert ddp2["mfu"] == pytest.approx(
+        flops * ddp2["throughput_samples_s"] / (2 * ddp2["peak_flops_per_worker"])
+    )
+    assert 0 < ddp2["mfu"] < 1 and ddp2["mfu_missing"] is None
+    assert ddp2["rss_peak_bytes"] > 50 * 2**20  # a torch process holds more than 50 MiB
     assert "skipped" not in run.stderr  # torch-single at 2 workers: the grid's shape, unsaid
     # A rerun deletes only the names a run writes (store/rundir.py): every file these real
     # runs left must be on that list, or a rerun would keep a previous attempt's file.

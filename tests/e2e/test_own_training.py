@@ -184,6 +184,12 @@ def test_a_model_from_the_users_module_on_ddp_and_horovod(work: Path, cli):
         .read_text()
     )
     assert result["metrics"]["gradient_bytes"] == 4 * (3 * 8 * 9 + 8 + 16 + 128 * 10 + 10)
+    # its training FLOPs counted by the worker (docs/metrics.md, "FLOPs per sample"): 3 x the
+    # forward's 3x3 convolution of 3 into 8 channels over 32 x 32 pixels and 128 x 10 linear
+    forward = 2 * 32 * 32 * 3 * 3 * 3 * 8 + 2 * 128 * 10
+    assert result["metrics"]["train_flops_per_sample"] == 3 * forward
+    assert result["metrics"]["flops_source"] == "counted"
+    assert all(r["mfu"] is not None and 0 < r["mfu"] < 1 for r in rows), rows
 
 
 @pytest.mark.parametrize(

@@ -199,7 +199,7 @@ def _context(tmp_path: Path, cfg: RunConfig) -> WorkerContext:
 def _busy_machine(share: float):
     """Counters of a machine whose other processes use ``share`` of its 2 CPUs."""
 
-    def sample(root):
+    def sample(root, starts_window=False):
         assert root == 4242  # the first training rank reads the machine
         now = time.perf_counter()
         return LoadSample(minor_faults=0, busy_s=now * 2 * share, steal_s=0.0, run_s=0.0)

@@ -37,6 +37,7 @@ from dlscale.config.study import Study
 from dlscale.contract.files import OutputError, refuse_foreign_document
 from dlscale.contract.text import visible, without_traceback_frames
 from dlscale.metrics.claims import check_claims
+from dlscale.metrics.figures import Figures
 from dlscale.metrics.points_file import points_path, write_points
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.runner import PointOutcome, run_point
@@ -61,6 +62,11 @@ JSON_KEYS = (
     "page_faults_per_step",
     "outside_load_max",
     "noisy",
+    "train_flops_per_sample",
+    "peak_flops_per_worker",
+    "peak_basis",
+    "rss_peak_bytes",
+    "device_peak_allocated_bytes",
 )
 
 
@@ -84,6 +90,9 @@ def json_record(row: dict[str, Any], kind: str = "run") -> dict[str, Any]:
         "loader_only": bool(cfg.get("loader_only")),
     }
     record.update({key: metrics.get(key) for key in JSON_KEYS})
+    figures = Figures.of(row)  # derived: docs/metrics.md, "MFU"
+    record.update(mfu=figures.mfu, achieved_flops_s=figures.achieved_flops_s)
+    record["mfu_missing"] = figures.mfu_missing
     if kind == "point":
         record["run_ids"] = row.get("run_ids")
         record["runs_left_out"] = row.get("runs_left_out")

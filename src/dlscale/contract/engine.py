@@ -43,6 +43,11 @@ class Engine:
     """True: :meth:`forward_only` runs a step's forward alone, which the probe times beside the
     unsynchronized step (the share of a step that backward and the update take)."""
 
+    compute_dtype: str | None = None
+    """The type the model's products run in where it is not the run's ``precision``
+    (``bf16`` under torch's autocast): the peak MFU is read against
+    (:func:`dlscale.contract.gpu_peaks.compute_dtype`)."""
+
     def batches(self, epoch: int) -> Iterator[Any]:
         """The training batches of one epoch (exactly ``steps_per_epoch`` of them)."""
         raise NotImplementedError
@@ -106,6 +111,18 @@ class Engine:
 
     def framework_facts(self) -> dict[str, Any]:
         """What the framework says about itself and the device (versions, GPUs)."""
+        return {}
+
+    def device_memory_peaks(self) -> dict[str, Any]:
+        """On a GPU: the allocator's peak bytes since the last call
+        (``device_peak_allocated_bytes``, ``device_peak_reserved_bytes`` where it says), the
+        peaks then reset; empty on a CPU, whose memory the process's resident set shows."""
+        return {}
+
+    def model_flops(self) -> dict[str, Any]:
+        """The training FLOPs per sample of a model nothing declares them for (a user's),
+        counted in the worker (:meth:`~dlscale.contract.flops.TrainingFlops.to_dict`), or why
+        not (``{"missing": ...}``); empty where the model declares them."""
         return {}
 
     def sample_facts(self) -> dict[str, Any]:

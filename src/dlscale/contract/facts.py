@@ -35,7 +35,7 @@ class FrameworkFacts:
         if not name and "torch_version" in environment:  # before results named their framework
             name = "torch"
         packages = recorded_versions(environment, name)
-        return cls(name=name, packages=packages, gpus=_gpus(environment))
+        return cls(name=name, packages=packages, gpus=gpu_names(environment))
 
 
 def recorded_versions(env: Mapping[str, Any], framework: str) -> tuple[tuple[str, str], ...]:
@@ -54,7 +54,9 @@ def recorded_versions(env: Mapping[str, Any], framework: str) -> tuple[tuple[str
     return ()
 
 
-def _gpus(env: Mapping[str, Any]) -> tuple[str, ...]:
+def gpu_names(env: Mapping[str, Any]) -> tuple[str, ...]:
+    """The GPUs a framework's facts name (``gpu_names``, ``gpus``), numbered where it gives
+    only their count."""
     for key in ("gpu_names", "gpus"):
         value = env.get(key)
         if isinstance(value, list) and value:

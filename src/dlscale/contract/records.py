@@ -75,6 +75,15 @@ class Environment(Record):
     data: dict[str, Any] = field(default_factory=dict)
     """What the data set says of the data the process read (``python-source``: the Python
     version, files, tokens and SHA-256 of its corpus); empty where it says nothing."""
+    peak: dict[str, Any] = field(default_factory=dict)
+    """The peak FLOP/s of one worker's device, the denominator of MFU
+    (:meth:`dlscale.runtime.peak.Peak.to_dict`: ``flops_s``, ``basis``, ``source``); empty
+    where there is none, with why in ``peak_missing``."""
+    peak_missing: str | None = None
+    """Why the process knows no peak (an unknown GPU: the key that sets one), in one line."""
+    flops: dict[str, Any] = field(default_factory=dict)
+    """A model's training FLOPs per sample counted in the worker where nothing declares them
+    (a user's torch model: :class:`~dlscale.contract.flops.TrainingFlops`); empty otherwise."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +183,18 @@ class Window(Record):
     probe's two windows (``probe``, ``nosync``) carry the same counters, read around the whole
     probe (its steps of both kinds interleave, its warm-up pair included). ``None``: the
     window's own time (every ``measure`` window, and records written before it existed)."""
+    rss_peak_bytes: int | None = None
+    """The process's high-water resident set (``VmHWM``: its memory in RAM, shared libraries,
+    the framework's threads and pinned buffers included) at the window's end, the mark reset
+    as the window began where the kernel allows (``rss_peak_reset``); ``None``: not read."""
+    rss_peak_reset: bool | None = None
+    """The mark was reset as the window began, so the warm-up's peak is not in it (False: the
+    process's peak since it started)."""
+    device_peak_allocated_bytes: int | None = None
+    """On a GPU: the most memory torch's caching allocator held in tensors during the window
+    (``allocated_bytes.all.peak``); JAX and TensorFlow engines do not record it yet."""
+    device_peak_reserved_bytes: int | None = None
+    """On a GPU: the most the allocator reserved from the device (torch only)."""
 
 
 @dataclass(frozen=True, kw_only=True)

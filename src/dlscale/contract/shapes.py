@@ -16,6 +16,9 @@ MAX_QUANTITY = 1e15
 """The largest throughput (samples/s), time (ms or s), byte count or count a stored result may
 hold. Far beyond any machine (a petabyte per step, 31 million years), and far inside a float's
 range, so sums, means and ratios of such figures never overflow."""
+MAX_FLOPS = 1e21
+"""The largest FLOP count of one sample or FLOP rate of one device a result may hold: a
+trillion-parameter model's sequence of a million tokens, a zettaFLOP/s."""
 TIMESTAMP_RANGE_S = (0.0, 4e9)
 """Seconds since the epoch a stored start or finish time may be: 1970 to 2096 (a time beyond
 it cannot be printed as a date)."""
@@ -158,6 +161,19 @@ METRICS: dict[str, Shape] = {
     "staleness_p50": number("updates"),
     "staleness_max": count("updates"),
     "staleness_histogram": by_key(Shape("count", nullable=False)),
+    "train_flops_per_sample": Shape("number", "FLOPs", high=MAX_FLOPS, positive=True),
+    "train_flops_per_sample_causal": Shape("number", "FLOPs", high=MAX_FLOPS, positive=True),
+    "flops_rule": TEXT,
+    "flops_source": TEXT,
+    "peak_flops_per_worker": Shape("number", "FLOP/s", high=MAX_FLOPS, positive=True),
+    "peak_basis": TEXT,
+    "peak_source": TEXT,
+    "mfu_missing": TEXT,
+    "rss_peak_bytes": count("bytes"),
+    "rss_peak_bytes_by_rank": by_key(Shape("count", "bytes", nullable=False)),
+    "rss_peak_reset": FLAG,
+    "device_peak_allocated_bytes": count("bytes"),
+    "device_peak_reserved_bytes": count("bytes"),
     "restarts": count("restarts"),
     "restart_lost_s": number("s", low=-MAX_QUANTITY),
     "traces": list_of(Shape("text", nullable=False)),

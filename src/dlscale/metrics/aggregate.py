@@ -24,6 +24,7 @@ from dlscale.contract.records import (
     Window,
 )
 from dlscale.contract.shapes import METRICS
+from dlscale.metrics.memory import memory_metrics
 from dlscale.metrics.noise import OUTSIDE_LOAD_LIMIT as OUTSIDE_LOAD_LIMIT
 from dlscale.metrics.noise import STEAL_LIMIT as STEAL_LIMIT
 from dlscale.metrics.noise import (
@@ -115,7 +116,7 @@ def aggregate(
         out.update(_exposed_comm(per_rank, all_ranks))
     out.update(_bytes(per_rank, measure))
     out.update(_staleness(others))
-    out.update(_restarts(per_rank))
+    out.update(_restarts(per_rank), **memory_metrics(per_rank))
     evals = _evals(per_rank)
     out["eval_history"] = evals
     if evals:

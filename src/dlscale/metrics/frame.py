@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from dlscale.contract.facts import FrameworkFacts
 from dlscale.contract.plugins import load_plugins
 from dlscale.contract.text import excerpt
+from dlscale.metrics.figures import Figures
 from dlscale.metrics.scaling import SCALING_KEYS, add_scaling
 from dlscale.metrics.units import sample_unit, units_per_sample
 from dlscale.store.results import DEFAULT_ROOT, RunStore
@@ -34,8 +35,9 @@ def load_results(path: Path | str = DEFAULT_ROOT, *, per: str = "run") -> pd.Dat
     machine_speedup (over the whole machine as one worker, when measured), threads_per_worker,
     oversubscribed, framework_version and gpus (the framework's version and the GPUs its
     workers saw, read alike for every framework), throughput_units_s (the throughput in the
-    run's unit, ``sample_unit``: images/s, or tokens/s = samples/s x ``units_per_sample``), and
-    environment columns (hostname, cpu_model, torch_version, dlscale_version, git_commit).
+    run's unit, ``sample_unit``: images/s, or tokens/s = samples/s x ``units_per_sample``),
+    achieved_flops_s, mfu and mfu_missing (docs/metrics.md, "MFU"), and environment columns
+    (hostname, cpu_model, torch_version, dlscale_version, git_commit).
     """
     import pandas as pd
 
@@ -69,6 +71,10 @@ def flatten(row: dict[str, Any]) -> dict[str, Any]:
     flat["sample_unit"] = sample_unit(metrics) or "image"
     flat["units_per_sample"] = units
     flat["throughput_units_s"] = None if samples is None else samples * units
+    figures = Figures.of(row)  # docs/metrics.md, "MFU"
+    flat["achieved_flops_s"] = figures.achieved_flops_s
+    flat["mfu"] = figures.mfu
+    flat["mfu_missing"] = figures.mfu_missing
     for key in SCALING_KEYS:
         value = row.get(key)
         if key.endswith("_ci95"):

@@ -44,6 +44,8 @@ MEAN_OVER_RUNS = (
     "staleness_mean",
 )
 """Metrics a point reports as the mean over its runs (those that have them)."""
+MAX_OVER_RUNS = ("rss_peak_bytes", "device_peak_allocated_bytes", "device_peak_reserved_bytes")
+"""Metrics a point reports as the largest over its runs: the memory it must have."""
 
 
 def point_key(config: dict[str, Any]) -> PointKey:
@@ -132,6 +134,16 @@ def _point(every_run: list[Row]) -> Row:
     for key in MEAN_OVER_RUNS:
         present = [r["metrics"][key] for r in runs if r["metrics"].get(key) is not None]
         metrics[key] = float(np.mean(present)) if present else None
+    for key in MAX_OVER_RUNS:
+        present = [r["metrics"][key] for r in runs if r["metrics"].get(key) is not None]
+        metrics[key] = max(present) if present else None
+    peaks = {r["metrics"].get("peak_flops_per_worker") for r in runs}
+    if len(peaks) > 1:  # one MFU over runs read against different peaks would mix them
+        metrics.update(peak_flops_per_worker=None, peak_basis=None, peak_source=None)
+        metrics["mfu_missing"] = (
+            "no MFU: the point's runs were read against different peaks (a peak measured anew, "
+            "or peak_tflops changed between them)"
+        )
     metrics.update(_exposed(runs))
     metrics.update(_noise(runs, every_run))
     metrics.update(_guard(runs, every_run, mean))

@@ -20,7 +20,8 @@ from typing import Any
 
 from dlscale.contract.files import read_json, schema_version, write_json_atomic
 from dlscale.contract.shapes import RENAMED_METRICS
-from dlscale.metrics.points import MEAN_OVER_RUNS
+from dlscale.metrics.figures import Figures
+from dlscale.metrics.points import MAX_OVER_RUNS, MEAN_OVER_RUNS
 from dlscale.metrics.scaling import SCALING_KEYS
 from dlscale.metrics.units import sample_unit, units_per_sample
 from dlscale.store.claims import study_file
@@ -54,8 +55,16 @@ POINT_FIGURES = (
     "restarts",
     "restart_lost_s",
     "runs_diverged",
+    *MAX_OVER_RUNS,
+    "train_flops_per_sample",
+    "train_flops_per_sample_causal",
+    "flops_rule",
+    "peak_flops_per_worker",
+    "peak_basis",
+    "mfu_missing",
 )
-"""What `dlscale.metrics.points` combines over a point's runs."""
+"""What `dlscale.metrics.points` combines over a point's runs, and the facts MFU is derived
+from (the first run's)."""
 
 
 def points_path(root: Path, study: str) -> Path:
@@ -78,8 +87,22 @@ def point_document(row: dict[str, Any]) -> dict[str, Any]:
         "units_per_sample": units_per_sample(metrics),
         "figures": {key: metrics.get(key) for key in POINT_FIGURES},
         **{key: row.get(key) for key in SCALING_KEYS},
+        **_utilization(row),
     }
     return _finite(document)
+
+
+def _utilization(row: dict[str, Any]) -> dict[str, Any]:
+    """The point's derived MFU figures (:class:`~dlscale.metrics.figures.Figures`), written
+    beside the facts above for recomputation: ``mfu`` = ``achieved_flops_s`` / ``peak_flops_s``."""
+    figures = Figures.of(row)
+    return {
+        "achieved_flops_s": figures.achieved_flops_s,
+        "peak_flops_s": figures.peak_flops_s,
+        "mfu": figures.mfu,
+        "mfu_basis": figures.mfu_basis,
+        "mfu_missing": figures.mfu_missing,
+    }
 
 
 def write_points(store: RunStore, study: str, rows: list[dict[str, Any]]) -> Path | None:

@@ -11,6 +11,7 @@ from typing import Any
 from dlscale.contract.engine_code import stored_code
 from dlscale.contract.text import excerpt
 from dlscale.metrics.aggregate import OUTSIDE_LOAD_LIMIT, STEAL_LIMIT
+from dlscale.metrics.figures import Figures
 from dlscale.metrics.units import Rate
 
 Row = dict[str, Any]
@@ -115,13 +116,15 @@ def doubt_mark(row: Row) -> str | None:
         return "!"  # a negative share: noise larger than the communication
     if metrics.get("waited") and len(row.get("layout") or [None]) == 1:
         return "!"  # a one-process point (a baseline) that waited for a CPU
+    if Figures.of(row).mfu_impossible:
+        return "!"  # the FLOPs or the peak are wrong
     return None
 
 
 DOUBTED = (
     "efficiency above 100% beyond its interval, a negative exposed communication (the noise "
-    "is larger than what it measures) or a one-process point (a baseline) whose process "
-    "waited for a CPU"
+    "is larger than what it measures), a one-process point (a baseline) whose process "
+    "waited for a CPU, or an MFU above 100% (its FLOPs or peak are wrong)"
 )
 """What :func:`doubt_mark` marks, in words."""
 
@@ -159,6 +162,8 @@ def notes(row: Row) -> str | None:
         notes.append(
             "loss diverged" + (f" in {diverged} of {runs} runs" if diverged < runs else "")
         )
+    if Figures.of(row).mfu_impossible:
+        notes.append("MFU above 100%: not stated")
     if metrics.get("restarts"):
         notes.append(f"restarted {metrics['restarts']}x, {metrics['restart_lost_s']:.1f} s lost")
     return ", ".join(notes) or None

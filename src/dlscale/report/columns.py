@@ -17,6 +17,7 @@ from dlscale.metrics.units import CI95, IMAGES, THROUGHPUT, Rate, common_rate
 from dlscale.report import cells
 from dlscale.report.column import Column, Row, Show
 from dlscale.report.outcome_columns import OUTCOMES
+from dlscale.report.utilization_columns import UTILIZATION
 
 __all__ = ["COLUMNS", "LEGEND", "Column", "Row", "Show", "columns_for", "columns_in"]
 
@@ -29,7 +30,10 @@ _WORKERS = "training processes, each with its replica of the model"
 @functools.cache
 def columns_in(rate: Rate) -> tuple[Column, ...]:
     """Every column of a table whose throughputs are shown in ``rate``."""
-    return (*_SETTINGS, *_figures(rate), *_ratios(rate), *OUTCOMES, _notes(rate), *_LAST)
+    return (
+        *_SETTINGS, *_figures(rate), *_ratios(rate), *UTILIZATION, *OUTCOMES, _notes(rate),
+        *_LAST,
+    )  # fmt: skip
 
 
 def columns_for(rows: Iterable[Row]) -> tuple[Column, ...]:
@@ -292,7 +296,8 @@ def _notes(rate: Rate) -> Column:
         "beyond 1e15 nats (in that many of the runs; a run that records no loss, as a "
         "script's own loop, never says it): the speed holds, the loss and accuracy mean "
         "nothing (lower lr); loader only: the input pipeline timed alone (loader_only), "
-        f"{rate.label} is what the loaders deliver",
+        f"{rate.label} is what the loaders deliver; MFU above 100%: the FLOPs or the peak "
+        "are wrong, so no MFU is stated",
         short="what the figures need to be read with (dlscale explain notes)",
         keep=5,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from dlscale.metrics.figures import Figures
 from dlscale.metrics.units import CI95, THROUGHPUT, Rate, common_rate
 from dlscale.report.series import Figure, Row, Series, by_series, series_label, varying_keys
 
@@ -146,6 +147,24 @@ def efficiency(rows: list[Row]) -> Figure | None:
         y_percent=True,
         note="Speedup divided by the number of workers; 100% is linear scaling. Bands: 95% "
         "interval.",
+    )
+
+
+def mfu(rows: list[Row]) -> Figure | None:
+    series = _lines(rows, lambda r: Figures.of(r).mfu)
+    if not series:
+        return None
+    bases = sorted({b for r in rows if (b := Figures.of(r).mfu_basis) and Figures.of(r).mfu})
+    return Figure(
+        key="mfu",
+        title=f"Model FLOPs utilization ({_scaling_word(rows)})",
+        x_label="workers",
+        y_label="MFU",
+        series=series,
+        y_percent=True,
+        note="Training FLOP/s over the peak FLOP/s of every worker's device, "
+        + "; ".join(bases)
+        + " (docs/metrics.md, MFU).",
     )
 
 
@@ -363,6 +382,7 @@ def study_figures(rows: list[Row]) -> list[Figure]:
         throughput,
         speedup,
         efficiency,
+        mfu,
         breakdown,
         comparison,
         time_to_accuracy,

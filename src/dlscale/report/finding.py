@@ -9,9 +9,11 @@ report print these first.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from typing import Any
 
+from dlscale.metrics.figures import Figures, memory_words, mfu_percent
 from dlscale.metrics.scaling import describe, throughput_ratio
 from dlscale.metrics.units import CI95, THROUGHPUT, rate_of, sample_unit, shown
 from dlscale.report import cells
@@ -57,6 +59,8 @@ def findings(rows: list[Row]) -> list[str]:
     out += _side_by_side(done, varying, intervals=full)
     if not scaled and done:
         out += [_single(r, varying) for r in done[:MOST]]
+    out += _utilization(done, varying)
+    out += sorted({m for r in done if (m := Figures.of(r).mfu_missing)})[:2]  # said once
     failed = [r for r in rows if r["status"] != "completed"]
     if failed:
         names = sorted({_name(r, varying, workers=True) for r in failed})
@@ -208,6 +212,32 @@ def _single(row: Row, varying: list[str]) -> str:
     spread = f" ±{half:.1f}{over}" if half is not None else ""
     parts = [f"{_name(row, varying, workers=True)}: {_rate(row)}{spread}"]
     return "; ".join(parts + _accuracy(row))
+
+
+def _utilization(done: list[Row], varying: list[str]) -> list[str]:
+    """``MFU and peak memory per process: torch-ddp at 1 worker 47.0%, 405 MiB; ... (MFU of
+    measured fp32 matmul peak, 1 thread)``: every point's, with the peaks they are of (a study
+    of many points: the table); an impossible MFU is never stated, and why a point has none is
+    said once."""
+    said = []
+    threads = len({r.get("threads_per_worker") for r in done}) > 1  # say each point's
+    for row in done:
+        figures = Figures.of(row)
+        parts = [mfu_percent(figures.mfu)] if figures.mfu is not None else []
+        parts += [memory_words(figures.rss_peak_bytes)] if figures.rss_peak_bytes else []
+        name = _name(row, varying, workers=True)
+        if threads and row.get("threads_per_worker"):
+            name += f" x {row['threads_per_worker']} thr"
+        if parts:
+            said.append(f"{name} {', '.join(parts)}")
+    if not said or len(said) > 2 * MOST:
+        return []
+    bases = {f.mfu_basis for f in map(Figures.of, done) if f.mfu is not None and f.mfu_basis}
+    common = {re.sub(r", \d+ threads?$", "", basis) for basis in bases}
+    if len(bases) > 1 and len(common) == 1:  # the same peak, each with its worker's threads
+        bases = {f"{common.pop()} with each worker's threads"}
+    of = f" (MFU {'; '.join(sorted(bases))})" if bases else ""
+    return [f"MFU and peak memory per process: {'; '.join(said)}{of}"]
 
 
 def _side_by_side(done: list[Row], varying: list[str], *, intervals: bool) -> list[str]:

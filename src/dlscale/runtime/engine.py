@@ -110,9 +110,15 @@ class ModelledSyncEngine(Engine):
 
 
 def worker_environment(
-    framework: dict[str, Any], *, synchronizes: bool = True, data: dict[str, Any] | None = None
+    framework: dict[str, Any],
+    *,
+    synchronizes: bool = True,
+    data: dict[str, Any] | None = None,
+    **facts: Any,
 ) -> Environment:
-    """The process's own interpreter, package versions and allocator (never the parent's)."""
+    """The process's own interpreter, package versions and allocator (never the parent's);
+    ``facts``: more of :class:`Environment`'s fields (the device's peak, a counted model's
+    FLOPs: :func:`dlscale.runtime.utilization.utilization_facts`)."""
     from dlscale.runtime.environment import framework_versions
 
     return Environment(
@@ -124,6 +130,7 @@ def worker_environment(
         allocator=loaded_allocator(),
         scheduler=scheduler_ids(),
         data=data or {},
+        **facts,
     )
 
 

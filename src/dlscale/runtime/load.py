@@ -19,12 +19,18 @@ from __future__ import annotations
 
 import os
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dlscale.contract.numbers import whole_number
-from dlscale.runtime.procfs import HAS_PROC, stat_fields, thread_waits
+from dlscale.runtime.procfs import (
+    HAS_PROC,
+    reset_rss_peak,
+    rss_peak_bytes,
+    stat_fields,
+    thread_waits,
+)
 
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 
@@ -43,6 +49,10 @@ class LoadSample:
     waits: dict[int, tuple[int, int]] | None = None
     """This process's threads: nanoseconds each waited for a CPU, its involuntary switches
     (`dlscale.runtime.procfs.thread_waits`); None without /proc."""
+    rss_peak_bytes: int | None = None
+    """The process's high-water resident set now (``VmHWM``); None without /proc."""
+    rss_peak_reset: bool | None = None
+    """A window's first sample: the mark was reset as it was read (None: not asked)."""
 
 
 def machine_cpu() -> tuple[float, float] | None:
@@ -88,20 +98,24 @@ def tree_cpu(root: int) -> float | None:
     return total
 
 
-def sample(root: int | None) -> LoadSample:
-    """The counters now: own page faults always; the machine's and the run's CPU time when
-    ``root`` (the dlscale parent's pid) is given and /proc exists."""
+def sample(root: int | None, *, starts_window: bool = False) -> LoadSample:
+    """The counters now: own page faults and memory high-water mark always; the machine's and
+    the run's CPU time when ``root`` (the dlscale parent's pid) is given and /proc exists.
+    ``starts_window``: a measured window starts here, so the memory mark is reset (the
+    warm-up's and the previous window's peaks are not the window's)."""
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     waits = thread_waits() or None if HAS_PROC else None
+    reset = reset_rss_peak() if starts_window and HAS_PROC else None
+    own = LoadSample(
+        minor_faults=faults, waits=waits, rss_peak_bytes=rss_peak_bytes(), rss_peak_reset=reset
+    )
     if root is None or not HAS_PROC:
-        return LoadSample(minor_faults=faults, waits=waits)
+        return own
     machine = machine_cpu()
     run = tree_cpu(root)
     if machine is None or run is None:
-        return LoadSample(minor_faults=faults, waits=waits)
-    return LoadSample(
-        minor_faults=faults, busy_s=machine[0], steal_s=machine[1], run_s=run, waits=waits
-    )
+        return own
+    return replace(own, busy_s=machine[0], steal_s=machine[1], run_s=run)
 
 
 def machine_cores() -> int:
@@ -113,6 +127,9 @@ def load_fields(before: LoadSample, after: LoadSample) -> dict[str, Any]:
     """A window's load counters from the samples around it (``None`` where not read): the
     fields of :class:`~dlscale.contract.records.Window` they fill."""
     fields: dict[str, Any] = {"minor_faults": after.minor_faults - before.minor_faults}
+    if after.rss_peak_bytes is not None:  # the mark since the window began (or the start)
+        fields["rss_peak_bytes"] = after.rss_peak_bytes
+        fields["rss_peak_reset"] = bool(before.rss_peak_reset)
     if before.waits is not None and after.waits is not None:  # a thread new since: all of it
         deltas = [
             (ns - before.waits.get(tid, (0, 0))[0], n - before.waits.get(tid, (0, 0))[1])
@@ -138,7 +155,8 @@ def probe_load_fields(before: LoadSample, after: LoadSample, span_s: float) -> d
     (``span_s`` wall seconds, its warm-up pair included): both of its windows carry them, since
     their steps interleave. No page faults: those are the measured windows' figure."""
     fields = load_fields(before, after)
-    for own in ("minor_faults", "run_delay_s", "involuntary_switches"):  # the windows' figures
+    own_figures = ("minor_faults", "run_delay_s", "involuntary_switches", "rss_peak_bytes")
+    for own in (*own_figures, "rss_peak_reset"):  # the measured windows' figures
         fields.pop(own, None)
     if fields:
         fields["load_span_s"] = span_s

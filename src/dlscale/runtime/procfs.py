@@ -93,3 +93,29 @@ def thread_waits() -> dict[int, tuple[int, int]]:
         except (OSError, ValueError, IndexError, StopIteration):
             continue
     return out
+
+
+def rss_peak_bytes() -> int | None:
+    """This process's high-water resident set (``VmHWM`` of ``/proc/self/status``: the most
+    of its memory that was in RAM at once, since it started or since :func:`reset_rss_peak`);
+    ``None`` without /proc."""
+    try:
+        with open("/proc/self/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def reset_rss_peak() -> bool:
+    """Set this process's high-water resident set to what it holds now (``5`` written to
+    ``/proc/self/clear_refs``, Linux 4.0 and later); False where the kernel refused or there
+    is no /proc: the mark then still counts from the process's start."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")
+    except OSError:
+        return False
+    return True

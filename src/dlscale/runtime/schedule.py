@@ -43,6 +43,7 @@ from dlscale.contract.shapes import MAX_QUANTITY
 from dlscale.runtime.checkpoint import Checkpoints, attempt, skip
 from dlscale.runtime.engine import LoaderOnly, worker_environment
 from dlscale.runtime.load import load_fields, probe_load_fields, sample
+from dlscale.runtime.utilization import utilization_facts
 from dlscale.runtime.watchdog import local_parent
 
 if TYPE_CHECKING:
@@ -57,11 +58,13 @@ def run_schedule(ctx: WorkerContext, engine: Engine) -> None:
     if cfg.loader_only:
         engine = LoaderOnly(engine)
     if ctx.rank == ctx.layout.training_ranks[0]:
+        facts = engine.framework_facts()
         ctx.events.write(
             worker_environment(
-                engine.framework_facts(),
+                facts,
                 synchronizes=engine.synchronizes,
                 data=engine.sample_facts(),
+                **utilization_facts(ctx, engine, facts),
             )
         )
     timer = _WindowTimer(ctx, engine)
@@ -152,7 +155,8 @@ class _WindowTimer:
         data_ms: list[float] | None = None
         engine.sync()
         engine.take_bytes_sent()  # reset: count only this window's traffic
-        before = sample(self.root)
+        engine.device_memory_peaks()  # reset: the window's own peaks
+        before = sample(self.root, starts_window=True)
         window_start = clock()
         if engine.times_steps:
             step_ms, data_ms, losses = [], [], []
@@ -192,6 +196,7 @@ class _WindowTimer:
                 step_losses=step_losses,
                 bytes_sent=engine.take_bytes_sent(),
                 **load_fields(before, after),
+                **engine.device_memory_peaks(),
                 **fields,
             )
         )

@@ -140,7 +140,7 @@ class StepRecorder:
             if len(self.step_ms) == self.steps:
                 self._write(now)
         if self.count >= self.warmup and not self.step_ms:
-            self.before = sample(self.root)  # a window starts here
+            self.before = sample(self.root, starts_window=True)  # a window starts here
             now = time.perf_counter()  # the counters are read outside the timed steps
         self.last = now
 

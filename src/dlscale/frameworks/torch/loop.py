@@ -29,6 +29,7 @@ from dlscale.contract.run_config import RunConfig
 from dlscale.contract.user_models import classes_from_output, refused_input
 from dlscale.frameworks.torch.data import TorchDataset, loader_death_pending, loader_died, to_torch
 from dlscale.frameworks.torch.env import torch_environment
+from dlscale.frameworks.torch.measures import TorchMeasures, compute_dtype
 from dlscale.frameworks.torch.options import TorchLoopOptions
 from dlscale.frameworks.torch.tasks import task_of
 from dlscale.runtime.context import WorkerContext
@@ -240,7 +241,7 @@ def _device(name: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-class TorchEngine(Engine):
+class TorchEngine(TorchMeasures, Engine):
     """One torch training process: model, optimizer and data on the device."""
 
     times_forward = True
@@ -295,6 +296,7 @@ class TorchEngine(Engine):
                 )
             )
         self.forward = torch.compile(self.model) if options.compile else self.model
+        self.compute_dtype = compute_dtype(device, self.dtype, options.amp)  # MFU's peak
         self.autocast: contextlib.AbstractContextManager[Any] = (
             torch.autocast(device.type, dtype=torch.bfloat16)
             if options.amp == "bf16"
