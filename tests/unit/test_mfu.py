@@ -188,3 +188,18 @@ def test_a_window_starts_its_own_memory_mark():
     fields = load_fields(before, after)
     assert fields["rss_peak_reset"] is True
     assert fields["rss_peak_bytes"] < held - 300 * 2**20, (fields, held)
+
+
+@pytest.mark.parametrize("key", ["peak_tflops", "timeout_s"])
+def test_a_key_outside_the_run_id_takes_one_value_not_a_grid(tmp_path, key):
+    """Operational keys are not in the run id: a list of them would be one point, kept once."""
+    from dlscale.config.study import load_study_file, parse_set
+    from dlscale.contract.errors import UserError
+
+    with pytest.raises(UserError, match=f"{key} takes one value, not a list"):
+        parse_set([f"{key}=10,20"])
+    study = tmp_path / "s.toml"
+    study.write_text(f'name = "s"\n{key} = [10.0, 20.0]\n')
+    with pytest.raises(UserError, match=f"{key} takes one value"):
+        load_study_file(study)
+    assert parse_set([f"{key}=10"]) == {key: 10.0}

@@ -24,7 +24,7 @@ from dlscale.contract.errors import TooManyWorkers, UnsupportedPoint, UserError
 from dlscale.contract.files import read_bounded, unreadable
 from dlscale.contract.launchers import LAUNCHERS
 from dlscale.contract.options import parse_value
-from dlscale.contract.run_config import RunConfig, core_keys
+from dlscale.contract.run_config import OPERATIONAL, RunConfig, core_keys, keys_of_kind
 from dlscale.contract.text import did_you_mean, excerpt
 
 _HINTS = typing.get_type_hints(RunConfig)
@@ -132,10 +132,11 @@ def _checked(key: str, value: Any, origin: str) -> Any:
     values = value if isinstance(value, list) else [value]
     if not values:
         raise UserError(f"{origin}: key {excerpt(key)} has an empty list")
-    if key == "peak_tflops" and len(values) > 1:  # not in the run id: its runs would be one
+    if key in keys_of_kind(OPERATIONAL) and len(values) > 1:  # not in the run id: one point
         raise UserError(
-            f"{origin}: peak_tflops takes one value, not a list: it changes how MFU is read, not "
-            "what is measured (every value would be the same point); run again with the other"
+            f"{origin}: {key} takes one value, not a list: it changes how a run is carried out "
+            "or read, not what is measured, so every value would be the same point; run again "
+            "with the other"
         )
     return [coerce(key, item) for item in values] if isinstance(value, list) else coerce(key, value)
 

@@ -1,9 +1,8 @@
 """The figures a person reads of a run or a point, each derived here once from its stored
 facts (docs/metrics.md defines each): read through one typed record, :class:`Figures`, by the
-tables, the report, the exports, the points file and ``explain``.
+tables, the finding, the report, the exports, ``--json``, ``load_results`` and the points
+file (throughput in its unit is :mod:`dlscale.metrics.units`'s).
 
-* throughput in the unit of its samples: samples/s x units per sample
-  (:mod:`dlscale.metrics.units`);
 * achieved FLOP/s: training FLOPs per sample x samples/s (every worker's together);
 * MFU, model FLOPs utilization: achieved FLOP/s over the peak of every worker's device,
   ``train_flops_per_sample x throughput_samples_s / (peak_flops_per_worker x workers)``, with
@@ -19,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dlscale.metrics.units import THROUGHPUT, rate_of
+from dlscale.metrics.units import THROUGHPUT
 
 Row = Mapping[str, Any]
 
@@ -34,11 +33,10 @@ def _number(value: Any) -> float | None:
 class Figures:
     """One run's or point's derived figures (``None``: the facts it needs are missing)."""
 
-    throughput_units_s: float | None
-    """Throughput in the unit of its samples (img/s, tok/s)."""
-    rate_label: str
     achieved_flops_s: float | None
     """Training FLOP/s of every worker together."""
+    peak_flops_per_worker: float | None
+    """The peak of one worker's device (FLOP/s)."""
     peak_flops_s: float | None
     """The peak of every worker's device together: MFU's denominator."""
     mfu: float | None
@@ -63,7 +61,6 @@ class Figures:
         """The figures of a result or point row (``metrics``, ``config``)."""
         metrics: Mapping[str, Any] = row.get("metrics") or {}
         workers = _number((row.get("config") or {}).get("workers"))
-        rate = rate_of(metrics)
         samples_s = _number(metrics.get(THROUGHPUT))
         flops = _number(metrics.get("train_flops_per_sample"))
         per_worker = _number(metrics.get("peak_flops_per_worker"))
@@ -83,9 +80,8 @@ class Figures:
                 f"peak are wrong ({fix})"
             )
         return cls(
-            throughput_units_s=rate.of(metrics),
-            rate_label=rate.label,
             achieved_flops_s=achieved,
+            peak_flops_per_worker=per_worker,
             peak_flops_s=peak,
             mfu=measured if measured is not None and measured <= 1.0 else None,
             mfu_measured=measured,

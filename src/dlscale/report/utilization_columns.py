@@ -26,17 +26,11 @@ def _basis(row: Row) -> str | None:
 
 
 def _tflops(name: str) -> Any:
+    """A figure of :class:`Figures` in FLOP/s, read in TFLOP/s."""
+
     def value(row: Row) -> float | None:
         figure = getattr(Figures.of(row), name)
         return None if figure is None else figure / 1e12
-
-    return value
-
-
-def _metric_tflops(key: str) -> Any:
-    def value(row: Row) -> float | None:
-        figure = (row.get("metrics") or {}).get(key)
-        return None if not isinstance(figure, int | float) else figure / 1e12
 
     return value
 
@@ -79,7 +73,7 @@ UTILIZATION: tuple[Column, ...] = (
     Column(
         "peak_tflops_per_worker",
         "peak TFLOP/s",
-        _metric_tflops("peak_flops_per_worker"),
+        _tflops("peak_flops_per_worker"),
         machine=".6g",
         show="exports",
         definition="the peak of one worker's device in TFLOP/s, MFU's denominator over the "
