@@ -203,3 +203,11 @@ def test_a_key_outside_the_run_id_takes_one_value_not_a_grid(tmp_path, key):
     with pytest.raises(UserError, match=f"{key} takes one value"):
         load_study_file(study)
     assert parse_set([f"{key}=10"]) == {key: 10.0}
+
+
+def test_the_finding_gives_each_points_mfu_memory_and_the_peak_it_is_of():
+    """Every MFU of the line can be recomputed from it: the peak's figure is beside its words."""
+    (line,) = [f for f in findings([_row(), _row(workers=1, samples_s=250.0)]) if "MFU" in f]
+    assert line.startswith("MFU and peak memory per process: ")
+    assert "60.0%, 812 MiB" in line and "75.0%, 812 MiB" in line  # 150 / 200 GFLOP/s at 1
+    assert line.endswith(f"(MFU {BASIS}: 200.0 GFLOP/s)")

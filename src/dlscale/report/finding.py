@@ -232,12 +232,25 @@ def _utilization(done: list[Row], varying: list[str]) -> list[str]:
             said.append(f"{name} {', '.join(parts)}")
     if not said or len(said) > 2 * MOST:
         return []
-    bases = {f.mfu_basis for f in map(Figures.of, done) if f.mfu is not None and f.mfu_basis}
-    common = {re.sub(r", \d+ threads?$", "", basis) for basis in bases}
-    if len(bases) > 1 and len(common) == 1:  # the same peak, each with its worker's threads
-        bases = {f"{common.pop()} with each worker's threads"}
+    peaks = {  # each basis with its figure, so that every MFU can be recomputed from the line
+        f.mfu_basis: f.peak_flops_per_worker
+        for f in map(Figures.of, done)
+        if f.mfu is not None and f.mfu_basis and f.peak_flops_per_worker
+    }
+    bases = {f"{basis}: {_gflops(peak)}" for basis, peak in peaks.items()}
+    common = {re.sub(r", \d+ threads?$", "", basis) for basis in peaks}
+    if len(peaks) > 1 and len(common) == 1:  # the same peak, each with its worker's threads
+        each = ", ".join(
+            f"{_gflops(peak)} with {re.sub(r'^.*, ', '', basis)}"
+            for basis, peak in sorted(peaks.items(), key=lambda item: item[1])
+        )
+        bases = {f"{common.pop()} with each worker's threads: {each}"}
     of = f" (MFU {'; '.join(sorted(bases))})" if bases else ""
     return [f"MFU and peak memory per process: {'; '.join(said)}{of}"]
+
+
+def _gflops(flops_s: float) -> str:
+    return f"{flops_s / 1e12:.3g} TFLOP/s" if flops_s >= 1e12 else f"{flops_s / 1e9:.1f} GFLOP/s"
 
 
 def _side_by_side(done: list[Row], varying: list[str], *, intervals: bool) -> list[str]:
