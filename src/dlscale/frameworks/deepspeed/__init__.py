@@ -1,0 +1,1 @@
+"""DeepSpeed's ZeRO engines (deepspeed-zero1, -zero2, -zero3) on PyTorch's engine."""

@@ -1,0 +1,233 @@
+"""deepspeed-zero1, -zero2, -zero3: DeepSpeed's ZeRO on dlscale's torch loop.
+
+The torch loop builds the model from the seed and hands it here; ``deepspeed.initialize``
+wraps it in DeepSpeed's engine with the run's own optimizer (:func:`~dlscale.frameworks.torch.
+loop.sgd`: SGD with momentum, or torch's AdamW), so the weights, data per rank, update rule and
+hyperparameters are torch-ddp's and only the synchronization differs (Rajbhandari et al., SC
+2020): ZeRO-1 shards the optimizer state over the workers, ZeRO-2 the gradients too, ZeRO-3 the
+parameters too, gathering each module's just before it runs. A step is DeepSpeed's
+``engine.backward(loss)`` then ``engine.step()``; the learning-rate schedule sets the groups of
+the optimizer ZeRO steps. dlscale's process group (gloo on CPU, NCCL on CUDA) is the one
+DeepSpeed uses, so every launcher that runs torch-ddp runs these, without DeepSpeed's launcher.
+
+Bytes: counted per collective from what DeepSpeed hands to torch.distributed (:mod:`.counting`)
+and modelled from the parameter bytes (:func:`modelled_bytes`).
+
+Not measured: exposed communication (each ZeRO step all-gathers the updated shards, which the
+next forward needs, and DeepSpeed refuses ``no_sync`` for stages 2 and 3: no step without
+collectives exists to time); checkpoints (DeepSpeed saves a state per rank, and dlscale's
+restarts keep one state written by one rank)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dlscale.contract.algorithms import PATTERN_FACT
+from dlscale.contract.records import Strategy
+from dlscale.frameworks.deepspeed.counting import CollectiveBytes
+from dlscale.frameworks.deepspeed.options import Zero3Options, deepspeed_config
+from dlscale.frameworks.torch.loop import (
+    LossOf,
+    TorchStrategy,
+    build_model,
+    init_process_group,
+    run_dtype,
+    run_training,
+    sgd,
+)
+from dlscale.runtime.context import WorkerContext
+
+
+class ZeroStrategy(TorchStrategy):
+    def __init__(self, stage: int) -> None:
+        self.stage = stage
+        self.world = 1
+        self.ctx: WorkerContext | None = None
+        self.device = torch.device("cpu")
+        self.engine: Any = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.counted = CollectiveBytes(1)
+
+    def setup(self, ctx: WorkerContext, device: torch.device) -> None:
+        self.world, self.ctx, self.device = ctx.processes, ctx, device
+        # DeepSpeed picks its accelerator when imported: the run's device, not the machine's
+        os.environ["DS_ACCELERATOR"] = "cuda" if device.type == "cuda" else "cpu"
+        init_process_group(ctx, device)
+        # before DeepSpeed's communication layer starts: it keeps some collectives it finds
+        self.counted = CollectiveBytes(self.world)
+        self.counted.install()
+        import deepspeed
+
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        # joins the process group above: torch.distributed is initialized already
+        deepspeed.init_distributed(
+            dist_backend=dist.get_backend(), auto_mpi_discovery=False, verbose=False
+        )
+
+    def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+        import deepspeed
+
+        assert self.ctx is not None
+        cfg = self.ctx.config
+        self.optimizer = sgd(model.parameters(), cfg)
+        self.full_bytes = _bytes_of(model.parameters())
+        self.sharded_bytes = _sharded_bytes(model, cfg, self.stage)
+        engine, _, _, _ = deepspeed.initialize(
+            model=model,
+            optimizer=self.optimizer,
+            config=deepspeed_config(cfg, self.stage, self.world),
+            dist_init_required=False,
+        )
+        self.engine = engine
+        return engine
+
+    def make_optimizer(self, model: torch.nn.Module, cfg: Any) -> torch.optim.Optimizer | None:
+        """The torch optimizer ZeRO steps on its shards: the schedule sets its groups' lr."""
+        return self.optimizer
+
+    def backward(self, loss_of: LossOf, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = loss_of(x, y)
+        self.engine.backward(loss)
+        return loss.detach()
+
+    def update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        self.engine.step()
+
+    def take_bytes_sent(self) -> int | None:
+        return self.counted.take()
+
+    def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
+        """Writes the strategy's record itself, with the gradient bytes of the whole model
+        (ZeRO-3 leaves each parameter only its shard, so the loop's count would be 0), and
+        returns nothing for the loop to write."""
+        import deepspeed
+
+        modelled = modelled_bytes(
+            self.stage, self.world, self.full_bytes, self.sharded_bytes, ctx.config
+        )
+        facts: dict[str, Any] = {
+            "zero_stage": self.stage,
+            "deepspeed_version": deepspeed.__version__,
+            "deepspeed_config": deepspeed_config(ctx.config, self.stage, self.world),
+            "sharded_parameter_bytes": self.sharded_bytes,
+            "algorithm": ALGORITHMS[self.stage],
+            PATTERN_FACT: pattern(self.stage, self.full_bytes, ctx.config),
+        }
+        ctx.events.write(
+            Strategy(
+                gradient_bytes=self.full_bytes,
+                bytes_sent_per_step_model=modelled,
+                traces=[],
+                facts=facts,
+            )
+        )
+        return {}
+
+    def eval_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A plain copy with every parameter gathered (ZeRO-3: one gather on every rank, so
+        ranks with different numbers of held-out batches cannot wait on each other) and the
+        first rank's buffers (BatchNorm's statistics), which DDP would broadcast."""
+        assert self.ctx is not None
+        full = self.full_state()
+        for name, _ in self.engine.module.named_buffers():
+            dist.broadcast(full[name], src=0)
+        with torch.random.fork_rng(devices=[]):  # building seeds torch: keep training's stream
+            plain = build_model(self.ctx.config)
+        plain = plain.to(self.device, run_dtype(self.ctx.config))
+        plain.load_state_dict(full)
+        return plain
+
+    def full_state(self) -> dict[str, torch.Tensor]:
+        """Every parameter and buffer whole, detached (ZeRO-3: gathered, a collective)."""
+        import deepspeed
+
+        module = self.engine.module
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+    def saved_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+        return None  # gathered on every rank at finish (save_params runs on one rank only)
+
+    def finish(self) -> None:
+        """Write the gathered parameters (every rank takes part; the first training rank
+        writes), then let every rank finish its collectives before any leaves."""
+        ctx = self.ctx
+        assert ctx is not None
+        if ctx.config.save_params:
+            state = self.full_state()
+            if ctx.rank == ctx.layout.training_ranks[0]:
+                names = {name for name, _ in self.engine.module.named_parameters()}
+                params = {k: v.cpu() for k, v in state.items() if k in names}
+                torch.save(params, ctx.run_dir / "final_params.pt")
+        if dist.is_initialized():
+            dist.barrier()
+
+    def teardown(self, completed: bool = True) -> None:
+        self.counted.uninstall()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+ALGORITHMS = {
+    1: "ZeRO-1: optimizer state sharded; the gradients all-reduced bucket by bucket and the "
+    "updated shards all-gathered, modelled as rings: 3(N-1)/N x the parameter bytes",
+    2: "ZeRO-2: optimizer state and gradients sharded; the gradients all-reduced bucket by "
+    "bucket and the updated shards all-gathered, modelled as rings: 3(N-1)/N x the bytes",
+    3: "ZeRO-3: parameters, gradients and optimizer state sharded; the sharded parameters "
+    "all-gathered before use (again for backward where not kept), the gradients "
+    "reduce-scattered, modelled as rings: (N-1)/N x each payload",
+}
+
+
+def _bytes_of(params: Any) -> int:
+    return sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+
+
+def _sharded_bytes(model: torch.nn.Module, cfg: Any, stage: int) -> int:
+    """The bytes of the parameters ZeRO-3 shards: those above its persistence threshold
+    (smaller ones stay whole on every rank); every parameter's optimizer state is sharded."""
+    if stage < 3:
+        return 0
+    threshold = cfg.typed(Zero3Options).stage3_param_persistence_threshold
+    return _bytes_of(p for p in model.parameters() if p.numel() > threshold)
+
+
+def _gathers(cfg: Any, full_bytes: int, element: int = 4) -> int:
+    """All-gathers of the sharded parameters a ZeRO-3 step: one before forward, and one
+    again before backward unless the whole model fits ``stage3_max_reuse_distance``."""
+    distance = cfg.typed(Zero3Options).stage3_max_reuse_distance
+    return 1 if full_bytes // element <= distance else 2
+
+
+def pattern(stage: int, full: int, cfg: Any) -> str:
+    """The performance model's pattern with the same ring phases a step: ZeRO-1 and -2's
+    all-reduce and all-gather are FSDP's reduce-scatter and two all-gathers; ZeRO-3 is FSDP
+    with one or two all-gathers of the parameters."""
+    if stage < 3 or _gathers(cfg, full) == 2:
+        return "fsdp"
+    return "fsdp-no-reshard"
+
+
+def modelled_bytes(stage: int, world: int, full: int, sharded: int, cfg: Any) -> int:
+    """Bytes a rank sends a step by the model of each stage, as rings."""
+    share = (world - 1) / world
+    if stage < 3:
+        return round(3 * share * full)
+    return round(share * (_gathers(cfg, full) * sharded + full))
+
+
+def stage_runner(stage: int) -> Any:
+    def run(ctx: WorkerContext) -> None:
+        run_training(ctx, ZeroStrategy(stage))
+
+    return run
+
+
+run_zero1 = stage_runner(1)
+run_zero2 = stage_runner(2)
+run_zero3 = stage_runner(3)
