@@ -123,12 +123,16 @@ CASES = {  # (backend, launcher, hosts)
     "tf-ps-mpirun": ("tf-ps", "mpirun", APART),
     "mxnet-kv-mpirun": ("mxnet-kv", "mpirun", APART),
     "jax-dp-mpirun": ("jax-dp", "mpirun", TWO),
+    "deepspeed-zero2-mpirun": ("deepspeed-zero2", "mpirun", TWO),
 }
-"""The engines Slurm does not place (test_slurm_hosts.py), and the parameter servers again."""
-PROVES = ("horovod-tf-horovodrun", "horovod-mxnet-horovodrun")
+"""The engines Slurm does not place (test_slurm_hosts.py), and the parameter servers again;
+DeepSpeed's ZeRO-2 here and under Slurm, without DeepSpeed's own launcher (ZeRO-3 runs on
+torchrun's two nodes in tests/distributed/test_torchrun.py)."""
+PROVES = ("horovod-tf-horovodrun", "horovod-mxnet-horovodrun", "deepspeed-zero2-mpirun")
 """Cases run on the equivalence proofs' points (tests/distributed/references.COMMON) and held
 to their reference, step by step and parameter by parameter: horovodrun's proof for these
-engines (test_tensorflow.py and test_mxnet.py hold them under the local launcher and mpirun)."""
+engines (test_tensorflow.py and test_mxnet.py hold them under the local launcher and mpirun),
+and mpirun's for ZeRO-2 (test_deepspeed.py holds it to torch-ddp under the local launcher)."""
 REFERENCE_FLAGS = (
     *("--model", COMMON["model"], "--dataset", COMMON["dataset"], "--batch-size", "8"),
     *("--steps", str(COMMON["steps"]), "--windows", str(COMMON["windows"])),

@@ -23,6 +23,7 @@ import pytest
 from dlscale.contract.events import events_path, read_events
 from tests.cluster.test_hosts import TINY, _nothing_left
 from tests.distributed.processes import kill_rank_and_check_the_run_fails, processes_naming
+from tests.runs import per_rank_losses
 
 pytestmark = pytest.mark.dist
 
@@ -264,6 +265,7 @@ CASES = {
     "keras-fit": ("keras-fit", ()),
     "mxnet-kv": ("mxnet-kv", ("--set", "kvstore=dist_sync")),
     "jax-dp": ("jax-dp", ()),
+    "deepspeed-zero2": ("deepspeed-zero2", ()),
 }
 ONE_THREAD = ("--set", "threads_per_worker=1")
 """The runs here: one thread a rank, as this 2-core machine can give (the nodes advertise 16)."""
@@ -296,6 +298,13 @@ def test_an_engine_runs_across_two_slurm_nodes(tmp_path: Path, cli, slurm, case)
     assert hosts == PLACED.get(case, {"dlsnode1": ["worker"], "dlsnode2": ["worker"]})
     # each rank ran on the node of its line in the step's host file, written from the plan
     assert (run_dir / "hostfile").read_text().split() == [p["host"] for p in result["layout"]]
+    if backend == "deepspeed-zero2":  # DeepSpeed's ZeRO-2 took each rank's steps
+        events = read_events(events_path(run_dir, 0))
+        (strategy,) = [e for e in events if e["event"] == "strategy"]
+        assert strategy["facts"]["zero_stage"] == 2
+        assert strategy["facts"]["deepspeed_config"]["zero_optimization"]["stage"] == 2
+        losses = per_rank_losses(run_dir)  # TINY's 2 measured windows of 4 steps, each rank's own
+        assert [len(losses[0]), len(losses[1])] == [8, 8] and losses[0] != losses[1]
     listed = cli("ls", "runs", "--results", str(tmp_path), env=slurm)
     assert "where the processes ran" in listed.stdout and "dlsnode2" in listed.stdout
     assert not processes_naming(tmp_path)

@@ -1,7 +1,9 @@
 """The real torchrun (torch.distributed.run) starting the ranks: one node with the c10d
-rendezvous, two nodes' agents side by side, the same numbers as the local launcher, other
-engines under it, and a killed rank."""
+rendezvous, two nodes' agents side by side, the same numbers as the local launcher (torch-ddp,
+and DeepSpeed's ZeRO-3 joining the same process group), other engines under it, and a killed
+rank."""
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -27,25 +29,45 @@ def _point(cli, results: Path, *flags: str) -> dict:
     return point
 
 
-@pytest.mark.parametrize("nnodes", [1, 2])
-def test_torchrun_trains_exactly_as_the_local_launcher(tmp_path: Path, cli, shared_store, nnodes):
+DDP = ("--backend", "torch-ddp")
+ZERO3 = ("--backend", "deepspeed-zero3", "--set", "stage3_param_persistence_threshold=0")
+"""DeepSpeed's ZeRO-3 with every parameter sharded (the tiny model's are all below DeepSpeed's
+default threshold, which would leave them whole on every rank)."""
+NO_DEEPSPEED = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="DeepSpeed is not installed here: pip install 'dlscale[deepspeed]' -c constraints.txt",
+)
+
+
+@pytest.mark.parametrize(
+    ("engine", "nnodes"),
+    [
+        pytest.param(DDP, 1, id="1"),
+        pytest.param(DDP, 2, id="2"),
+        pytest.param(ZERO3, 2, id="deepspeed-zero3-2", marks=NO_DEEPSPEED),
+    ],
+)
+def test_torchrun_trains_exactly_as_the_local_launcher(
+    tmp_path: Path, cli, shared_store, engine, nnodes
+):
     """DDP on 2 ranks sums 2 gradients (exact in either order): the same losses to the bit (the
-    local launcher's run made once for both, in the shared store)."""
-    local = _point(cli, shared_store.root, "--backend", "torch-ddp")
+    local launcher's run made once for both, in the shared store). DeepSpeed's ZeRO-3, without
+    DeepSpeed's launcher, on the process group torchrun's store set up: its reduce-scatters and
+    all-gathers of 2 ranks are as exact, so its losses are its local run's to the bit too."""
+    local = _point(cli, shared_store.root, *engine)
     under = _point(
-        cli,
-        tmp_path / "torchrun",
-        "--backend",
-        "torch-ddp",
-        "--launcher",
-        "torchrun",
-        "--set",
-        f"nnodes={nnodes}",
+        cli, tmp_path / "torchrun", *engine, "--launcher", "torchrun", "--set", f"nnodes={nnodes}"
     )
     assert under["final_train_loss"] == local["final_train_loss"]
     (result,) = RunStore(tmp_path / "torchrun").results()
     assert result.config["launcher"] == "torchrun"
+    assert result.config["backend"] == engine[1]
     run_dir = tmp_path / "torchrun" / result.run_id
+    if engine == ZERO3:  # DeepSpeed's engine took the steps, every parameter sharded
+        events = read_events(run_dir / "events.rank0.jsonl")
+        (strategy,) = [e for e in events if e["event"] == "strategy"]
+        assert strategy["facts"]["zero_stage"] == 3
+        assert strategy["facts"]["sharded_parameter_bytes"] == strategy["gradient_bytes"] > 0
     agents = sorted(p.name for p in run_dir.glob("torchrun*.stderr"))
     assert agents == [f"torchrun{n}.stderr" for n in range(nnodes)]
     # torchrun's own store served the rendezvous: the ranks saw its variables

@@ -65,7 +65,7 @@ def test_the_built_ins_come_through_the_plugin_door():
     assert ours == {
         **{
             name: f"dlscale.frameworks.{name}.plugin"
-            for name in ("torch", "horovod", "tensorflow", "mxnet", "jax")
+            for name in ("torch", "horovod", "tensorflow", "mxnet", "jax", "deepspeed")
         },
         "launchers": "dlscale.launchers.plugin",
         "datasets": "dlscale.datasets.plugin",
@@ -85,7 +85,7 @@ def test_the_built_ins_come_through_the_plugin_door():
         "token-file",
         "tokens",
     ]
-    assert FRAMEWORKS.names() == ["horovod", "jax", "mxnet", "tensorflow", "torch"]
+    assert FRAMEWORKS.names() == ["deepspeed", "horovod", "jax", "mxnet", "tensorflow", "torch"]
     frameworks = {spec.framework for _, spec in BACKENDS}
     assert frameworks == {"torch", "tensorflow", "mxnet", "jax"}  # each one's is registered
     from dlscale.contract.models import BUILT_IN, MODELS
@@ -109,6 +109,7 @@ def test_the_built_ins_come_through_the_plugin_door():
         "jax",
         "jaxlib",
         "flax",
+        "deepspeed",
     }
 
 

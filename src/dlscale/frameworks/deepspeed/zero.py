@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import logging
 import os
+from argparse import Namespace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from dlscale.contract.algorithms import PATTERN_FACT
+from dlscale.contract.errors import UserError
 from dlscale.contract.records import Strategy
+from dlscale.contract.text import excerpt
 from dlscale.frameworks.deepspeed.counting import CollectiveBytes
-from dlscale.frameworks.deepspeed.options import Zero3Options, deepspeed_config
+from dlscale.frameworks.deepspeed.options import Zero3Options, backend_name, deepspeed_config
 from dlscale.frameworks.torch.loop import (
     LossOf,
     TorchStrategy,
@@ -77,12 +80,23 @@ class ZeroStrategy(TorchStrategy):
         self.optimizer = sgd(model.parameters(), cfg)
         self.full_bytes = _bytes_of(model.parameters())
         self.sharded_bytes = _sharded_bytes(model, cfg, self.stage)
-        engine, _, _, _ = deepspeed.initialize(
-            model=model,
-            optimizer=self.optimizer,
-            config=deepspeed_config(cfg, self.stage, self.world),
-            dist_init_required=False,
-        )
+        # on CUDA the device the loop chose (DeepSpeed would take LOCAL_RANK, which is not the
+        # device index where a launcher binds one GPU to each task)
+        args = Namespace(device_rank=device.index) if device.type == "cuda" else None
+        try:
+            engine, _, _, _ = deepspeed.initialize(
+                args=args,
+                model=model,
+                optimizer=self.optimizer,
+                config=deepspeed_config(cfg, self.stage, self.world),
+                dist_init_required=False,
+            )
+        except (AssertionError, ValueError, TypeError, NotImplementedError) as error:
+            said = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UserError(
+                f"{backend_name(self.stage)} cannot wrap model {excerpt(cfg.model)}: DeepSpeed "
+                f"said {excerpt(said)}; run it on torch-ddp or torch-fsdp"
+            ) from None
         self.engine = engine
         return engine
 
