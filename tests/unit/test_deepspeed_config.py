@@ -54,6 +54,11 @@ def test_a_stages_options_reach_the_configuration_and_are_in_the_run_id():
         ({"backend": "deepspeed-zero2", "gradient_clipping": float("nan")}, "gradient_clipping"),
         ({"backend": "deepspeed-zero1", "reduce_bucket_size": 0}, "reduce_bucket_size"),
         ({"backend": "deepspeed-zero2", "reduce_bucket_size": "lots"}, "reduce_bucket_size"),
+        # past what any machine holds (DeepSpeed allocates the bucket as the engine starts)
+        ({"backend": "deepspeed-zero2", "reduce_bucket_size": 10**20}, "at most"),
+        ({"backend": "deepspeed-zero3", "stage3_max_live_parameters": 2**37}, "at most"),
+        # DeepSpeed aligns its all-gather buffers to 4 bytes of 16-bit elements
+        ({"backend": "deepspeed-zero1", "allgather_bucket_size": 3}, "multiple of 2"),
         # a ZeRO-3 setting on ZeRO-2, which has no such thing
         ({"backend": "deepspeed-zero2", "stage3_max_live_parameters": 5}, "stage3_max_live"),
         ({"backend": "deepspeed-zero3", "allgather_bucket_size": 5}, "allgather_bucket_size"),
@@ -77,12 +82,13 @@ def test_the_model_of_each_stage_in_bytes():
     # ZeRO-1/2: all-reduce + all-gather of 1 MB at 4 workers, 3 x 3/4 MB
     assert modelled_bytes(1, 4, 1_000_000, 0, config) == 2_250_000
     assert modelled_bytes(2, 1, 1_000_000, 0, config) == 0
-    # ZeRO-3, the whole model within the reuse distance: one gather of what is sharded
-    assert modelled_bytes(3, 4, 1_000_000, 600_000, config) == round(0.75 * 1_600_000)
+    # ZeRO-3, the whole model within the reuse distance: one gather of what is sharded, the
+    # reduce-scatter of every gradient, an all-gather of what stays whole after the update
+    assert modelled_bytes(3, 4, 1_000_000, 600_000, config) == round(0.75 * 2_000_000)
     assert pattern(3, 1_000_000, config) == "fsdp-no-reshard"
     assert pattern(1, 1_000_000, config) == "fsdp"
     close = RunConfig.make(backend="deepspeed-zero3", stage3_max_reuse_distance=10)
-    assert modelled_bytes(3, 4, 1_000_000, 600_000, close) == round(0.75 * 2_200_000)
+    assert modelled_bytes(3, 4, 1_000_000, 600_000, close) == round(0.75 * 2_600_000)
     assert pattern(3, 1_000_000, close) == "fsdp"
 
 

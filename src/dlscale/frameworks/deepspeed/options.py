@@ -9,10 +9,11 @@ change the update against every other engine; dlscale's default is 0 (off)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dlscale.contract.errors import UnsupportedPoint
+from dlscale.contract.errors import UnsupportedPoint, UserError
 from dlscale.contract.options import declared, setting
 from dlscale.frameworks.torch.options import TorchLoopOptions, check_torch_loop
 
@@ -26,6 +27,30 @@ PRECISION_NOTE = (
     "float64 ones), and ZeRO-1 and -2 send float64 gradients as float32 "
     "(communication_data_type has no fp64)"
 )
+
+
+MOST_ELEMENTS = 2**36
+"""The largest element count a bucket or threshold option takes (64 Gi elements, 256 GiB of
+float32): DeepSpeed allocates some of them up front (``reduce_bucket_size``), and a count past
+int64 fails inside torch with a C++ stack."""
+
+
+def _elements(name: str, *, even: bool = False) -> Callable[[Any], None]:
+    """The check of an element-count option: at most :data:`MOST_ELEMENTS`, and a multiple
+    of 2 where DeepSpeed aligns all-gather buffers to 4 bytes of 16-bit elements."""
+
+    def check(value: Any) -> None:
+        if value > MOST_ELEMENTS:
+            raise UserError(
+                f"{name} must be at most {MOST_ELEMENTS:,} elements (2^36), got {value:,}"
+            )
+        if even and value % 2:
+            raise UserError(
+                f"{name} must be a multiple of 2 (DeepSpeed aligns its all-gather buffers to "
+                f"4 bytes of 16-bit elements), got {value:,}"
+            )
+
+    return check
 
 
 @dataclass(frozen=True)
@@ -42,7 +67,11 @@ class ZeroCommon:
         True, "copy each gradient into one contiguous buffer as it is produced"
     )
     reduce_bucket_size: int = setting(
-        500_000_000, "elements reduced at a time (a bucket of gradients)", minimum=1
+        500_000_000,
+        "elements reduced at a time (a bucket of gradients; ZeRO-1 and -2 allocate one, two "
+        "with overlap_comm, as the engine starts: 2 GB of float32 at the default)",
+        minimum=1,
+        validate=_elements("reduce_bucket_size"),
     )
 
 
@@ -60,7 +89,10 @@ class Zero12Options(ZeroCommon):
         "each averaged gradient",
     )
     allgather_bucket_size: int = setting(
-        500_000_000, "elements all-gathered at a time after the update", minimum=1
+        500_000_000,
+        "elements all-gathered at a time after the update (a multiple of 2)",
+        minimum=2,
+        validate=_elements("allgather_bucket_size", even=True),
     )
 
 
@@ -75,21 +107,30 @@ class Zero3Options(ZeroCommon):
         "the stages differ only in what they shard)",
     )
     stage3_prefetch_bucket_size: int = setting(
-        50_000_000, "elements of the next modules' parameters gathered ahead", minimum=0
+        50_000_000,
+        "elements of the next modules' parameters gathered ahead",
+        minimum=0,
+        validate=_elements("stage3_prefetch_bucket_size"),
     )
     stage3_param_persistence_threshold: int = setting(
         100_000,
-        "parameters of fewer elements stay whole on every rank (not sharded, not gathered)",
+        "parameters of fewer elements stay whole on every rank (not sharded; all-gathered "
+        "after each update, as ZeRO-1 does)",
         minimum=0,
+        validate=_elements("stage3_param_persistence_threshold"),
     )
     stage3_max_live_parameters: int = setting(
-        1_000_000_000, "most elements kept gathered at once", minimum=0
+        1_000_000_000,
+        "most elements kept gathered at once",
+        minimum=0,
+        validate=_elements("stage3_max_live_parameters"),
     )
     stage3_max_reuse_distance: int = setting(
         1_000_000_000,
         "a gathered parameter used again within this many elements is kept, not released "
         "and gathered again (so the backward pass reuses the forward's gather)",
         minimum=0,
+        validate=_elements("stage3_max_reuse_distance"),
     )
 
 
@@ -115,7 +156,8 @@ def check_zero(config: RunConfig) -> None:
 
 def deepspeed_config(config: RunConfig, stage: int, world: int) -> dict[str, Any]:
     """The configuration ``deepspeed.initialize`` gets for ``config`` at ``world`` workers:
-    one micro-batch of the run's per-worker batch a step (no accumulation), the optimizer the
+    one micro-batch of the run's batch per worker (under strong scaling, the global batch's
+    share) a step (no accumulation), the optimizer the
     engine builds (SGD, which ZeRO calls untested, or AdamW as torch's, not DeepSpeed's fused
     one), no loss scaling and no DeepSpeed precision mode (dlscale's amp is torch's autocast),
     nothing printed per step."""
@@ -139,9 +181,9 @@ def deepspeed_config(config: RunConfig, stage: int, world: int) -> dict[str, Any
             allgather_bucket_size=options.allgather_bucket_size,
         )
     return {
-        "train_micro_batch_size_per_gpu": config.batch_size,
+        "train_micro_batch_size_per_gpu": config.batch_per_worker,
         "gradient_accumulation_steps": 1,
-        "train_batch_size": config.batch_size * world,
+        "train_batch_size": config.batch_per_worker * world,
         "gradient_clipping": options.gradient_clipping,
         "zero_optimization": zero,
         "zero_allow_untested_optimizer": True,

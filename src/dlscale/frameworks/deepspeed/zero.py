@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from argparse import Namespace
 from typing import Any
 
@@ -67,6 +68,14 @@ class ZeroStrategy(TorchStrategy):
         import deepspeed
 
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        # ZeRO-3 calls torch's all_gather_into_tensor and reduce_scatter_tensor through their
+        # deprecated names: one FutureWarning each per call, a line a step in stderr
+        warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+        warnings.filterwarnings("ignore", message=r".*is deprecated.*", category=FutureWarning)
+        # DeepSpeed's communication layer JIT-builds a shared-memory all-reduce on CPUs (27 s
+        # with g++; without a compiler it fails the run), used only by inference_all_reduce,
+        # which training never calls: marked unbuildable, as DeepSpeed's probe would mark it
+        deepspeed.ops.__compatible_ops__[SHM_OP] = False
         # joins the process group above: torch.distributed is initialized already
         deepspeed.init_distributed(
             dist_backend=dist.get_backend(), auto_mpi_discovery=False, verbose=False
@@ -77,6 +86,11 @@ class ZeroStrategy(TorchStrategy):
 
         assert self.ctx is not None
         cfg = self.ctx.config
+        if not any(p.requires_grad for p in model.parameters()):
+            raise UserError(
+                f"model {excerpt(cfg.model)} has no parameter that trains (requires_grad is "
+                "false for all): ZeRO has nothing to shard; unfreeze some of its parameters"
+            )
         self.optimizer = sgd(model.parameters(), cfg)
         self.full_bytes = _bytes_of(model.parameters())
         self.sharded_bytes = _sharded_bytes(model, cfg, self.stage)
@@ -91,12 +105,16 @@ class ZeroStrategy(TorchStrategy):
                 config=deepspeed_config(cfg, self.stage, self.world),
                 dist_init_required=False,
             )
-        except (AssertionError, ValueError, TypeError, NotImplementedError) as error:
+        except (AssertionError, ValueError, TypeError, IndexError, NotImplementedError) as error:
             said = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(
                 f"{backend_name(self.stage)} cannot wrap model {excerpt(cfg.model)}: DeepSpeed "
-                f"said {excerpt(said)}; run it on torch-ddp or torch-fsdp"
+                f"said {type(error).__name__}: {excerpt(said, 300)}; check the model and the "
+                f"options (dlscale ls backends {backend_name(self.stage)}), or run it on "
+                "torch-ddp or torch-fsdp"
             ) from None
+        except RuntimeError as error:
+            raise self._unallocated(error) from None
         self.engine = engine
         return engine
 
@@ -106,8 +124,23 @@ class ZeroStrategy(TorchStrategy):
 
     def backward(self, loss_of: LossOf, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = loss_of(x, y)
-        self.engine.backward(loss)
+        try:
+            self.engine.backward(loss)  # ZeRO-1 and -2 allocate their buckets in the first
+        except RuntimeError as error:
+            raise self._unallocated(error) from None
         return loss.detach()
+
+    def _unallocated(self, error: RuntimeError) -> Exception:
+        """A buffer DeepSpeed could not allocate as one line naming the options that size
+        them; any other error as it was."""
+        if "allocate" not in str(error):
+            return error
+        return UserError(
+            f"{backend_name(self.stage)} could not allocate its buffers "
+            f"({excerpt(str(error).splitlines()[0], 200)}): lower reduce_bucket_size or "
+            "allgather_bucket_size (elements, 5e8 by default; dlscale ls backends "
+            f"{backend_name(self.stage)})"
+        )
 
     def update(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         self.engine.step()
@@ -187,6 +220,9 @@ class ZeroStrategy(TorchStrategy):
             dist.destroy_process_group()
 
 
+SHM_OP = "deepspeed_shm_comm"
+"""DeepSpeed's CPU shared-memory all-reduce op (``ShareMemCommBuilder.NAME``)."""
+
 ALGORITHMS = {
     1: "ZeRO-1: optimizer state sharded; the gradients all-reduced bucket by bucket and the "
     "updated shards all-gathered, modelled as rings: 3(N-1)/N x the parameter bytes",
@@ -194,7 +230,8 @@ ALGORITHMS = {
     "bucket and the updated shards all-gathered, modelled as rings: 3(N-1)/N x the bytes",
     3: "ZeRO-3: parameters, gradients and optimizer state sharded; the sharded parameters "
     "all-gathered before use (again for backward where not kept), the gradients "
-    "reduce-scattered, modelled as rings: (N-1)/N x each payload",
+    "reduce-scattered, the parameters kept whole all-gathered after the update, modelled as "
+    "rings: (N-1)/N x each payload",
 }
 
 
@@ -228,11 +265,15 @@ def pattern(stage: int, full: int, cfg: Any) -> str:
 
 
 def modelled_bytes(stage: int, world: int, full: int, sharded: int, cfg: Any) -> int:
-    """Bytes a rank sends a step by the model of each stage, as rings."""
+    """Bytes a rank sends a step by the model of each stage, as rings: ZeRO-1 and -2 an
+    all-reduce of the gradients and an all-gather of the updated parameters; ZeRO-3 the
+    gathers of its sharded parameters, a reduce-scatter of every gradient, and an all-gather
+    after the update of the parameters it keeps whole (those under the persistence threshold,
+    updated shard by shard as in ZeRO-1)."""
     share = (world - 1) / world
     if stage < 3:
         return round(3 * share * full)
-    return round(share * (_gathers(cfg, full) * sharded + full))
+    return round(share * (_gathers(cfg, full) * sharded + full + (full - sharded)))
 
 
 def stage_runner(stage: int) -> Any:
