@@ -33,6 +33,22 @@ def metric(key: str) -> Callable[[Row], Any]:
     return lambda row: (row.get("metrics") or {}).get(key)
 
 
+def bytes_sent(row: Row) -> Any:
+    """The bytes one worker sends a step: those counted in the measured windows where the
+    engine counts them, else its algorithm's model (``None``: nothing synchronized)."""
+    metrics = row.get("metrics") or {}
+    counted = metrics.get("bytes_sent_per_step_counted")
+    return counted if counted is not None else metrics.get("bytes_sent_per_step_model")
+
+
+def byte_words(value: float, row: Row) -> str:
+    """Bytes on a wire for people, in decimal units: ``0 B``, ``640 kB``, ``19.5 MB``."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
 def rate(shown: Rate, key: str) -> Callable[[Row], Any]:
     """The stored throughput figure ``key`` (samples per second) of a row, in ``shown``
     (:mod:`dlscale.metrics.units`: img/s, tok/s, samples/s)."""

@@ -270,6 +270,20 @@ def _ratios(rate: Rate) -> tuple[Column, ...]:
             short="exposed communication, share of a step ±95% (n.s.: not significant)",
             keep=6,
         ),
+        Column(
+            "bytes_sent_per_step",
+            "sent/step",
+            cells.bytes_sent,
+            cells.byte_words,
+            ".0f",
+            numeric=True,
+            show="present",
+            definition="bytes one worker sends a step to synchronize: counted during the "
+            "measured windows where the engine counts them, else its algorithm's model "
+            "(docs/metrics.md, Synchronization and bytes)",
+            short="bytes a worker sends per step (counted, else modelled)",
+            keep=2,
+        ),
     )
 
 
