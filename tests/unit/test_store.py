@@ -234,6 +234,37 @@ def test_two_takeovers_of_one_stale_lock_have_one_winner(tmp_path: Path, monkeyp
     assert sorted(wins) == [False, True]
 
 
+def test_a_take_over_guard_is_kept_while_its_holder_lives_and_dropped_when_it_dies(
+    tmp_path: Path,
+):
+    """The guard names its holder: a live one keeps it however long it takes (a guard that
+    expired after 10 s let a second process take the point while the first, held up on a
+    loaded machine, went on to remove the second's new lock: two winners, seen in a CI
+    rehearsal); a dead one's is dropped at once, and the stale lock is then taken over."""
+    from dlscale.store.locks import this_process
+
+    store = RunStore(tmp_path)
+    run_dir = tmp_path / "same"
+    run_dir.mkdir()
+    (run_dir / "lock").write_text(
+        json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "time": 0})
+    )
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = {**this_process(), "pid": sleeper.pid, "start": process_start(sleeper.pid)}
+        guard = run_dir / "lock.takeover"
+        guard.write_text(json.dumps(holder))
+        os.utime(guard, (time.time() - 3600, time.time() - 3600))  # an hour old
+        assert store.reserve("same") is False  # its holder lives: busy, the guard stays
+        assert guard.exists() and json.loads(guard.read_text())["pid"] == sleeper.pid
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert store.reserve("same") is True  # its holder died: dropped, the lock taken over
+    assert not guard.exists()
+    assert json.loads((run_dir / "lock").read_text())["pid"] == os.getpid()
+
+
 def _dead_pid() -> int:
     return int(
         subprocess.run(

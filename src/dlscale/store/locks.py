@@ -32,7 +32,8 @@ from dlscale.runtime.slurm_jobs import JOB_ID, job_ended, this_job
 LOCK = "lock"
 TAKEOVER = "lock.takeover"
 """Held (briefly) by whoever removes a stale lock, so that two processes that both judged a lock
-stale cannot remove each other's new one. One left by a crash is ignored after a few seconds."""
+stale cannot remove each other's new one. It names its holder as a lock does: one left by a
+crash is removed once its process is gone (another host's, after a few seconds)."""
 TEMP_PREFIX = ".lock."
 """A lock being written: ``.lock.XXXXXXXX.tmp``, removed by its writer once linked (or not)."""
 TAKEOVER_STALE_S = 10.0
@@ -211,23 +212,24 @@ def _gone(lock: Path) -> OutputError:
 
 
 def take_over(lock: Path, fd: int) -> bool:
-    """Remove ``lock`` if it is stale; True if it is gone (removed here or released)."""
+    """Remove ``lock`` if it is stale; True if it is gone (removed here or released). The
+    guard names its holder as a lock does, so a holder this host sees alive keeps it however
+    long it is held up: a guard that expired while its holder still meant to remove the stale
+    lock let a second process remove it first and take the point, and the first then removed
+    that new lock and took the point too (two winners, seen on a loaded 2-core machine)."""
     guard = lock.with_name(TAKEOVER)
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        os.close(os.open(TAKEOVER, flags, 0o666, dir_fd=fd))
-    except FileExistsError:
+    holder = json.dumps(this_process())
+    for _ in range(2):
+        if _create(guard, fd, holder):
+            break
         refuse_foreign(guard, fd)
-        try:  # another process is taking it over, or one crashed doing so
-            if time.time() - os.lstat(TAKEOVER, dir_fd=fd).st_mtime > TAKEOVER_STALE_S:
-                os.unlink(TAKEOVER, dir_fd=fd)
-        except FileNotFoundError:
-            pass
+        # another process is taking it over (busy), or one crashed doing so: its guard goes
+        if not _guard_left(guard, fd):
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(TAKEOVER, dir_fd=fd)
+    else:
         return False
-    except FileNotFoundError:
-        raise _gone(lock) from None
-    except OSError as error:
-        raise output_failure(guard, error) from None
     try:
         if not _stale(lock):
             return False
@@ -237,6 +239,19 @@ def take_over(lock: Path, fd: int) -> bool:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(TAKEOVER, dir_fd=fd)
+
+
+def _guard_left(guard: Path, fd: int) -> bool:
+    """Whether the take-over ``guard`` was left by a crash: its holder's process is gone, where
+    this host can tell; a guard of another host (or of an older dlscale, with no holder in it)
+    after :data:`TAKEOVER_STALE_S`."""
+    owner = read_owner(guard, fd)
+    if owner is not None and owner["host"] == socket.gethostname():
+        return _stale(guard)
+    try:
+        return time.time() - os.lstat(TAKEOVER, dir_fd=fd).st_mtime > TAKEOVER_STALE_S
+    except FileNotFoundError:
+        return False
 
 
 def _stale(lock: Path) -> bool:
