@@ -1,9 +1,10 @@
 """DeepSpeed's ZeRO stages take torch-ddp's steps and count what they send.
 
 On ResNet-20 (BatchNorm: each rank normalizes its own batch in both engines) at 2 workers, SGD
-with momentum and weight decay: each rank's per-step losses (to 1e-6, as torch-fsdp is held in
-test_fsdp.py), the final parameters and the evaluation equal torch-ddp's, for ZeRO-1, -2 and
--3; the bytes DeepSpeed handed to torch.distributed equal the model. On the GPT of
+with momentum and weight decay under a cosine schedule with warm-up: each rank's per-step
+losses (to 1e-6, as torch-fsdp is held in test_fsdp.py), the final parameters and the
+evaluation equal torch-ddp's, for ZeRO-1, -2 and -3; the bytes DeepSpeed handed to
+torch.distributed equal the model, and the events' own. On the GPT of
 test_gpt_torch.py, AdamW: each rank's losses and the parameters to 1e-6, for every stage.
 float64 is refused before launch, naming DeepSpeed's limit."""
 
@@ -38,6 +39,10 @@ COMMON: dict[str, Any] = dict(
     save_params=True,
     seed=3,
     lr=0.05,
+    # the schedule sets the groups of the optimizer ZeRO steps: were it a copy's, ZeRO would
+    # train at the constant rate and leave DDP's losses from the second step on
+    lr_schedule="cosine",
+    lr_warmup_steps=2,
 )
 
 
@@ -90,6 +95,15 @@ def test_each_zero_stage_takes_ddps_steps_and_counts_what_it_sends(
     assert 0 <= surplus < 1e-3 * m["gradient_bytes"]
     assert reference["bytes_sent_per_step_counted"] == m["gradient_bytes"]
     assert m["exposed_comm_fraction"] is None  # no ZeRO step without collectives exists
+    # recomputed by hand from the raw events: each rank's bytes over its steps
+    for rank in (0, 1):
+        windows = [
+            e
+            for e in read_events(run_dir / f"events.rank{rank}.jsonl")
+            if e["event"] == "window" and e["kind"] == "measure"
+        ]
+        by_hand = sum(w["bytes_sent"] for w in windows) / sum(w["steps"] for w in windows)
+        assert by_hand == pytest.approx(m["bytes_sent_per_step_counted"])
     assert m["sync_pattern"] == ("fsdp" if stage < 3 else "fsdp-no-reshard")
     (strategy,) = [
         e for e in read_events(run_dir / "events.rank0.jsonl") if e["event"] == "strategy"
