@@ -43,6 +43,7 @@ from dlscale.contract.layout import usable_cores
 from dlscale.contract.models import MODELS
 from dlscale.contract.plugins import load_plugins
 from dlscale.contract.run_config import RunConfig
+from dlscale.contract.text import byte_size
 from dlscale.launchers.base import PROBE_TIMEOUT_S, SAFE_PATH, missing_modules
 from dlscale.launchers.launch_run import interpreter
 from dlscale.microbench import Settings
@@ -327,7 +328,7 @@ def check_resources(config: RunConfig, microbench: Settings | None = None) -> No
         needed, collective, size = microbench_bytes(config, microbench)
         if needed / 2**30 > usable:
             raise UserError(
-                f"microbench {collective} of {_gib(size)} on {config.workers} ranks needs at "
+                f"microbench {collective} of {byte_size(size)} on {config.workers} ranks needs at "
                 f"least {needed / 2**30:,.1f} GiB of memory (its messages, results and checks), "
                 f"{room}; use smaller --sizes or fewer --workers, or --set resource_guard=false"
             )
@@ -385,10 +386,3 @@ def microbench_bytes(config: RunConfig, settings: Settings) -> tuple[int, str, i
     ]  # fmt: skip
     buffers, collective = max(ranked)
     return process_count(config) * PROCESS_BASE_BYTES + buffers, collective, size
-
-
-def _gib(size: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:g} {unit}"
-    return f"{size} B"

@@ -20,7 +20,7 @@ from dlscale.cli import peak
 from dlscale.cli.arguments import whole, whole_list
 from dlscale.cli.tables import cell, console, literal, say
 from dlscale.contract.errors import UserError
-from dlscale.contract.text import excerpt
+from dlscale.contract.text import byte_size, excerpt
 from dlscale.microbench import COLLECTIVES, Settings, parse_sizes
 
 
@@ -227,14 +227,7 @@ def _fitted_from(fit: dict[str, Any]) -> str:
     smallest = fit.get("fitted_from_bytes")
     if not isinstance(smallest, int) or isinstance(smallest, bool) or smallest <= 0:
         return ""
-    return f"; from {_size(smallest)} up (smaller messages pass the emulated link's burst)"
-
-
-def _size(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:g} {unit}"
-    return f"{n:g} B"
+    return f"; from {byte_size(smallest)} up (smaller messages pass the emulated link's burst)"
 
 
 def _say_not_measured(stored: dict[str, Any]) -> None:
@@ -265,7 +258,7 @@ def _show(stored: dict[str, Any], as_json: bool) -> None:
         table.add_column(column, justify="left" if column == "collective" else "right")
     for row in stored["rows"]:
         table.add_row(
-            cell(row["collective"]), _size(row["bytes"]), f"{row['time_s'] * 1e6:,.1f}",
+            cell(row["collective"]), byte_size(row["bytes"]), f"{row['time_s'] * 1e6:,.1f}",
             f"{row['algbw_bytes_s'] / 1e9:.3g}", f"{row['busbw_bytes_s'] / 1e9:.3g}",
             "yes" if row["correct"] else f"NO ({row['max_error']:g})",
         )  # fmt: skip

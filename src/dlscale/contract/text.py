@@ -163,3 +163,12 @@ def for_stream(line: str, stream: Any) -> str:
     wrapped = textwrap.wrap(line, max(width, 40), subsequent_indent="  ",
                             break_long_words=False, break_on_hyphens=False)  # fmt: skip
     return "\n".join(wrapped) or line
+
+
+def byte_size(size: float, spec: str = "g") -> str:
+    """Bytes for people in binary units, the number formatted by ``spec``: ``64 MiB``,
+    ``1.5 GiB``, ``8 B`` (``".3g"``: ``18.6 MiB``)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{format(size / scale, spec)} {unit}"
+    return f"{format(size, spec)} B"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dlscale.contract.engine_code import stored_code
-from dlscale.contract.text import excerpt
+from dlscale.contract.text import byte_size, excerpt
 from dlscale.metrics.aggregate import OUTSIDE_LOAD_LIMIT, STEAL_LIMIT
 from dlscale.metrics.figures import Figures
 from dlscale.metrics.units import Rate
@@ -42,11 +42,8 @@ def bytes_sent(row: Row) -> Any:
 
 
 def byte_words(value: float, row: Row) -> str:
-    """Bytes on a wire for people, in decimal units: ``0 B``, ``640 kB``, ``19.5 MB``."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.3g} {unit}"
-    return f"{value:.0f} B"
+    """Bytes for people, three digits: ``0 B``, ``18.6 MiB``."""
+    return byte_size(value, ".3g")
 
 
 def rate(shown: Rate, key: str) -> Callable[[Row], Any]:

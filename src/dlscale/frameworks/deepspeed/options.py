@@ -69,9 +69,15 @@ class ZeroCommon:
     reduce_bucket_size: int = setting(
         500_000_000,
         "elements reduced at a time (a bucket of gradients; ZeRO-1 and -2 allocate one, two "
-        "with overlap_comm, as the engine starts: 2 GB of float32 at the default)",
+        "with overlap_comm, at the first backward: 2 GB of float32 at the default)",
         minimum=1,
         validate=_elements("reduce_bucket_size"),
+    )
+    overlap_comm: bool = setting(
+        False,
+        "reduce gradient buckets during the backward pass, beside the computation "
+        "(DeepSpeed's own default is true for ZeRO-3; false in every stage here, so the "
+        "stages differ only in what they shard)",
     )
 
 
@@ -79,9 +85,6 @@ class ZeroCommon:
 class Zero12Options(ZeroCommon):
     """ZeRO-1 and -2: the optimizer state (and, in 2, the gradients) sharded."""
 
-    overlap_comm: bool = setting(
-        False, "reduce gradient buckets during the backward pass, beside the computation"
-    )
     reduce_scatter: bool = setting(
         True,
         "reduce the gradients bucket by bucket to their shards (DeepSpeed's "
@@ -100,12 +103,6 @@ class Zero12Options(ZeroCommon):
 class Zero3Options(ZeroCommon):
     """ZeRO-3: the parameters sharded too, gathered module by module."""
 
-    overlap_comm: bool = setting(
-        False,
-        "reduce gradient buckets during the backward pass, beside the computation "
-        "(DeepSpeed's own default for ZeRO-3 is true; false here as for ZeRO-1 and -2, so "
-        "the stages differ only in what they shard)",
-    )
     stage3_prefetch_bucket_size: int = setting(
         50_000_000,
         "elements of the next modules' parameters gathered ahead",
@@ -143,8 +140,8 @@ def options_of(stage: int) -> type[Zero12Options] | type[Zero3Options]:
 
 
 def check_zero(config: RunConfig) -> None:
-    """What no single option sees: the torch loop's checks, and its ``compile``, which would compile
-    DeepSpeed's engine module with its hooks (not offered)."""
+    """What no single option sees: the torch loop's checks, and its ``compile``, which would
+    compile DeepSpeed's engine module with its hooks (not offered)."""
     check_torch_loop(config)
     if config.typed(TorchLoopOptions).compile:
         raise UnsupportedPoint(

@@ -31,16 +31,15 @@ import torch.distributed as dist
 
 from dlscale.contract.algorithms import PATTERN_FACT
 from dlscale.contract.errors import UserError
-from dlscale.contract.records import Strategy
 from dlscale.contract.text import excerpt
 from dlscale.frameworks.deepspeed.counting import CollectiveBytes
 from dlscale.frameworks.deepspeed.options import Zero3Options, backend_name, deepspeed_config
+from dlscale.frameworks.torch.gathered import plain_copy, save_gathered
 from dlscale.frameworks.torch.loop import (
     LossOf,
     TorchStrategy,
-    build_model,
+    gradient_bytes,
     init_process_group,
-    run_dtype,
     run_training,
     sgd,
 )
@@ -68,10 +67,11 @@ class ZeroStrategy(TorchStrategy):
         import deepspeed
 
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
-        # ZeRO-3 calls torch's all_gather_into_tensor and reduce_scatter_tensor through their
-        # deprecated names: one FutureWarning each per call, a line a step in stderr
-        warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
-        warnings.filterwarnings("ignore", message=r".*is deprecated.*", category=FutureWarning)
+        # ZeRO-3 calls torch's all_gather_into_tensor and reduce_scatter_tensor, which torch
+        # 2.13 calls deprecated: one FutureWarning each per call, lines every step in stderr
+        warnings.filterwarnings(
+            "ignore", message=r"`torch\.distributed\.\w+` is deprecated", category=FutureWarning
+        )
         # DeepSpeed's communication layer JIT-builds a shared-memory all-reduce on CPUs (27 s
         # with g++; without a compiler it fails the run), used only by inference_all_reduce,
         # which training never calls: marked unbuildable, as DeepSpeed's probe would mark it
@@ -92,7 +92,7 @@ class ZeroStrategy(TorchStrategy):
                 "false for all): ZeRO has nothing to shard; unfreeze some of its parameters"
             )
         self.optimizer = sgd(model.parameters(), cfg)
-        self.full_bytes = _bytes_of(model.parameters())
+        self.full_bytes = gradient_bytes(model)
         self.sharded_bytes = _sharded_bytes(model, cfg, self.stage)
         # on CUDA the device the loop chose (DeepSpeed would take LOCAL_RANK, which is not the
         # device index where a launcher binds one GPU to each task)
@@ -149,15 +149,13 @@ class ZeroStrategy(TorchStrategy):
         return self.counted.take()
 
     def describe(self, ctx: WorkerContext, model: Any = None) -> dict[str, Any]:
-        """Writes the strategy's record itself, with the gradient bytes of the whole model
-        (ZeRO-3 leaves each parameter only its shard, so the loop's count would be 0), and
-        returns nothing for the loop to write."""
         import deepspeed
 
         modelled = modelled_bytes(
             self.stage, self.world, self.full_bytes, self.sharded_bytes, ctx.config
         )
-        facts: dict[str, Any] = {
+        return {
+            "bytes_sent_per_step_model": modelled,
             "zero_stage": self.stage,
             "deepspeed_version": deepspeed.__version__,
             "deepspeed_config": deepspeed_config(ctx.config, self.stage, self.world),
@@ -165,36 +163,25 @@ class ZeroStrategy(TorchStrategy):
             "algorithm": ALGORITHMS[self.stage],
             PATTERN_FACT: pattern(self.stage, self.full_bytes, ctx.config),
         }
-        ctx.events.write(
-            Strategy(
-                gradient_bytes=self.full_bytes,
-                bytes_sent_per_step_model=modelled,
-                traces=[],
-                facts=facts,
-            )
-        )
-        return {}
 
     def eval_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """A plain copy with every parameter gathered (ZeRO-3: one gather on every rank, so
         ranks with different numbers of held-out batches cannot wait on each other) and the
-        first rank's buffers (BatchNorm's statistics), which DDP would broadcast."""
+        first rank's buffers, its collectives no step's bytes."""
         assert self.ctx is not None
-        full = self.full_state()
-        for name, _ in self.engine.module.named_buffers():
-            dist.broadcast(full[name], src=0)
-        with torch.random.fork_rng(devices=[]):  # building seeds torch: keep training's stream
-            plain = build_model(self.ctx.config)
-        plain = plain.to(self.device, run_dtype(self.ctx.config))
-        plain.load_state_dict(full)
-        return plain
+        buffers = [name for name, _ in self.engine.module.named_buffers()]
+        with self.counted.paused():
+            return plain_copy(self.ctx, self.device, self.full_state(), buffers)
 
     def full_state(self) -> dict[str, torch.Tensor]:
         """Every parameter and buffer whole, detached (ZeRO-3: gathered, a collective)."""
         import deepspeed
 
         module = self.engine.module
-        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+        with (
+            self.counted.paused(),
+            deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None),
+        ):
             return {name: value.detach().clone() for name, value in module.state_dict().items()}
 
     def saved_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
@@ -206,11 +193,8 @@ class ZeroStrategy(TorchStrategy):
         ctx = self.ctx
         assert ctx is not None
         if ctx.config.save_params:
-            state = self.full_state()
-            if ctx.rank == ctx.layout.training_ranks[0]:
-                names = {name for name, _ in self.engine.module.named_parameters()}
-                params = {k: v.cpu() for k, v in state.items() if k in names}
-                torch.save(params, ctx.run_dir / "final_params.pt")
+            names = {name for name, _ in self.engine.module.named_parameters()}
+            save_gathered(ctx, self.full_state(), names)
         if dist.is_initialized():
             dist.barrier()
 
@@ -235,17 +219,17 @@ ALGORITHMS = {
 }
 
 
-def _bytes_of(params: Any) -> int:
-    return sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-
-
 def _sharded_bytes(model: torch.nn.Module, cfg: Any, stage: int) -> int:
     """The bytes of the parameters ZeRO-3 shards: those above its persistence threshold
     (smaller ones stay whole on every rank); every parameter's optimizer state is sharded."""
     if stage < 3:
         return 0
     threshold = cfg.typed(Zero3Options).stage3_param_persistence_threshold
-    return _bytes_of(p for p in model.parameters() if p.numel() > threshold)
+    return sum(
+        p.numel() * p.element_size()
+        for p in model.parameters()
+        if p.requires_grad and p.numel() > threshold
+    )
 
 
 def _gathers(cfg: Any, full_bytes: int, element: int = 4) -> int:

@@ -38,11 +38,11 @@ from torch.distributed.fsdp._fully_shard._fsdp_collectives import (
 )
 
 from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT
+from dlscale.frameworks.torch.gathered import plain_copy, save_gathered
 from dlscale.frameworks.torch.loop import (
     TorchStrategy,
     gradient_bytes,
     init_process_group,
-    run_dtype,
     run_training,
 )
 from dlscale.frameworks.torch.options import FSDPOptions
@@ -177,16 +177,8 @@ class FSDPStrategy(TorchStrategy):
         ranks with different numbers of held-out batches cannot wait on each other) and the
         first rank's BatchNorm statistics, which DDP would broadcast."""
         assert self.ctx is not None
-        from dlscale.frameworks.torch.loop import build_model
-
-        full = full_state(model)
-        for name, _ in model.named_buffers():
-            dist.broadcast(full[name], src=0)
-        with torch.random.fork_rng(devices=[]):  # building seeds torch: keep training's stream
-            plain = build_model(self.ctx.config)
-        plain = plain.to(self.device, run_dtype(self.ctx.config))  # the load keeps its dtype
-        plain.load_state_dict(full)
-        return plain
+        buffers = [name for name, _ in model.named_buffers()]
+        return plain_copy(self.ctx, self.device, full_state(model), buffers)
 
     def saved_parameters(self, model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
         return None  # gathered on every rank at finish (save_params runs on one rank only)
@@ -197,11 +189,8 @@ class FSDPStrategy(TorchStrategy):
         ctx, model = self.ctx, self.model
         assert ctx is not None and model is not None
         if ctx.config.save_params:
-            state = {name: value.cpu() for name, value in full_state(model).items()}
             names = {name for name, _ in model.named_parameters()}
-            if ctx.rank == ctx.layout.training_ranks[0]:
-                params = {name: value for name, value in state.items() if name in names}
-                torch.save(params, ctx.run_dir / "final_params.pt")
+            save_gathered(ctx, full_state(model), names)
         if dist.is_initialized():
             dist.barrier()
 

@@ -272,6 +272,7 @@ class TorchEngine(TorchMeasures, Engine):
         model = (built if built is not None else build_model(cfg)).to(device, self.dtype)
         # Module.to accepts memory_format at run time; its type stubs do not list it.
         model = model.to(memory_format=self.memory_format)  # type: ignore[call-overload]
+        whole = gradient_bytes(model)  # before a wrap that shards (ZeRO-3 leaves 0 in place)
         self.model = strategy.wrap(model, device)
         self.optimizer = strategy.make_optimizer(self.model, cfg)
         self.schedule = (
@@ -289,7 +290,7 @@ class TorchEngine(TorchMeasures, Engine):
         if first and (facts := strategy.describe(ctx, self.model)):
             ctx.events.write(
                 Strategy(
-                    gradient_bytes=gradient_bytes(self.model),
+                    gradient_bytes=whole,
                     bytes_sent_per_step_model=facts.pop("bytes_sent_per_step_model", None),
                     traces=facts.pop("traces", []),
                     facts=facts,
