@@ -69,3 +69,18 @@ def test_one_worker_sends_nothing():
     assert counter.take() == 0
     counter.sent["all_reduce"] = 0.0  # (N-1)/N = 0 at one worker, whatever the tensor
     assert counter.take() == 0
+
+
+def test_an_evaluations_collectives_are_no_steps_and_a_gather_counts_once(one_rank):
+    """Paused (and paused within paused: the evaluation's gather inside its copy), nothing is
+    counted; torch 2.13's all_gather_into_tensor runs all_gather_single inside, counted once."""
+    with one_rank.paused():
+        with one_rank.paused():
+            dist.all_reduce(torch.ones(250))
+        dist.broadcast(torch.ones(50), src=0)  # still paused: the outer context holds
+    assert one_rank.take() == 0
+    out = torch.empty(500)
+    dist.all_gather_into_tensor(out, torch.ones(500))
+    assert one_rank.take() == 1000
+    dist.all_gather_single(out, torch.ones(500))
+    assert one_rank.take() == 1000

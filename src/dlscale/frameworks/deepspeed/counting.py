@@ -5,16 +5,18 @@ collectives of ``torch.distributed`` by attribute at each call, on gloo or NCCL;
 see their wire traffic, so, as for torch-ddp, each call's tensor bytes are counted and scaled
 to what one rank sends when the collective runs as a ring of N ranks: an all-reduce
 2(N-1)/N x its tensor, an all-gather (N-1)/N x its gathered output, a reduce-scatter
-(N-1)/N x its whole input, a broadcast or reduce (N-1)/N x its tensor. The counts are kept per
-collective, so a run says what ZeRO sent in which form (ZeRO-1 and -2 all-reduce the gradient
-buckets and all-gather the updated shards in DeepSpeed 0.19; ZeRO-3 all-gathers parameters and
-reduce-scatters gradients)."""
+(N-1)/N x its whole input, a broadcast or reduce (N-1)/N x its tensor. A call counts once it
+returned (a call torch refuses sends nothing), and not while counting is paused: the gathers
+of an evaluation or of the final parameters are no step's. The counts are kept per collective
+for the tests (ZeRO-1 and -2 all-reduce the gradient buckets and all-gather the updated shards
+in DeepSpeed 0.19; ZeRO-3 all-gathers parameters and reduce-scatters gradients)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -24,8 +26,10 @@ _COUNTED: dict[str, tuple[str, float]] = {
     "all_reduce": ("tensor", 2.0),
     "all_reduce_coalesced": ("tensors", 2.0),
     "all_gather_into_tensor": ("output_tensor", 1.0),
+    "all_gather_single": ("output_tensor", 1.0),
     "all_gather": ("tensor_list", 1.0),
     "reduce_scatter_tensor": ("input", 1.0),
+    "reduce_scatter_single": ("input", 1.0),
     "reduce_scatter": ("input_list", 1.0),
     "broadcast": ("tensor", 1.0),
     "reduce": ("tensor", 1.0),
@@ -52,6 +56,8 @@ class CollectiveBytes:
         """Bytes sent per collective since :meth:`install`."""
         self._taken = 0.0
         self._originals: dict[str, Callable[..., Any]] = {}
+        self._paused = 0
+        """Depth of :meth:`paused` contexts (one may hold another)."""
 
     def install(self) -> None:
         for name, (argument, factor) in _COUNTED.items():
@@ -63,19 +69,27 @@ class CollectiveBytes:
     def _counting(
         self, name: str, original: Callable[..., Any], argument: str, factor: float
     ) -> Callable[..., Any]:
-        signature = inspect.signature(original)
+        position = list(inspect.signature(original).parameters).index(argument)
         share = factor * (self.world - 1) / self.world
 
         @functools.wraps(original)
         def counted(*args: Any, **kwargs: Any) -> Any:
-            try:
-                moved = _nbytes(signature.bind(*args, **kwargs).arguments.get(argument))
-            except TypeError:  # a call the collective itself will refuse: it says why
-                moved = 0
-            self.sent[name] = self.sent.get(name, 0.0) + moved * share
-            return original(*args, **kwargs)
+            done = original(*args, **kwargs)  # one refused raises here: nothing was sent
+            if not self._paused:
+                moved = args[position] if len(args) > position else kwargs.get(argument)
+                self.sent[name] = self.sent.get(name, 0.0) + _nbytes(moved) * share
+            return done
 
         return counted
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Collectives that are no training step's (an evaluation's gathers) go uncounted."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
 
     def take(self) -> int:
         """Bytes sent since the last take."""
