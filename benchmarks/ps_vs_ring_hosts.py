@@ -13,7 +13,7 @@ Five emulated hosts (``dlscale hosts start``, every link shaped by tc at ``--lin
 
 Sizes: ResNet-50's gradient (torchvision's 25,557,032 float32 parameters: 102,228,128 bytes) and
 AlexNet's (61,100,840: 244,403,360 bytes); ``--sizes`` takes others. Predicted from the link's
-rate alone, no fit: ``ring_allreduce_s(n, 4)`` and ``ps_sync_s(n, 4, servers=1)`` of
+rate alone, no fit: ``collective_s`` of ``all_reduce`` and ``ps_pushpull`` (n bytes, 4 workers) in
 :mod:`dlscale.perfmodel.costs` with beta = 8 / rate and alpha = gamma = 0 (no latency is added;
 the reduction is taken as free beside the transfer).
 The time of a size is the median over its timed calls of the slowest rank's time.
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from dlscale.launchers.network import Link
-from dlscale.perfmodel.costs import Network, ps_sync_s, ring_allreduce_s
+from dlscale.perfmodel.costs import Network, collective_s
 
 WORKERS = 4
 RING_HOSTS = ",".join(f"dlsnode{k}:1" for k in range(1, WORKERS + 1))
@@ -109,14 +109,15 @@ def main() -> int:
     for label, by_size in times.items():
         for size, measured in sorted(by_size.items()):
             if "ring" in label:
-                predicted = ring_allreduce_s(size, WORKERS, net)
+                predicted = collective_s("all_reduce", size, WORKERS, net)
             else:
-                predicted = ps_sync_s(size, WORKERS, 1, net)
+                predicted = collective_s("ps_pushpull", size, WORKERS, net)
             ratio = measured / predicted
             print(f"{label:<50} {size / 1e6:6.0f} {measured:11.2f} {predicted:12.2f} {ratio:6.2f}")
     ring, ps = (times[label] for label in ENGINES)
     for size in sorted(set(ring) & set(ps)):
-        model = ps_sync_s(size, WORKERS, 1, net) / ring_allreduce_s(size, WORKERS, net)
+        ps_s = collective_s("ps_pushpull", size, WORKERS, net)
+        model = ps_s / collective_s("all_reduce", size, WORKERS, net)
         print(
             f"{size / 1e6:.0f} MB: the parameter server takes {ps[size] / ring[size]:.2f}x the "
             f"ring's time (predicted {model:.2f}x)"

@@ -130,12 +130,24 @@ def test_predictions_of_measured_points_on_the_fitted_network(cli, tmp_path):
     assert trusted["ring"][0]["median_abs_error"] == median["error"]
     assert trusted["ring-overlap"][0]["median_abs_error"] == median["overlap_error"]
     assert trusted["ps-sync"] == []  # never validated
+    # each predicted point carries the span its pattern's one validating point measured: a
+    # point of error e measured 1 / (1 + e) of its prediction
+    low, high = 1 / (1 + max(0.0, row["error"])), 1 / (1 + min(0.0, row["error"]))
+    for record in map(json.loads, ahead.stdout.splitlines()):
+        rate = record["throughput_samples_s"]
+        if record["strategy"] == "ring":
+            assert record["interval"] == {"low_samples_s": pytest.approx(rate * low),
+                                          "high_samples_s": pytest.approx(rate * high),
+                                          "points": 1}  # fmt: skip
+        elif record["strategy"] == "ps-sync":
+            assert record["interval"] is None
     words = cli("predict", "--network-from", str(tmp_path), "--compute-ms", "100",
                 "--gradient-bytes", "1e6", "--workers", "2,64",
                 "--strategy", "ring,ps-sync").stdout  # fmt: skip
     words = re.sub(r"\n {4}", " ", words)  # each line as said, before its wrapping at words
     assert f"ring: torch-ddp {median['error']:.1%} over 1 point of tiny" in words
-    assert "ps-sync: never validated on this network" in words
+    assert "never validated here: ps-sync" in words
+    assert f"{low - 1:+.0%}..{high - 1:+.0%} (1 point)" in words  # the table's last column
     # the report draws the same comparison and the microbench's own figures
     page = tmp_path / "report.html"
     report = cli("report", "--results", str(tmp_path), "--out", str(page))

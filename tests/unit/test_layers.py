@@ -72,7 +72,7 @@ def test_the_tree_keeps_every_rule():
         ("layers", "store/results.py", "dlscale.metrics.scaling"),
         ("layers", "launchers/torchrun.py", "dlscale.preflight"),
         ("no-cycles", "runtime/checkpoint.py", "dlscale.store.results"),
-        ("no-cycles", "perfmodel/costs.py", "dlscale.microbench.timing"),
+        ("no-cycles", "perfmodel/costs.py", "dlscale.metrics.units"),
         ("no-cycles", "frameworks/torch/ddp.py", "dlscale.frameworks.horovod.session"),
         ("core-imports-no-framework", "cli/report.py", "dlscale.frameworks.horovod.session"),
         ("core-imports-no-framework", "cli/ls.py", "dlscale.frameworks.tensorflow.models"),

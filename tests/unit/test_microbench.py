@@ -225,14 +225,13 @@ def test_a_fit_with_no_bandwidth_term_is_stored_without_an_infinity():
 def test_messages_through_parameter_servers_fit_only_the_ps_pattern():
     """MXNet's push and pull (ps_pushpull) fit ``ps`` with the servers that held each message;
     its broadcast, through the servers too, is no binomial tree: no tree fit from it."""
-    from dlscale.perfmodel import costs
-    from dlscale.perfmodel.costs import Network
+    from dlscale.perfmodel.costs import Network, collective_s
 
     net = Network(2e-4, 1e-9)
     held = [(4, 1), (1 << 16, 1), (1 << 20, 1), (16 << 20, 2)]  # 4M floats: split over 2
     rows = [
         {"collective": "ps_pushpull", "bytes": n, "servers": k,
-         "time_s": costs.ps_sync_s(n, 2, k, net)}
+         "time_s": collective_s("ps_pushpull", n, 2, net, k)}
         for n, k in held
     ] + [
         {"collective": "broadcast", "bytes": n, "servers": 1, "time_s": 1e-3 + n * 1e-9}

@@ -7,37 +7,49 @@ import numpy as np
 import pytest
 
 from dlscale.contract.errors import UserError
-from dlscale.perfmodel import costs
-from dlscale.perfmodel.costs import Network
+from dlscale.perfmodel.costs import Network, collective_s
 from dlscale.perfmodel.fit import fit_network
+from dlscale.perfmodel.links import Link
+from dlscale.perfmodel.patterns import PATTERNS
 from dlscale.perfmodel.predict import Profile, bandwidth_for, predict
 
 NET = Network(alpha_s=1e-5, beta_s_per_byte=1e-9)  # 10 us, 8 Gbit/s
 
 
+def ring(n, p, net):
+    return collective_s("all_reduce", n, p, net)
+
+
+def comm(pattern, n, p, net, servers=1):
+    return PATTERNS[pattern].comm(n, p, servers, Link(net)).seconds
+
+
 def test_collective_costs_match_hand_computed_cases():
     # ring, 4 workers, 1 MB: 2*3*10us + 2*(3/4)*1e6*1ns = 60 us + 1.5 ms
-    assert costs.ring_allreduce_s(1e6, 4, NET) == pytest.approx(1.56e-3)
+    assert ring(1e6, 4, NET) == pytest.approx(1.56e-3)
     # tree: ceil(log2 4) = 2 levels, each way: 4 * (10 us + 1 ms); 5 workers: 3 levels
-    assert costs.tree_allreduce_s(1e6, 4, NET) == pytest.approx(4.04e-3)
-    assert costs.tree_allreduce_s(1e6, 5, NET) == pytest.approx(6.06e-3)
+    assert comm("tree", 1e6, 4, NET) == pytest.approx(4.04e-3)
+    assert comm("tree", 1e6, 5, NET) == pytest.approx(6.06e-3)
     # one server takes 4 workers' 1 MB each way: 2*10 us + 2*4 MB*1 ns; 4 servers: a worker's
-    assert costs.ps_sync_s(1e6, 4, 1, NET) == pytest.approx(8.02e-3)
-    assert costs.ps_sync_s(1e6, 4, 4, NET) == pytest.approx(2.02e-3)
+    assert comm("ps-sync", 1e6, 4, NET) == pytest.approx(8.02e-3)
+    assert comm("ps-sync", 1e6, 4, NET, servers=4) == pytest.approx(2.02e-3)
     # async: a worker's own compute + push + pull, until one server's link is the bound
-    assert costs.ps_async_step_s(0.01, 1e6, 4, 1, NET) == pytest.approx(0.01202)
-    assert costs.ps_async_step_s(0.01, 1e6, 64, 1, NET) == pytest.approx(0.064)
+    async_ = PATTERNS["ps-async"]
+    for p, step in ((4, 0.01202), (64, 0.064)):
+        own = async_.comm(1e6, p, 1, Link(NET)).seconds
+        assert async_.step_s(0.01, 2 / 3, own, 1e6, p, 1, Link(NET)) == pytest.approx(step)
     # a reduction cost per byte adds (p-1)/p n gamma to the ring
     slow = Network(1e-5, 1e-9, gamma_s_per_byte=1e-9)
-    assert costs.ring_allreduce_s(1e6, 4, slow) == pytest.approx(1.56e-3 + 0.75e-3)
-    for cost in (costs.ring_allreduce_s, costs.tree_allreduce_s):
-        assert cost(1e6, 1, NET) == 0.0
+    assert ring(1e6, 4, slow) == pytest.approx(1.56e-3 + 0.75e-3)
+    assert ring(1e6, 1, NET) == 0.0 and comm("tree", 1e6, 1, NET) == 0.0
 
 
 def test_bus_bandwidth_uses_the_nccl_tests_factors():
-    assert costs.bus_bandwidth("all_reduce", 1e6, 1e-3, 4) == pytest.approx((1e9, 1.5e9))
-    assert costs.bus_bandwidth("all_gather", 1e6, 1e-3, 4) == pytest.approx((1e9, 0.75e9))
-    assert costs.bus_bandwidth("broadcast", 1e6, 1e-3, 8) == pytest.approx((1e9, 1e9))
+    from dlscale.microbench.bus import bus_bandwidth
+
+    assert bus_bandwidth("all_reduce", 1e6, 1e-3, 4) == pytest.approx((1e9, 1.5e9))
+    assert bus_bandwidth("all_gather", 1e6, 1e-3, 4) == pytest.approx((1e9, 0.75e9))
+    assert bus_bandwidth("broadcast", 1e6, 1e-3, 8) == pytest.approx((1e9, 1e9))
     assert Network.from_link(25e9, 5e-6).beta_s_per_byte == pytest.approx(8 / 25e9)
 
 
@@ -46,10 +58,7 @@ def test_the_fit_recovers_known_costs_from_noisy_times():
     sizes = [4.0 * 4**i for i in range(14)]  # 4 B .. 256 MB
     workers = [2] * len(sizes) + [4] * len(sizes)
     alpha, beta = 50e-6, 1.0 / 2e9
-    truth = [
-        costs.ring_allreduce_s(n, p, Network(alpha, beta))
-        for p, n in zip(workers, sizes * 2, strict=True)
-    ]
+    truth = [ring(n, p, Network(alpha, beta)) for p, n in zip(workers, sizes * 2, strict=True)]
     noisy = [t * (1 + rng.uniform(-0.03, 0.03)) for t in truth]
     fit = fit_network("ring", workers, sizes * 2, noisy)
     assert fit.network.alpha_s == pytest.approx(alpha, rel=0.05)
@@ -85,7 +94,7 @@ def test_a_few_slow_small_messages_do_not_pull_the_fit():
     fit keeps the bandwidth that the large messages show."""
     sizes = [4.0 * 4**i for i in range(12)]
     net = Network(250e-6, 8 / 100e6)  # 100 Mbit/s
-    times = [costs.ring_allreduce_s(n, 2, net) for n in sizes]
+    times = [ring(n, 2, net) for n in sizes]
     for index, factor in ((1, 5.0), (3, 3.0), (6, 4.0), (7, 2.5)):
         times[index] *= factor
     fit = fit_network("ring", [2] * len(sizes), sizes, times)
@@ -94,13 +103,13 @@ def test_a_few_slow_small_messages_do_not_pull_the_fit():
 
 
 def test_the_parameter_server_fit_recovers_known_costs_with_the_servers_of_each_message():
-    """Synchronous push and pull (costs.ps_sync_s): 2 alpha + 2 max(n, p n / k) beta; the fit
+    """Synchronous push and pull (the ps-sync pattern): 2 alpha + 2 max(n, p n / k) beta; the fit
     reads k per sample (MXNet holds a small message on one server, splits a large one)."""
     rng = np.random.default_rng(13)
     sizes = [4.0 * 4**i for i in range(14)]
     samples = [(p, k, n) for p in (2, 4) for k in (1, 2) for n in sizes]
     net = Network(300e-6, 1.0 / 2e9)
-    truth = [costs.ps_sync_s(n, p, k, net) for p, k, n in samples]
+    truth = [comm("ps-sync", n, p, net, k) for p, k, n in samples]
     noisy = [t * (1 + rng.uniform(-0.03, 0.03)) for t in truth]
     workers, servers, bytes_ = zip(*samples, strict=True)
     fit = fit_network("ps", workers, bytes_, noisy, servers)
@@ -115,7 +124,7 @@ def test_the_parameter_server_fit_recovers_known_costs_with_the_servers_of_each_
 
 def test_a_fit_without_latency_sets_alpha_to_zero_not_below():
     sizes = [1e3, 1e5, 1e7, 1e8]
-    times = [costs.ring_allreduce_s(n, 2, Network(0.0, 1e-9)) * f for n, f in
+    times = [ring(n, 2, Network(0.0, 1e-9)) * f for n, f in
              zip(sizes, (0.9, 1.0, 1.0, 1.0), strict=True)]  # fmt: skip
     fit = fit_network("ring", [2] * 4, sizes, times)
     assert fit.network.alpha_s >= 0 and fit.network.beta_s_per_byte == pytest.approx(1e-9, rel=0.1)
@@ -134,30 +143,30 @@ def test_prediction_by_hand_for_two_workers_with_and_without_overlap():
     # the ring moves 2 * 1/2 * 1e8 B * 0.8 ns = 80 ms
     profile = Profile(compute_s=0.1, batch=32, gradient_bytes=1e8)
     net = Network.from_link(10e9, 0.0)
-    one, two = predict(profile, "ring", [1, 2], net)
+    one, two = predict(profile, "ring", [1, 2], Link(net))
     assert one.speedup == pytest.approx(1.0) and one.step_s == pytest.approx(0.1)
     assert two.step_s == pytest.approx(0.18) and two.efficiency == pytest.approx(0.1 / 0.18)
     assert two.throughput_samples_s == pytest.approx(64 / 0.18)
     # overlapped with backward (2/3 of compute): 1/30 s forward + max(1/15 s, 80 ms)
-    (hidden,) = predict(profile, "ring-overlap", [2], net)
+    (hidden,) = predict(profile, "ring-overlap", [2], Link(net))
     assert hidden.step_s == pytest.approx(0.1 / 3 + 0.08)
     fast = Network.from_link(100e9, 0.0)  # 8 ms: hidden entirely behind backward
-    assert predict(profile, "ring-overlap", [2], fast)[0].efficiency == pytest.approx(1.0)
+    assert predict(profile, "ring-overlap", [2], Link(fast))[0].efficiency == pytest.approx(1.0)
 
 
 def test_the_bandwidth_for_an_efficiency_inverts_the_prediction():
     profile = Profile(compute_s=0.1, batch=32, gradient_bytes=1e8)
-    needed = bandwidth_for(profile, "ring", 2, 0.1 / 0.18, latency_s=0.0)
+    needed = bandwidth_for(profile, "ring", 2, 0.1 / 0.18, Link(Network(0.0, 1e-9)))
     assert needed == pytest.approx(10e9, rel=0.002)
     for strategy in ("ring", "ring-overlap", "tree", "ps-sync"):
-        bandwidth = bandwidth_for(profile, strategy, 64, 0.9, latency_s=5e-6)
+        bandwidth = bandwidth_for(profile, strategy, 64, 0.9, Link(Network(5e-6, 1e-9)))
         assert bandwidth is not None
-        (row,) = predict(profile, strategy, [64], Network.from_link(bandwidth, 5e-6))
+        (row,) = predict(profile, strategy, [64], Link(Network.from_link(bandwidth, 5e-6)))
         assert row.efficiency == pytest.approx(0.9, abs=0.002)
     # 1 s of latency per message: 2*1023 s of ring latency, no bandwidth reaches 50%
-    assert bandwidth_for(profile, "ring", 1024, 0.5, latency_s=1.0) is None
+    assert bandwidth_for(profile, "ring", 1024, 0.5, Link(Network(1.0, 1e-9))) is None
     with pytest.raises(UserError, match="target efficiency"):
-        bandwidth_for(profile, "ring", 2, math.nan, latency_s=0.0)
+        bandwidth_for(profile, "ring", 2, math.nan, Link(Network(0.0, 1e-9)))
 
 
 def test_a_profile_refuses_impossible_values():
@@ -390,7 +399,7 @@ def test_predict_takes_the_newest_microbench_fit_of_the_engine_and_leaves_a_bad_
                        "fits": {"ps": {**fit, "pattern": "ps"}},
                        "config": config(backend="mxnet-kv")})  # fmt: skip
     found = fitted_networks(tmp_path)
-    assert fitted_for(found, config(backend="mxnet-kv")).link.pattern == "ps"
+    assert fitted_for(found, config(backend="mxnet-kv")).link.fit == "ps"
     assert fitted_for(found, config(backend="horovod-torch")).run_id == "microbench-b"
     # the same package (whose code synchronizes) before the same framework: horovod-keras on
     # Horovod's all-reduce (horovod-torch's microbench), though tf-mwms' is its framework's
@@ -442,9 +451,9 @@ def test_a_microbench_with_only_a_parameter_server_fit_is_a_network_for_every_st
          "fits": {"ps": ps}, "config": {"backend": "mxnet-kv", "launcher": "local"}},
     )  # fmt: skip
     (found,) = fitted_networks(tmp_path).values()
-    assert found.link.pattern == "ps" and found.network == Network(3e-4, 1e-9)
-    assert found.for_strategy("ps-sync") == (Network(3e-4, 1e-9), "ps")
-    assert found.for_strategy("ring") == (Network(3e-4, 1e-9), "ps")  # the only fit there is
+    assert found.link.fit == "ps" and found.network == Network(3e-4, 1e-9)
+    assert found.link.fit_for("ps_pushpull") == (Network(3e-4, 1e-9), "ps")
+    assert found.link.fit_for("all_reduce") == (Network(3e-4, 1e-9), "ps")  # the only fit there is
     assert "microbench-mx (ps fit): alpha 300.0 us, 8 Gbit/s effective" in found.said
     assert found.link.measured == {}  # no measured all-reduce to validate a ring with
 
@@ -454,11 +463,11 @@ def test_the_published_horovod_anchor_as_docs_perfmodel_states_it():
     one GPU, 512 GPUs on 25 Gbit/s links: 82% without overlap, 100% with ideal overlap."""
     profile = Profile(compute_s=64 / 119.4, batch=64, gradient_bytes=178_196_640)
     net = Network.from_link(25e9, 5e-6)
-    (ring,) = predict(profile, "ring", [512], net)
+    (ring,) = predict(profile, "ring", [512], Link(net))
     comm = 2 * 511 * 5e-6 + 2 * 511 / 512 * 178_196_640 * 8 / 25e9
     assert ring.efficiency == pytest.approx((64 / 119.4) / (64 / 119.4 + comm))
     assert round(ring.efficiency, 2) == 0.82
-    (overlap,) = predict(profile, "ring-overlap", [512], net)
+    (overlap,) = predict(profile, "ring-overlap", [512], Link(net))
     assert overlap.efficiency == pytest.approx(1.0)
 
 
@@ -467,11 +476,12 @@ def test_validation_uses_the_measured_all_reduce_where_the_microbench_measured_i
 
     net = Network.from_link(1e9, 0.0)
     link = Link(net, {"all_reduce": ((100_000.0, 1e-1), (1_000.0, 1e-3))}, processes=2)
-    assert link.allreduce_s(10_000, 2) == pytest.approx(1e-2)  # straight on log-log axes
-    assert link.allreduce_s(1_000, 2) == pytest.approx(1e-3)
-    assert link.allreduce_s(999, 2) is None and link.allreduce_s(200_000, 2) is None
-    assert link.allreduce_s(10_000, 4) is None  # measured with 2 ranks only
-    assert Link(net).allreduce_s(10_000, 2) is None
+    measured = link.measured_s
+    assert measured("all_reduce", 10_000, 2) == pytest.approx(1e-2)  # straight on log-log axes
+    assert measured("all_reduce", 1_000, 2) == pytest.approx(1e-3)
+    assert measured("all_reduce", 999, 2) is None and measured("all_reduce", 200_000, 2) is None
+    assert link.measured_s("all_reduce", 10_000, 4) is None  # measured with 2 ranks only
+    assert Link(net).measured_s("all_reduce", 10_000, 2) is None
     point = {"status": "completed", "run_id": "a", "batch_size_per_worker": 32,
              "config": {"workers": 2, "launcher": "local"},
              "metrics": {"step_time_nosync_p50_ms": 20.0, "gradient_bytes": 10_000,
@@ -504,7 +514,7 @@ def test_a_step_that_sends_many_messages_pays_each_ones_time():
          _point(sync_message_bytes=[1e6, float("nan")])],
         lambda point: link,
     )  # fmt: skip
-    small, large = link.allreduce_s(1000, 2), link.allreduce_s(990_000, 2)
+    small, large = link.measured_s("all_reduce", 1000, 2), link.measured_s("all_reduce", 990_000, 2)
     assert small == pytest.approx(1e-3 * 3 ** (2 / 5))  # 1000 B: 2/5 of the way on log axes
     assert ring["comm_ms"] == pytest.approx((10 * small + large) * 1e3)
     assert ring["comm_from"] == "measured, 11 messages" and ring["messages"] == 11
@@ -515,7 +525,7 @@ def test_a_step_that_sends_many_messages_pays_each_ones_time():
     assert outside["comm_ms"] == pytest.approx(fitted * 1e3)
     assert outside["comm_from"] == "ring fit, 2 messages"
     # fp16: the 11 messages carry half the bytes each (0.5 MB sent as the payload)
-    half = link.allreduce_s(500, 2) * 10 + link.allreduce_s(495_000, 2)
+    half = link.measured_s("all_reduce", 500, 2) * 10 + link.measured_s("all_reduce", 495_000, 2)
     assert compressed["comm_ms"] == pytest.approx(half * 1e3)
     for single in (one, damaged):
         assert single["comm_from"] == "measured" and single["messages"] is None

@@ -3,7 +3,15 @@ error, engine by engine, on one kind of network."""
 
 import pytest
 
-from dlscale.perfmodel.trust import Validated, kind_words, kinds, trust_words, validated
+from dlscale.contract.errors import UserError
+from dlscale.perfmodel.trust import (
+    Validated,
+    interval,
+    kind_words,
+    kinds,
+    trust_words,
+    validated,
+)
 
 
 def _row(backend, algorithm="ring", error=0.1, overlap=0.05, network="", nodes=1, **more):
@@ -64,9 +72,24 @@ def test_the_words_say_the_error_or_that_it_was_never_validated():
     assert trust_words("ring", ring[:1], [], where=True) == (
         "ring: torch-ddp 2.0% over 3 points of resnet20 on local launcher"
     )
-    assert trust_words("tree", [], []) == "tree: never validated (no engine names this algorithm)"
+    assert trust_words("tree", [], []) == "tree: never validated on this network"
     assert trust_words("ps-async", [], ["local launcher"]) == (
         "ps-async: never validated on this network (validated on: local launcher)"
     )
     assert trust_words("ps-async", [], [], where=True) == "ps-async: never validated"
     assert kind_words(("mpirun", "", 4)) == "mpirun launcher, 4 nodes"
+
+
+def test_the_interval_spans_every_quiet_validating_points_error():
+    """A point of error e measured 1 / (1 + e) of its prediction: the interval runs from the
+    most over-predicted point to the most under-predicted one, over every engine of the
+    pattern on the network kind, always holding the prediction itself."""
+    low, high, points = interval(ROWS, "ring", LOCAL)
+    assert (low, high, points) == (pytest.approx(1 / 1.2), pytest.approx(1 / 0.97), 4)
+    low, high, points = interval(ROWS, "ring-overlap", LOCAL)
+    assert (low, high, points) == (pytest.approx(1 / 1.25), 1.0, 4)  # every one over-predicted
+    assert interval(ROWS, "ps-sync", LOCAL, servers=2)[2] == 1
+    assert interval(ROWS, "tree", LOCAL) is None and interval(ROWS, "hierarchical", None) is None
+    assert interval(ROWS, "ring", None)[0] == pytest.approx(1 / 1.5)  # every network kind
+    with pytest.raises(UserError, match="unknown pattern"):
+        interval(ROWS, "ps-async-overlap", LOCAL)  # an asynchronous server overlaps nothing

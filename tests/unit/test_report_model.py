@@ -112,7 +112,7 @@ def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmle
     runs = microbench_runs(tmp_path, on_problem=problems.append)
     assert [r["run_id"] for r in runs] == [hostile, "microbench-b", "microbench-h"]
     (odd,) = fitted_networks(tmp_path).values()  # its ring fit is usable; nothing else is
-    assert odd.run_id == "microbench-h" and set(odd.link.patterns) == {"ring"}
+    assert odd.run_id == "microbench-h" and set(odd.link.fits) == {"ring"}
     assert "median error unknown" in odd.said and collectives(runs[2]) == []
     runs = runs[:2]
     assert len(problems) == 1 and "microbench-c" in problems[0]
@@ -130,7 +130,7 @@ def test_stored_microbench_runs_are_drawn_and_hostile_or_damaged_ones_are_harmle
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in SAFE_ID.findall(page))
     written = save_static(collectives(runs[0])[1], tmp_path / "time")
     assert all(path.stat().st_size > 0 for path in written)
-    ring = type("L", (), {"pattern": "ring"})()
+    ring = type("L", (), {"fit": "ring"})()
     fake = type("F", (), {"said": "s", "link": ring, "started_at": 1.0})()
     link_of, used = link_lookup({("torch-ddp", "local", "", 1): fake})
     point = {"config": {"backend": "horovod-torch", "launcher": "local", "options": {}}}

@@ -179,7 +179,7 @@ def _emulated_hosts_link(config: dict[str, Any]) -> str:
 def fit_patterns(
     rows: list[dict[str, Any]], processes: int, smallest: int = 0
 ) -> dict[str, dict[str, Any]]:
-    """alpha and beta of each pattern (:data:`~dlscale.perfmodel.fit.PATTERNS`) from the rows of
+    """alpha and beta of each fit (:data:`~dlscale.perfmodel.costs.FITS`) from the rows of
     the collective it is fitted from, where there are 2 sizes or more and 2 processes or more
     (or one for ``ps``: one worker's push and pull through the servers is that pattern's cost
     at p = 1, and an asynchronous worker's own, where a ring or a tree moves nothing):
@@ -190,16 +190,18 @@ def fit_patterns(
     ``bandwidth_bit_s`` is ``None`` when a fit found no bandwidth term (beta 0: the small
     messages took as long as the large ones, as a library's fixed per-call cost can make
     them), never an infinity that JSON cannot hold."""
-    from dlscale.perfmodel.fit import FITTED_FROM, THROUGH_SERVERS, fit_network
+    from dlscale.perfmodel.costs import COLLECTIVES, FITS
+    from dlscale.perfmodel.fit import fit_network
 
     fits = {}
-    for pattern, collective in FITTED_FROM.items():
+    for pattern, collective in FITS.items():
+        served = COLLECTIVES[collective].through_servers
         timed = [
             r for r in rows
             if r["collective"] == collective and r["bytes"] >= smallest
-            and (_servers(r) > 0) == (pattern in THROUGH_SERVERS)
+            and (_servers(r) > 0) == served
         ]  # fmt: skip
-        if len(timed) < 2 or processes < (1 if pattern in THROUGH_SERVERS else 2):
+        if len(timed) < 2 or processes < (1 if served else 2):
             continue
         found = fit_network(pattern, [processes] * len(timed), [r["bytes"] for r in timed],
                             [r["time_s"] for r in timed],

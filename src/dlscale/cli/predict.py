@@ -13,23 +13,24 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from dlscale.cli.arguments import decimal, whole, whole_list
-from dlscale.cli.predict_trust import Trust, stored_rows, validation_rows
+from dlscale.cli.predict_trust import Trust, stored_rows
+from dlscale.cli.predict_validate import fitted_networks, validate
 from dlscale.cli.profile import compute_profile, message_count
 from dlscale.cli.stored_profile import stored_points, study_profile
 from dlscale.cli.tables import cell, console, paragraph, say
 from dlscale.contract.errors import UserError
-from dlscale.contract.text import excerpt, shell_command
+from dlscale.contract.text import excerpt
 from dlscale.launchers.links import parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.networks import Fitted
-from dlscale.perfmodel.predict import STRATEGIES, Profile, bandwidth_for, predict
+from dlscale.perfmodel.links import Link
+from dlscale.perfmodel.patterns import variant, variants
+from dlscale.perfmodel.predict import Predicted, Profile, bandwidth_for, predict
 
 DEFAULT_MODEL, DEFAULT_BATCH, DEFAULT_RESULTS = "resnet50", 32, "dlscale-results"
 """What a prediction measures when neither the arguments nor a stored study say."""
@@ -54,17 +55,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", default="1..1024", help="1..1024 (powers of 2) or a list: 1,2,8,64"
     )
-    parser.add_argument("--bandwidth", help="each node's link: 25Gbit, 100mbit")
+    parser.add_argument("--bandwidth", help="each node's link to the others: 25Gbit, 100mbit")
     parser.add_argument("--latency", default="5us", help="one-way latency per message: 5us")
+    parser.add_argument(
+        "--ranks-per-node",
+        type=whole(1, MAX_WORKERS),
+        default=1,
+        help="workers sharing a node (and its link to the others); default 1",
+    )
+    parser.add_argument(
+        "--intra-bandwidth",
+        help="the link between the workers of one node: 600Gbit (NVLink), 128Gbit (PCIe 4 x16); "
+        "needed with --ranks-per-node above 1",
+    )
+    parser.add_argument("--intra-latency", default="2us", help="one-way latency inside a node: 2us")
     parser.add_argument(
         "--network-from",
         metavar="DIR",
         help="the network fitted by the newest dlscale microbench in DIR, not --bandwidth",
     )
     parser.add_argument(
+        "--pattern",
         "--strategy",
-        default=",".join(STRATEGIES),
-        help=f"comma-separated, of {', '.join(STRATEGIES)}",
+        dest="strategy",
+        default=",".join(variants()),
+        help=f"comma-separated, of {', '.join(variants())} (default: every one)",
     )
     parser.add_argument(
         "--servers", type=whole(1, MAX_WORKERS), default=1, help="parameter servers (ps-*)"
@@ -133,25 +148,22 @@ def parse_workers(text: str) -> list[int]:
 
 def main(args: argparse.Namespace) -> int:
     workers = parse_workers(args.workers)
-    strategies = [s.strip() for s in args.strategy.split(",") if s.strip()]
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if unknown or not strategies:
-        raise UserError(f"--strategy: unknown {unknown}; known: {', '.join(STRATEGIES)}")
+    strategies = list(dict.fromkeys(s.strip() for s in args.strategy.split(",") if s.strip()))
+    for name in strategies:
+        variant(name)  # an unknown one is one line naming every pattern
+    if not strategies:
+        raise UserError(f"--pattern: give one or more of {', '.join(variants())}")
+    given = _given_network(args) if args.bandwidth is not None else None
     if args.validate is not None:
-        return _validate(Path(args.validate), args)
+        return validate(Path(args.validate), args, *(given or (None, "")))
     if (args.bandwidth is None) == (args.network_from is None):
         raise UserError("give the network: --bandwidth RATE (and --latency), or --network-from DIR")
     kind: tuple[Any, ...] | None = None
-    if args.network_from is not None:
+    if given is None:
         fitted = fitted_networks(Path(args.network_from))
         key, newest = max(fitted.items(), key=lambda item: item[1].started_at)
         kind = key[1:]  # its launcher, emulated network and nodes
-        nets = {s: newest.for_strategy(s)[0] for s in strategies}
-        used = sorted({newest.for_strategy(s)[1] for s in strategies})
-        network_source = f"{newest.said}; patterns used: {', '.join(used)}"
-    else:
-        given, _, network_source = _given_network(args)
-        nets = dict.fromkeys(strategies, given)
+        given = (_two_level(newest.link, args), newest.said)
     keep = args.results is not None  # a measured profile is kept only where the user said
     args.results = args.results or DEFAULT_RESULTS
     points = stored_points(Path(args.results)) if args.compute_ms is None else []  # read once
@@ -165,7 +177,7 @@ def main(args: argparse.Namespace) -> int:
     messages = message_count(args.messages, args.model, validated_in)
     profiles = [compute_profile(args, batch, messages, points, keep) for batch in batches]
     for profile, source in profiles:
-        _show(args, profile, source, workers, strategies, nets, network_source, trust)
+        _show(args, profile, source, workers, strategies, given, trust)
     if len(profiles) > 1 and not args.json:
         from dlscale.metrics.units import rate_of
 
@@ -195,27 +207,32 @@ def _show(
     source: list[str],
     workers: list[int],
     strategies: list[str],
-    nets: dict[str, Network],
-    network_source: str,
+    given: tuple[Link, str],
     trust: Trust,
 ) -> None:
-    """One batch's predictions: a table (or JSON records) and the bandwidth each strategy
-    needs for the target efficiency, then how far each strategy was validated."""
+    """One batch's predictions: a table (or JSON records) of every pattern with the span its
+    validation measured, the bandwidth each needs for the target efficiency, then how far each
+    pattern was validated."""
+    link, network_source = given
     target = args.target_efficiency
-    rows = {s: predict(profile, s, workers, nets[s], args.servers) for s in strategies}
+    rows = {s: predict(profile, s, workers, link, args.servers) for s in strategies}
+    spans = {s: trust.interval(s, args.servers) for s in strategies}
     needed = {}
     if target is not None:
         needed = {
-            s: bandwidth_for(profile, s, workers[-1], target, nets[s].alpha_s, args.servers)
+            s: bandwidth_for(profile, s, workers[-1], target, link, args.servers)
             for s in strategies
         }
     if args.json:
+        unit = model_unit(args.model)
         for strategy, predicted in rows.items():
+            pattern, overlap = variant(strategy)
             validated = trust.record(strategy, args.servers)  # [] where never validated
-            unit = model_unit(args.model)
             for row in predicted:
-                record = {"kind": "prediction", "batch": profile.batch,
-                          "messages": profile.messages, **row.__dict__, **unit}  # fmt: skip
+                record = {"kind": "prediction", "pattern": pattern.name, "overlap": overlap,
+                          "batch": profile.batch, "messages": profile.messages,
+                          "ranks_per_node": link.ranks_per_node, **row.__dict__, **unit,
+                          "interval": _interval(row, spans[strategy])}  # fmt: skip
                 print(json.dumps({**record, "validated": validated}))
         for strategy, value in needed.items():
             record = {"kind": "bandwidth_needed", "strategy": strategy, "workers": workers[-1],
@@ -223,29 +240,36 @@ def _show(
                       "bandwidth_bit_s": value}  # fmt: skip
             print(json.dumps(record))
         return
-    net = nets[strategies[0]]
     out = console()
-    link = (
-        f"{_rate(net.bandwidth_bit_s)} links, {net.alpha_s * 1e6:g} us latency"
-        if len(set(nets.values())) == 1
-        else "links fitted per pattern (below)"
+    title = (
+        f"predicted: {args.model}, batch {profile.batch}/worker, {_link_words(link)} "
+        "(speedup, efficiency at each worker count)"
     )
-    title = f"predicted: {args.model}, batch {profile.batch}/worker, {link} (speedup, efficiency)"
     paragraph(out, title, style="bold")
-    out.print(_table(rows, args))
+    out.print(_table(rows, spans, args.servers))
     say(out, "compute profile:", style="dim")
     for line in source:
         paragraph(out, f"  {line}", style="dim", indent="    ")
-    paragraph(out, f"network: {network_source}", style="dim")
+    used = sorted({row.comm_from for found in rows.values() for row in found} - {"none", ""})
+    paragraph(out, f"network: {network_source}; priced by: {', '.join(used)}", style="dim")
     for strategy, value in needed.items():
         at = f"{strategy} needs {_rate(value)}" if value else f"{strategy} cannot reach it"
         say(
             out,
             f"for {target:.0%} efficiency at {workers[-1]} workers: {at} at "
-            f"{nets[strategy].alpha_s * 1e6:g} us",
+            f"{link.network.alpha_s * 1e6:g} us",
         )
     for line in trust.lines(strategies, args.servers):
         paragraph(out, line, indent="    ")
+
+
+def _interval(row: Predicted, span: tuple[float, float, int] | None) -> dict[str, Any] | None:
+    """A predicted point's interval: the throughput its validating points' errors span."""
+    if span is None:
+        return None
+    low, high, points = span
+    rate = row.throughput_samples_s
+    return {"low_samples_s": rate * low, "high_samples_s": rate * high, "points": points}
 
 
 def model_unit(model: str) -> dict[str, Any]:
@@ -265,115 +289,40 @@ def model_unit(model: str) -> dict[str, Any]:
     return {"sample_unit": kind.unit, "units_per_sample": spec.input_shape()[0]}
 
 
-def _given_network(args: argparse.Namespace) -> tuple[Network, float, str]:
+def _given_network(args: argparse.Namespace) -> tuple[Link, str]:
+    """The network given by ``--bandwidth`` and ``--latency`` (and the link inside a node)."""
     bandwidth = parse_rate(args.bandwidth, f"--bandwidth {args.bandwidth!r}")
     latency = parse_latency(args.latency, f"--latency {args.latency!r}")
     said = f"given: {args.bandwidth}, {args.latency} a message"
-    return Network.from_link(bandwidth, latency), latency, said
+    return _two_level(Link(Network.from_link(bandwidth, latency), fit="given"), args), said
 
 
-def _validate(results: Path, args: argparse.Namespace) -> int:
-    """Every measured point of ``results`` predicted on its network: the given one, or the
-    newest microbench (in ``--network-from``, else ``results``) run with the same launcher,
-    emulated network and nodes."""
-    from dlscale.perfmodel import validate
-    from dlscale.perfmodel.networks import link_lookup
-    from dlscale.perfmodel.validate import Link, errors_in_words, median_basis
+def _two_level(link: Link, args: argparse.Namespace) -> Link:
+    """``link`` between nodes with ``--ranks-per-node`` workers a node, on ``--intra-bandwidth``
+    inside each (needed where more than one worker shares a node)."""
+    from dataclasses import replace
 
-    as_json = args.json
-    if args.bandwidth is not None:
-        given, _, network_source = _given_network(args)
-        sources = {"all points": network_source}
-        link_of: Callable[[dict[str, Any]], Link | None] = lambda point: Link(given)  # noqa: E731
-    else:
-        link_of, sources = link_lookup(fitted_networks(Path(args.network_from or results)))
-
-    rows = validation_rows(results, link_of)
-    if not rows:
-        raise UserError(
-            f"no point in {results} to check: it needs completed points of 2 workers or more "
-            "whose engine names its synchronization (sync_pattern: every multi-worker engine "
-            "but tf-mirrored and PowerSGD) with its compute without synchronization (its no-sync "
-            "probe, or its 1-worker baseline at the same threads in the same store), and a "
-            "microbench run on the same network (dlscale microbench with the same --launcher "
-            "and --set network/nnodes), or --bandwidth"
-        )
-    medians, engines = validate.median_errors(rows), validate.per_engine(rows)
-    if as_json:
-        for row in rows:
-            print(json.dumps({"kind": "validation", **row}))
-        for engine, errors in engines.items():
-            print(json.dumps({"kind": "engine_median_abs_error", "backend": engine, **errors}))
-        print(json.dumps({"kind": "median_abs_error", **medians}))
-        return 0
-    out = console()
-    say(out, f"predicted against measured: {len(rows)} points of {results}", style="bold")
-    out.print(_validation_table(rows))
-    for where, said in sources.items():
-        say(out, f"network ({where}): {said}", style="dim")
-    for engine, errors in engines.items():
-        basis = median_basis([r for r in rows if r["backend"] == engine])
-        say(out, f"{engine}: median absolute error {errors_in_words(errors)} over {basis}")
-    every = errors_in_words(medians)
-    say(out, f"every engine: median absolute error {every} over {median_basis(rows)}")
-    return 0
+    per_node = args.ranks_per_node
+    if args.intra_bandwidth is None:
+        if per_node > 1:
+            raise UserError(
+                f"--ranks-per-node {per_node}: give the link inside a node too, "
+                "--intra-bandwidth RATE (600Gbit for NVLink, 128Gbit for PCIe 4 x16)"
+            )
+        return link
+    rate = parse_rate(args.intra_bandwidth, f"--intra-bandwidth {args.intra_bandwidth!r}")
+    latency = parse_latency(args.intra_latency, f"--intra-latency {args.intra_latency!r}")
+    return replace(link, intra=Network.from_link(rate, latency), ranks_per_node=per_node)
 
 
-def _validation_table(rows: list[dict[str, Any]]) -> Table:
-    """The validation rows, each throughput in the rows' unit (img/s, tok/s; samples/s for
-    rows of several: :mod:`dlscale.metrics.units`)."""
-    from dlscale.metrics.units import rate_for, sample_unit
-    from dlscale.perfmodel.validate import share_words
-
-    rate = rate_for(sample_unit(row) for row in rows)
-    table = Table()
-    for column in ("backend", "model", "workers", "network", "algorithm",
-                   f"measured {rate.label}", "compute ms (from)", "sync ms (from)",
-                   f"predicted {rate.label} (error)", "overlap bound"):  # fmt: skip
-        right = "/s" in column or "ms" in column or column == "overlap bound"
-        table.add_column(column, justify="right" if right else "left")
-    for row in rows:
-        algorithm = row["algorithm"] + (f", {row['servers']} srv" if row["servers"] else "")
-        measured, predicted, bound = (
-            rate.of(row, f"{which}_samples_s") for which in ("measured", "predicted", "overlap")
-        )
-        overlap = (
-            f"{bound:,.1f} ({row['overlap_error']:+.1%}; {share_words(row)})"
-            if bound is not None
-            else "-"
-        )
-        table.add_row(
-            cell(row["backend"]), cell(row["model"]) + (" (noisy)" if row["noisy"] else ""),
-            str(row["workers"]), cell(row["network"] or row["launcher"]), cell(algorithm),
-            f"{measured:,.1f}",
-            f"{row['compute_ms']:.1f} ({cell(row['compute_from'])})",
-            f"{row['comm_ms']:.2f} ({cell(row['comm_from'])})",
-            f"{predicted:,.1f} ({row['error']:+.1%})", overlap,
-        )  # fmt: skip
-    return table
-
-
-def fitted_networks(results: Path) -> dict[tuple[Any, ...], Fitted]:
-    """The stored fitted networks of ``results`` (:mod:`dlscale.perfmodel.networks`); none at
-    all is one line (naming the files left out as damaged and the fits that cannot be used).
-    Beside a usable fit, each file left out and each fit that cannot be used (a microbench whose
-    times did not grow with the size: no bandwidth term) is one warning line: its engine's
-    network is then unknown, and the other engines' are still used."""
-    from dlscale.perfmodel.networks import fitted_networks as stored
-    from dlscale.store.results import print_warning
-
-    skipped: list[str] = []
-    found = stored(results, on_problem=skipped.append, on_skipped=skipped.append)
-    if not found:
-        why = f" ({'; '.join(skipped)})" if skipped else ""
-        raise UserError(
-            f"no microbench with a fitted network in {results}{why}: run `"
-            + shell_command(["dlscale", "microbench", "--workers", "2", "--results", results])
-            + "` first, or give --bandwidth"
-        )
-    for problem in skipped:
-        print_warning(problem)
-    return found
+def _link_words(link: Link) -> str:
+    """``100 Gbit/s, 5 us between nodes; 600 Gbit/s, 2 us inside (4 workers a node)``."""
+    net = link.network
+    words = f"{_rate(net.bandwidth_bit_s)}, {net.alpha_s * 1e6:g} us links"
+    if link.intra is None:
+        return words
+    inside = f"{_rate(link.intra.bandwidth_bit_s)}, {link.intra.alpha_s * 1e6:g} us"
+    return f"{words} between nodes; {inside} inside ({link.ranks_per_node} workers a node)"
 
 
 def _rate(bit_s: float) -> str:
@@ -383,17 +332,23 @@ def _rate(bit_s: float) -> str:
     return f"{bit_s:.3g} bit/s"
 
 
-def _table(rows: dict[str, list[Any]], args: Any) -> Table:
+def _table(rows: dict[str, list[Predicted]], spans: dict[str, Any], servers: int) -> Table:
+    """A row per pattern, a column per worker count, and the span of what its validating
+    points measured against their predictions (``measured within``)."""
     table = Table()
-    table.add_column("workers", justify="right")
-    for strategy in rows:
-        servers = f"{args.servers} server{'s' if args.servers != 1 else ''}"
-        name = f"{strategy} ({servers})" if strategy.startswith("ps") else strategy
-        table.add_column(cell(name), justify="right")
-    for index, count in enumerate(row.workers for row in next(iter(rows.values()))):
-        cells = [str(count)]
-        for predicted in rows.values():
-            row = predicted[index]
-            cells.append(f"{row.speedup:,.1f}x {row.efficiency:.0%}")
-        table.add_row(*cells)
+    table.add_column("pattern")
+    for row in next(iter(rows.values())):
+        table.add_column(f"{row.workers:,}", justify="right")
+    table.add_column("measured within", justify="right")
+    for strategy, predicted in rows.items():
+        name = strategy
+        if variant(strategy)[0].served:
+            name += f" ({servers} server{'s' if servers != 1 else ''})"
+        span = spans[strategy]
+        within = "not validated"
+        if span is not None:
+            low, high, points = span
+            within = f"{low - 1:+.0%}..{high - 1:+.0%} ({points} point{'s' * (points != 1)})"
+        cells = [f"{row.speedup:,.1f}x {row.efficiency:.0%}" for row in predicted]
+        table.add_row(cell(name), *cells, within)
     return table

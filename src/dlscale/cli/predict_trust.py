@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlscale.perfmodel import trust
-from dlscale.perfmodel.validate import Link
+from dlscale.perfmodel.links import Link
 
 
 def validation_rows(
@@ -58,6 +58,12 @@ class Trust:
         kinds = [self.kind] if self.kind is not None else trust.kinds(self.rows)
         return [v for k in kinds for v in trust.validated(self.rows, strategy, k, servers)]
 
+    def interval(self, strategy: str, servers: int) -> tuple[float, float, int] | None:
+        """The span of what the points validating ``strategy`` measured against their
+        predictions (:func:`~dlscale.perfmodel.trust.interval`), on the prediction's network
+        kind (a given network: every kind)."""
+        return trust.interval(self.rows, strategy, self.kind, servers)
+
     def record(self, strategy: str, servers: int) -> list[dict[str, Any]]:
         """The JSON of :meth:`of`: an empty list where the strategy was never validated."""
         return [asdict(v) for v in self.of(strategy, servers)]
@@ -79,7 +85,7 @@ class Trust:
             f"how far to trust it: the median absolute error of the engines validated {where} "
             f"in {self.source} (`dlscale predict --validate` lists them):"
         )
-        lines = [heading]
+        lines, never = [heading], []
         for strategy in strategies:
             found = self.of(strategy, servers)
             elsewhere = [
@@ -87,5 +93,11 @@ class Trust:
                 for k in trust.kinds(self.rows)
                 if k != self.kind and trust.validated(self.rows, strategy, k, servers)
             ]
-            lines.append("  " + trust.trust_words(strategy, found, elsewhere, self.kind is None))
+            if found or elsewhere:
+                words = trust.trust_words(strategy, found, elsewhere, self.kind is None)
+                lines.append("  " + words)
+            else:
+                never.append(strategy)
+        if never:
+            lines.append(f"  never validated here: {', '.join(never)}")
         return lines

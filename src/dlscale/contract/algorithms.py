@@ -45,23 +45,11 @@ def async_gradient_scale(rule: str, workers: int) -> float:
     return 1.0 / workers if rule == "mean" else 1.0
 
 
-SYNC_PATTERNS = {
-    "ring": "an all-reduce of the gradients, as a ring: each worker sends 2(N-1)/N x the "
-    "payload (DDP, Horovod, TensorFlow's collectives, JAX's pmean)",
-    "fsdp": "FSDP with the parameters resharded after forward: two all-gathers of the "
-    "parameters (forward, backward) and a reduce-scatter of the gradients a step",
-    "fsdp-no-reshard": "FSDP keeping the gathered parameters from forward to backward: one "
-    "all-gather of the parameters and a reduce-scatter of the gradients a step",
-    "ps-sync": "synchronous parameter servers: every worker pushes its gradient and pulls the "
-    "parameters through the servers, each round waiting for every worker",
-    "ps-async": "asynchronous parameter servers: each worker pushes and pulls on its own, the "
-    "servers' links shared by every worker",
-}
-"""How an engine synchronizes, as the performance model predicts it
-(:mod:`dlscale.perfmodel.engines`): an engine names its pattern in its strategy facts under
-:data:`PATTERN_FACT` (and a parameter server its servers under ``servers``); the run's
-``sync_pattern`` and ``sync_servers`` metrics say it (docs/metrics.md)."""
 PATTERN_FACT = "pattern"
+"""The strategy fact where an engine names how it synchronizes: one of the performance model's
+patterns (:data:`dlscale.perfmodel.patterns.PATTERNS`), a parameter server with its servers
+under ``servers``; the run's ``sync_pattern`` and ``sync_servers`` metrics say it
+(docs/metrics.md)."""
 MESSAGES_FACT = "messages"
 """The strategy fact where an engine lists the payload bytes of each collective (or
 parameter-server push and pull) one synchronized step issues, in its order, as the engine
@@ -69,4 +57,4 @@ really runs them: jax-dp one gloo all-reduce per operand of its compiled all-red
 one push and pull per parameter, torch-ddp one all-reduce per DDP bucket, torch-fsdp one unit's
 all-gathers and reduce-scatter per FSDP unit. The run's
 ``sync_message_bytes`` metric says it (docs/metrics.md); the model prices each message on
-its own (:mod:`dlscale.perfmodel.engines`)."""
+its own (:mod:`dlscale.perfmodel.patterns`)."""

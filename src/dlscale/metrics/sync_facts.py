@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT, SYNC_PATTERNS
+from dlscale.contract.algorithms import MESSAGES_FACT, PATTERN_FACT
 from dlscale.contract.records import Messages
 from dlscale.contract.shapes import MAX_QUANTITY
+from dlscale.perfmodel.patterns import PATTERNS
 
 
 def sync_metrics(facts: dict[str, Any], seen: Messages | None) -> dict[str, Any]:
@@ -20,10 +21,10 @@ def sync_metrics(facts: dict[str, Any], seen: Messages | None) -> dict[str, Any]
     ``seen``, else those it listed, where they are whole positive numbers), with how they went
     out where the engine saw them (:func:`_cycle`)."""
     pattern = facts.get(PATTERN_FACT)
-    if pattern not in SYNC_PATTERNS:
+    if not isinstance(pattern, str) or pattern not in PATTERNS:
         return {}
     servers = facts.get("servers")
-    ps = pattern.startswith("ps-") and isinstance(servers, int) and servers >= 1
+    ps = PATTERNS[pattern].served and isinstance(servers, int) and servers >= 1
     messages = seen.message_bytes if seen is not None else facts.get(MESSAGES_FACT)
     if not _byte_counts(messages):
         messages = None

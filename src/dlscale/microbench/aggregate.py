@@ -1,7 +1,7 @@
 """Per-rank :class:`~dlscale.contract.records.Collective` records as one row per collective and
 message size: the time (per iteration the slowest rank, as a collective ends when its last
 rank does; then the median over iterations), algorithm and bus bandwidth (nccl-tests'
-definitions, :data:`dlscale.perfmodel.costs.BUS_FACTOR`), whether every rank's result was
+definitions, :data:`.bus.BUS_FACTOR`), whether every rank's result was
 exact and, for each rank whose was not, which elements differed (``wrong_ranks``), and the
 parameter servers that held the message (0: none). An iteration some rank timed as no finite
 positive time (a hand-edited or damaged record) is left out, never stored; a count of wrong
@@ -16,7 +16,7 @@ from typing import Any
 from dlscale.contract.numbers import finite_number, whole_value
 from dlscale.contract.records import Collective, Record
 from dlscale.contract.shapes import MAX_QUANTITY
-from dlscale.perfmodel.costs import bus_bandwidth
+from dlscale.microbench.bus import bus_bandwidth
 
 
 def collective_rows(per_rank: dict[int, list[Record]], processes: int) -> list[dict[str, Any]]:

@@ -1,31 +1,33 @@
-"""What one synchronization of ``n`` gradient bytes among ``p`` workers costs, in the
-alpha-beta-gamma model (Hockney 1994; the formulas of Thakur, Rabenseifner and Gropp 2005).
+"""What one collective of ``n`` bytes among ``p`` ranks costs, in the alpha-beta-gamma model
+(Hockney 1994; the formulas of Thakur, Rabenseifner and Gropp 2005): ``a alpha + b n beta +
+g n gamma``, with ``(a, b, g)`` the collective's counts (:data:`COLLECTIVES`).
 
 ``alpha``: seconds of latency per message; ``beta``: seconds per byte on one link, one way
 (1 / bandwidth); ``gamma``: seconds per byte reduced (an addition on the CPU or GPU). Links are
 full duplex (a node sends and receives at the full rate at once) and the switch does not block,
 as in the emulated networks of :mod:`dlscale.launchers.network`.
 
-- **ring all-reduce** (reduce-scatter, then all-gather, around a ring; Patarasuk and Yuan 2009:
+- **all_reduce** as a ring (reduce-scatter, then all-gather; Patarasuk and Yuan 2009:
   bandwidth-optimal): ``2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma``.
-- **all-gather** and **reduce-scatter** (each one half of the ring): ``(p-1) alpha +
+- **all_gather** and **reduce_scatter** (each one half of the ring): ``(p-1) alpha +
   (p-1)/p n beta`` (the reduce-scatter adds ``(p-1)/p n gamma``); ``n`` the gathered output or
   the scattered input, as the microbench counts them.
-- **tree all-reduce** (a binomial tree's reduce, then its broadcast, whole messages, no
-  pipelining): ``2 ceil(log2 p) (alpha + n beta) + ceil(log2 p) n gamma``. Latency grows with
-  log p, not p, but every level carries the whole gradient: it beats the ring only while
-  latency dominates (small messages, many workers).
-- **parameter server** with ``k`` servers, each holding 1/k of the parameters: every worker
-  pushes its gradient (n/k bytes to each server), the servers reduce, every worker pulls the
-  new parameters. Each phase takes as long as its busiest link: a worker's (n bytes) or a
-  server's (p n / k bytes): ``2 alpha + 2 max(n, p n / k) beta + (p-1) n / k gamma``.
-  Asynchronous training does not wait for the other workers, but the servers' links still
-  carry every worker's traffic: see :func:`ps_async_step_s`.
+- **broadcast** and **tree_reduce** down or up a binomial tree, whole messages, no pipelining:
+  ``ceil(log2 p) (alpha + n beta)`` (the reduce adds ``ceil(log2 p) n gamma``). A tree
+  all-reduce is the two: latency grows with log p, not p, but every level carries the whole
+  gradient, so it beats the ring only while latency dominates.
+- **send_recv**: one message, ``alpha + n beta``.
+- **ps_pushpull** through ``k`` parameter servers, each holding 1/k of the parameters: every
+  worker pushes its gradient (n/k bytes to each server), the servers reduce, every worker pulls
+  the new parameters. Each phase takes as long as its busiest link: a worker node's (``r n``
+  bytes, with ``r`` ranks sharing its link) or a server's (``p n / k``):
+  ``2 alpha + 2 max(r, p / k) n beta + (p-1)/k n gamma``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -49,77 +51,69 @@ class Network:
         return 8.0 / self.beta_s_per_byte if self.beta_s_per_byte > 0 else math.inf
 
 
-def ring_allreduce_s(n: float, p: int, net: Network) -> float:
-    if p <= 1:
-        return 0.0
-    share = (p - 1) / p
-    return (
-        2 * (p - 1) * net.alpha_s
-        + 2 * share * n * net.beta_s_per_byte
-        + share * n * net.gamma_s_per_byte
-    )
+Counts = Callable[[int, int, int], tuple[float, float, float]]
+"""``(p, k, r) -> (a, b, g)``: a collective's latency messages, bytes factor and reduced bytes
+factor on ``p`` ranks, ``k`` servers and ``r`` ranks sharing one node's link."""
 
 
-def ring_half_s(n: float, p: int, net: Network, *, reduces: bool) -> float:
-    """One half of a ring all-reduce on its own: an all-gather of an ``n``-byte output, or a
-    reduce-scatter of an ``n``-byte input (``reduces``): ``(p-1) alpha + (p-1)/p n beta``
-    (``+ (p-1)/p n gamma`` for the reduce-scatter). FSDP's collectives."""
-    if p <= 1:
-        return 0.0
-    share = (p - 1) / p
-    reduced = share * n * net.gamma_s_per_byte if reduces else 0.0
-    return (p - 1) * net.alpha_s + share * n * net.beta_s_per_byte + reduced
+@dataclass(frozen=True)
+class Collective:
+    """One collective as the model prices it and a microbench measures it."""
+
+    counts: Counts
+    fit: str | None = None
+    """The name its own alpha-beta fit is stored under (``dlscale microbench`` fits it from
+    this collective's rows); ``None``: not fitted on its own."""
+    priced_by: tuple[str, ...] = ("ring",)
+    """The fits that price it, the first a microbench made (else the link's main fit)."""
+    through_servers: bool = False
+    """Its rows went through parameter servers (a row's ``servers`` above 0); a fit of another
+    collective takes only rows that did not (MXNet's broadcast, through its servers, is no
+    binomial tree)."""
 
 
-def tree_allreduce_s(n: float, p: int, net: Network) -> float:
-    if p <= 1:
-        return 0.0
-    levels = math.ceil(math.log2(p))
-    return 2 * levels * (net.alpha_s + n * net.beta_s_per_byte) + levels * n * net.gamma_s_per_byte
+def _ring(p: int, k: int, r: int) -> tuple[float, float, float]:
+    return 2 * (p - 1), 2 * (p - 1) / p, (p - 1) / p
 
 
-def ps_sync_s(n: float, p: int, servers: int, net: Network) -> float:
-    """Push and pull through ``servers`` parameter servers (synchronous)."""
-    if p <= 1:
-        return 0.0
-    busiest = max(n, p * n / servers)
-    return (
-        2 * net.alpha_s
-        + 2 * busiest * net.beta_s_per_byte
-        + (p - 1) * n / servers * net.gamma_s_per_byte
-    )
+def _half(reduces: bool) -> Counts:
+    return lambda p, k, r: (p - 1, (p - 1) / p, (p - 1) / p if reduces else 0.0)
 
 
-def ps_async_step_s(compute_s: float, n: float, p: int, servers: int, net: Network) -> float:
-    """A worker's mean step time with asynchronous parameter servers: its own compute, push
-    and pull one after the other, unless the servers' links, which carry all ``p`` workers'
-    pushes and pulls (p n / k bytes each way per round), are slower than that."""
-    if p <= 1:
-        return compute_s
-    own = compute_s + 2 * net.alpha_s + 2 * n * net.beta_s_per_byte
-    server_bound = p * n / servers * net.beta_s_per_byte
-    return max(own, server_bound)
+def _tree(reduces: bool) -> Counts:
+    def counts(p: int, k: int, r: int) -> tuple[float, float, float]:
+        levels = math.ceil(math.log2(p)) if p > 1 else 0
+        return levels, levels, levels if reduces else 0.0
+
+    return counts
 
 
-BUS_FACTOR = {
-    "all_reduce": lambda p: 2 * (p - 1) / p,
-    "all_gather": lambda p: (p - 1) / p,
-    "reduce_scatter": lambda p: (p - 1) / p,
-    "broadcast": lambda p: 1.0,
-    "send_recv": lambda p: 1.0,
-    "ps_pushpull": lambda p: 2 * (p - 1) / p,
+def _ps(p: int, k: int, r: int) -> tuple[float, float, float]:
+    return 2.0, 2 * max(float(r), p / k), (p - 1) / k
+
+
+COLLECTIVES: dict[str, Collective] = {
+    "all_reduce": Collective(_ring, fit="ring"),
+    "all_gather": Collective(_half(False)),
+    "reduce_scatter": Collective(_half(True)),
+    "broadcast": Collective(_tree(False), fit="tree", priced_by=("tree", "ring")),
+    "tree_reduce": Collective(_tree(True), priced_by=("tree", "ring")),
+    "send_recv": Collective(lambda p, k, r: (1.0, 1.0, 0.0), fit="p2p", priced_by=("p2p",)),
+    "ps_pushpull": Collective(_ps, fit="ps", priced_by=("ps", "p2p", "ring"), through_servers=True),
 }
-"""nccl-tests' bus bandwidth factors (docs/metrics.md): ``busbw = algbw x factor(p)``, with
-``algbw = bytes / time`` and bytes the message size (all_gather: the gathered output;
-reduce_scatter: the input). busbw is comparable across collectives and worker counts: the
-rate each link runs at in the bandwidth-optimal algorithm. As in nccl-tests, the factor is the
-collective's, whatever the algorithm: ``ps_pushpull`` computes an all-reduce, so it takes the
-all-reduce's; its busiest link carries ``2 max(n, p n / k)`` bytes (:func:`ps_sync_s`), not
-the ring's ``2(p-1)/p n``, so on a bandwidth-bound network its busbw stays below the link's
-rate by that ratio (a quarter of it with 2 workers and one server)."""
+"""Every collective the model prices (:mod:`.patterns` builds each synchronization from them)
+and ``dlscale microbench`` fits: one record each."""
+FITS = {c.fit: name for name, c in COLLECTIVES.items() if c.fit}
+"""Each stored fit's name and the collective it is fitted from (``ring``: ``all_reduce``)."""
 
 
-def bus_bandwidth(collective: str, bytes_: float, seconds: float, p: int) -> tuple[float, float]:
-    """(algbw, busbw) in bytes per second."""
-    algbw = bytes_ / seconds
-    return algbw, algbw * BUS_FACTOR[collective](p)
+def collective_s(
+    name: str, n: float, p: int, net: Network, servers: int = 1, sharing: int = 1
+) -> float:
+    """One ``name`` collective of ``n`` bytes on ``p`` ranks (``servers`` parameter servers,
+    ``sharing`` ranks on one node's link) on ``net``; 0 on one rank, except a push and pull
+    through servers, which one worker pays too."""
+    if p <= 1 and name != "ps_pushpull":
+        return 0.0
+    a, b, g = COLLECTIVES[name].counts(p, servers, sharing)
+    return a * net.alpha_s + b * n * net.beta_s_per_byte + g * n * net.gamma_s_per_byte

@@ -1,9 +1,10 @@
 """The network's ``alpha`` and ``beta`` fitted from measured collective times.
 
-A collective's time is modelled as ``t = a alpha + b n beta`` with ``a`` and ``b`` the counts
-of its pattern (ring all-reduce on p workers: a = 2(p-1), b = 2(p-1)/p; a binomial tree's
-broadcast: a = b = ceil(log2 p); one message: a = b = 1; a push and a pull through k parameter
-servers: a = 2, b = 2 max(1, p/k); :data:`PATTERNS`).
+A collective's time is modelled as ``t = a alpha + b n beta`` with ``a`` and ``b`` its counts
+(:data:`~.costs.COLLECTIVES`: ring all-reduce on p workers: a = 2(p-1), b = 2(p-1)/p; a binomial
+tree's broadcast: a = b = ceil(log2 p); one message: a = b = 1; a push and a pull through k
+parameter servers: a = 2, b = 2 max(1, p/k)); each fit is stored under its collective's
+``fit`` name (:data:`~.costs.FITS`: ``ring``, ``tree``, ``p2p``, ``ps``).
 The fit is least squares on the relative error (each residual divided by its measured time),
 because the sizes span eight orders of magnitude and an absolute fit would see only the
 largest; robust (scipy's Cauchy loss at a 10% scale), because on a busy machine a few
@@ -15,41 +16,13 @@ reported as the median and the largest relative error over the samples.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dlscale.contract.errors import UserError
-from dlscale.perfmodel.costs import Network
-
-PATTERNS: dict[str, Callable[[int, int], tuple[float, float]]] = {
-    "ring": lambda p, k: (2 * (p - 1), 2 * (p - 1) / p),
-    "tree": lambda p, k: (math.ceil(math.log2(p)), math.ceil(math.log2(p))),
-    "p2p": lambda p, k: (1.0, 1.0),
-    "ps": lambda p, k: (2.0, 2 * max(1.0, p / k)),
-}
-"""(latency messages, bytes factor) of each pattern on p workers and k parameter servers, as in
-:mod:`.costs`: the ring all-reduce; a binomial tree (a broadcast: ceil(log2 p) rounds of whole
-messages); one point-to-point message (a parameter server's push or pull); a synchronous
-parameter server's push and pull (:func:`~.costs.ps_sync_s`: each phase as long as its busiest
-link, a worker's n bytes or a server's p n / k). Only ``ps`` reads k."""
-
-FITTED_FROM = {"ring": "all_reduce", "tree": "broadcast", "p2p": "send_recv", "ps": "ps_pushpull"}
-"""The collective of ``dlscale microbench`` each pattern is fitted from."""
-
-THROUGH_SERVERS = ("ps",)
-"""The patterns fitted from messages that went through parameter servers (a row's ``servers``
-above 0); the others are fitted only from messages that did not (MXNet's broadcast, through
-its servers, is no binomial tree)."""
-
-USED_BY: dict[str, tuple[str, ...]] = {
-    "ring": ("ring",), "ring-overlap": ("ring",), "tree": ("tree",), "ps-sync": ("ps", "p2p"),
-    "ps-async": ("ps", "p2p"),
-}  # fmt: skip
-"""The patterns whose fit predicts each strategy of :mod:`.predict`, the first that a
-microbench fitted (else the ring's)."""
+from dlscale.perfmodel.costs import COLLECTIVES, FITS, Network
 
 
 @dataclass(frozen=True)
@@ -68,10 +41,12 @@ def fit_network(
     seconds: Sequence[float],
     servers: Sequence[int] | None = None,
 ) -> Fit:
-    """alpha and beta of ``pattern`` from samples (workers, bytes, seconds, and for ``ps`` the
-    parameter servers that held each message: 1 each when not given)."""
-    if pattern not in PATTERNS:
-        raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(PATTERNS)}")
+    """alpha and beta of the fit ``pattern`` (:data:`~.costs.FITS`) from samples (workers,
+    bytes, seconds, and for ``ps`` the parameter servers that held each message: 1 each when
+    not given)."""
+    if pattern not in FITS:
+        raise UserError(f"unknown pattern {pattern!r}; known: {', '.join(FITS)}")
+    counts = COLLECTIVES[FITS[pattern]].counts
     held = [1] * len(workers) if servers is None else list(servers)
     if not len(workers) == len(sizes) == len(seconds) == len(held) or len(seconds) < 2:
         raise UserError("a fit needs at least 2 samples, each with workers, bytes and seconds")
@@ -82,7 +57,7 @@ def fit_network(
     if not (np.all(np.isfinite(t)) and np.all(t > 0) and np.all(np.isfinite(n)) and np.all(n >= 0)):
         raise UserError("a fit needs positive, finite times and non-negative, finite sizes")
     coefficients = np.array(
-        [PATTERNS[pattern](int(p), int(k)) for p, k in zip(workers, held, strict=True)],
+        [counts(int(p), int(k), 1)[:2] for p, k in zip(workers, held, strict=True)],
         dtype=float,
     )
     design = np.column_stack([coefficients[:, 0], coefficients[:, 1] * n]) / t[:, None]

@@ -1,4 +1,4 @@
-"""The networks that stored ``dlscale microbench`` runs measured: their rows and pattern fits,
+"""The networks that stored ``dlscale microbench`` runs measured: their rows and fits,
 read back from ``microbench-*/microbench.json`` in a results directory, for ``dlscale predict``
 and the report."""
 
@@ -14,7 +14,8 @@ from dlscale.contract.numbers import finite_number as is_finite
 from dlscale.contract.shapes import MAX_QUANTITY, TIMESTAMP
 from dlscale.contract.text import excerpt
 from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.validate import Link, network_key, plain_key
+from dlscale.perfmodel.links import Link
+from dlscale.perfmodel.validate import network_key, plain_key
 
 PLAUSIBLE_BIT_S = 1e14
 """100 Tbit/s (12.5 TB/s): more than any link carries and more than one device's memory moves
@@ -24,7 +25,7 @@ PLAUSIBLE_BIT_S = 1e14
 @dataclass(frozen=True)
 class Fitted:
     """A stored microbench's network, as found: how, when and by which run, and the
-    :class:`~.validate.Link` (its fits by pattern and its measured collectives) that predicts
+    :class:`~.links.Link` (its fits by name and its measured collectives) that predicts
     on it."""
 
     said: str
@@ -36,13 +37,8 @@ class Fitted:
     @property
     def network(self) -> Network:
         """The ring's fit, else (a run without an all-reduce: MXNet's parameter servers) the
-        first pattern's of :data:`~.fit.PATTERNS` the run fitted (``link.pattern`` says which)."""
+        first of :data:`~.costs.FITS` the run fitted (``link.fit`` says which)."""
         return self.link.network
-
-    def for_strategy(self, strategy: str) -> tuple[Network, str]:
-        """The network that predicts ``strategy`` (the first of its patterns' fits that the run
-        has, else ``network``: the ring's where it has one) and which fit it is."""
-        return self.link.fit_for(strategy)
 
 
 def microbench_runs(
@@ -95,7 +91,7 @@ def fitted_networks(
     launcher, emulated network and node count: keyed ``(backend, *network_key)``. A newest fit
     that cannot be used (not finite, no bandwidth) is left out and ``on_problem`` hears why;
     ``on_skipped`` hears each file :func:`microbench_runs` leaves out."""
-    from dlscale.perfmodel.fit import PATTERNS
+    from dlscale.perfmodel.costs import FITS
 
     newest: dict[tuple[Any, ...], dict[str, Any]] = {}
     for run in microbench_runs(results, on_skipped):
@@ -106,7 +102,7 @@ def fitted_networks(
     found: dict[tuple[Any, ...], Fitted] = {}
     for key, run in newest.items():
         fits = stored_fits(run)
-        pattern = next((p for p in PATTERNS if p in fits), next(iter(fits)))  # the ring first
+        pattern = next((p for p in FITS if p in fits), next(iter(fits)))  # the ring first
         fit = fits[pattern]
         network = stored_fit(fit)
         if network is None:
@@ -159,16 +155,16 @@ def measured_rows(run: dict[str, Any]) -> dict[str, tuple[tuple[float, float], .
 
 def stored_fits(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A stored run's fits by pattern: its ``fits``, with ``fit`` as the ring's (a run from
-    before ``fits`` has only that); what is no dict, or under a name that is no pattern of
-    :data:`~.fit.PATTERNS` (a hand-edited file's: the model has no use for it, and its name
+    before ``fits`` has only that); what is no dict, or under a name that is no fit of
+    :data:`~.costs.FITS` (a hand-edited file's: the model has no use for it, and its name
     would reach the tables), is left out."""
-    from dlscale.perfmodel.fit import PATTERNS
+    from dlscale.perfmodel.costs import FITS
 
     fits = run.get("fits")
     found = {
         name: fit
         for name, fit in (fits.items() if isinstance(fits, dict) else ())
-        if name in PATTERNS and isinstance(fit, dict)
+        if name in FITS and isinstance(fit, dict)
     }
     if isinstance(run.get("fit"), dict):
         found["ring"] = run["fit"]
@@ -228,7 +224,7 @@ def fitted_for(fitted: dict[tuple[Any, ...], Fitted], config: dict[str, Any]) ->
     if own is not None:
         return own
     # another engine's all-reduce stands in for it, never another pattern (a kvstore's ps)
-    others = {k[0]: f for k, f in fitted.items() if k[1:] == key and f.link.pattern == "ring"}
+    others = {k[0]: f for k, f in fitted.items() if k[1:] == key and f.link.fit == "ring"}
     folder, framework = _kin(backend)
     same_folder = [f for engine, f in others.items() if folder and _kin(engine)[0] == folder]
     same_framework = [f for engine, f in others.items() if _kin(engine)[1] == framework]

@@ -2,7 +2,7 @@
 
 Every completed point of 2 workers or more whose engine named how it synchronizes
 (``sync_pattern``: ring, fsdp, fsdp-no-reshard, ps-sync, ps-async; docs/metrics.md) is
-predicted on that algorithm (:mod:`.engines`) and compared with its measured throughput:
+predicted on that algorithm (:mod:`.patterns`) and compared with its measured throughput:
 error = predicted / measured - 1. What the prediction takes:
 
 - **compute**: the point's own no-sync probe (``step_time_nosync_p50_ms``: its median step
@@ -23,7 +23,7 @@ A ring or FSDP point is also predicted with the ideal overlap of its collectives
 comes from, its own or a 1-worker point's, where that engine times a forward alone, else
 assumed 2/3: ``backward_share_from``): the two bound what bucketed
 overlap gives; a synchronous parameter server's with its pushes and pulls in the link's two
-directions at once, overlapped (:data:`~.engines.PIPELINED`), which bounds what a
+directions at once, overlapped (its ``pipelined`` join), which bounds what a
 per-parameter kvstore gives. The median of the absolute errors over the points, per engine
 and over all, says how well the model holds here.
 """
@@ -31,30 +31,19 @@ and over all, says how well the model holds here.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from dlscale.contract.algorithms import SYNC_PATTERNS
 from dlscale.contract.declared_options import scale_keys
 from dlscale.contract.errors import UserError
-from dlscale.perfmodel.costs import Network
-from dlscale.perfmodel.engines import (
-    OVERLAPS,
-    PIPELINED,
-    Comm,
-    SentOnCycle,
-    pattern_comm,
-    pattern_step,
-    replayed_comm,
-)
+from dlscale.perfmodel.links import Comm, Link
+from dlscale.perfmodel.patterns import PATTERNS, Pattern, SentOnCycle, grouped
 from dlscale.perfmodel.predict import Profile
 
 MEASURES = ("error", "overlap_error")
 """The errors each row has (``overlap_error``: ``None`` where the pattern does not overlap)."""
-Rows = tuple[tuple[float, float], ...]
 
 
 def network_key(config: dict[str, Any]) -> tuple[Any, ...]:
@@ -74,45 +63,6 @@ def network_key(config: dict[str, Any]) -> tuple[Any, ...]:
 def plain_key(value: Any) -> Any:
     """A key part as stored, or its text when a damaged file put a list or a map there."""
     return value if value is None or isinstance(value, str | int | float) else str(value)
-
-
-@dataclass(frozen=True)
-class Link:
-    """A network as validation sees it: its fitted costs (``network``, the ring's where a
-    microbench fitted one; ``patterns``: every pattern's fit) and, where a microbench measured
-    collectives with ``processes`` ranks, their (bytes, seconds) rows by collective
-    (``ps_pushpull/<servers>`` for a parameter server's push and pull)."""
-
-    network: Network
-    measured: Mapping[str, Rows] = field(default_factory=dict)
-    processes: int = 0
-    patterns: Mapping[str, Network] = field(default_factory=dict)
-    pattern: str = "ring"
-    """The pattern whose fit ``network`` is."""
-
-    def measured_s(self, collective: str, n: float, p: int) -> float | None:
-        """The measured ``collective`` of ``n`` bytes on ``p`` ranks, interpolated between the
-        two nearest sizes on log-log axes; ``None`` outside what was measured."""
-        rows = self.measured.get(collective, ())
-        if p != self.processes or len(rows) < 2:
-            return None
-        sizes, times = zip(*sorted(rows), strict=True)
-        if not sizes[0] <= n <= sizes[-1]:
-            return None
-        return float(np.exp(np.interp(np.log(n), np.log(sizes), np.log(times))))
-
-    def allreduce_s(self, n: float, p: int) -> float | None:
-        return self.measured_s("all_reduce", n, p)
-
-    def fit_for(self, strategy: str) -> tuple[Network, str]:
-        """The network that predicts ``strategy`` (the first of its patterns' fits that the
-        microbench has, else ``network``) and which fit it is."""
-        from dlscale.perfmodel.fit import USED_BY
-
-        for pattern in USED_BY.get(strategy, ("ring",)):
-            if pattern in self.patterns:
-                return self.patterns[pattern], pattern
-        return self.network, self.pattern
 
 
 class Compute(NamedTuple):
@@ -136,7 +86,7 @@ def _compute(
     metrics = point.get("metrics") or {}
     if metrics.get("step_time_nosync_p50_ms"):
         return Compute(float(metrics["step_time_nosync_p50_ms"]), "no-sync probe", metrics)
-    if metrics.get("sync_pattern") in OVERLAPS:
+    if PATTERNS[metrics["sync_pattern"]].alone_free:
         own = next((p for p in points if _one_worker_of(p, point)), None)
         if own is not None:
             source = f"{point['config'].get('backend')} x1 step"
@@ -172,12 +122,13 @@ def _step(point: dict[str, Any]) -> float:
     return float((point.get("metrics") or {}).get("step_time_p50_ms") or 0.0)
 
 
-def _payload(metrics: dict[str, Any], pattern: str, p: int) -> float:
-    """The bytes one collective carries: the gradient's; a ring's from the bytes its engine
-    says one worker sends (``2(p-1)/p`` x the payload), so a compressed copy counts as sent."""
+def _payload(metrics: dict[str, Any], pattern: Pattern, p: int) -> float:
+    """The bytes one collective carries: the gradient's; where the pattern says how many bytes
+    a worker sends per payload byte (a ring: ``2(p-1)/p``), from the bytes its engine says one
+    worker sends, so a compressed copy counts as sent."""
     sent = metrics.get("bytes_sent_per_step_model")
-    if pattern == "ring" and sent:
-        return float(sent) * p / (2 * (p - 1))
+    if pattern.sent_per_byte is not None and sent:
+        return float(sent) / pattern.sent_per_byte(p)
     return float(metrics["gradient_bytes"])
 
 
@@ -194,7 +145,7 @@ def compare(
         workers = int(config.get("workers") or 0)
         pattern, measured = metrics.get("sync_pattern"), metrics.get("throughput_samples_s")
         batch = point.get("batch_size_per_worker")
-        if point.get("status") != "completed" or workers < 2 or pattern not in SYNC_PATTERNS:
+        if point.get("status") != "completed" or workers < 2 or pattern not in PATTERNS:
             continue  # a pattern the model does not know (a damaged file's) is not predicted
         compute = _compute(point, by_run, points)
         if not (compute and metrics.get("gradient_bytes") and measured and batch):
@@ -202,7 +153,8 @@ def compare(
         link = link_of(point)
         if link is None:
             continue
-        payload = _payload(metrics, pattern, workers)
+        record = PATTERNS[pattern]
+        payload = _payload(metrics, record, workers)
         share, share_from = backward_share(compute.metrics)
         try:
             profile = Profile(
@@ -213,11 +165,11 @@ def compare(
             continue
         servers = int(metrics.get("sync_servers") or 1)
         messages = _messages(metrics)
-        comm = pattern_comm(pattern, payload, workers, servers, link, messages)
-        row = _row(point, pattern, compute, comm, profile, workers, servers, link, float(measured))
-        if pattern == "ring" and (sent := _sent_on_cycle(metrics, messages)):
+        comm = record.comm(payload, workers, servers, link, grouped(messages))
+        row = _row(point, record, compute, comm, profile, workers, servers, link, float(measured))
+        if record.joins == "overlap" and (sent := _sent_on_cycle(metrics, messages)):
             backward = profile.compute_s * profile.backward_share
-            exposed = replayed_comm(pattern, payload, workers, servers, link, sent, backward)
+            exposed = record.replayed_s(payload, workers, servers, link, sent, backward)
             row["overlap_samples_s"] = workers * profile.batch / (profile.compute_s + exposed)
             row["overlap_error"] = row["overlap_samples_s"] / float(measured) - 1
             row["overlap_from"] = REPLAYED
@@ -227,7 +179,7 @@ def compare(
 
 REPLAYED = "cycle replayed"
 """A row's ``overlap_from`` where its overlap bound is the engine's cycle replayed on when
-each message was ready (:func:`~.engines.replayed_comm`), not the ideal overlap."""
+each message was ready (:meth:`~.patterns.Pattern.replayed_s`), not the ideal overlap."""
 
 
 def _sent_on_cycle(metrics: dict[str, Any], messages: list[float]) -> SentOnCycle | None:
@@ -288,7 +240,7 @@ def share_words(row: dict[str, Any]) -> str:
 
 def _row(
     point: dict[str, Any],
-    pattern: str,
+    pattern: Pattern,
     compute: Compute,
     comm: Comm,
     profile: Profile,
@@ -307,8 +259,8 @@ def _row(
         "launcher": launcher,
         "network": network,
         "nodes": nodes,
-        "algorithm": pattern,
-        "servers": servers if pattern.startswith("ps-") else None,
+        "algorithm": pattern.name,
+        "servers": servers if pattern.served else None,
         "measured_samples_s": measured,
         "sample_unit": metrics.get("sample_unit") or "image",  # shown in it: metrics.units
         "units_per_sample": metrics.get("units_per_sample") or 1,
@@ -322,12 +274,13 @@ def _row(
     }
 
     def predicted(overlap: bool) -> float:
-        step = pattern_step(pattern, profile, comm.seconds, workers, servers, link, overlap)
+        step = pattern.step_s(profile.compute_s, profile.backward_share, comm.seconds,
+                              profile.gradient_bytes, workers, servers, link, overlap)  # fmt: skip
         return workers * profile.batch / step
 
     row["predicted_samples_s"] = predicted(False)
     row["error"] = row["predicted_samples_s"] / measured - 1
-    overlaps = pattern in OVERLAPS or pattern in PIPELINED
+    overlaps = pattern.overlaps
     row["overlap_samples_s"] = predicted(True) if overlaps else None
     row["overlap_error"] = row["overlap_samples_s"] / measured - 1 if overlaps else None
     return row

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from dlscale.metrics.units import rate_of
-from dlscale.perfmodel.costs import ring_allreduce_s
+from dlscale.perfmodel.costs import collective_s
+from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.networks import finite_number, stored_fit
 from dlscale.perfmodel.validate import (
-    Link,
     compare,
     errors_in_words,
     median_basis,
@@ -150,7 +150,7 @@ def collectives(run: dict[str, Any]) -> list[Figure]:
                 Series(
                     name="ring fit",
                     x=[r["bytes"] for r in ring],
-                    y=[ring_allreduce_s(r["bytes"], p, net) * 1e3 for r in ring],
+                    y=[collective_s("all_reduce", r["bytes"], p, net) * 1e3 for r in ring],
                     dashed=True,
                 )
             )

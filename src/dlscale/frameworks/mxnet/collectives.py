@@ -19,7 +19,7 @@ worker barrier, through the scheduler) before each:
   broadcast only once, so every call is on a new key (its time includes the servers storing a
   new key and init's worker barrier; the kvstore keeps every key to the end). Through the
   servers, it is no binomial tree: it fits no pattern
-  (:data:`~dlscale.perfmodel.fit.THROUGH_SERVERS`).
+  (:attr:`~dlscale.perfmodel.costs.Collective.through_servers`).
 
 MXNet runs its calls asynchronously: ``mx.nd.waitall()`` after the preparation (before the
 barrier) and around the timed call. Each record carries the servers that held the message
