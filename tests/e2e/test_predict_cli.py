@@ -320,3 +320,42 @@ def test_two_levels_of_network_price_the_hierarchical_all_reduce_by_hand(cli):
     )
     for name in variants():
         assert re.search(rf"│ {re.escape(name)} .*not validated │", table.stdout), name
+
+
+def test_two_levels_fitted_by_a_microbench_on_one_host_and_one_across_hosts(cli, tmp_path):
+    """--network-from with --ranks-per-node: the link between nodes from the newest
+    microbench across nodes, the link inside from the newest on one node without an emulated
+    link; without the one-node run, one line naming the microbench to run."""
+    from dlscale.store import write_json_atomic
+
+    def bench(name, alpha, beta, launcher, nnodes, network=""):
+        fit = {"pattern": "ring", "alpha_s": alpha, "beta_s_per_byte": beta,
+               "median_error": 0.05}  # fmt: skip
+        options = {"launcher": {"network": network, "nnodes": nnodes}}
+        (tmp_path / name).mkdir()
+        write_json_atomic(
+            tmp_path / name / "microbench.json", "microbench",
+            {"started_at": 2.0 if nnodes > 1 else 1.0, "processes": 2, "rows": [],
+             "error": None, "fit": fit, "fits": {"ring": fit},
+             "config": {"backend": "torch-ddp", "launcher": launcher, "options": options}},
+        )  # fmt: skip
+
+    bench("microbench-across", 2e-4, 8e-8, "mpirun", 2, "100mbit")  # 100 Mbit/s between
+    flags = ("predict", "--network-from", str(tmp_path), "--compute-ms", "100",
+             "--gradient-bytes", "1e6", "--workers", "8", "--ranks-per-node", "2")  # fmt: skip
+    alone = cli(*flags)
+    assert alone.returncode == 2 and "has no microbench on one node" in alone.stderr
+    assert "dlscale microbench --workers 2" in alone.stderr and "Traceback" not in alone.stderr
+    bench("microbench-inside", 1e-5, 1e-10, "local", 1)  # 80 Gbit/s on one host
+    run = cli(*flags, "--pattern", "hierarchical,ring", "--json")
+    assert run.returncode == 0, run.stderr
+    comm = {r["strategy"]: r["comm_s"] for r in _records(run.stdout)}
+    inside = 1e-5 + 1 / 2 * 1e6 * 1e-10  # each half of the ring between a node's 2 ranks
+    between = 2 * 3 * 2e-4 + 2 * 3 / 4 * 1e6 * 8e-8  # the shards' all-reduce among 4 nodes
+    assert comm["hierarchical"] == pytest.approx(2 * inside + between)
+    assert comm["ring"] == pytest.approx(2 * 7 * 2e-4 + 2 * 7 / 8 * 1e6 * 8e-8)
+    words = re.sub(r"\n {2}", " ", cli(*flags).stdout)
+    assert (
+        "fitted by microbench-across" in words
+        and "inside a node: fitted by microbench-inside" in words
+    )

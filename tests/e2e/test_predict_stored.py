@@ -31,7 +31,10 @@ def test_the_stored_studys_model_batch_and_baseline_step_are_predicted(cli, stor
     run = cli(*flags, env={"COLUMNS": "80"})
     assert run.returncode == 0, run.stderr
     assert "measuring" not in run.stderr and _files(store) == before  # nothing run, nothing written
-    assert run.stdout.startswith("predicted: tiny, batch 32/worker, 10 Gbit/s, 5 us links")  # wrapped
+    # the title, wrapped at 80 columns
+    assert run.stdout.startswith(
+        "predicted: tiny, batch 32/worker, 10 Gbit/s, 5 us links"
+    )  # wrapped
     metrics = json.loads((store / BASELINE / "result.json").read_text())["metrics"]
     step = metrics["step_time_p50_ms"]
     lines = [x for x in run.stdout.splitlines() if x[:1] not in "┏┃┡│└" and str(store) not in x]

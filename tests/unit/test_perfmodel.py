@@ -217,7 +217,8 @@ def test_the_ideal_overlap_hides_behind_the_backward_share_the_probe_measured():
     """An engine whose probe timed a forward alone: the window after it (here 20 - 15 = 5 ms,
     a quarter) is what the synchronization can hide in, not the assumed 2/3; a share that
     cannot be one (a forward longer than the step, NaN) is clipped or left assumed."""
-    from dlscale.perfmodel.validate import Link, compare, share_words
+    from dlscale.perfmodel.validate import Link, compare
+    from dlscale.report.model import share_words
 
     net = Network.from_link(8e9 / 6, 0.0)  # 6 ms for the ring of 1 MB at 2 workers
     measured, longer, nan, none = compare(
@@ -326,7 +327,8 @@ def test_an_engine_without_a_probe_takes_its_backward_share_from_its_compute_poi
     compute comes from timed its plain step and a forward alone (runtime/schedule.py): the
     share is that point's, never the multi-worker point's own leftovers; a compute point
     without a forward leaves the share assumed."""
-    from dlscale.perfmodel.validate import Link, compare, share_words
+    from dlscale.perfmodel.validate import Link, compare
+    from dlscale.report.model import share_words
 
     net = Network.from_link(8e9, 0.0)  # 1 ns a byte
     fsdp = _point(backend="torch-fsdp", pattern="fsdp", nosync=None, forward_time_p50_ms=1.0)

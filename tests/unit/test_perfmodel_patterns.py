@@ -110,3 +110,28 @@ def test_unknown_or_impossible_pattern_names_are_one_line():
             variant(bad)
         assert "ring-overlap" in str(error.value) and "\n" not in str(error.value)
     assert sync_metrics({"pattern": ["ring"]}, None) == {}  # damaged facts: no pattern
+
+
+def test_a_point_with_several_ranks_on_each_host_is_priced_on_two_levels():
+    """Validation: a point of 4 workers on 2 emulated hosts takes its hosts' link from the
+    microbench of its own network and the link inside a host from the newest one-host
+    microbench (its engine's, else any): each host's 2 ranks share its link."""
+    from dlscale.perfmodel.networks import Fitted, link_lookup
+
+    def fitted(net, started):
+        return Fitted("said", started, "run", Link(net))
+
+    stored = {
+        ("torch-ddp", "mpirun", "100mbit", 2): fitted(INTER, 3.0),
+        ("torch-ddp", "local", "", 1): fitted(INTRA, 2.0),
+        ("jax-dp", "local", "", 1): fitted(Network(1.0, 1.0), 4.0),  # another engine's
+    }
+    link_of, _ = link_lookup(stored)
+    config = {"backend": "torch-ddp", "launcher": "mpirun", "workers": 4,
+              "options": {"launcher": {"network": "100mbit", "nnodes": 2}}}  # fmt: skip
+    link = link_of({"config": config})
+    assert link.network == INTER and link.intra == INTRA and link.ranks_per_node == 2
+    assert link_of({"config": {**config, "workers": 2}}).intra is None  # one rank a host
+    # the ps-sync of 4 workers through 4 servers, the 2 of a host sharing its link: each way
+    # max(2 x 1 MB a host, 4 x 1/4 MB a server) = 2 MB; on one level it would be 1 MB
+    assert PATTERNS["ps-sync"].comm(1e6, 4, 4, link).seconds == pytest.approx(2e-5 + 4e6 * 1e-9)

@@ -63,7 +63,8 @@ def _point(**metrics):
 
 
 def test_validation_replays_the_cycle_where_the_engine_saw_its_messages_go_out():
-    from dlscale.perfmodel.validate import Link, compare, share_words
+    from dlscale.perfmodel.validate import Link, compare
+    from dlscale.report.model import share_words
 
     net = Network(alpha_s=0.0, beta_s_per_byte=2e-9)  # 2 ms a MB on the ring of 2
     sent = {"sync_message_bytes": [1_000_000, 1_000_000, 1_000_000],

@@ -160,10 +160,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("give the network: --bandwidth RATE (and --latency), or --network-from DIR")
     kind: tuple[Any, ...] | None = None
     if given is None:
-        fitted = fitted_networks(Path(args.network_from))
-        key, newest = max(fitted.items(), key=lambda item: item[1].started_at)
-        kind = key[1:]  # its launcher, emulated network and nodes
-        given = (_two_level(newest.link, args), newest.said)
+        given, kind = _fitted_network(Path(args.network_from), args)
     keep = args.results is not None  # a measured profile is kept only where the user said
     args.results = args.results or DEFAULT_RESULTS
     points = stored_points(Path(args.results)) if args.compute_ms is None else []  # read once
@@ -297,6 +294,33 @@ def _given_network(args: argparse.Namespace) -> tuple[Link, str]:
     return _two_level(Link(Network.from_link(bandwidth, latency), fit="given"), args), said
 
 
+def _fitted_network(where: Path, args: argparse.Namespace) -> tuple[tuple[Link, str], Any]:
+    """The network the newest microbench in ``where`` fitted (across nodes, where one ran
+    across nodes), and its kind (launcher, emulated network, nodes); with ``--ranks-per-node``
+    above 1 and no ``--intra-bandwidth``, the link inside a node from the newest microbench on
+    one node without an emulated link."""
+    from dataclasses import replace
+
+    from dlscale.perfmodel.networks import one_node
+
+    fitted = fitted_networks(where)
+    across = {k: f for k, f in fitted.items() if k[3] not in (1, "1")} or fitted
+    key, newest = max(across.items(), key=lambda item: item[1].started_at)
+    link, said = newest.link, newest.said
+    if args.ranks_per_node > 1 and args.intra_bandwidth is None:
+        inside = one_node(fitted)
+        if inside is None or inside is newest:
+            raise UserError(
+                f"--ranks-per-node {args.ranks_per_node}: {where} has no microbench on one node "
+                "beside one across nodes to fit the link inside a node from: run `dlscale "
+                f"microbench --workers {args.ranks_per_node}` on one host into it, or give "
+                "--intra-bandwidth RATE"
+            )
+        link = replace(link, intra=inside.network, ranks_per_node=args.ranks_per_node)
+        said += f"; inside a node: {inside.said}"
+    return (_two_level(link, args), said), key[1:]
+
+
 def _two_level(link: Link, args: argparse.Namespace) -> Link:
     """``link`` between nodes with ``--ranks-per-node`` workers a node, on ``--intra-bandwidth``
     inside each (needed where more than one worker shares a node)."""
@@ -304,7 +328,7 @@ def _two_level(link: Link, args: argparse.Namespace) -> Link:
 
     per_node = args.ranks_per_node
     if args.intra_bandwidth is None:
-        if per_node > 1:
+        if per_node > 1 and link.intra is None:
             raise UserError(
                 f"--ranks-per-node {per_node}: give the link inside a node too, "
                 "--intra-bandwidth RATE (600Gbit for NVLink, 128Gbit for PCIe 4 x16)"

@@ -27,7 +27,7 @@ def validate(results: Path, args: argparse.Namespace, given: Link | None, said: 
     emulated network and nodes."""
     from dlscale.perfmodel import validate
     from dlscale.perfmodel.networks import link_lookup
-    from dlscale.perfmodel.validate import errors_in_words, median_basis
+    from dlscale.report.model import errors_in_words, median_basis
 
     as_json = args.json
     if given is not None:
@@ -71,7 +71,7 @@ def _validation_table(rows: list[dict[str, Any]]) -> Table:
     """The validation rows, each throughput in the rows' unit (img/s, tok/s; samples/s for
     rows of several: :mod:`dlscale.metrics.units`)."""
     from dlscale.metrics.units import rate_for, sample_unit
-    from dlscale.perfmodel.validate import share_words
+    from dlscale.report.model import share_words
 
     rate = rate_for(sample_unit(row) for row in rows)
     table = Table()

@@ -5,7 +5,7 @@ and the report."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -254,11 +254,26 @@ def link_lookup(
     used: dict[str, str] = {}
 
     def link_of(point: dict[str, Any]) -> Link | None:
-        found = fitted_for(fitted, point["config"])
+        config = point["config"]
+        found = fitted_for(fitted, config)
         if found is None:
             return None
-        key = network_key(point["config"])
-        used[f"{point['config'].get('backend')} on {key[1] or key[0]}"] = found.said
-        return found.link
+        key = network_key(config)
+        used[f"{config.get('backend')} on {key[1] or key[0]}"] = found.said
+        nodes, workers = key[2], config.get("workers")
+        if not (isinstance(nodes, int) and isinstance(workers, int) and workers > nodes > 1):
+            return found.link
+        inside = one_node(fitted, config.get("backend"))
+        per_node = -(-workers // nodes)  # the ranks of a node share it, on the link inside
+        intra = inside.network if inside is not None else None
+        return replace(found.link, intra=intra, ranks_per_node=per_node)
 
     return link_of, used
+
+
+def one_node(fitted: dict[tuple[Any, ...], Fitted], backend: Any = None) -> Fitted | None:
+    """The newest fit of ranks on one node with no emulated link between them (the link inside
+    a node: ``dlscale microbench`` on one host), ``backend``'s where it has one."""
+    inside = {k: f for k, f in fitted.items() if k[3] in (1, "1") and not k[2]}
+    own = [f for k, f in inside.items() if k[0] == backend]
+    return max(own or inside.values(), key=lambda f: f.started_at, default=None)

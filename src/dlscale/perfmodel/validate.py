@@ -227,17 +227,6 @@ def backward_share(metrics: dict[str, Any]) -> tuple[float, str]:
     return 2 / 3, ASSUMED_SHARE
 
 
-def share_words(row: dict[str, Any]) -> str:
-    """``ideal: backward 61% measured``: the ideal overlap's window, and whether it was
-    measured; or that the row's overlap bound is the engine's cycle replayed
-    (:data:`REPLAYED`)."""
-    if row.get("overlap_from") == REPLAYED:
-        return REPLAYED
-    assumed = row.get("backward_share_from", ASSUMED_SHARE) == ASSUMED_SHARE
-    how = "assumed" if assumed else "measured"
-    return f"ideal: backward {row.get('backward_share', 2 / 3):.0%} {how}"
-
-
 def _row(
     point: dict[str, Any],
     pattern: Pattern,
@@ -309,26 +298,3 @@ def per_engine(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]
     """:func:`median_errors` of each engine's rows (by backend), in the rows' order."""
     engines = dict.fromkeys(str(r["backend"]) for r in rows)
     return {e: median_errors([r for r in rows if str(r["backend"]) == e]) for e in engines}
-
-
-def errors_in_words(medians: dict[str, float | None]) -> str:
-    """``4.3% (overlap bound 2.1%)``: the median without overlap and, where there is one, with
-    the overlap bound (ideal, or the engine's cycle replayed: ``overlap_from``)."""
-    said = f"{medians['error']:.1%}" if medians["error"] is not None else "none"
-    if medians["overlap_error"] is not None:
-        said += f" (overlap bound {medians['overlap_error']:.1%})"
-    return said
-
-
-def median_basis(rows: list[dict[str, Any]]) -> str:
-    """Which rows :func:`median_errors` took, in words."""
-    noisy = sum(1 for r in rows if r.get("noisy"))
-    if not noisy:
-        return _count(len(rows), "point")
-    if noisy == len(rows):
-        return f"{_count(len(rows), 'point')}, every one flagged noisy"
-    return f"{_count(len(rows) - noisy, 'quiet point')} ({noisy} flagged noisy left out)"
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")

@@ -11,14 +11,7 @@ from dlscale.metrics.units import rate_of
 from dlscale.perfmodel.costs import collective_s
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.networks import finite_number, stored_fit
-from dlscale.perfmodel.validate import (
-    compare,
-    errors_in_words,
-    median_basis,
-    median_errors,
-    per_engine,
-    share_words,
-)
+from dlscale.perfmodel.validate import ASSUMED_SHARE, REPLAYED, compare, median_errors, per_engine
 from dlscale.report.series import Figure, Row, Series, by_series
 
 LinkOf = Callable[[Row], Link | None]
@@ -178,3 +171,37 @@ def _usable(row: Any) -> bool:
         and isinstance(row.get("collective"), str)
         and all(finite_number(row.get(k)) and row[k] > 0 for k in _DRAWN)
     )
+
+
+def share_words(row: dict[str, Any]) -> str:
+    """``ideal: backward 61% measured``: the ideal overlap's window, and whether it was
+    measured; or that the row's overlap bound is the engine's cycle replayed
+    (:data:`REPLAYED`)."""
+    if row.get("overlap_from") == REPLAYED:
+        return REPLAYED
+    assumed = row.get("backward_share_from", ASSUMED_SHARE) == ASSUMED_SHARE
+    how = "assumed" if assumed else "measured"
+    return f"ideal: backward {row.get('backward_share', 2 / 3):.0%} {how}"
+
+
+def errors_in_words(medians: dict[str, float | None]) -> str:
+    """``4.3% (overlap bound 2.1%)``: the median without overlap and, where there is one, with
+    the overlap bound (ideal, or the engine's cycle replayed: ``overlap_from``)."""
+    said = f"{medians['error']:.1%}" if medians["error"] is not None else "none"
+    if medians["overlap_error"] is not None:
+        said += f" (overlap bound {medians['overlap_error']:.1%})"
+    return said
+
+
+def median_basis(rows: list[dict[str, Any]]) -> str:
+    """Which rows :func:`median_errors` took, in words."""
+    noisy = sum(1 for r in rows if r.get("noisy"))
+    if not noisy:
+        return _count(len(rows), "point")
+    if noisy == len(rows):
+        return f"{_count(len(rows), 'point')}, every one flagged noisy"
+    return f"{_count(len(rows) - noisy, 'quiet point')} ({noisy} flagged noisy left out)"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
