@@ -359,3 +359,13 @@ def test_two_levels_fitted_by_a_microbench_on_one_host_and_one_across_hosts(cli,
         "fitted by microbench-across" in words
         and "inside a node: fitted by microbench-inside" in words
     )
+
+
+def test_a_language_models_profile_is_measured_on_random_tokens():
+    """A profile measured for a GPT runs on the generated data set of its samples (random
+    tokens): synthetic images were refused for it ('takes token sequences')."""
+    from dlscale.cli.profile import _generated_dataset
+
+    assert _generated_dataset("gpt-mini") == "tokens"
+    assert _generated_dataset("resnet44") == "synthetic"
+    assert _generated_dataset("<b>no such model") == "synthetic"  # the run's checks name it

@@ -26,7 +26,7 @@ from dlscale.cli.stored_profile import stored_points, study_profile
 from dlscale.cli.tables import cell, console, paragraph, say
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import excerpt
-from dlscale.launchers.links import parse_latency, parse_rate
+from dlscale.launchers.links import PLANNED, parse_latency, parse_rate
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.patterns import variant, variants
@@ -288,8 +288,8 @@ def model_unit(model: str) -> dict[str, Any]:
 
 def _given_network(args: argparse.Namespace) -> tuple[Link, str]:
     """The network given by ``--bandwidth`` and ``--latency`` (and the link inside a node)."""
-    bandwidth = parse_rate(args.bandwidth, f"--bandwidth {args.bandwidth!r}")
-    latency = parse_latency(args.latency, f"--latency {args.latency!r}")
+    bandwidth = _rate_of(args.bandwidth, "--bandwidth")
+    latency = parse_latency(args.latency, f"--latency {args.latency!r}", PLANNED)
     said = f"given: {args.bandwidth}, {args.latency} a message"
     return _two_level(Link(Network.from_link(bandwidth, latency), fit="given"), args), said
 
@@ -334,24 +334,33 @@ def _two_level(link: Link, args: argparse.Namespace) -> Link:
                 "--intra-bandwidth RATE (600Gbit for NVLink, 128Gbit for PCIe 4 x16)"
             )
         return link
-    rate = parse_rate(args.intra_bandwidth, f"--intra-bandwidth {args.intra_bandwidth!r}")
-    latency = parse_latency(args.intra_latency, f"--intra-latency {args.intra_latency!r}")
+    rate = _rate_of(args.intra_bandwidth, "--intra-bandwidth")
+    latency = parse_latency(args.intra_latency, f"--intra-latency {args.intra_latency!r}", PLANNED)
     return replace(link, intra=Network.from_link(rate, latency), ranks_per_node=per_node)
+
+
+def _rate_of(text: str, option: str) -> float:
+    """A planned link's rate: up to :data:`~dlscale.perfmodel.predict.MAX_BANDWIDTH_BIT_S`
+    (NVLink's 3.6 Tbit/s a direction is a link users plan for; tc shapes no more than 1 Tbit/s,
+    but nothing is shaped here)."""
+    from dlscale.perfmodel.predict import MAX_BANDWIDTH_BIT_S
+
+    return parse_rate(text, f"{option} {text!r}", int(MAX_BANDWIDTH_BIT_S), PLANNED)
 
 
 def _link_words(link: Link) -> str:
     """``100 Gbit/s, 5 us between nodes; 600 Gbit/s, 2 us inside (4 workers a node)``."""
     net = link.network
-    words = f"{_rate(net.bandwidth_bit_s)}, {net.alpha_s * 1e6:g} us links"
+    words = f"{_rate(net.bandwidth_bit_s)}, {net.alpha_s * 1e6:.3g} us links"
     if link.intra is None:
         return words
-    inside = f"{_rate(link.intra.bandwidth_bit_s)}, {link.intra.alpha_s * 1e6:g} us"
+    inside = f"{_rate(link.intra.bandwidth_bit_s)}, {link.intra.alpha_s * 1e6:.3g} us"
     return f"{words} between nodes; {inside} inside ({link.ranks_per_node} workers a node)"
 
 
 def _rate(bit_s: float) -> str:
     for unit, size in (("Tbit/s", 1e12), ("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if bit_s >= size:
+        if bit_s >= size * (1 - 1e-9):  # 8 / (8 / 1e9) is a hair under 1e9
             return f"{bit_s / size:.3g} {unit}"
     return f"{bit_s:.3g} bit/s"
 

@@ -176,7 +176,8 @@ def _measure(args: argparse.Namespace, batch: int, keep: bool) -> dict[str, Any]
     from dlscale.store.results import RunStore
 
     config = RunConfig.make(
-        backend=_reference_backend(args.framework), model=args.model, dataset="synthetic",
+        backend=_reference_backend(args.framework), model=args.model,
+        dataset=_generated_dataset(args.model),
         workers=1, batch_size=batch, steps=PROFILE_STEPS, windows=1, warmup_steps=2,
         comm_probe_steps=3,  # then 4 plain steps and 4 forwards for backward's share
     )  # fmt: skip
@@ -299,3 +300,15 @@ def _model_sizes(model: str) -> tuple[Any, Any]:
     if counter is None or counter.profile is None:
         return spec, None
     return spec, load_object(counter.profile)(model)
+
+
+def _generated_dataset(model: str) -> str:
+    """The data set made in memory of the samples ``model`` takes: ``synthetic`` images, or
+    random ``tokens`` for a language model (an unknown model: ``synthetic``, and the run's
+    checks name the model)."""
+    from dlscale.contract.datasets import DATASETS
+    from dlscale.contract.models import MODELS
+
+    sample = MODELS.get(model).sample if model in MODELS else "image"
+    made = [name for name, spec in DATASETS if spec.generated and spec.sample == sample]
+    return "synthetic" if "synthetic" in made or not made else made[0]

@@ -39,23 +39,28 @@ class Link:
         return cls(rate, latency)
 
 
-def parse_rate(text: str, what: str) -> int:
+PLANNED = "a rate like 100mbit, 25gbit or 3.6tbit, a latency like 5us or 1ms"
+"""What a planned link's figures look like (``dlscale predict``: no emulated node's setting)."""
+
+
+def parse_rate(text: str, what: str, most: int = 10**12, form: str = FORMAT) -> int:
     """A link's rate like ``100mbit`` or ``25Gbit`` in bit/s (decimal units, as tc reads
-    them), 8 kbit/s to 1000 Gbit/s; ``what`` names the setting in the error."""
+    them), 8 kbit/s to ``most`` (tc's 1000 Gbit/s); ``what`` names the setting in the error,
+    ``form`` what it takes."""
     match = _RATE.match(text.strip().lower())
     if not match:
-        raise UserError(f"{what}: cannot read the rate; give {FORMAT}")
+        raise UserError(f"{what}: cannot read the rate; give {form}")
     rate = round(float(match[1]) * _RATE_UNITS[match[2]])
-    if not 8_000 <= rate <= 10**12:
-        raise UserError(f"{what}: the rate must be 8kbit to 1000gbit")
+    if not 8_000 <= rate <= most:
+        raise UserError(f"{what}: the rate must be 8kbit to {most / 1e9:,.0f}gbit")
     return rate
 
 
-def parse_latency(text: str, what: str) -> float:
+def parse_latency(text: str, what: str, form: str = FORMAT) -> float:
     """A one-way delay like ``100us`` or ``1ms`` in seconds, at most 10 s."""
     match = _DELAY.match(text.strip().lower())
     if not match:
-        raise UserError(f"{what}: cannot read the latency; give {FORMAT}")
+        raise UserError(f"{what}: cannot read the latency; give {form}")
     latency = float(match[1]) * _DELAY_UNITS[match[2]]
     if not (math.isfinite(latency) and latency <= 10.0):
         raise UserError(f"{what}: the latency must be at most 10 s")

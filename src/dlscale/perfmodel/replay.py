@@ -10,7 +10,7 @@ sending when the next ones are ready and fuses more of them, and what it sends b
 backward's end is hidden behind it. :func:`cycle_exposed_s` replays that, each fused message
 priced as the model prices one (its microbench's time at that size, else the fit), and gives
 the synchronization left after backward's end: the step is its compute plus that
-(:func:`dlscale.perfmodel.engines.replayed_comm`).
+(:meth:`dlscale.perfmodel.patterns.Pattern.replayed_s`).
 
 It is an overlap bound, as the ideal overlap is (docs/perfmodel.md): the sending is taken to
 cost the compute nothing. Where it does cost it (loopback on a machine whose cores the ranks
