@@ -47,6 +47,11 @@ def test_parameter_servers_share_a_nodes_link_on_two_levels():
     # an asynchronous worker's own push and pull shares its node's link with 3 others
     assert comm("ps-async", 1e6, 8).seconds == pytest.approx(2e-5 + 2 * 4e6 * 1e-9)
     assert comm("ps-async", 1e6, 2, Link(INTER)).seconds == pytest.approx(2e-5 + 2e6 * 1e-9)
+    # 4 asynchronous workers on one node: their pushes and the server's bound on the link inside
+    async_, own = PATTERNS["ps-async"], comm("ps-async", 1e6, 4)
+    assert own.seconds == pytest.approx(2e-6 + 2e6 * 1e-11) and own.source == "intra link"
+    step = async_.step_s(1e-5, 2 / 3, own.seconds, 1e6, 4, 1, TWO_LEVELS)
+    assert step == pytest.approx(4e6 * 1e-11)  # the server's 4 MB inside outlasts a worker's own
 
 
 def test_every_pattern_validation_knows_is_predicted_forward_and_priced_the_same():

@@ -86,12 +86,10 @@ class Pattern:
         off = sum(k for _, k in fitted)
         if not fitted:
             source = f"measured, {said}"
+        elif off == count:
+            source = f"{fitted[0][0]}, {said}"
         else:
-            source = (
-                f"{fitted[0][0]}, {said}"
-                if off == count
-                else (f"measured, {said} ({off} on the {fitted[0][0]})")
-            )
+            source = f"measured, {said} ({off} on the {fitted[0][0]})"
         return Comm(sum(c.seconds * k for c, k in priced), source)
 
     def _one(self, n: float, p: int, servers: int, link: Link) -> Comm:
@@ -115,8 +113,9 @@ class Pattern:
         pattern joins them."""
         if p <= 1:
             return compute_s
-        if self.joins == "async":
-            net, _ = link.fit_for("ps_pushpull")
+        if self.joins == "async":  # the servers' links carry every worker's push and pull
+            inside = link.intra is not None and p <= link.ranks_per_node
+            net = link.intra if inside and link.intra else link.fit_for("ps_pushpull")[0]
             return max(compute_s + comm_s, p * n / servers * net.beta_s_per_byte)
         if not (overlap and self.overlaps):
             return compute_s + comm_s
