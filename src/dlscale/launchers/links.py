@@ -52,7 +52,7 @@ def parse_rate(text: str, what: str, most: int = 10**12, form: str = FORMAT) -> 
         raise UserError(f"{what}: cannot read the rate; give {form}")
     rate = round(float(match[1]) * _RATE_UNITS[match[2]])
     if not 8_000 <= rate <= most:
-        raise UserError(f"{what}: the rate must be 8kbit to {most / 1e9:,.0f}gbit")
+        raise UserError(f"{what}: the rate must be 8kbit to {most / 1e9:.0f}gbit")
     return rate
 
 
