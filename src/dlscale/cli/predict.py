@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -299,12 +300,10 @@ def _fitted_network(where: Path, args: argparse.Namespace) -> tuple[tuple[Link, 
     across nodes), and its kind (launcher, emulated network, nodes); with ``--ranks-per-node``
     above 1 and no ``--intra-bandwidth``, the link inside a node from the newest microbench on
     one node without an emulated link."""
-    from dataclasses import replace
-
-    from dlscale.perfmodel.networks import one_node
+    from dlscale.perfmodel.networks import across_nodes, one_node
 
     fitted = fitted_networks(where)
-    across = {k: f for k, f in fitted.items() if k[3] not in (1, "1")} or fitted
+    across = {k: f for k, f in fitted.items() if across_nodes(k)} or fitted
     key, newest = max(across.items(), key=lambda item: item[1].started_at)
     link, said = newest.link, newest.said
     if args.ranks_per_node > 1 and args.intra_bandwidth is None:
@@ -324,8 +323,6 @@ def _fitted_network(where: Path, args: argparse.Namespace) -> tuple[tuple[Link, 
 def _two_level(link: Link, args: argparse.Namespace) -> Link:
     """``link`` between nodes with ``--ranks-per-node`` workers a node, on ``--intra-bandwidth``
     inside each (needed where more than one worker shares a node)."""
-    from dataclasses import replace
-
     per_node = args.ranks_per_node
     if args.intra_bandwidth is None:
         if per_node > 1 and link.intra is None:

@@ -22,9 +22,8 @@ from dlscale.perfmodel.networks import Fitted
 
 def validate(results: Path, args: argparse.Namespace, given: Link | None, said: str) -> int:
     """Every measured point of ``results`` predicted on its network: ``given`` (``said``: in
-    words), or the
-    newest microbench (in ``--network-from``, else ``results``) run with the same launcher,
-    emulated network and nodes."""
+    words), or the newest microbench (in ``--network-from``, else ``results``) run with the
+    same launcher, emulated network and nodes."""
     from dlscale.perfmodel import validate
     from dlscale.perfmodel.networks import link_lookup
     from dlscale.report.model import errors_in_words, median_basis

@@ -67,9 +67,10 @@ class Collective:
     priced_by: tuple[str, ...] = ("ring",)
     """The fits that price it, the first a microbench made (else the link's main fit)."""
     through_servers: bool = False
-    """Its rows went through parameter servers (a row's ``servers`` above 0); a fit of another
-    collective takes only rows that did not (MXNet's broadcast, through its servers, is no
-    binomial tree)."""
+    """Its rows went through parameter servers (a row's ``servers`` above 0; measured rows are
+    kept per server count, :func:`measured_name`), and one worker alone pays it too (its push
+    and pull still cross to the servers); a fit of another collective takes only rows that did
+    not (MXNet's broadcast, through its servers, is no binomial tree)."""
 
 
 def _ring(p: int, k: int, r: int) -> tuple[float, float, float]:
@@ -113,7 +114,13 @@ def collective_s(
     """One ``name`` collective of ``n`` bytes on ``p`` ranks (``servers`` parameter servers,
     ``sharing`` ranks on one node's link) on ``net``; 0 on one rank, except a push and pull
     through servers, which one worker pays too."""
-    if p <= 1 and name != "ps_pushpull":
+    if p <= 1 and not COLLECTIVES[name].through_servers:
         return 0.0
     a, b, g = COLLECTIVES[name].counts(p, servers, sharing)
     return a * net.alpha_s + b * n * net.beta_s_per_byte + g * n * net.gamma_s_per_byte
+
+
+def measured_name(name: str, servers: int) -> str:
+    """Under what a microbench's rows of ``name`` are kept: through servers, per server count
+    (``ps_pushpull/2``: its time depends on how many served)."""
+    return f"{name}/{servers}" if COLLECTIVES[name].through_servers else name

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlscale.perfmodel.costs import COLLECTIVES, FITS, Network, collective_s
+from dlscale.perfmodel.costs import COLLECTIVES, FITS, Network, collective_s, measured_name
 
 Rows = tuple[tuple[float, float], ...]
 SCOPES = ("all", "intra", "inter", "own")
@@ -85,11 +85,10 @@ class Link:
             "inter": (nodes, False, 1),
             "own": (1, nodes == 1, per_node if nodes > 1 else 1),
         }[scope]
-        if ranks <= 1 and collective != "ps_pushpull":
+        if ranks <= 1 and not COLLECTIVES[collective].through_servers:
             return Comm(0.0, "none")
         if scope == "all":
-            served = f"{collective}/{servers}" if COLLECTIVES[collective].through_servers else ""
-            measured = self.measured_s(served or collective, n, p)
+            measured = self.measured_s(measured_name(collective, servers), n, p)
             if measured is not None:
                 return Comm(measured, "measured")
         if inside and self.intra is not None:

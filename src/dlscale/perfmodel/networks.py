@@ -13,7 +13,7 @@ from dlscale.contract.errors import SchemaError
 from dlscale.contract.numbers import finite_number as is_finite
 from dlscale.contract.shapes import MAX_QUANTITY, TIMESTAMP
 from dlscale.contract.text import excerpt
-from dlscale.perfmodel.costs import Network
+from dlscale.perfmodel.costs import COLLECTIVES, Network, measured_name
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.validate import network_key, plain_key
 
@@ -143,12 +143,11 @@ def measured_rows(run: dict[str, Any]) -> dict[str, tuple[tuple[float, float], .
             and row["bytes"] > 0 and row["time_s"] > 0
         ):  # fmt: skip
             continue
-        name = row["collective"]
-        if name == "ps_pushpull":
-            servers = row.get("servers")
+        name, servers = row["collective"], row.get("servers")
+        if name in COLLECTIVES and COLLECTIVES[name].through_servers:
             if not (isinstance(servers, int) and servers >= 1):
                 continue
-            name = f"ps_pushpull/{servers}"
+            name = measured_name(name, servers)
         found.setdefault(name, []).append((float(row["bytes"]), float(row["time_s"])))
     return {name: tuple(rows) for name, rows in found.items()}
 
@@ -271,9 +270,14 @@ def link_lookup(
     return link_of, used
 
 
+def across_nodes(key: tuple[Any, ...]) -> bool:
+    """A fit's key ``(backend, launcher, network, nodes)`` names more than one node."""
+    return key[3] not in (1, "1")
+
+
 def one_node(fitted: dict[tuple[Any, ...], Fitted], backend: Any = None) -> Fitted | None:
     """The newest fit of ranks on one node with no emulated link between them (the link inside
     a node: ``dlscale microbench`` on one host), ``backend``'s where it has one."""
-    inside = {k: f for k, f in fitted.items() if k[3] in (1, "1") and not k[2]}
+    inside = {k: f for k, f in fitted.items() if not across_nodes(k) and not k[2]}
     own = [f for k, f in inside.items() if k[0] == backend]
     return max(own or inside.values(), key=lambda f: f.started_at, default=None)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from dlscale.contract.errors import UserError
 from dlscale.contract.text import excerpt
+from dlscale.perfmodel.costs import COLLECTIVES
 from dlscale.perfmodel.links import Comm, Link
 from dlscale.perfmodel.replay import cycle_exposed_s
 
@@ -70,7 +71,7 @@ class Pattern:
     @property
     def served(self) -> bool:
         """Its messages go through parameter servers (their count matters)."""
-        return any(step.collective == "ps_pushpull" for step in self.steps)
+        return any(COLLECTIVES[step.collective].through_servers for step in self.steps)
 
     def comm(self, n: float, p: int, servers: int, link: Link, messages: Messages = ()) -> Comm:
         """One step's synchronization of ``n`` payload bytes: its ``messages`` (scaled to sum
@@ -114,8 +115,8 @@ class Pattern:
         if p <= 1:
             return compute_s
         if self.joins == "async":  # the servers' links carry every worker's push and pull
-            inside = link.intra is not None and p <= link.ranks_per_node
-            net = link.intra if inside and link.intra else link.fit_for("ps_pushpull")[0]
+            inside = p <= link.ranks_per_node  # every worker and server on one node
+            net = link.intra if link.intra and inside else link.fit_for("ps_pushpull")[0]
             return max(compute_s + comm_s, p * n / servers * net.beta_s_per_byte)
         if not (overlap and self.overlaps):
             return compute_s + comm_s
