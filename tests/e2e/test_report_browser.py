@@ -179,14 +179,14 @@ def test_the_models_and_the_microbenchs_plots_draw_too(tmp_path: Path, cli, brow
     out = tmp_path / "report.html"
     result = cli("report", "--results", str(results), "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert "1 microbench runs, 16 plots," in result.stdout, result.stdout
+    assert "1 microbench runs, 17 plots," in result.stdout, result.stdout
     browser.get(out.as_uri())
     from selenium.webdriver.support.ui import WebDriverWait
 
     WebDriverWait(browser, 30).until(
-        lambda d: len(d.find_elements("css selector", ".js-plotly-plot .main-svg")) >= 16
+        lambda d: len(d.find_elements("css selector", ".js-plotly-plot .main-svg")) >= 17
     )
-    for key in ("predicted", "busbw", "allreduce_time"):
+    for key in ("predicted", "forecast", "busbw", "allreduce_time"):
         drawn = browser.execute_script(
             f"return [...document.querySelectorAll('[data-figure={key}] .js-plotly-plot')]"
             ".filter(p => p.querySelector('.scatterlayer .trace, .barlayer .trace')).length"

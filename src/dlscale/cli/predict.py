@@ -32,6 +32,7 @@ from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.patterns import variant, variants
 from dlscale.perfmodel.predict import Predicted, Profile, bandwidth_for, predict
+from dlscale.perfmodel.trust import span_words
 
 DEFAULT_MODEL, DEFAULT_BATCH, DEFAULT_RESULTS = "resnet50", 32, "dlscale-results"
 """What a prediction measures when neither the arguments nor a stored study say."""
@@ -374,11 +375,7 @@ def _table(rows: dict[str, list[Predicted]], spans: dict[str, Any], servers: int
         name = strategy
         if variant(strategy)[0].served:
             name += f" ({servers} server{'s' if servers != 1 else ''})"
-        span = spans[strategy]
-        within = "not validated"
-        if span is not None:
-            low, high, points = span
-            within = f"{low - 1:+.0%}..{high - 1:+.0%} ({points} point{'s' * (points != 1)})"
+        within = span_words(spans[strategy])
         cells = [f"{row.speedup:,.1f}x {row.efficiency:.0%}" for row in predicted]
         table.add_row(cell(name), *cells, within)
     return table

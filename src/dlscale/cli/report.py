@@ -200,6 +200,7 @@ def _planned_figures(
 
     from dlscale.perfmodel.networks import link_lookup
     from dlscale.report.figures import study_figures
+    from dlscale.report.forecast import forecast
     from dlscale.report.model import collectives, prediction
     from dlscale.report.slugs import study_slugs
 
@@ -210,8 +211,8 @@ def _planned_figures(
     planned: list[tuple[str, Figure]] = []
     for name, study_rows in sorted(studies.items()):
         link_of, sources = link_lookup(fitted)
-        predicted = prediction(study_rows, link_of, sources)
-        figures = study_figures(study_rows) + ([predicted] if predicted else [])
+        modelled = [prediction(study_rows, link_of, sources), forecast(study_rows, link_of)]
+        figures = study_figures(study_rows) + [f for f in modelled if f is not None]
         planned += [(f"{slugs[name]}-{figure.key}", figure) for figure in figures]
     for run in microbench:
         planned += [(f"{slugs[run['run_id']]}-{f.key}", f) for f in collectives(run)]

@@ -254,6 +254,8 @@ def _row(
         "sample_unit": metrics.get("sample_unit") or "image",  # shown in it: metrics.units
         "units_per_sample": metrics.get("units_per_sample") or 1,
         "measured_step_ms": metrics.get("step_time_p50_ms"),
+        "batch": profile.batch,
+        "gradient_bytes": profile.gradient_bytes,
         "compute_ms": compute.ms,
         "compute_from": compute.source,
         "noisy": bool(metrics.get("noisy")),

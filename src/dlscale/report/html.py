@@ -14,6 +14,7 @@ from dlscale.perfmodel.validate import network_key
 from dlscale.report.claims import claims_section
 from dlscale.report.columns import Column
 from dlscale.report.figures import study_figures
+from dlscale.report.forecast import forecast
 from dlscale.report.interactive import to_plotly
 from dlscale.report.layout import human_layout
 from dlscale.report.model import collectives, predictable, prediction
@@ -245,7 +246,10 @@ def _prediction(rows: list[Row], fitted: dict[Any, Any], div_id: str) -> tuple[s
     link_of, sources = link_lookup(fitted)
     figure = prediction(rows, link_of, sources)
     if figure is not None:
-        return _figure(figure, div_id), 1
+        ahead = forecast(rows, link_of)
+        if ahead is None:
+            return _figure(figure, div_id), 1
+        return _figure(figure, div_id) + _figure(ahead, f"{div_id}-forecast"), 2
     launchers = sorted({str(r["config"].get("launcher")) for r in candidates})
     microbench = ["dlscale", "microbench", "--workers", "2", "--launcher"]
     commands = " or ".join(f"<code>{_e(shell_command([*microbench, x]))}</code>" for x in launchers)
