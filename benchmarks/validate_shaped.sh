@@ -4,8 +4,8 @@
 # engine's collectives on the same nodes and link, then the four predictions-100mbit presets on
 # NETWORK, 3 runs a point, interleaved, then predict --validate. 2 nodes for the all-reduce
 # engines and mxnet-kv (its server and scheduler on the second node), 3 for the parameter
-# servers of torch and TensorFlow (one process a node). About 35 minutes on 2 cores; run it
-# alone, as root (the links are network namespaces shaped by tc).
+# servers of torch and TensorFlow (one process a node). 15 (ResNet-20) to 23 minutes on 2
+# cores; run it alone, as root (the links are network namespaces shaped by tc).
 # Usage: benchmarks/validate_shaped.sh NETWORK [RESULTS_DIR] [MODEL]   e.g. 100mbit, 1gbit
 set -euo pipefail
 N=${1:?network, e.g. 100mbit or 1gbit}
