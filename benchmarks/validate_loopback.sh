@@ -2,7 +2,8 @@
 # The performance model against every engine on the loopback (docs/perfmodel.md, "Per engine:
 # the model's error on each network"): each engine's microbench of its own collectives, then
 # presets/predictions.toml (ResNet-20, every engine on its own pattern) at 3 runs a point,
-# interleaved, then predict --validate. 10 (ResNet-20) to 15 minutes (ResNet-44) on 2 cores; run it alone.
+# interleaved, then predict --validate. 10 (ResNet-20) to 15 minutes (ResNet-44) on 2 cores;
+# run it alone.
 # Usage: benchmarks/validate_loopback.sh [RESULTS_DIR] [MODEL]   (MODEL: resnet20, the default)
 set -euo pipefail
 R=${1:-/tmp/validate-loopback}

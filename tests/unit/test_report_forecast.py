@@ -9,12 +9,19 @@ import pytest
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.networks import Fitted
+from dlscale.perfmodel.validate import compare
 from dlscale.report.forecast import FORECAST_TO, forecast
 from dlscale.report.html import build_html
+from dlscale.report.series import Figure
 from dlscale.report.static import save_static
 from tests.unit.test_report_model import point
 
 NET = Network.from_link(1e9, 0.0)  # 1 Gbit/s, no latency
+
+
+def forecast_on(rows: list[dict], link: Link | None) -> Figure | None:
+    """:func:`forecast` of ``rows`` with every point on ``link`` (``None``: none measured)."""
+    return forecast(rows, compare(rows, lambda row: link), lambda row: link)
 
 
 def ring(p: int) -> float:
@@ -25,7 +32,7 @@ def ring(p: int) -> float:
 
 def test_each_line_is_carried_to_256_workers_with_the_span_its_pattern_measured():
     rows = [point("a", "m1", 500.0), point("b", "m2", 640.0), point("c", "m1", 300.0, workers=1)]
-    figure = forecast(rows, lambda row: Link(NET))
+    figure = forecast_on(rows, Link(NET))
     assert figure is not None and figure.key == "forecast" and figure.x_log and figure.y_log
     lines = {s.name: s for s in figure.series}
     measured = lines["torch-ddp (model=m1): measured"]
@@ -50,17 +57,17 @@ def test_each_line_is_carried_to_256_workers_with_the_span_its_pattern_measured(
 
 def test_no_network_or_nothing_predictable_draws_no_forecast():
     rows = [point("a", "m1", 500.0)]
-    assert forecast(rows, lambda row: None) is None
-    assert forecast([point("c", "m1", 300.0, workers=1)], lambda row: Link(NET)) is None
+    assert forecast_on(rows, None) is None
+    assert forecast_on([point("c", "m1", 300.0, workers=1)], Link(NET)) is None
     huge = point("a", "m1", 500.0)
     huge["metrics"]["step_time_nosync_p50_ms"] = 1e-300  # no machine's: not predicted
-    assert forecast([huge], lambda row: Link(NET)) is None
+    assert forecast_on([huge], Link(NET)) is None
 
 
 def test_a_hostile_name_is_text_in_the_page_and_the_figure_files(tmp_path):
     hostile = "<img src=x onerror=alert(1)>"
     rows = [point("a", hostile, 500.0), point("b", "m2", 640.0)]
-    figure = forecast(rows, lambda row: Link(NET))
+    figure = forecast_on(rows, Link(NET))
     assert figure is not None and any(hostile in s.name for s in figure.series)
     fitted = {("torch-ddp", "local", "", 1): Fitted("given", 1.0, "mb", Link(NET, fit="ring"))}
     page, plots = build_html(rows, title="t", source="r", fitted=fitted)

@@ -13,7 +13,7 @@ import pytest
 from dlscale.contract.result import Result
 from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.networks import fitted_networks, link_lookup, microbench_runs
-from dlscale.perfmodel.validate import Link
+from dlscale.perfmodel.validate import Link, compare
 from dlscale.report.html import build_html
 from dlscale.report.model import collectives, prediction
 from dlscale.report.static import save_static
@@ -49,7 +49,7 @@ def test_each_points_error_is_what_the_ring_gives_by_hand():
     # 1 Gbit/s, no latency: a 2-worker ring moves 2 x 1/2 x 1e6 B = 8 ms; step 108 ms
     net = Network.from_link(1e9, 0.0)
     rows = [point("a", "m1", 500.0), point("b", "m2", 640.0), point("c", "m3", 1.0, workers=1)]
-    figure = prediction(rows, lambda row: Link(net), {"local": "given"})
+    figure = prediction(rows, compare(rows, lambda row: Link(net)), {"local": "given"})
     assert figure is not None and figure.key == "predicted" and figure.y_percent
     ring = 64 / 0.108
     overlap = 64 / (0.100 / 3 + max(0.200 / 3, 0.008))
@@ -66,9 +66,10 @@ def test_each_points_error_is_what_the_ring_gives_by_hand():
     assert figure.flags[-1] == f"every engine: median absolute error {median}"
     assert f"ring predicts {ring:,.1f} ({ring / 500 - 1:+.1%})" in figure.flags[0]
     assert "compute from its no-sync probe, synchronization ring fit" in figure.flags[0]
-    assert prediction(rows, lambda row: None, {}) is None  # no network: nothing to predict
+    no_network = compare(rows, lambda row: None)  # nothing to predict
+    assert prediction(rows, no_network, {}) is None
     rows[1]["metrics"]["noisy"] = True  # the noise guard flagged it: left out of the median
-    figure = prediction(rows, lambda row: Link(net), {"local": "given"})
+    figure = prediction(rows, compare(rows, lambda row: Link(net)), {"local": "given"})
     assert figure.flags[-1].startswith(
         f"every engine: median absolute error {abs(ring / 500 - 1):.1%} (overlap bound "
         f"{abs(overlap / 500 - 1):.1%}) over 1 quiet point (1 flagged noisy left out)"

@@ -32,7 +32,6 @@ from dlscale.perfmodel.costs import Network
 from dlscale.perfmodel.links import Link
 from dlscale.perfmodel.patterns import variant, variants
 from dlscale.perfmodel.predict import Predicted, Profile, bandwidth_for, predict
-from dlscale.perfmodel.trust import span_words
 
 DEFAULT_MODEL, DEFAULT_BATCH, DEFAULT_RESULTS = "resnet50", 32, "dlscale-results"
 """What a prediction measures when neither the arguments nor a stored study say."""
@@ -366,6 +365,8 @@ def _rate(bit_s: float) -> str:
 def _table(rows: dict[str, list[Predicted]], spans: dict[str, Any], servers: int) -> Table:
     """A row per pattern, a column per worker count, and the span of what its validating
     points measured against their predictions (``measured within``)."""
+    from dlscale.report.model import span_words
+
     table = Table()
     table.add_column("pattern")
     for row in next(iter(rows.values())):

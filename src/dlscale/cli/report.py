@@ -200,8 +200,7 @@ def _planned_figures(
 
     from dlscale.perfmodel.networks import link_lookup
     from dlscale.report.figures import study_figures
-    from dlscale.report.forecast import forecast
-    from dlscale.report.model import collectives, prediction
+    from dlscale.report.model import collectives, model_figures
     from dlscale.report.slugs import study_slugs
 
     studies: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -211,8 +210,7 @@ def _planned_figures(
     planned: list[tuple[str, Figure]] = []
     for name, study_rows in sorted(studies.items()):
         link_of, sources = link_lookup(fitted)
-        modelled = [prediction(study_rows, link_of, sources), forecast(study_rows, link_of)]
-        figures = study_figures(study_rows) + [f for f in modelled if f is not None]
+        figures = study_figures(study_rows) + model_figures(study_rows, link_of, sources)
         planned += [(f"{slugs[name]}-{figure.key}", figure) for figure in figures]
     for run in microbench:
         planned += [(f"{slugs[run['run_id']]}-{f.key}", f) for f in collectives(run)]

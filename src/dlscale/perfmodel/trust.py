@@ -111,14 +111,6 @@ def interval(
     return 1 / (1 + max(0.0, *errors)), 1 / (1 + min(0.0, *errors)), len(errors)
 
 
-def span_words(span: tuple[float, float, int] | None) -> str:
-    """An :func:`interval` in words: ``-6%..+0% (2 points)``, or ``not validated``."""
-    if span is None:
-        return "not validated"
-    low, high, points = span
-    return f"{low - 1:+.0%}..{high - 1:+.0%} ({points} point{'s' * (points != 1)})"
-
-
 def kinds(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     """The network kinds the rows were measured on, in their order."""
     return list(dict.fromkeys(row_kind(r) for r in rows))

@@ -11,23 +11,25 @@ from typing import Any
 from dlscale.contract.errors import UserError
 from dlscale.metrics.units import common_rate
 from dlscale.perfmodel.predict import Predicted, Profile, predict
-from dlscale.perfmodel.trust import interval, kind_words, row_kind, span_words
-from dlscale.perfmodel.validate import compare
-from dlscale.report.model import LinkOf
+from dlscale.perfmodel.trust import interval, kind_words, row_kind
+from dlscale.report.model import LinkOf, span_words
 from dlscale.report.series import Figure, Row, Series, by_series
 
 FORECAST_TO = 256
 """The most workers a line is carried to (powers of 2 from its measured count)."""
 
 
-def forecast(rows: list[Row], link_of: LinkOf) -> Figure | None:
+def forecast(
+    rows: list[Row], compared_rows: list[dict[str, Any]], link_of: LinkOf
+) -> Figure | None:
     """Each line's measured throughput (solid) and its forecast (dashed, with the span its
-    pattern was measured within on the line's network kind as a band); ``None`` where the model
-    predicts no point of the study."""
-    compared = {row["run_id"]: row for row in compare(rows, link_of)}
+    pattern was measured within on the line's network kind as a band); ``compared_rows``:
+    :func:`~dlscale.perfmodel.validate.compare` of ``rows`` on ``link_of``'s networks; ``None``
+    where the model predicts no point of the study."""
+    compared = {row["run_id"]: row for row in compared_rows}
     if not compared:
         return None
-    rate = common_rate(list(compared.values()))
+    rate = common_rate(compared_rows)
     series: list[Series] = []
     flags: list[str] = []
     for name, group in by_series(rows).items():
@@ -39,8 +41,7 @@ def forecast(rows: list[Row], link_of: LinkOf) -> Figure | None:
         predicted = _carried(last, link_of(point))
         if not predicted:
             continue
-        span = interval(list(compared.values()), last["algorithm"], row_kind(last),
-                        last["servers"] or 1)  # fmt: skip
+        span = interval(compared_rows, last["algorithm"], row_kind(last), last["servers"] or 1)
         measured = [r for r in group if rate.of(r.get("metrics")) is not None]
         series.append(
             Series(
@@ -51,14 +52,13 @@ def forecast(rows: list[Row], link_of: LinkOf) -> Figure | None:
             )
         )
         ahead = [rate.per_second(p.throughput_samples_s, last) for p in predicted]
-        low, high = (None, None) if span is None else (span[0], span[1])
         series.append(
             Series(
                 name=f"{name}: predicted ({last['algorithm']})",
                 x=[p.workers for p in predicted],
-                y=[v for v in ahead],
-                low=None if low is None else [v * low for v in ahead],
-                high=None if high is None else [v * high for v in ahead],
+                y=list(ahead),
+                low=None if span is None else [v * span[0] for v in ahead],
+                high=None if span is None else [v * span[1] for v in ahead],
                 dashed=True,
                 group=name,
             )

@@ -14,10 +14,9 @@ from dlscale.perfmodel.validate import network_key
 from dlscale.report.claims import claims_section
 from dlscale.report.columns import Column
 from dlscale.report.figures import study_figures
-from dlscale.report.forecast import forecast
 from dlscale.report.interactive import to_plotly
 from dlscale.report.layout import human_layout
-from dlscale.report.model import collectives, predictable, prediction
+from dlscale.report.model import collectives, model_figures, predictable
 from dlscale.report.series import Figure, Row
 from dlscale.report.slugs import study_slugs
 
@@ -238,18 +237,15 @@ def _figure(figure: Figure, div_id: str) -> str:
 
 
 def _prediction(rows: list[Row], fitted: dict[Any, Any], div_id: str) -> tuple[str, int]:
-    """The model's predictions beside the study's points, or a line saying what would give
-    them; and the number of plots (0 or 1)."""
+    """The model's figures of the study (its error on each point, its forecast), or a line
+    saying what would give them; and the number of plots. ``div_id``: their ids' prefix."""
     candidates = predictable(rows)
     if not candidates:
         return "", 0
     link_of, sources = link_lookup(fitted)
-    figure = prediction(rows, link_of, sources)
-    if figure is not None:
-        ahead = forecast(rows, link_of)
-        if ahead is None:
-            return _figure(figure, div_id), 1
-        return _figure(figure, div_id) + _figure(ahead, f"{div_id}-forecast"), 2
+    figures = model_figures(rows, link_of, sources)
+    if figures:
+        return "".join(_figure(f, f"{div_id}-{f.key}") for f in figures), len(figures)
     launchers = sorted({str(r["config"].get("launcher")) for r in candidates})
     microbench = ["dlscale", "microbench", "--workers", "2", "--launcher"]
     commands = " or ".join(f"<code>{_e(shell_command([*microbench, x]))}</code>" for x in launchers)
@@ -337,7 +333,7 @@ def build_html(
         for figure in study_figures(study_rows):
             parts.append(_figure(figure, f"plot-{slugs[name]}-{figure.key}"))
             plots += 1
-        predicted, count = _prediction(study_rows, fitted or {}, f"plot-{slugs[name]}-predicted")
+        predicted, count = _prediction(study_rows, fitted or {}, f"plot-{slugs[name]}")
         parts.append(predicted)
         plots += count
         parts.append("</section>")

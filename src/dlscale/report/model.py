@@ -32,11 +32,25 @@ def predictable(rows: list[Row]) -> list[Row]:
     ]
 
 
-def prediction(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> Figure | None:
+def model_figures(rows: list[Row], link_of: LinkOf, sources: dict[str, str]) -> list[Figure]:
+    """A study's figures of the model, each point compared once (:func:`compare`): its error on
+    each measured point and its forecast (:mod:`dlscale.report.forecast`); none where it
+    predicts no point (no network measured)."""
+    from dlscale.report.forecast import forecast
+
+    compared = compare(rows, link_of)
+    drawn = (prediction(rows, compared, sources), forecast(rows, compared, link_of))
+    return [figure for figure in drawn if figure is not None]
+
+
+def prediction(
+    rows: list[Row], compared_rows: list[dict[str, Any]], sources: dict[str, str]
+) -> Figure | None:
     """Each predictable point's error on its own engine's algorithm, predicted from its own
     compute on its network (where the algorithm overlaps, a second bar with the ideal
-    overlap), one group of bars per point. ``sources``: each network's words."""
-    compared = {row["run_id"]: row for row in compare(rows, link_of)}
+    overlap), one group of bars per point. ``compared_rows``: :func:`compare` of ``rows``;
+    ``sources``: each network's words."""
+    compared = {row["run_id"]: row for row in compared_rows}
     if not compared:
         return None
     labels, plain, overlap, flags = [], [], [], []
@@ -171,6 +185,15 @@ def _usable(row: Any) -> bool:
         and isinstance(row.get("collective"), str)
         and all(finite_number(row.get(k)) and row[k] > 0 for k in _DRAWN)
     )
+
+
+def span_words(span: tuple[float, float, int] | None) -> str:
+    """An interval (:func:`~dlscale.perfmodel.trust.interval`) in words: ``-6%..+0% (2
+    points)``, or ``not validated``."""
+    if span is None:
+        return "not validated"
+    low, high, points = span
+    return f"{low - 1:+.0%}..{high - 1:+.0%} ({points} point{'s' * (points != 1)})"
 
 
 def share_words(row: dict[str, Any]) -> str:
