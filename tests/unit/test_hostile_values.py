@@ -122,7 +122,8 @@ def test_a_forged_lock_is_taken_over_at_once_never_a_traceback(tmp_path, kind, m
     lock = _forged_lock(tmp_path, run_id, FORGED_OWNERS[kind].replace("HOST", socket.gethostname()))
     assert locks.read_owner(lock) is None
     assert locks.describe_owner(locks.read_owner(lock)) == "owner unknown"
-    assert locks._stale(lock)  # whole JSON with no owner in it: damage, not one being written
+    # whole JSON with no owner in it: damage, not one being written
+    assert locks._stale(lock.read_bytes(), lock.stat().st_mtime)
     calls: list[str] = []
     monkeypatch.setattr(runner, "_launch", _fake_launch(calls))
     point = RunConfig.from_dict(result.config)

@@ -218,8 +218,8 @@ def test_two_takeovers_of_one_stale_lock_have_one_winner(tmp_path: Path, monkeyp
     both_judged = threading.Barrier(2, timeout=2)
     judge = locks._stale
 
-    def slow_judge(lock: Path) -> bool:
-        verdict = judge(lock)
+    def slow_judge(raw: bytes, mtime: float) -> bool:
+        verdict = judge(raw, mtime)
         with contextlib.suppress(threading.BrokenBarrierError):  # the other never judged
             both_judged.wait()
         return verdict
@@ -232,6 +232,36 @@ def test_two_takeovers_of_one_stale_lock_have_one_winner(tmp_path: Path, monkeyp
     for thread in threads:
         thread.join(30)
     assert sorted(wins) == [False, True]
+
+
+def test_a_lock_found_gone_is_never_removed_once_another_process_made_it(
+    tmp_path: Path, monkeypatch
+):
+    """The race behind two winners of a stale lock among 8 contenders (a CI run): the lock
+    judged is the one removed; one made after it was found gone stays."""
+    from dlscale.store import locks
+
+    run_dir = tmp_path / "same"
+    run_dir.mkdir()
+    lock = run_dir / "lock"
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "time": 0}))
+    judge = locks._stale
+    other = {**locks.this_process(), "pid": os.getppid()}
+
+    def then_another_takes_it(raw: bytes, mtime: float) -> bool:
+        verdict = judge(raw, mtime)
+        lock.unlink()  # the stale lock removed by another contender, who makes its own
+        lock.write_text(json.dumps(other))
+        return verdict
+
+    monkeypatch.setattr(locks, "_stale", then_another_takes_it)
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert locks.take_over(lock, fd) is True  # the one judged is gone
+    finally:
+        os.close(fd)
+    assert json.loads(lock.read_text())["pid"] == os.getppid()  # the new one stays
+    assert not (run_dir / "lock.takeover").exists()
 
 
 def test_a_take_over_guard_is_kept_while_its_holder_lives_and_dropped_when_it_dies(

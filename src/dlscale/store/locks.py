@@ -20,6 +20,7 @@ import secrets
 import socket
 import stat
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -224,52 +225,72 @@ def take_over(lock: Path, fd: int) -> bool:
             break
         refuse_foreign(guard, fd)
         # another process is taking it over (busy), or one crashed doing so: its guard goes
-        if not _guard_left(guard, fd):
+        if not _remove_if(guard, fd, _guard_left):
             return False
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(TAKEOVER, dir_fd=fd)
     else:
         return False
     try:
-        if not _stale(lock):
-            return False
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(lock.name, dir_fd=fd)
-        return True
+        return _remove_if(lock, fd, _stale)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(TAKEOVER, dir_fd=fd)
 
 
-def _guard_left(guard: Path, fd: int) -> bool:
-    """Whether the take-over ``guard`` was left by a crash: its holder's process is gone, where
-    this host can tell; a guard of another host (or of an older dlscale, with no holder in it)
-    after :data:`TAKEOVER_STALE_S`."""
-    owner = read_owner(guard, fd)
-    if owner is not None and owner["host"] == socket.gethostname():
-        return _stale(guard)
+def _remove_if(path: Path, fd: int, left: Callable[[bytes, float], bool]) -> bool:
+    """Remove ``path`` (the lock or the guard) if ``left`` judges its bytes and age abandoned;
+    True if it is gone (removed here, or by its owner). The file is judged as opened and removed
+    only while the name still names it (held open, its inode cannot be reused): a lock found
+    gone is never removed, for a process that found the name free may make its own there
+    before this one's ``unlink`` (two winners, seen in CI with a stale lock and 8 contenders)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        return time.time() - os.lstat(TAKEOVER, dir_fd=fd).st_mtime > TAKEOVER_STALE_S
-    except FileNotFoundError:
-        return False
-
-
-def _stale(lock: Path) -> bool:
-    """Whether ``lock`` is gone or its owner certainly is (only this host can tell)."""
-    try:
-        raw = read_small_file(lock)
+        handle = os.open(path.name, flags, dir_fd=fd)
     except FileNotFoundError:
         return True
-    except OSError:
-        raw = b""
+    except OSError as error:
+        refuse_foreign(path, fd)  # a link planted since: said in its own words
+        raise output_failure(path, error) from None
+    try:
+        judged = os.fstat(handle)
+        if not stat.S_ISREG(judged.st_mode):
+            refuse_foreign(path, fd)
+            return False
+        try:
+            raw = os.read(handle, 65536)
+        except OSError:
+            raw = b""
+        if not left(raw, judged.st_mtime):
+            return False
+        try:
+            now = os.lstat(path.name, dir_fd=fd)
+        except FileNotFoundError:
+            return True
+        if (now.st_dev, now.st_ino) == (judged.st_dev, judged.st_ino):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path.name, dir_fd=fd)
+        return True
+    finally:
+        os.close(handle)
+
+
+def _guard_left(raw: bytes, mtime: float) -> bool:
+    """Whether a take-over guard was left by a crash: its holder's process is gone, where this
+    host can tell; a guard of another host (or of an older dlscale, with no holder in it)
+    after :data:`TAKEOVER_STALE_S`."""
+    owner = parse_owner(raw)
+    if owner is not None and owner["host"] == socket.gethostname():
+        return _stale(raw, mtime)
+    return time.time() - mtime > TAKEOVER_STALE_S
+
+
+def _stale(raw: bytes, mtime: float) -> bool:
+    """Whether a lock holding ``raw``, last written at ``mtime``, was certainly left by its
+    owner (only the owner's host can tell, or Slurm for a job that ended)."""
     owner = parse_owner(raw)
     if owner is None:
         if not _cut_short(raw):  # no owner in it (a pid of 1e999): damage, not a lock being written
             return True
-        try:
-            return time.time() - os.lstat(lock).st_mtime > UNREADABLE_LOCK_STALE_S
-        except FileNotFoundError:
-            return True
+        return time.time() - mtime > UNREADABLE_LOCK_STALE_S
     if owner["host"] != socket.gethostname():
         # another host's run: only that host can tell, unless it ran in a Slurm job that ended
         return owner["slurm_job"] is not None and job_ended(owner["slurm_job"])
