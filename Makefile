@@ -52,9 +52,9 @@ coverage:
 	$(MAKE) --no-print-directory -j3 -Otarget test-env
 	scripts/run-tests.sh --coverage
 
-# The test tools, TensorFlow, JAX and DeepSpeed in .venv, in one resolution.
+# The test tools, TensorFlow, JAX, DeepSpeed and Ray in .venv, in one resolution.
 $(VENV)/.installed-test-env: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP_INSTALL) -e '.[test,tensorflow,jax,deepspeed]'
+	$(PIP_INSTALL) -e '.[test,tensorflow,jax,deepspeed,ray]'
 	touch $@ $(VENV)/.installed-test $(VENV)/.installed-tensorflow $(VENV)/.installed-run
 
 # Everything the tests use: both environments, Debian's packages, Horovod built for both (the

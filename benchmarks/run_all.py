@@ -18,6 +18,8 @@ round, and the ratio of the two is taken within each round (the machine's drift 
   jax1     1-worker dlscale (jax-single)   / bare JAX loop              target >= 0.97
            (benchmarks/bare_jax.py: Flax twin, jit step, optax SGD)
   jax-torch 1-worker jax-single            / 1-worker torch-single      recorded
+  ray      2-worker torch-ddp, --launcher ray / the same, local launcher  recorded
+           (the launcher's cost: a local Ray cluster, each rank a Ray actor)
   gpt1     1-worker dlscale (torch-single) / bare nanoGPT-style loop    target >= 0.98
   gpt-ddp  2-worker dlscale (torch-ddp)    / bare torchrun DDP GPT      target >= 0.97
            (both: gpt-mini on `tokens`, GPT_BATCH sequences of 256 per worker, AdamW;
@@ -59,6 +61,7 @@ TARGETS: dict[str, float | None] = {
     "jax-torch": None,
     "gpt1": 0.98,
     "gpt-ddp": 0.97,
+    "ray": None,
 }
 """None: no target; the ratio is recorded and explained in docs/benchmarks.md."""
 CIFAR10_PAIR_ALLOCATOR = "glibc-tuned"
@@ -204,10 +207,10 @@ def main() -> int:
             *("--model", args.model, "--workers", str(workers)),
         )
 
-    def point(backend: str, workers: int) -> Callable[[], float]:
-        """A dlscale run of ``backend`` on the benchmark's model."""
+    def point(backend: str, workers: int, *more: str) -> Callable[[], float]:
+        """A dlscale run of ``backend`` on the benchmark's model (``more``: its other flags)."""
         return lambda: dlscale(
-            results, "--backend", backend, "--model", args.model, "--workers", str(workers)
+            results, "--backend", backend, "--model", args.model, "--workers", str(workers), *more
         )
 
     pairs: dict[str, tuple[Callable[[], float], Callable[[], float]]] = {
@@ -236,6 +239,10 @@ def main() -> int:
         },
         "hvd-ddp": (
             lambda: dlscale(results, *horovod(2)),
+            point("torch-ddp", 2),
+        ),
+        "ray": (
+            point("torch-ddp", 2, "--launcher", "ray"),
             point("torch-ddp", 2),
         ),
         "hvd-ring": (

@@ -47,6 +47,7 @@ NOT_RUN = [
     (r"--model (?!(torchvision|timm):)\S+:", "imports the reader's own model module"),
     (r"^dlscale run \S+\.toml", "reads the reader's own study file"),
     (r"--set '?(hosts|hostfile)=", "places the ranks on the reader's hosts (ssh, their names)"),
+    (r"--set '?ray_address=\S", "plans from the reader's Ray cluster (ray.nodes())"),
     (r"^dlscale predict (?!.*--compute-ms).*--model ", "measures the model's compute first"),
 ]
 """(pattern searched in the command, why it is not run here)."""

@@ -26,6 +26,7 @@ from dlscale.launchers.horovodrun import HorovodrunLauncher
 from dlscale.launchers.local import LocalLauncher
 from dlscale.launchers.mpirun import MpirunLauncher
 from dlscale.launchers.oom import OomWatch, killed_in_log, out_of_memory
+from dlscale.launchers.ray_launcher import RayLauncher
 from dlscale.launchers.slurm import SlurmLauncher
 from dlscale.launchers.slurm_controller import said
 from dlscale.launchers.torchrun import TorchrunLauncher
@@ -65,6 +66,7 @@ def _python_commands(argv: tuple[str, ...], python: str) -> list[list[str]]:
         (MpirunLauncher, "horovod-torch", {"launcher": "mpirun"}),
         (HorovodrunLauncher, "horovod-torch", {"launcher": "horovodrun"}),
         (SlurmLauncher, "tf-ps", {"launcher": "slurm", "slurm_mode": "srun", "cpus_per_node": 8}),
+        (RayLauncher, "mxnet-kv", {"launcher": "ray", "kvstore": "dist_sync"}),
     ],
 )
 def test_every_launcher_starts_its_workers_with_a_safe_import_path(launcher, backend, options):

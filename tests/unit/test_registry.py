@@ -73,7 +73,7 @@ def test_the_built_ins_come_through_the_plugin_door():
     from dlscale.contract.datasets import DATASETS
     from dlscale.contract.launchers import LAUNCHERS
 
-    assert LAUNCHERS.names() == ["horovodrun", "local", "mpirun", "slurm", "torchrun"]
+    assert LAUNCHERS.names() == ["horovodrun", "local", "mpirun", "ray", "slurm", "torchrun"]
     assert DATASETS.names() == [
         "cifar10",
         "digits",

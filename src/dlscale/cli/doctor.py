@@ -2,7 +2,8 @@
 
 The check runs where the ranks would: through the study's launcher (Slurm: one task on each of
 ``nodes`` nodes, an srun step of this allocation or of one srun asks for; mpirun and horovodrun:
-one rank on each host of ``hosts``/``hostfile``; ``local``: here),
+one rank on each host of ``hosts``/``hostfile``; ``ray``: a Ray task pinned to each live node
+of the ``ray_address`` cluster; ``local``: here),
 under the interpreter the backend's workers run (``dlscale.runtime.node_check``). Each node
 reports its Python, dlscale, the frameworks' versions, CUDA, the GPUs its ranks would see,
 NCCL, MPI and its address with the interface holding it; a table shows one row per node with
@@ -31,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from dlscale.cli.run import add_set_flag
 
     parser.add_argument(
-        "--launcher", default="local", help="how the ranks start (slurm, mpirun, horovodrun, local)"
+        "--launcher",
+        default="local",
+        help="how the ranks start (slurm, mpirun, horovodrun, ray, local)",
     )
     parser.add_argument(
         "--backend", default="torch-ddp", help="the backend whose needs are checked"

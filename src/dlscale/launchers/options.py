@@ -126,3 +126,27 @@ class HostListOptions:
         "hosts); empty: the libraries choose",
         validate=_check_interface,
     )
+
+
+def _check_ray_address(value: Any) -> None:
+    from dlscale.launchers.ray_cluster import check_address
+
+    check_address(value)
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the Ray launcher runs the ranks (:mod:`dlscale.launchers.ray_launcher`)."""
+
+    ray_address: str = setting(
+        "",
+        "the Ray cluster: HOST:PORT of its head (ray start --head prints it), or auto (the one "
+        "this machine belongs to); empty: a local cluster dlscale starts and stops for the run",
+        validate=_check_ray_address,
+    )
+    ray_placement: str = setting(
+        "pack",
+        "Ray's placement group strategy for the ranks' bundles: pack (as few nodes as hold "
+        "them, Ray Train's default), spread, strict_spread (one node each), strict_pack",
+        choices=("pack", "spread", "strict_spread", "strict_pack"),
+    )

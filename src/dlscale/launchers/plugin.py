@@ -1,11 +1,11 @@
 """dlscale's own launchers (the ``dlscale.plugins`` entry point ``launchers``): local,
-horovodrun, mpirun, torchrun and Slurm, registered through the door an outside plug-in uses."""
+horovodrun, mpirun, torchrun, Slurm and Ray, registered through the door an outside plug-in uses."""
 
 from __future__ import annotations
 
 from dlscale.contract.launchers import LAUNCHERS, LauncherSpec
 from dlscale.contract.options import declared
-from dlscale.launchers.options import HostListOptions, SlurmOptions, TorchrunOptions
+from dlscale.launchers.options import HostListOptions, RayOptions, SlurmOptions, TorchrunOptions
 
 LAUNCHERS.register(
     "local",
@@ -58,5 +58,17 @@ LAUNCHERS.register(
         description="Slurm: srun inside an allocation, or sbatch a job and poll it",
         implementation="dlscale.launchers.slurm:SlurmLauncher",
         options=declared(SlurmOptions),
+    ),
+)
+LAUNCHERS.register(
+    "ray",
+    LauncherSpec(
+        name="ray",
+        description="Ray: each rank a Ray actor in a placement group, on a local cluster or "
+        "ray_address=",
+        implementation="dlscale.launchers.ray_launcher:RayLauncher",
+        same_machine=True,
+        options=declared(RayOptions),
+        elsewhere_when=("ray_address",),
     ),
 )

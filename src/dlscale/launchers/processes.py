@@ -81,11 +81,16 @@ class LocalProcesses(Running):
 
 
 def start_processes(plan: LaunchPlan) -> LocalProcesses:
+    return start_entries(plan.entries)
+
+
+def start_entries(entries: tuple[PlanEntry, ...]) -> LocalProcesses:
+    """Each entry's command, a process of this one (its parent, in its environment)."""
     remove_orphaned_scratch()  # what workers killed with an earlier dlscale left here
     running = LocalProcesses([], new_mark())
     parent = {**parent_env(), MARK_ENV: running.mark}
     try:
-        for entry in plan.entries:
+        for entry in entries:
             with _signals_held() as mask:
                 running.procs.append(_spawn(entry, parent, mask))
     except BaseException:

@@ -134,10 +134,20 @@ def worker_environment(
     )
 
 
-SCHEDULER_IDS = {"slurm_job_id": "SLURM_JOB_ID", "slurm_step_id": "SLURM_STEP_ID"}
-"""The ids a scheduler gives the process in its environment, by the name they are stored as."""
+SCHEDULER_IDS = {
+    "slurm_job_id": "SLURM_JOB_ID",
+    "slurm_step_id": "SLURM_STEP_ID",
+    "ray_version": "DLSCALE_RAY_VERSION",
+    "ray_cluster": "DLSCALE_RAY_CLUSTER",
+    "ray_node_id": "DLSCALE_RAY_NODE_ID",
+    "ray_resources": "DLSCALE_RAY_RESOURCES",
+}
+"""The ids a scheduler gives the process in its environment, by the name they are stored as
+(the Ray launcher's: the version, the cluster's address or ``local``, rank 0's node and the
+resources of each rank's bundle, ``CPU=1``)."""
 
 
 def scheduler_ids() -> dict[str, str]:
-    """The Slurm job and step this process runs in, where Slurm started it."""
+    """The Slurm job and step this process runs in, where Slurm started it; Ray's facts, where
+    the Ray launcher did."""
     return {name: os.environ[var] for name, var in SCHEDULER_IDS.items() if os.environ.get(var)}
