@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from dlscale.store import RunStore
-from tests.distributed.processes import processes_naming, wait_gone
+from tests.distributed.processes import (
+    kill_all,
+    processes_naming,
+    stop_ray,
+    wait_gone,
+    with_descendants,
+)
 
 pytestmark = pytest.mark.dist
 
@@ -67,12 +73,11 @@ def cluster(tmp_path_factory):
         assert node.returncode == 0, node.stderr
         yield ray_tmp
     finally:
-        for host in reversed(HOSTS):
-            _ssh(host, _on(host, ray_tmp, ray_cli, "stop", "--force"))
+        left = stop_ray(ray_tmp, 6379)  # not ``ray stop``: it stops every cluster of the machine
         stopped = subprocess.run([*hosts, "stop", str(bed)], capture_output=True, text=True,
                                  timeout=120)  # fmt: skip
         assert stopped.returncode == 0, stopped.stderr
-    assert not wait_gone(processes_naming(ray_tmp), 20.0), "a Ray process was left"
+    assert not left and not processes_naming(ray_tmp), "a Ray process was left"
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
@@ -109,3 +114,41 @@ def test_doctor_answers_for_every_node_of_the_cluster(cluster):
     nodes = [json.loads(line) for line in done.stdout.splitlines()]
     assert sorted(n["hostname"] for n in nodes) == list(HOSTS)
     assert all(n["missing"] == [] for n in nodes)
+
+
+def test_a_node_without_dlscale_is_named_before_any_rank_starts(cluster, tmp_path):
+    """The worker node restarted with a Python that cannot import dlscale (a ``dlscale`` first
+    on its path that is not there, as on a node where it was never installed): a point whose
+    ranks need that node fails in one line naming the fix, and ``doctor`` says what it lacks.
+    Last in this module: the node stays so until the module's cluster is stopped."""
+    missing = tmp_path / "without-dlscale" / "dlscale"
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'dlscale'\", name='dlscale')\n"
+    )
+    ray_cli = str(BIN / "ray")
+    node = with_descendants(processes_naming("10.98.0.102"))  # its raylet names its address
+    kill_all(node)
+    assert not wait_gone(node, 20.0)
+    restart = _on(HOSTS[1], cluster, ray_cli, "start", f"--address={HEAD}",
+                  "--node-ip-address=10.98.0.102", "--num-cpus=1",
+                  "--disable-usage-stats")  # fmt: skip
+    path = f"PYTHONPATH={shlex.quote(str(missing.parent))} "
+    started = _ssh(HOSTS[1], restart.replace(" && ", " && " + path, 1))
+    assert started.returncode == 0, started.stderr
+    argv = (sys.executable, "-m", "dlscale", "run", *TINY, "--backend", "torch-ddp",
+            "--workers", "2", "--launcher", "ray", "--set", f"ray_address={HEAD}",
+            "--set", "ray_placement=strict_spread", "--results", str(tmp_path / "r"))  # fmt: skip
+    done = _ssh(HOSTS[0], _on(HOSTS[0], cluster, *argv))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"dlscale: error: a node of the Ray cluster at {HEAD} cannot import dlscale: install "
+        "dlscale and the engine's framework on every node, in the Python that Ray runs there"
+    )
+    argv = (sys.executable, "-m", "dlscale", "doctor", "--launcher", "ray", "--set",
+            f"ray_address={HEAD}", "--json")  # fmt: skip
+    doctor = _ssh(HOSTS[0], _on(HOSTS[0], cluster, *argv))
+    assert doctor.returncode == 1, doctor.stderr
+    nodes = {n["hostname"]: n for n in map(json.loads, doctor.stdout.splitlines())}
+    assert nodes["dlsnode1"]["missing"] == []
+    assert any(m.startswith("dlscale ") for m in nodes["dlsnode2"]["missing"]), nodes

@@ -138,7 +138,7 @@ def left_in(scratch: Path) -> list[Path]:
     return [p for p in scratch.iterdir() if p.name.startswith(("dlscale-", "__autograph"))]
 
 
-def processes_naming(path: Path) -> list[int]:
+def processes_naming(path: Path | str) -> list[int]:
     """Live processes whose command line names ``path`` (a run's ranks, and the tools that
     started them: horovodrun, mpirun and their helpers)."""
     found = []
@@ -152,6 +152,32 @@ def processes_naming(path: Path) -> list[int]:
         if str(path) in cmdline and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
+
+
+def with_descendants(pids: Iterable[int]) -> list[int]:
+    """``pids`` and every live process they started, and those started, and so on."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                children.setdefault(parent_pid(int(proc.name)), []).append(int(proc.name))
+    found, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.append(pid)
+            todo += children.get(pid, [])
+    return [pid for pid in found if alive(pid)]
+
+
+def stop_ray(directory: Path, port: int) -> list[int]:
+    """Stop, by SIGKILL, the Ray cluster a test started with its files under ``directory`` and
+    its head on ``port``, and only it (``ray stop`` stops every Ray process of the machine, the
+    clusters of tests running beside this one too); the pids still alive after 20 s."""
+    head = {*processes_naming(f":{port}\x00"), *processes_naming(f":{port} ")}  # its address
+    processes = with_descendants({*processes_naming(directory), *head})
+    kill_all(processes)
+    return wait_gone(processes, 20.0)
 
 
 def kill_rank_and_check_the_run_fails(

@@ -88,9 +88,9 @@ def answers(address: str) -> None:
     )
 
 
-def connect(address: str, cpus: int, gpus: int) -> Any:
-    """Join the cluster at ``address``, or start a local one of ``cpus`` CPUs and ``gpus``
-    GPUs; the ``ray`` module, connected."""
+def connect(address: str, cpus: int) -> Any:
+    """Join the cluster at ``address``, or start a local one of ``cpus`` CPUs (and the GPUs Ray
+    finds here); the ``ray`` module, connected."""
     ray = import_ray()
     answers(address)
     settings: dict[str, Any] = {
@@ -101,7 +101,7 @@ def connect(address: str, cpus: int, gpus: int) -> Any:
     if address:
         settings["address"] = address
     else:
-        settings.update(num_cpus=cpus, num_gpus=gpus)
+        settings["num_cpus"] = cpus
         from ray._common.utils import get_default_ray_temp_dir
 
         if len(get_default_ray_temp_dir()) > SHORT_TEMP:  # its sockets' paths would not fit
@@ -162,7 +162,6 @@ class RayCluster(Setup):
     strategy: str
     cpus: int = 1
     """A local cluster's CPUs (at least the bundles' sum: an oversubscribed plan still runs)."""
-    gpus: int = 0
     ray: Any = field(default=None, repr=False)
     group: Any = field(default=None, repr=False)
     node_ips: tuple[str, ...] = ()
@@ -175,7 +174,7 @@ class RayCluster(Setup):
             f"join {where(self.address)} (ray.init, address={self.address})"
             if self.address
             else f"start a local Ray cluster of {self.cpus} CPUs"
-            + (f" and {self.gpus} GPUs" if self.gpus else "")
+            + (" and the GPUs Ray finds" if "GPU" in self.bundles[0] else "")
             + " (ray.init; stopped after the run)"
         )
         return [
@@ -185,7 +184,7 @@ class RayCluster(Setup):
         ]
 
     def create(self) -> None:
-        self.ray = connect(self.address, self.cpus, self.gpus)
+        self.ray = connect(self.address, self.cpus)
         try:
             self._place()
         except BaseException:

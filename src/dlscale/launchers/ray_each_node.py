@@ -45,7 +45,7 @@ def main(address: str, argv: list[str]) -> int:
     from dlscale.launchers.ray_cluster import alive_nodes, connect
 
     try:
-        ray = connect(address, 0, 0)
+        ray = connect(address, 0)
     except UserError as error:
         print(f"dlscale: error: {error}", file=sys.stderr)
         return 2
@@ -58,8 +58,17 @@ def main(address: str, argv: list[str]) -> int:
             ).remote(argv)
             for node in nodes
         ]
-        for index, ref in enumerate(refs):
-            print(f"{index}: {json.dumps(ray.get(ref, timeout=TIMEOUT_S), default=str)}")
+        for index, (node, ref) in enumerate(zip(nodes, refs, strict=True)):
+            try:
+                facts = ray.get(ref, timeout=TIMEOUT_S)
+            except Exception as error:  # a node lost since it was listed, a task that timed out
+                said = next((line for line in str(error).splitlines() if line.strip()), "")
+                facts = {
+                    "hostname": node["NodeManagerAddress"],
+                    "dlscale_version": None,
+                    "node_check_error": f"Ray did not run the check there: {said[:300]}",
+                }
+            print(f"{index}: {json.dumps(facts, default=str)}")
     finally:
         ray.shutdown()
     return 0

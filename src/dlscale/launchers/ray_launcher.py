@@ -62,7 +62,6 @@ class RayLauncher(Launcher):
             bundles=(bundle,) * layout.size,
             strategy=options.ray_placement,
             cpus=max(facts.cpus, threads * layout.size),
-            gpus=layout.size if gpu and not options.ray_address else 0,
         )
         env = common_env(config, spec_path, threads)
         if gpu:
@@ -135,7 +134,7 @@ class RayLauncher(Launcher):
 def _asked(address: str) -> tuple[int, int | None, int]:
     """The smallest alive node's CPUs and GPUs, and how many nodes, of the cluster at
     ``address`` (asked once a process)."""
-    ray = connect(address, 0, 0)
+    ray = connect(address, 0)
     try:
         nodes = alive_nodes(ray)
     finally:

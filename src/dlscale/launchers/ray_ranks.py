@@ -74,6 +74,8 @@ class RayRanks(Running):
         self.cluster = cluster
         self.codes: list[int | None] = [None] * len(entries)
         self.deaths: dict[int, str] = {}
+        self.pending: list[Any] = [None] * len(entries)
+        """Each rank's outstanding call for its exit (None: none, the rank ended or stopped)."""
         actor = ray.remote(RankProcess)
         self.actors = [
             actor.options(
@@ -96,7 +98,7 @@ class RayRanks(Running):
         except Exception as error:
             self.stop()
             raise UserError(_start_failure(cluster, error)) from None
-        self.pending: list[Any] = [a.wait.remote(WAIT_S) for a in self.actors]
+        self.pending = [a.wait.remote(WAIT_S) for a in self.actors]
 
     def poll(self) -> list[int | None]:
         for i, ref in enumerate(self.pending):
