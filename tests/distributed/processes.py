@@ -154,6 +154,24 @@ def processes_naming(path: Path | str) -> list[int]:
     return found
 
 
+def processes_given_tmpdir(directory: Path | str) -> list[int]:
+    """Live processes started with ``TMPDIR=directory``: every process of a Ray cluster made
+    under it, its agents too, which rename themselves (``ray::DashboardAgent``) so that their
+    command line no longer names the directory."""
+    wanted = f"TMPDIR={directory}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ and alive(int(proc.name)):
+            found.append(int(proc.name))
+    return found
+
+
 def with_descendants(pids: Iterable[int]) -> list[int]:
     """``pids`` and every live process they started, and those started, and so on."""
     children: dict[int, list[int]] = {}

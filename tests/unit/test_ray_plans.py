@@ -1,6 +1,8 @@
 """The Ray launcher's plan as data, and its refusals of bad input: nothing is started here
 (tests/distributed/test_ray.py and tests/cluster/test_ray_hosts.py run it on real Ray)."""
 
+import os
+import re
 import socket
 from pathlib import Path
 
@@ -113,6 +115,25 @@ def test_an_address_that_does_not_answer_is_said_at_once():
         port = probe.getsockname()[1]
     with pytest.raises(UserError, match=r"at 127.0.0.1:\d+ does not answer \(Connection refused"):
         answers(f"127.0.0.1:{port}")
+
+
+def test_auto_naming_a_dead_head_is_said_at_once_by_run_and_doctor(cli, tmp_path):
+    """``auto`` joins what RAY_ADDRESS (or the newest ``ray start``) names; a head gone since
+    (killed, its node rebooted) is one line at once, not minutes of Ray's retries."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}"}
+    flags = ("--launcher", "ray", "--set", "ray_address=auto")
+    run = cli("run", *flags, "--model", "tiny", "--results", str(tmp_path), env=env)
+    doctor = cli("doctor", *flags, env=env)
+    for done in (run, doctor):
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert re.match(
+            rf"dlscale: error: the Ray cluster this machine belongs to at [\d.]+:{port} does not "
+            r"answer \(Connection refused\): start it",
+            done.stderr,
+        ), done.stderr
 
 
 def test_a_node_without_dlscale_or_the_python_is_named_with_the_fix():

@@ -72,20 +72,41 @@ def where(address: str) -> str:
 
 
 def answers(address: str) -> None:
-    """Raise :class:`UserError` when the head at ``HOST:PORT`` does not accept a connection
-    within :data:`CONNECT_TIMEOUT_S` (``ray.init`` would retry for a minute or more)."""
-    if address in ("", "auto"):
+    """Raise :class:`UserError` when the head at ``HOST:PORT`` (for ``auto``, the one
+    ``RAY_ADDRESS`` or the newest ``ray start`` here names) does not accept a connection within
+    :data:`CONNECT_TIMEOUT_S` (``ray.init`` would retry for minutes)."""
+    if not address:
         return
-    host, _, port = address.rpartition(":")
+    target = _found_here() if address == "auto" else address
+    host, _, port = target.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
             return
-    except OSError as error:
-        why = error.strerror or type(error).__name__
+    except (OSError, ValueError) as error:
+        why = getattr(error, "strerror", None) or type(error).__name__
+    named = f" at {target}" if address == "auto" else ""
     raise UserError(
-        f"{where(address)} does not answer ({why}): start it (ray start --head on that node) "
-        "or give its head's address as ray_address=HOST:PORT"
+        f"{where(address)}{named} does not answer ({why}): start it (ray start --head on that "
+        "node) or give its head's address as ray_address=HOST:PORT"
+        + (" (RAY_ADDRESS or the newest ray start here named it)" if named else "")
     )
+
+
+def _found_here() -> str:
+    """The address ``ray.init(address="auto")`` would join, found as Ray finds it."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        found = None
+    if not found:
+        raise UserError(
+            "ray_address=auto: no Ray cluster runs on this machine (no RAY_ADDRESS, no ray start "
+            "here): run dlscale on a node of the cluster, give its head as "
+            "ray_address=HOST:PORT, or leave ray_address empty for a local cluster"
+        )
+    return str(found)
 
 
 def connect(address: str, cpus: int) -> Any:
@@ -100,7 +121,8 @@ def connect(address: str, cpus: int) -> Any:
     }
     if address:
         settings["address"] = address
-    else:
+    else:  # "local": a new cluster, not the one RAY_ADDRESS or ray start's file last named
+        settings["address"] = "local"
         settings["num_cpus"] = cpus
         from ray._common.utils import get_default_ray_temp_dir
 

@@ -34,7 +34,14 @@ from dlscale.launchers.base import (
 )
 from dlscale.launchers.local import reserved_ports
 from dlscale.launchers.options import RayOptions
-from dlscale.launchers.ray_cluster import RayCluster, alive_nodes, connect, import_ray, where
+from dlscale.launchers.ray_cluster import (
+    RayCluster,
+    alive_nodes,
+    answers,
+    connect,
+    import_ray,
+    where,
+)
 from dlscale.runtime.gpus import BOUND_ENV
 
 
@@ -127,6 +134,8 @@ class RayLauncher(Launcher):
         address = config.typed(RayOptions).ray_address
         if not address:
             return argv
+        import_ray()
+        answers(address)  # here, in one line, rather than from inside the node check
         return (argv[0], "-P", "-m", "dlscale.launchers.ray_each_node", address, *argv)
 
 
