@@ -51,6 +51,9 @@ def test_the_nodes_facts_are_read_from_srun_labelled_lines_and_a_failure_is_one_
     )
     with pytest.raises(UserError, match=r"the node check failed on the nodes .*Unable to allocate"):
         _run((sys.executable, "-c", failing))
+    own = "import sys; sys.stderr.write('dlscale: error: the Ray cluster is gone\\n'); sys.exit(2)"
+    with pytest.raises(UserError, match=r"^the Ray cluster is gone$"):  # its words, not wrapped
+        _run((sys.executable, "-c", own))
     with pytest.raises(UserError, match="cannot run no-such-srun: not installed here"):
         _run(("no-such-srun",))
     # mpirun --tag-output's and horovodrun's labels

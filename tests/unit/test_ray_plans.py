@@ -117,6 +117,17 @@ def test_an_address_that_does_not_answer_is_said_at_once():
         answers(f"127.0.0.1:{port}")
 
 
+@pytest.mark.parametrize("bad", ["ray://head:10001", "garbage", "head:port", "$(reboot)"])
+def test_auto_with_a_ray_address_that_is_no_address_is_one_line(bad, cli, tmp_path):
+    env = {**os.environ, "RAY_ADDRESS": bad}
+    done = cli("run", "--launcher", "ray", "--set", "ray_address=auto", "--model", "tiny",
+               "--results", str(tmp_path), env=env)  # fmt: skip
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"dlscale: error: ray_address=auto: RAY_ADDRESS {bad!r} is not HOST:PORT: unset it, or "
+        "give the head's address as ray_address=HOST:PORT"
+    ]
+
+
 def test_auto_naming_a_dead_head_is_said_at_once_by_run_and_doctor(cli, tmp_path):
     """``auto`` joins what RAY_ADDRESS (or the newest ``ray start``) names; a head gone since
     (killed, its node rebooted) is one line at once, not minutes of Ray's retries."""

@@ -13,7 +13,7 @@ import sys
 from typing import NoReturn
 
 from dlscale import __version__
-from dlscale.contract.errors import UserError
+from dlscale.contract.errors import ERROR_PREFIX, UserError
 from dlscale.contract.numbers import whole_number
 from dlscale.contract.plugins import load_plugins
 from dlscale.contract.text import for_stream, visible
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         load_plugins()
         return int(importlib.import_module(args.module).main(args) or 0)
     except UserError as error:
-        print(for_stream(f"dlscale: error: {visible(error)}", sys.stderr), file=sys.stderr)
+        print(for_stream(f"{ERROR_PREFIX}{visible(error)}", sys.stderr), file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:  # the reader went away (| head, | less quit early)
         _quiet_stdout()

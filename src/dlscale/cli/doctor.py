@@ -19,7 +19,7 @@ import re
 import subprocess
 from typing import Any
 
-from dlscale.contract.errors import UserError
+from dlscale.contract.errors import ERROR_PREFIX, UserError
 
 CHECK_TIMEOUT_S = 600.0
 """The longest the check may take, queueing for the nodes included."""
@@ -126,6 +126,9 @@ def _run(command: tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
         if isinstance(facts, dict):
             nodes[index] = facts
     if done.returncode != 0 or not nodes:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        if len(lines) == 1 and lines[0].startswith(ERROR_PREFIX):  # its own words: say them
+            raise UserError(lines[0].removeprefix(ERROR_PREFIX))
         words = said(done.stderr or done.stdout)[-400:]
         raise UserError(f"the node check failed on the nodes ({command[0]}: {words})")
     return sorted(nodes.items())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+ERROR_PREFIX = "dlscale: error: "
+"""What begins the one line a :class:`UserError` is printed as."""
+
 
 class UserError(Exception):
     """A problem with the user's input (names, values, files): exit code 2, one line."""

@@ -79,11 +79,16 @@ def answers(address: str) -> None:
         return
     target = _found_here() if address == "auto" else address
     host, _, port = target.rpartition(":")
+    if not port.isdigit():
+        raise UserError(
+            f"ray_address=auto: RAY_ADDRESS {target!r} is not HOST:PORT: unset it, or give the "
+            "head's address as ray_address=HOST:PORT"
+        )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
             return
-    except (OSError, ValueError) as error:
-        why = getattr(error, "strerror", None) or type(error).__name__
+    except OSError as error:
+        why = error.strerror or type(error).__name__
     named = f" at {target}" if address == "auto" else ""
     raise UserError(
         f"{where(address)}{named} does not answer ({why}): start it (ray start --head on that "
@@ -100,6 +105,11 @@ def _found_here() -> str:
         found = canonicalize_bootstrap_address("auto")
     except ConnectionError:
         found = None
+    except ValueError:  # RAY_ADDRESS not an address
+        raise UserError(
+            f"ray_address=auto: RAY_ADDRESS {os.environ.get('RAY_ADDRESS', '')!r} is not "
+            "HOST:PORT: unset it, or give the head's address as ray_address=HOST:PORT"
+        ) from None
     if not found:
         raise UserError(
             "ray_address=auto: no Ray cluster runs on this machine (no RAY_ADDRESS, no ray start "

@@ -41,13 +41,13 @@ def on_node(argv: list[str]) -> dict[str, Any]:
 def main(address: str, argv: list[str]) -> int:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from dlscale.contract.errors import UserError
+    from dlscale.contract.errors import ERROR_PREFIX, UserError
     from dlscale.launchers.ray_cluster import alive_nodes, connect
 
     try:
         ray = connect(address, 0)
     except UserError as error:
-        print(f"dlscale: error: {error}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{error}", file=sys.stderr)
         return 2
     try:
         task = ray.remote(num_cpus=0)(on_node)
