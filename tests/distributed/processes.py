@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from dlscale.contract.events import read_events
@@ -141,17 +141,7 @@ def left_in(scratch: Path) -> list[Path]:
 def processes_naming(path: Path | str) -> list[int]:
     """Live processes whose command line names ``path`` (a run's ranks, and the tools that
     started them: horovodrun, mpirun and their helpers)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(path) in cmdline and alive(int(proc.name)):
-            found.append(int(proc.name))
-    return found
+    return _live_processes("cmdline", lambda cmdline: str(path).encode() in cmdline)
 
 
 def processes_given_tmpdir(directory: Path | str) -> list[int]:
@@ -159,15 +149,20 @@ def processes_given_tmpdir(directory: Path | str) -> list[int]:
     under it, its agents too, which rename themselves (``ray::DashboardAgent``) so that their
     command line no longer names the directory."""
     wanted = f"TMPDIR={directory}".encode()
+    return _live_processes("environ", lambda environ: wanted in environ.split(b"\0"))
+
+
+def _live_processes(file: str, matches: Callable[[bytes], bool]) -> list[int]:
+    """Live processes but this one whose ``/proc/PID/file`` ``matches``."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
+            text = (proc / file).read_bytes()
         except OSError:
             continue
-        if wanted in environ and alive(int(proc.name)):
+        if matches(text) and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
 

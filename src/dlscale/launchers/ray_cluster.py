@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import socket
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,11 +63,9 @@ def where(address: str) -> str:
     """The cluster in words: ``the Ray cluster at 10.0.0.1:6379``."""
     if not address:
         return "a local Ray cluster"
-    return (
-        "the Ray cluster this machine belongs to"
-        if address == "auto"
-        else (f"the Ray cluster at {address}")
-    )
+    if address == "auto":
+        return "the Ray cluster this machine belongs to"
+    return f"the Ray cluster at {address}"
 
 
 def answers(address: str) -> None:
@@ -79,11 +76,6 @@ def answers(address: str) -> None:
         return
     target = _found_here() if address == "auto" else address
     host, _, port = target.rpartition(":")
-    if not port.isdigit():
-        raise UserError(
-            f"ray_address=auto: RAY_ADDRESS {target!r} is not HOST:PORT: unset it, or give the "
-            "head's address as ray_address=HOST:PORT"
-        )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S):
             return
@@ -98,23 +90,25 @@ def answers(address: str) -> None:
 
 
 def _found_here() -> str:
-    """The address ``ray.init(address="auto")`` would join, found as Ray finds it."""
+    """The ``HOST:PORT`` ``ray.init(address="auto")`` would join, found as Ray finds it."""
     from ray._private.services import canonicalize_bootstrap_address
 
     try:
         found = canonicalize_bootstrap_address("auto")
     except ConnectionError:
         found = None
-    except ValueError:  # RAY_ADDRESS not an address
-        raise UserError(
-            f"ray_address=auto: RAY_ADDRESS {os.environ.get('RAY_ADDRESS', '')!r} is not "
-            "HOST:PORT: unset it, or give the head's address as ray_address=HOST:PORT"
-        ) from None
+    except ValueError:  # RAY_ADDRESS not an address: refused below in its own words
+        found = os.environ.get("RAY_ADDRESS", "")
     if not found:
         raise UserError(
             "ray_address=auto: no Ray cluster runs on this machine (no RAY_ADDRESS, no ray start "
             "here): run dlscale on a node of the cluster, give its head as "
             "ray_address=HOST:PORT, or leave ray_address empty for a local cluster"
+        )
+    if _ADDRESS.fullmatch(str(found)) is None:
+        raise UserError(
+            f"ray_address=auto: RAY_ADDRESS {found!r} is not HOST:PORT: unset it, or give the "
+            "head's address as ray_address=HOST:PORT"
         )
     return str(found)
 
@@ -139,7 +133,7 @@ def connect(address: str, cpus: int) -> Any:
         if len(get_default_ray_temp_dir()) > SHORT_TEMP:  # its sockets' paths would not fit
             settings["_temp_dir"] = f"/tmp/ray-dlscale-{os.getuid()}"
     try:
-        with _stderr_kept():
+        with _stderr_dropped():
             ray.init(**settings)
     except (ConnectionError, RuntimeError, ValueError) as error:
         raise UserError(_join_failure(address, error)) from None
@@ -167,18 +161,19 @@ def _join_failure(address: str, error: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _stderr_kept() -> Iterator[None]:
+def _stderr_dropped() -> Iterator[None]:
     """Ray's core prints each retry of a connection to the process's standard error (a line a
     second for 20 s when the cluster refuses it): while it connects, what it prints there is
     dropped; a failure is said in one line instead (:func:`_join_failure`)."""
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+    sink = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(sink, 2)
+    os.close(sink)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def alive_nodes(ray: Any) -> list[dict[str, Any]]:

@@ -172,7 +172,7 @@ def _start_failure(cluster: RayCluster, error: Exception) -> str:
             f"a node of {where(cluster.address)} has no {_missing(text)}: the workers' Python "
             "must be at the same path on every node (a shared file system, or the same install)"
         )
-    return f"the ranks' Ray actors did not start on {where(cluster.address)}: {_first_line(error)}"
+    return f"the ranks' Ray actors did not start on {where(cluster.address)}: {_last_line(error)}"
 
 
 def _missing(text: str) -> str:
@@ -182,7 +182,8 @@ def _missing(text: str) -> str:
     return "interpreter at the driver's path"
 
 
-def _first_line(error: BaseException) -> str:
+def _last_line(error: BaseException) -> str:
+    """The last line of Ray's error: a remote traceback ends with the exception's message."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return (lines[-1] if lines else type(error).__name__)[:300]
 
